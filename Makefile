@@ -1,0 +1,47 @@
+# One command each: `make test` sets everything up and runs every gate; `make demo` runs the main job.
+# Every recipe line can fail the run: no `|| true`, no `-` prefixes.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: test lint typecheck pytest docs notebooks demo races bench clean setup
+
+test: lint typecheck pytest docs  ## every gate: ruff, mypy --strict, pytest, docs + notebooks
+
+setup: $(STAMP)
+
+# (Re)install when the venv is missing or pyproject.toml changed.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy --strict patterns
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest
+
+# -n nitpicky, -W warnings are errors, --keep-going reports them all; myst-nb executes every
+# notebook during the build and a failing cell is an error. -E: no stale environment.
+docs: $(STAMP)
+	rm -rf docs/_build
+	$(VENV)/bin/sphinx-build -E -n -W --keep-going -b html docs docs/_build/html
+
+notebooks: docs
+
+demo: $(STAMP)
+	$(PY) -m patterns.demo
+
+races: $(STAMP)
+	$(VENV)/bin/pytest -m race -v --race-table -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,50 @@
+"""Sphinx configuration. The build never touches the network: no intersphinx, no link check."""
+
+from __future__ import annotations
+
+project = "shutdown-patterns"
+author = "shutdown-patterns contributors"
+copyright = "2026, shutdown-patterns contributors"  # noqa: A001 - Sphinx reads this name
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+]
+
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# Notebooks live in ../notebooks (docs/notebooks is a link to it), are committed without
+# outputs, and are executed on every build; a failing cell fails the build.
+nb_execution_mode = "force"
+nb_execution_raise_on_error = True
+nb_execution_timeout = 120
+nb_execution_show_tb = True
+
+exclude_patterns = ["_build", "jupyter_execute", "**/.ipynb_checkpoints"]
+
+nitpicky = True
+# Without intersphinx (no network), references into the standard library cannot resolve;
+# those, and only those, are ignored.
+nitpick_ignore_regex = [
+    (
+        r"py:.*",
+        r"(concurrent|threading|queue|socket|typing|collections|contextlib|types|io|logging|signal|"
+        r"subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref)(\..*)?",
+    ),
+    (r"py:.*", r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|P|T|"
+     r"P\.args|P\.kwargs|TypeVar|ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|"
+     r"InterruptedException|TimeoutError|ValueError|SystemError|object|float|int|str|bool|None)"),
+]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_preserve_defaults = True
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+html_theme = "furo"
+html_title = "shutdown-patterns"
+html_static_path: list[str] = []

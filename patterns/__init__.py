@@ -1,0 +1,1 @@
+"""shutdown-patterns: one copyable module per lifecycle pattern."""

@@ -1,0 +1,109 @@
+"""Project-wide test rules: no leaked threads, and the race table behind `make races`."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+requires_py313 = pytest.mark.skipif(
+    sys.version_info < (3, 13), reason="needs Python 3.13+ (queue.Queue.shutdown)"
+)
+
+# How long a finished test may take to let its own threads end before they count as leaked.
+THREAD_GRACE = 5.0
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """Fail any test that leaves a thread running.
+
+    A thread that outlives its test is either a hang waiting to happen or a sign that a
+    `stop()` did not do what it promised; either way the test that started it is the one
+    that should fail. Threads get a bounded grace period to finish after the test body.
+    """
+    before = set(threading.enumerate())
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before]
+    for thread in leaked:
+        thread.join(THREAD_GRACE / max(len(leaked), 1))
+    still = [t.name for t in leaked if t.is_alive()]
+    assert not still, f"test left threads running: {still}"
+
+
+# --- the race table (`make races`) ---------------------------------------------------------
+
+
+@dataclass
+class _RaceRow:
+    title: str
+    naive: list[str] = field(default_factory=list)  # outcomes of test_naive_* tests
+    pattern: list[str] = field(default_factory=list)  # outcomes of the pattern tests
+
+
+_RACES: dict[str, _RaceRow] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--race-table``, which prints the pitfall table at the end of the run."""
+    parser.addoption(
+        "--race-table",
+        action="store_true",
+        help="after the run, print: pitfall | naive version went wrong | pattern held",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Check every race marker names its pitfall and title, so the table can be built."""
+    for item in items:
+        marker = item.get_closest_marker("race")
+        if marker is None:
+            continue
+        if len(marker.args) != 2:
+            raise pytest.UsageError(
+                f"{item.nodeid}: use @pytest.mark.race('P1', 'one-line pitfall title')"
+            )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """Record each race test's outcome under its pitfall."""
+    report: pytest.TestReport = yield
+    marker = item.get_closest_marker("race")
+    if marker is not None and (report.when == "call" or report.outcome != "passed"):
+        pitfall, title = marker.args
+        row = _RACES.setdefault(pitfall, _RaceRow(title))
+        side = row.naive if item.name.startswith("test_naive_") else row.pattern
+        side.append(report.outcome)
+    return report
+
+
+def _verdict(outcomes: list[str]) -> str:
+    if not outcomes:
+        return "(no test)"
+    if all(o == "passed" for o in outcomes):
+        return f"yes ({len(outcomes)} test{'s' if len(outcomes) > 1 else ''})"
+    return f"NO: {outcomes.count('failed')} failed, {outcomes.count('skipped')} skipped"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Print the race table when ``--race-table`` was given."""
+    if not config.getoption("--race-table") or not _RACES:
+        return
+    rows = [
+        (f"{key} {row.title}", _verdict(row.naive), _verdict(row.pattern))
+        for key, row in sorted(_RACES.items(), key=lambda kv: (len(kv[0]), kv[0]))
+    ]
+    head = ("pitfall", "naive version went wrong", "pattern held")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+    terminalreporter.section("race demonstrations")
+    line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
+    terminalreporter.write_line(line)
+    terminalreporter.write_line("-+-".join("-" * w for w in widths))
+    for row in rows:
+        terminalreporter.write_line(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))

@@ -1,0 +1,136 @@
+"""Helpers that force an interleaving instead of hoping for one.
+
+Every helper here blocks on a `threading.Event` or joins with a timeout; none of them
+sleeps to make a race likely. A bounded wait in a test can only make the test slower,
+never wrong: the thing waited for is released by the test itself, after the check.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# How long a test is willing to wait for something that *must* happen. Generous on
+# purpose: on a loaded 2-core CI machine a thread can be descheduled for a while, and
+# the wait ends as soon as the event happens, so a large value costs nothing.
+MUST_HAPPEN = 10.0
+
+# How long a test watches for something that must *not* happen (a thread that must
+# stay blocked). The blocker is released only by the test after the check, so this
+# value cannot make the test pass by luck; it only decides how long we look.
+STAYS_BLOCKED = 0.2
+
+
+class Gate:
+    """A checkpoint a task reaches and then waits at until the test opens it.
+
+    `reached` is set by the task (``gate.arrive()``); the test waits on it with
+    `wait_reached()`, acts while the task is parked, then calls `open()`.
+    """
+
+    def __init__(self, name: str = "gate") -> None:
+        self.name = name
+        self.reached = threading.Event()  # set by the task when it arrives
+        self.opened = threading.Event()  # set by the test to let the task go on
+
+    def arrive(self, timeout: float = MUST_HAPPEN) -> None:
+        """Called by the task: announce arrival, then wait until the test opens the gate."""
+        self.reached.set()
+        if not self.opened.wait(timeout):
+            raise TimeoutError(f"{self.name}: the test never opened the gate")
+
+    def wait_reached(self, timeout: float = MUST_HAPPEN) -> None:
+        """Called by the test: block until the task is parked at the gate."""
+        if not self.reached.wait(timeout):
+            raise AssertionError(f"{self.name}: the task never reached the gate")
+
+    def open(self) -> None:
+        """Let the parked task go on."""
+        self.opened.set()
+
+
+def join_or_fail(thread: threading.Thread, timeout: float = MUST_HAPPEN) -> None:
+    """Join `thread` with a timeout and fail loudly if it is still alive."""
+    thread.join(timeout)
+    assert not thread.is_alive(), f"thread {thread.name} did not end within {timeout}s"
+
+
+def stays_blocked(thread: threading.Thread, duration: float = STAYS_BLOCKED) -> bool:
+    """Return True if `thread` is still alive after watching it for `duration` seconds."""
+    thread.join(duration)
+    return thread.is_alive()
+
+
+def run_in_thread(fn: Callable[[], Any], name: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """Start `fn` in a thread; the returned dict gets ``result`` or ``error`` when it ends.
+
+    The error is recorded rather than left to `threading.excepthook`, so a test can
+    assert on it (and pytest does not turn it into an unhandled-thread warning).
+    """
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            outcome["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test inspects whatever it was
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, name=name)
+    thread.start()
+    return thread, outcome
+
+
+def wait_until_blocked_in(thread: threading.Thread, func_name: str, timeout: float = MUST_HAPPEN) -> None:
+    """Block until `thread`'s stack contains a frame of the function `func_name`.
+
+    This observes where the thread *is*, instead of guessing how long it takes to get
+    there; it returns as soon as the thread has been seen inside `func_name`.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None:
+            if frame.f_code.co_name == func_name:
+                return
+            frame = frame.f_back
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+    raise AssertionError(f"{thread.name} was never seen inside {func_name}()")
+
+
+@contextmanager
+def elapsed() -> Iterator[Callable[[], float]]:
+    """Measure wall time of a block: ``with elapsed() as took: ...; took()``."""
+    start = time.monotonic()
+    end: list[float] = []
+    try:
+        yield lambda: (end[0] if end else time.monotonic()) - start
+    finally:
+        end.append(time.monotonic())
+
+
+def child_env() -> dict[str, str]:
+    """Environment for a child interpreter: unbuffered output, this checkout importable."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def spawn_python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """Start ``python -c code`` with pipes, for interpreter-exit behaviour."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+        **kwargs,
+    )
