@@ -29,14 +29,23 @@ nitpicky = True
 # Without intersphinx (no network), references into the standard library cannot resolve;
 # those, and only those, are ignored.
 nitpick_ignore_regex = [
+    # Type variables of generic signatures (``P``, ``T``) are not documented objects.
+    (r"py:class", r"(~?P|~?T|patterns\..*\.(P|T))"),
     (
         r"py:.*",
-        r"(concurrent|threading|queue|socket|typing|collections|contextlib|types|io|logging|signal|"
-        r"subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref)(\..*)?",
+        (
+            r"(concurrent|threading|queue|socket|typing|collections|contextlib|types|io|logging|"
+            r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref)(\..*)?"
+        ),
     ),
-    (r"py:.*", r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|P|T|"
-     r"P\.args|P\.kwargs|TypeVar|ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|"
-     r"InterruptedException|TimeoutError|ValueError|SystemError|object|float|int|str|bool|None)"),
+    (
+        r"py:.*",
+        (
+            r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|TypeVar|"
+            r"ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|TimeoutError|"
+            r"ValueError|SystemError|object|float|int|str|bool|None)"
+        ),
+    ),
 ]
 
 autodoc_member_order = "bysource"

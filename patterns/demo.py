@@ -52,7 +52,12 @@ def fixed() -> None:
     say("2. The fix: await termination (with a budget), then close.")
     out = io.StringIO()
     pool = TrackingExecutor(max_workers=1)
-    pool.submit(lambda: (time.sleep(0.2), out.write("the result")))
+
+    def slow_write() -> None:
+        time.sleep(0.2)  # a task that takes a moment to produce its result
+        out.write("the result")
+
+    pool.submit(slow_write)
     report = stop_then_close(pool, out, 5.0, force_timeout=1.0)
     say(f"   terminated={report.terminated}, buffer closed={out.closed}, in {report.elapsed:.2f}s")
 
@@ -83,9 +88,8 @@ def main() -> int:
     say()
     stuck()
     say()
-    say(
-        "See docs/patterns/executor_shutdown.md, notebooks/01-executor-shutdown.ipynb, and `make races`."
-    )
+    say("Read docs/patterns/executor_shutdown.md, run notebooks/01-executor-shutdown.ipynb,")
+    say("and watch every pitfall happen with `make races`.")
     return 0
 
 

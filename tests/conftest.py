@@ -42,6 +42,7 @@ class _RaceRow:
     title: str
     naive: list[str] = field(default_factory=list)  # outcomes of test_naive_* tests
     pattern: list[str] = field(default_factory=list)  # outcomes of the pattern tests
+    lesson: str = ""  # the first line of the pattern test's docstring
 
 
 _RACES: dict[str, _RaceRow] = {}
@@ -78,8 +79,13 @@ def pytest_runtest_makereport(
     if marker is not None and (report.when == "call" or report.outcome != "passed"):
         pitfall, title = marker.args
         row = _RACES.setdefault(pitfall, _RaceRow(title))
-        side = row.naive if item.name.startswith("test_naive_") else row.pattern
-        side.append(report.outcome)
+        if item.name.startswith("test_naive_"):
+            row.naive.append(report.outcome)
+        else:
+            row.pattern.append(report.outcome)
+            doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+            if doc.strip() and not row.lesson:
+                row.lesson = doc.strip().splitlines()[0]
     return report
 
 
@@ -91,7 +97,9 @@ def _verdict(outcomes: list[str]) -> str:
     return f"NO: {outcomes.count('failed')} failed, {outcomes.count('skipped')} skipped"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     """Print the race table when ``--race-table`` was given."""
     if not config.getoption("--race-table") or not _RACES:
         return
@@ -105,5 +113,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
     terminalreporter.write_line(line)
     terminalreporter.write_line("-+-".join("-" * w for w in widths))
-    for row in rows:
-        terminalreporter.write_line(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    for line in rows:
+        terminalreporter.write_line(
+            " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))
+        )
+    terminalreporter.write_line("")
+    terminalreporter.write_line("lessons (what each pattern test proves):")
+    for key, row in sorted(_RACES.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        terminalreporter.write_line(f"  {key}: {row.lesson or '(no pattern test)'}")

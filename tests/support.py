@@ -78,7 +78,7 @@ def run_in_thread(fn: Callable[[], Any], name: str) -> tuple[threading.Thread, d
     def body() -> None:
         try:
             outcome["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - the test inspects whatever it was
+        except BaseException as exc:  # the test inspects whatever it was
             outcome["error"] = exc
 
     thread = threading.Thread(target=body, name=name)
@@ -86,7 +86,9 @@ def run_in_thread(fn: Callable[[], Any], name: str) -> tuple[threading.Thread, d
     return thread, outcome
 
 
-def wait_until_blocked_in(thread: threading.Thread, func_name: str, timeout: float = MUST_HAPPEN) -> None:
+def wait_until_blocked_in(
+    thread: threading.Thread, func_name: str, timeout: float = MUST_HAPPEN
+) -> None:
     """Block until `thread`'s stack contains a frame of the function `func_name`.
 
     This observes where the thread *is*, instead of guessing how long it takes to get
@@ -105,7 +107,7 @@ def wait_until_blocked_in(thread: threading.Thread, func_name: str, timeout: flo
 
 @contextmanager
 def elapsed() -> Iterator[Callable[[], float]]:
-    """Measure wall time of a block: ``with elapsed() as took: ...; took()``."""
+    """Measure the wall time of a block; the yielded function returns the seconds taken."""
     start = time.monotonic()
     end: list[float] = []
     try:

@@ -89,7 +89,7 @@ def test_shutdown_now_returns_nothing_when_nothing_was_queued() -> None:
     assert await_termination(pool, MUST_HAPPEN)
 
 
-def test_shutdown_and_await_with_a_stuck_task_returns_within_its_budget_and_names_the_task() -> None:
+def test_shutdown_and_await_returns_within_budget_and_names_a_stuck_task() -> None:
     """A task that never finishes cannot hold shutdown_and_await past timeout + force_timeout."""
     pool = TrackingExecutor(max_workers=1)
     gate = Gate("stuck task")
