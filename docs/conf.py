@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Document the checkout being built, whatever is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 project = "shutdown-patterns"
 author = "shutdown-patterns contributors"
 copyright = "2026, shutdown-patterns contributors"  # noqa: A001 - Sphinx reads this name

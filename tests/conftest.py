@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -32,6 +34,37 @@ def no_leaked_threads() -> Iterator[None]:
         thread.join(THREAD_GRACE / max(len(leaked), 1))
     still = [t.name for t in leaked if t.is_alive()]
     assert not still, f"test left threads running: {still}"
+
+
+# --- a hang is a failure, never a stuck CI ------------------------------------------------
+
+_SESSION = {"exitstatus": 0}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remember the exit status for `pytest_unconfigure`."""
+    _SESSION["exitstatus"] = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Exit hard if a non-daemon thread survived the run.
+
+    pytest-timeout fails a hung test, but the thread that hung is still there, and the
+    interpreter joins every non-daemon thread at exit with no timeout: the run would end
+    its report and then never exit. Dump every thread's stack and exit non-zero instead.
+    """
+    stuck = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
+    if not stuck:
+        return
+    sys.stdout.flush()
+    sys.stderr.write(f"\nnon-daemon threads still running after the tests: {stuck}\n")
+    faulthandler.dump_traceback(all_threads=True)
+    sys.stderr.flush()
+    os._exit(_SESSION["exitstatus"] or 1)
 
 
 # --- the race table (`make races`) ---------------------------------------------------------
