@@ -98,8 +98,9 @@ class TrackingExecutor(ThreadPoolExecutor):
 
     Finished futures are forgotten at once, so memory stays proportional to the work
     still queued or running. Every task that fails is logged at ERROR with its traceback
-    at the moment it fails, whether or not anyone ever calls ``result()``; a cancelled
-    task is not an error and is not logged.
+    at the moment it fails, whether or not anyone ever calls ``result()``. A cancelled
+    task is not an error and is not logged; a task ended by a `BaseException` that is
+    not an `Exception` (a cooperative ``Cancelled``, say) is logged at WARNING.
     """
 
     def __init__(
@@ -157,8 +158,15 @@ class TrackingExecutor(ThreadPoolExecutor):
         if future.cancelled():
             return
         exc = future.exception()
-        if exc is not None:
-            logger.error("task %r failed", task, exc_info=(type(exc), exc, exc.__traceback__))
+        if exc is None:
+            return
+        info = (type(exc), exc, exc.__traceback__)
+        if isinstance(exc, Exception):
+            logger.error("task %r failed", task, exc_info=info)
+        else:
+            # A BaseException that is not an Exception (a cooperative Cancelled, a
+            # KeyboardInterrupt) ended the task on purpose: worth a record, not an error.
+            logger.warning("task %r ended by %s", task, type(exc).__name__, exc_info=info)
 
 
 @dataclass(frozen=True)
