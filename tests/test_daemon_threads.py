@@ -1,0 +1,610 @@
+"""Daemon and non-daemon threads at exit: each pitfall shown in a child process, then the fix."""
+
+from __future__ import annotations
+
+import concurrent.futures.thread as pool_module
+import gc
+import logging
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+import pytest
+
+from patterns.daemon_threads import (
+    BackgroundService,
+    HousekeepingDaemon,
+    StopReport,
+    every,
+    run_with_service,
+)
+from tests.support import (
+    MUST_HAPPEN,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    spawn_python,
+    wait_until_blocked_in,
+)
+
+# Scheduling noise allowed on top of a budget. Across a process boundary it also covers
+# interpreter teardown and the parent noticing the exit, on a loaded 2-core machine.
+NOISE = 1.0
+
+# How long the parent watches a child that must *not* exit. The child is released (or
+# killed) by the parent only after this, so the value cannot make a test pass by luck.
+HANG_WATCH = 0.5
+
+# The budget the pattern versions stop their service with. Their work is cooperative and
+# ends within milliseconds, so the budget is never used up; it is the promise asserted.
+STOP_BUDGET = 2.0
+
+P15 = ("P15", "daemon thread killed mid-work: finally skipped, file half-written")
+P16 = ("P16", "atexit handler meant to stop a non-daemon thread never runs: hang")
+
+cpython_detail = pytest.mark.skipif(
+    sys.implementation.name != "cpython" or not hasattr(threading, "_register_atexit"),
+    reason="relies on CPython's private threading._register_atexit",
+)
+
+
+class Child:
+    """A child interpreter whose output is read by threads, so that every read is bounded.
+
+    The parent reads marker lines with `expect` before it acts, measures with `exits`,
+    and leaving the ``with`` block kills the child if it is still running.
+    """
+
+    def __init__(self, code: str) -> None:
+        self.process = spawn_python(textwrap.dedent(code))
+        self._lines: queue.Queue[str | None] = queue.Queue()  # None: stdout closed
+        self._stderr: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._pump_stdout, name="child-stdout"),
+            threading.Thread(target=self._pump_stderr, name="child-stderr"),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _pump_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _pump_stderr(self) -> None:
+        assert self.process.stderr is not None
+        self._stderr.append(self.process.stderr.read())
+
+    def expect(self, *markers: str) -> None:
+        """Read the next stdout lines and check they are exactly ``markers``, in order."""
+        for marker in markers:
+            try:
+                line = self._lines.get(timeout=MUST_HAPPEN)
+            except queue.Empty:
+                raise AssertionError(f"child printed nothing; expected {marker!r}") from None
+            assert line == marker, f"expected {marker!r}, got {line!r}; stderr: {self.stderr()}"
+
+    def send(self, text: str) -> None:
+        """Write ``text`` to the child's stdin."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(text)
+        self.process.stdin.flush()
+
+    def stays_alive(self, duration: float = HANG_WATCH) -> bool:
+        """True if the child has not exited after ``duration`` seconds of watching."""
+        try:
+            self.process.wait(timeout=duration)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+
+    def exits(self, timeout: float = MUST_HAPPEN) -> int:
+        """Wait (bounded) for the child to exit and return its exit status."""
+        return self.process.wait(timeout=timeout)
+
+    def rest(self) -> list[str]:
+        """Every stdout line not read yet; call after the child has exited."""
+        lines = []
+        while (line := self._lines.get(timeout=MUST_HAPPEN)) is not None:
+            lines.append(line)
+        self._lines.put(None)
+        return lines
+
+    def stderr(self) -> str:
+        """Everything the child wrote to stderr; complete once it has exited."""
+        if self.process.poll() is not None:
+            join_or_fail(self._readers[1])
+        return "".join(self._stderr)
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.process.kill()  # a no-op if it has exited
+        self.process.wait(MUST_HAPPEN)
+        for reader in self._readers:
+            join_or_fail(reader)
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            assert stream is not None
+            stream.close()
+
+
+# --- what each kind of thread means at exit (P15) ---------------------------------------
+
+# The child writes a file in steps from a background thread: a header, one line per row
+# it receives, and, in its finally block, the footer. Its main hands it two rows, waits
+# until both are on disk, and returns.
+EXPORT_CHILD = """
+import queue, threading
+from patterns.daemon_threads import {function}
+
+rows = queue.Queue()
+both_written = threading.Event()
+
+def export(stopping):
+    out = open({path!r}, "w")
+    try:
+        out.write("BEGIN\\n")
+        while not stopping.is_set():
+            try:
+                row = rows.get(timeout=0.05)  # a bounded wait, so a stop is noticed
+            except queue.Empty:
+                continue
+            out.write(row + "\\n")
+            out.flush()
+            print("wrote", row, flush=True)
+            if row == "row 2":
+                both_written.set()
+    finally:
+        out.write("END\\n")
+        out.close()
+        print("finally ran", flush=True)
+
+def main():
+    rows.put("row 1")
+    rows.put("row 2")
+    both_written.wait(30)
+    print("main done", flush=True)
+
+{function}(main, export, name="export"{extra})
+"""
+
+
+@pytest.mark.race(*P15)
+def test_naive_daemon_writer_is_abandoned_mid_file_and_its_finally_never_runs(
+    tmp_path: Path,
+) -> None:
+    """The daemon thread dies with the process: no footer, no finally, and exit status 0."""
+    path = tmp_path / "export.txt"
+    code = EXPORT_CHILD.format(function="naive_run_with_daemon", path=str(path), extra="")
+    with Child(code) as child:
+        child.expect("wrote row 1", "wrote row 2", "main done")
+        assert child.exits() == 0
+        assert child.rest() == []  # "finally ran" never printed
+        assert child.stderr() == ""  # and nothing else reports the loss
+    assert path.read_text() == "BEGIN\nrow 1\nrow 2\n"  # half-written: no END
+
+
+@pytest.mark.race(*P15)
+def test_service_writer_is_stopped_by_main_and_finishes_the_file_within_its_budget(
+    tmp_path: Path,
+) -> None:
+    """A non-daemon service stopped in main's finally writes its footer before the exit."""
+    path = tmp_path / "export.txt"
+    code = EXPORT_CHILD.format(
+        function="run_with_service", path=str(path), extra=f", stop_timeout={STOP_BUDGET}"
+    )
+    with Child(code) as child:
+        child.expect("wrote row 1", "wrote row 2", "main done")
+        with elapsed() as took:
+            assert child.exits() == 0
+        assert child.rest() == ["finally ran"]
+    assert took() < STOP_BUDGET + NOISE
+    assert path.read_text() == "BEGIN\nrow 1\nrow 2\nEND\n"
+
+
+NON_DAEMON_CHILD = """
+import os, threading
+
+waiting = threading.Event()
+
+def work():
+    waiting.set()
+    try:
+        os.read(0, 1)  # blocked until the parent writes to stdin
+    finally:
+        print("worker finished", flush=True)
+
+threading.Thread(target=work, name="worker").start()
+waiting.wait(30)
+print("main done", flush=True)
+"""
+
+
+def test_a_non_daemon_thread_keeps_the_process_alive_after_main_returns() -> None:
+    """After main returns, exit waits for the non-daemon thread, whose finally then runs."""
+    with Child(NON_DAEMON_CHILD) as child:
+        child.expect("main done")
+        assert child.stays_alive()
+        child.send("x")
+        assert child.exits() == 0
+        assert child.rest() == ["worker finished"]
+
+
+# --- the exit-order deadlock (P16) --------------------------------------------------------
+
+# The worker waits for its stop event. So that a hung child can be released without a
+# kill, it also watches a second event that a reader of stdin sets (os.read takes no
+# lock that interpreter teardown would need, so the reader can be abandoned safely).
+STOP_CHILD = """
+import atexit, os, threading
+from patterns.daemon_threads import {function}
+
+released = threading.Event()
+started = threading.Event()
+
+def wait_for_release():
+    os.read(0, 1)
+    released.set()
+
+threading.Thread(target=wait_for_release, daemon=True).start()
+atexit.register(print, "atexit ran", flush=True)
+
+def worker(stopping):
+    print("worker started", flush=True)
+    started.set()
+    try:
+        while not stopping.wait(0.05):
+            if released.is_set():
+                print("released by the parent", flush=True)
+                return
+    finally:
+        print("worker stopped", flush=True)
+
+def main():
+    started.wait(30)
+    print("main done", flush=True)
+
+{function}(main, worker, name="worker"{extra})
+"""
+
+
+@pytest.mark.race(*P16)
+def test_naive_atexit_stop_never_runs_because_exit_waits_for_the_thread_first() -> None:
+    """The process hangs after main; atexit runs only once the parent frees the thread."""
+    code = STOP_CHILD.format(function="naive_run_with_atexit_stop", extra="")
+    with Child(code) as child:
+        child.expect("worker started", "main done")
+        # Had the atexit handler run, the worker would have stopped and the process
+        # exited: still alive means the interpreter is waiting for the thread first.
+        assert child.stays_alive()
+        child.send("x")
+        child.expect("released by the parent", "worker stopped", "atexit ran")
+        assert child.exits() == 0
+
+
+@pytest.mark.race(*P16)
+def test_service_stopped_in_main_finally_lets_the_process_exit_within_its_budget() -> None:
+    """Stopping the service in main's finally ends the thread before exit waits for it."""
+    code = STOP_CHILD.format(function="run_with_service", extra=f", stop_timeout={STOP_BUDGET}")
+    with Child(code) as child:
+        child.expect("worker started", "main done")
+        with elapsed() as took:
+            assert child.exits() == 0  # stdin is never written: nobody releases it
+        assert child.rest() == ["worker stopped", "atexit ran"]
+    assert took() < STOP_BUDGET + NOISE
+
+
+# --- a daemon thread for harmless work, stopped from atexit on a budget --------------------
+
+HOUSEKEEPING_CHILD = """
+import atexit, logging, threading
+from patterns.daemon_threads import HousekeepingDaemon, every
+
+logging.basicConfig(format="%(levelname)s %(message)s")
+atexit.register(print, "atexit ran", flush=True)
+first_beat = threading.Event()
+
+def beat():
+    print("beat", flush=True)
+    first_beat.set()
+
+def heartbeat(stopping):
+    try:
+        every(60, beat)(stopping)
+    finally:
+        print("heartbeat stopped", flush=True)
+
+def stuck_cleaner(stopping):
+    try:
+        beat()
+        threading.Event().wait()  # blocked in a call that ignores the stop
+    finally:
+        print("cleaner stopped", flush=True)
+
+HousekeepingDaemon({work}, name="housekeeping", stop_timeout={budget}).start()
+first_beat.wait(30)
+print("main done", flush=True)
+"""
+
+
+@pytest.mark.race(*P15)
+def test_housekeeping_daemon_is_stopped_cleanly_by_its_atexit_handler() -> None:
+    """Its bounded atexit stop ends the daemon's loop, so its finally runs before the exit."""
+    code = HOUSEKEEPING_CHILD.format(work="heartbeat", budget=STOP_BUDGET)
+    with Child(code) as child:
+        child.expect("beat", "main done")
+        with elapsed() as took:
+            assert child.exits() == 0
+        assert child.rest() == ["heartbeat stopped", "atexit ran"]
+        assert child.stderr() == ""
+    assert took() < STOP_BUDGET + NOISE
+
+
+def test_housekeeping_daemon_stuck_in_its_work_delays_exit_by_at_most_its_stop_timeout() -> None:
+    """A daemon that ignores the stop is abandoned after its budget, with a warning."""
+    budget = 0.3
+    with Child(HOUSEKEEPING_CHILD.format(work="stuck_cleaner", budget=budget)) as child:
+        child.expect("beat", "main done")
+        with elapsed() as took:
+            assert child.exits() == 0
+        assert child.rest() == ["atexit ran"]  # "cleaner stopped" never printed
+        assert "WARNING housekeeping did not stop within 0.3s" in child.stderr()
+    assert took() < budget + NOISE
+
+
+# --- threading._register_atexit: what it does, and why the project does not rely on it ----
+
+REGISTER_ATEXIT_CHILD = """
+import atexit, threading
+
+atexit.register(print, "atexit ran", flush=True)
+stopping = threading.Event()
+started = threading.Event()
+
+def worker():
+    started.set()
+    try:
+        stopping.wait()
+    finally:
+        print("worker stopped", flush=True)
+
+def stop():
+    print("hook: stop", flush=True)
+    stopping.set()
+
+def fail():
+    print("hook: fail", flush=True)
+    raise RuntimeError("hook failed")
+
+threading.Thread(target=worker, name="worker").start()
+{hooks}
+started.wait(30)
+print("main done", flush=True)
+"""
+
+
+@cpython_detail
+def test_cpython_detail_register_atexit_hooks_run_before_non_daemon_threads_are_joined() -> None:
+    """CPython detail: a private _register_atexit hook can stop the thread P16 hangs on."""
+    code = REGISTER_ATEXIT_CHILD.format(hooks="threading._register_atexit(stop)")
+    with Child(code) as child:
+        child.expect("main done")
+        assert child.exits() == 0
+        assert child.rest() == ["hook: stop", "worker stopped", "atexit ran"]
+
+
+@cpython_detail
+def test_cpython_detail_a_failing_register_atexit_hook_abandons_every_non_daemon_thread() -> None:
+    """CPython detail: one failing hook skips the other hooks and the join, so finally is lost."""
+    hooks = "threading._register_atexit(stop)\nthreading._register_atexit(fail)"
+    with Child(REGISTER_ATEXIT_CHILD.format(hooks=hooks)) as child:
+        child.expect("main done")
+        assert child.exits() == 0
+        assert child.rest() == ["hook: fail", "atexit ran"]  # no "hook: stop", no finally
+        assert "RuntimeError: hook failed" in child.stderr()
+
+
+@cpython_detail
+def test_cpython_detail_concurrent_futures_joins_its_pools_through_register_atexit() -> None:
+    """CPython detail: pool workers are joined by a _register_atexit hook, not by atexit."""
+    registered = threading._threading_atexits  # the list _register_atexit appends to
+    hooks = [getattr(call, "func", None) for call in registered]
+    assert pool_module._python_exit in hooks
+
+
+# --- the service's contract, in process ---------------------------------------------------
+
+
+def until_stopped(started: threading.Event) -> Callable[[threading.Event], None]:
+    """Cooperative work: announce the start, then wait (bounded) for the stop event."""
+
+    def work(stopping: threading.Event) -> None:
+        started.set()
+        stopping.wait(MUST_HAPPEN)
+
+    return work
+
+
+def test_stop_returns_within_its_budget_and_reports_work_that_ignores_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stuck thread cannot hold stop() past its timeout; the report says it is still alive."""
+    gate = Gate("work that ignores the stop")
+    service = BackgroundService(lambda stopping: gate.arrive(), name="stuck")
+    service.start()
+    gate.wait_reached()
+
+    with elapsed() as took:
+        report = service.stop(0.2)
+
+    assert took() < 0.2 + NOISE
+    assert report == StopReport("stuck", terminated=False, elapsed=report.elapsed)
+    assert report.elapsed >= 0.15  # it did wait (a timed lock may wake a hair early)
+    assert "stuck did not stop within 0.2s" in caplog.text
+    gate.open()
+    assert service.stop(MUST_HAPPEN).terminated  # asking again, once it can end
+
+
+def test_stop_is_idempotent_and_every_caller_gets_a_report() -> None:
+    """Concurrent and repeated stops all report the thread ended; none raises."""
+    started = threading.Event()
+    service = BackgroundService(until_stopped(started), name="service")
+    service.start()
+    assert started.wait(MUST_HAPPEN)
+
+    stoppers = [run_in_thread(lambda: service.stop(MUST_HAPPEN), f"stopper-{i}") for i in range(3)]
+    for thread, _ in stoppers:
+        join_or_fail(thread)
+
+    assert all(outcome["result"].terminated for _, outcome in stoppers)
+    again = service.stop(0)
+    assert again.terminated
+    assert again.error is None
+
+
+def test_stop_before_start_reports_terminated_and_then_start_is_refused() -> None:
+    """A service that never ran has nothing to wait for, and cannot be started afterwards."""
+    service = BackgroundService(until_stopped(threading.Event()), name="never")
+    assert service.stop(0).terminated
+    with pytest.raises(RuntimeError, match="only be started once"):
+        service.start()
+
+
+def test_start_twice_is_refused() -> None:
+    """One service, one thread: a second start raises instead of starting another."""
+    started = threading.Event()
+    service = BackgroundService(until_stopped(started), name="once")
+    service.start()
+    with pytest.raises(RuntimeError, match="only be started once"):
+        service.start()
+    assert service.stop(MUST_HAPPEN).terminated
+
+
+def test_stop_refuses_a_negative_or_missing_budget() -> None:
+    """A stop without a budget would be an unbounded join, so it is an error."""
+    service = BackgroundService(until_stopped(threading.Event()), name="budget")
+    with pytest.raises(ValueError, match="budget"):
+        service.stop(-1)
+    with pytest.raises(ValueError, match="budget"):
+        service.stop(None)  # type: ignore[arg-type]
+
+
+def test_work_that_raises_is_logged_and_returned_in_the_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An exception in the work is logged at ERROR with its traceback, and the report carries it."""
+
+    def work(stopping: threading.Event) -> None:
+        raise OSError("disk full")
+
+    service = BackgroundService(work, name="failing")
+    service.start()
+    report = service.stop(MUST_HAPPEN)
+
+    assert report.terminated
+    assert isinstance(report.error, OSError)
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.getMessage() == "failing failed"
+    assert record.exc_info is not None
+    assert record.exc_info[1] is report.error
+
+
+def test_stop_from_the_services_own_thread_is_refused() -> None:
+    """A thread cannot join itself; the work is told to return instead."""
+
+    def work(stopping: threading.Event) -> None:
+        service.stop(0)
+
+    service = BackgroundService(work, name="self-stopping")
+    service.start()
+    report = service.stop(MUST_HAPPEN)
+    assert isinstance(report.error, RuntimeError)
+    assert "from its own thread" in str(report.error)
+
+
+def test_with_block_stops_the_service_even_when_the_body_raises() -> None:
+    """Leaving the with-block, normally or not, stops the service with its stop_timeout."""
+    started = threading.Event()
+
+    def body() -> None:
+        with BackgroundService(until_stopped(started), name="scoped"):
+            assert started.wait(MUST_HAPPEN)
+            raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        body()
+    assert not any(t.name == "scoped" for t in threading.enumerate())
+
+
+def test_run_with_service_stops_the_service_when_main_raises() -> None:
+    """Main's finally stops the service, so an error in main does not leave it running."""
+    started = threading.Event()
+    stop_seen: list[bool] = []
+
+    def work(stopping: threading.Event) -> None:
+        started.set()
+        stop_seen.append(stopping.wait(MUST_HAPPEN))
+
+    def main() -> None:
+        assert started.wait(MUST_HAPPEN)
+        raise ValueError("main failed")
+
+    with pytest.raises(ValueError, match="main failed"):
+        run_with_service(main, work, name="background", stop_timeout=MUST_HAPPEN)
+    assert stop_seen == [True]
+
+
+def test_service_threads_are_non_daemon_and_housekeeping_threads_are_daemon() -> None:
+    """The two classes differ in exactly what exit does with their thread."""
+    service_started, daemon_started = threading.Event(), threading.Event()
+    with (
+        BackgroundService(until_stopped(service_started), name="svc"),
+        HousekeepingDaemon(until_stopped(daemon_started), name="hk"),
+    ):
+        assert service_started.wait(MUST_HAPPEN)
+        assert daemon_started.wait(MUST_HAPPEN)
+        daemon_flags = {t.name: t.daemon for t in threading.enumerate()}
+    assert daemon_flags["svc"] is False
+    assert daemon_flags["hk"] is True
+
+
+def test_an_explicit_stop_unregisters_the_housekeeping_atexit_handler() -> None:
+    """Once stopped, nothing (atexit included) holds the daemon: it is garbage-collected."""
+    daemon = HousekeepingDaemon(until_stopped(threading.Event()), name="hk")
+    daemon.start()
+    assert daemon.stop(MUST_HAPPEN).terminated
+    collected = weakref.ref(daemon)
+    del daemon
+    gc.collect()
+    assert collected() is None
+
+
+def test_every_ticks_at_once_and_a_stop_cuts_the_interval_short() -> None:
+    """The first tick runs at once; a stop ends the wait for the next one immediately."""
+    ticked = threading.Event()
+    service = BackgroundService(every(60 * MUST_HAPPEN, ticked.set), name="ticker")
+    service.start()
+    assert ticked.wait(MUST_HAPPEN)
+    thread = next(t for t in threading.enumerate() if t.name == "ticker")
+    wait_until_blocked_in(thread, "wait")  # parked in the interval wait
+
+    started = time.monotonic()
+    report = service.stop(MUST_HAPPEN)
+
+    assert report.terminated
+    assert time.monotonic() - started < NOISE  # far below the 600 s interval
