@@ -1,0 +1,1 @@
+"""Benchmarks: measurements to read, never tests; each module runs with ``python -m``."""

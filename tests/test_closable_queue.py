@@ -1,0 +1,734 @@
+"""Closable queue: every rule of Queue.shutdown(), the consumer pool, and the races they fix.
+
+The semantic tests take the queue class as a parameter: `ClosableQueue` everywhere and, on
+Python 3.13+, the standard `queue.Queue` too, so the back-port is checked against the real
+thing rule for rule wherever both exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+import time
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from patterns.closable_queue import (
+    ClosableQueue,
+    ConsumerPool,
+    ShutDown,
+    naive_consume,
+    naive_produce,
+    produce,
+    shutdown_now,
+)
+from tests.conftest import requires_py313
+from tests.support import (
+    MUST_HAPPEN,
+    Gate,
+    join_or_fail,
+    run_in_thread,
+    stays_blocked,
+)
+
+QUEUE_CLASSES = [
+    pytest.param(ClosableQueue, id="ClosableQueue"),
+    pytest.param(queue.Queue, id="stdlib", marks=requires_py313),
+]
+
+PUTS: dict[str, Callable[[Any, object], None]] = {
+    "put": lambda q, x: q.put(x),
+    "put(block=False)": lambda q, x: q.put(x, block=False),
+    "put_nowait": lambda q, x: q.put_nowait(x),
+    "put(timeout=0)": lambda q, x: q.put(x, timeout=0),
+    "put(timeout=long)": lambda q, x: q.put(x, timeout=MUST_HAPPEN),
+    "put(timeout=-1)": lambda q, x: q.put(x, timeout=-1),
+}
+
+GETS: dict[str, Callable[[Any], object]] = {
+    "get": lambda q: q.get(),
+    "get(block=False)": lambda q: q.get(block=False),
+    "get_nowait": lambda q: q.get_nowait(),
+    "get(timeout=0)": lambda q: q.get(timeout=0),
+    "get(timeout=long)": lambda q: q.get(timeout=MUST_HAPPEN),
+}
+
+BLOCKING_GETS = {name: GETS[name] for name in ("get", "get(timeout=long)")}
+BLOCKING_PUTS = {name: PUTS[name] for name in ("put", "put(timeout=long)")}
+
+both_ways = pytest.mark.parametrize("immediate", [False, True], ids=["graceful", "immediate"])
+
+
+@pytest.fixture(params=QUEUE_CLASSES)
+def make_queue(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """The queue class under test: ClosableQueue, and queue.Queue on 3.13+."""
+    return request.param
+
+
+def wait_for_waiters(condition: threading.Condition, count: int) -> None:
+    """Block until ``count`` threads are parked in ``condition.wait()``.
+
+    It reads the condition's private waiter list: an observation of where the threads
+    are, instead of a guess at how long they take to get there.
+    """
+    deadline = time.monotonic() + MUST_HAPPEN
+    while len(condition._waiters) < count:
+        assert time.monotonic() < deadline, f"never saw {count} thread(s) waiting"
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+
+
+def start_blocked(
+    target: Callable[[], object], condition: threading.Condition, names: list[str]
+) -> list[tuple[threading.Thread, dict[str, Any]]]:
+    """Start one thread per name running ``target``, and return once all wait on ``condition``."""
+    started = [run_in_thread(target, name) for name in names]
+    wait_for_waiters(condition, len(names))
+    return started
+
+
+def drain(q: Any) -> list[object]:
+    """Take items with get_nowait() until the queue raises; return them (Empty is a failure)."""
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except ShutDown:
+            return items
+
+
+# --- before shutdown, and the names ----------------------------------------------------------
+
+
+def test_before_shutdown_it_is_an_ordinary_fifo_queue(make_queue: Callable[..., Any]) -> None:
+    """Until shutdown() is called nothing changes: FIFO order, Empty, Full, task_done and join."""
+    q = make_queue(maxsize=2)
+    assert q.is_shutdown is False
+    q.put("a")
+    q.put_nowait("b")
+    with pytest.raises(queue.Full):
+        q.put_nowait("c")
+    with pytest.raises(queue.Full):
+        q.put("c", timeout=0)
+    assert [q.get(), q.get_nowait()] == ["a", "b"]
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0)
+    with pytest.raises(ValueError, match="non-negative"):
+        q.get(timeout=-1)
+    q.task_done()
+    q.task_done()
+    q.join()  # returns at once: every item is done
+    with pytest.raises(ValueError, match="too many times"):
+        q.task_done()
+
+
+@both_ways
+def test_shutdown_sets_is_shutdown(make_queue: Callable[..., Any], immediate: bool) -> None:
+    """is_shutdown is a plain attribute that becomes True on the first shutdown, as in 3.13."""
+    q = make_queue()
+    q.shutdown(immediate=immediate)
+    assert q.is_shutdown is True
+
+
+def test_shut_down_is_its_own_exception_not_empty_or_full() -> None:
+    """ShutDown is an Exception, and code catching Empty or Full does not swallow it."""
+    assert issubclass(ShutDown, Exception)
+    assert not issubclass(ShutDown, (queue.Empty, queue.Full))
+
+
+def test_closable_queue_is_a_generic_queue_subclass() -> None:
+    """It can stand in for a queue.Queue, and ClosableQueue[int] works at runtime too."""
+    assert issubclass(ClosableQueue, queue.Queue)
+    assert typing.get_origin(ClosableQueue[int]) is ClosableQueue
+    q: ClosableQueue[int] = ClosableQueue()
+    q.put(1)
+    assert q.get() == 1
+
+
+@requires_py313
+def test_on_3_13_the_module_is_the_standard_library() -> None:
+    """On 3.13+ ShutDown is queue.ShutDown and ClosableQueue runs the standard methods."""
+    assert ShutDown is queue.ShutDown
+    for name in ("put", "get", "shutdown", "task_done", "join"):
+        assert getattr(ClosableQueue, name) is getattr(queue.Queue, name)
+
+
+# --- put after shutdown ------------------------------------------------------------------------
+
+
+@both_ways
+@pytest.mark.parametrize("maxsize", [0, 1, 3], ids=["unbounded", "full", "room"])
+@pytest.mark.parametrize("put", list(PUTS.values()), ids=list(PUTS))
+def test_every_put_raises_shut_down_after_shutdown_and_adds_nothing(
+    make_queue: Callable[..., Any], immediate: bool, maxsize: int, put: Callable[..., None]
+) -> None:
+    """After shutdown every put raises ShutDown, ahead of Full and ValueError, and adds nothing."""
+    q = make_queue(maxsize=maxsize)
+    q.put("queued")
+    q.shutdown(immediate=immediate)
+    size, unfinished = q.qsize(), q.unfinished_tasks
+
+    with pytest.raises(ShutDown):
+        put(q, "late")
+
+    assert (q.qsize(), q.unfinished_tasks) == (size, unfinished)
+    assert drain(q) == ([] if immediate else ["queued"])
+
+
+# --- get after shutdown ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("maxsize", [0, 3], ids=["unbounded", "bounded"])
+@pytest.mark.parametrize("get", list(GETS.values()), ids=list(GETS))
+def test_get_hands_out_what_was_queued_in_order_then_raises_shut_down(
+    make_queue: Callable[..., Any], maxsize: int, get: Callable[[Any], object]
+) -> None:
+    """A graceful shutdown keeps queued items for get(); the empty queue then raises ShutDown."""
+    q = make_queue(maxsize=maxsize)
+    for item in range(3):
+        q.put(item)
+    q.shutdown()
+
+    assert [get(q), get(q), get(q)] == [0, 1, 2]
+    with pytest.raises(ShutDown):
+        get(q)  # instead of blocking, or raising Empty
+    with pytest.raises(ShutDown):
+        get(q)  # and every time after
+
+
+@both_ways
+@pytest.mark.parametrize(
+    "get",
+    [*GETS.values(), lambda q: q.get(timeout=-1)],
+    ids=[*GETS, "get(timeout=-1)"],
+)
+def test_get_on_an_empty_shut_down_queue_raises_shut_down_not_empty(
+    make_queue: Callable[..., Any], immediate: bool, get: Callable[[Any], object]
+) -> None:
+    """An empty, shut-down queue answers every get with ShutDown, ahead of Empty and ValueError."""
+    q = make_queue()
+    q.shutdown(immediate=immediate)
+    with pytest.raises(ShutDown):
+        get(q)
+
+
+def test_a_bad_timeout_still_raises_value_error_while_items_remain(
+    make_queue: Callable[..., Any],
+) -> None:
+    """While a shut-down queue still holds items, get(timeout=-1) is a ValueError, as before."""
+    q = make_queue()
+    q.put("left")
+    q.shutdown()
+    with pytest.raises(ValueError, match="non-negative"):
+        q.get(timeout=-1)
+    assert q.get_nowait() == "left"
+
+
+# --- immediate shutdown and task_done accounting ------------------------------------------------
+
+
+@pytest.mark.parametrize("maxsize", [0, 3], ids=["unbounded", "bounded"])
+def test_immediate_shutdown_empties_the_queue_and_counts_each_item_done(
+    make_queue: Callable[..., Any], maxsize: int
+) -> None:
+    """shutdown(immediate=True) drops what is queued, counts it done, and get raises at once."""
+    q = make_queue(maxsize=maxsize)
+    for item in range(3):
+        q.put(item)
+
+    q.shutdown(immediate=True)
+
+    assert (q.qsize(), q.unfinished_tasks, q.empty(), q.full()) == (0, 0, True, False)
+    with pytest.raises(ShutDown):
+        q.get()
+    joiner, _ = run_in_thread(q.join, "joiner")
+    join_or_fail(joiner)  # nothing is unfinished, so join() returns
+
+
+@pytest.mark.parametrize("in_flight", [0, 1, 2])
+def test_immediate_shutdown_wakes_join_which_returns_once_nothing_is_in_flight(
+    make_queue: Callable[..., Any], in_flight: int
+) -> None:
+    """A join() blocked at an immediate shutdown returns once items already taken are done."""
+    q = make_queue()
+    for item in range(4):
+        q.put(item)
+    taken = [q.get() for _ in range(in_flight)]
+    [(joiner, outcome)] = start_blocked(q.join, q.all_tasks_done, ["joiner"])
+
+    q.shutdown(immediate=True)
+
+    assert q.unfinished_tasks == in_flight
+    if in_flight:
+        assert stays_blocked(joiner)  # the 3.14 docs fix (gh-137088): join waits for these
+        for _ in taken:
+            q.task_done()
+    join_or_fail(joiner)
+    assert "error" not in outcome
+
+
+def test_graceful_shutdown_leaves_join_waiting_for_the_consumers(
+    make_queue: Callable[..., Any],
+) -> None:
+    """shutdown() without immediate does not release join(); only task_done() for each item does."""
+    q = make_queue()
+    q.put("a")
+    q.put("b")
+    [(joiner, _)] = start_blocked(q.join, q.all_tasks_done, ["joiner"])
+
+    q.shutdown()
+
+    assert stays_blocked(joiner)
+    for _ in range(2):
+        q.get()
+        q.task_done()
+    join_or_fail(joiner)
+
+
+@both_ways
+def test_task_done_after_shutdown_works_as_before(
+    make_queue: Callable[..., Any], immediate: bool
+) -> None:
+    """task_done() is unchanged by shutdown: one call per item, then ValueError, never ShutDown."""
+    q = make_queue()
+    for item in range(3):
+        q.put(item)
+    q.get()  # in flight across the shutdown
+    q.shutdown(immediate=immediate)
+
+    q.task_done()
+    for _ in drain(q):
+        q.task_done()
+
+    assert q.unfinished_tasks == 0
+    with pytest.raises(ValueError, match="too many times"):
+        q.task_done()
+
+
+def test_immediate_shutdown_never_counts_below_zero(make_queue: Callable[..., Any]) -> None:
+    """If task_done() was called early, the items removed stop counting at zero."""
+    q = make_queue()
+    q.put("a")
+    q.put("b")
+    q.task_done()
+    q.task_done()  # early: the items are still queued
+
+    q.shutdown(immediate=True)
+
+    assert (q.qsize(), q.unfinished_tasks) == (0, 0)
+    with pytest.raises(ValueError, match="too many times"):
+        q.task_done()
+
+
+# --- threads already blocked when shutdown() is called -----------------------------------------
+
+
+@both_ways
+@pytest.mark.parametrize("maxsize", [0, 2], ids=["unbounded", "bounded"])
+@pytest.mark.parametrize("get", list(BLOCKING_GETS.values()), ids=list(BLOCKING_GETS))
+def test_every_getter_blocked_at_shutdown_wakes_with_shut_down(
+    make_queue: Callable[..., Any], immediate: bool, maxsize: int, get: Callable[[Any], object]
+) -> None:
+    """One shutdown() wakes every thread blocked in get(), and each raises ShutDown."""
+    q = make_queue(maxsize=maxsize)
+    getters = start_blocked(lambda: get(q), q.not_empty, [f"getter-{i}" for i in range(3)])
+
+    q.shutdown(immediate=immediate)
+
+    for thread, outcome in getters:
+        join_or_fail(thread)
+        assert isinstance(outcome.get("error"), ShutDown), outcome
+
+
+@both_ways
+@pytest.mark.parametrize("put", list(BLOCKING_PUTS.values()), ids=list(BLOCKING_PUTS))
+def test_every_putter_blocked_on_a_full_queue_wakes_with_shut_down(
+    make_queue: Callable[..., Any], immediate: bool, put: Callable[..., None]
+) -> None:
+    """Blocked putters all raise ShutDown and their items never enter the queue."""
+    q = make_queue(maxsize=2)
+    q.put("a")
+    q.put("b")
+    putters = start_blocked(lambda: put(q, "late"), q.not_full, [f"putter-{i}" for i in range(3)])
+
+    q.shutdown(immediate=immediate)
+
+    for thread, outcome in putters:
+        join_or_fail(thread)
+        assert isinstance(outcome.get("error"), ShutDown), outcome
+    expected = [] if immediate else ["a", "b"]
+    assert q.unfinished_tasks == len(expected)
+    assert drain(q) == expected
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(False, False), (False, True), (True, False), (True, True)],
+    ids=["graceful-graceful", "graceful-immediate", "immediate-graceful", "immediate-immediate"],
+)
+def test_a_second_shutdown_is_harmless_and_an_immediate_one_empties_what_is_left(
+    make_queue: Callable[..., Any], first: bool, second: bool
+) -> None:
+    """Shutting down twice never raises; the queue ends emptied if either call was immediate."""
+    q = make_queue()
+    for item in range(3):
+        q.put(item)
+
+    q.shutdown(immediate=first)
+    q.shutdown(immediate=second)
+
+    left = [] if first or second else [0, 1, 2]
+    assert q.is_shutdown is True
+    assert q.unfinished_tasks == len(left)
+    assert drain(q) == left
+
+
+# --- shutdown_now and produce ------------------------------------------------------------------
+
+
+def test_shutdown_now_ends_like_an_immediate_shutdown_and_returns_what_it_dropped(
+    make_queue: Callable[..., Any],
+) -> None:
+    """Same final state as shutdown(immediate=True), plus the list of what was dropped."""
+    twins = [make_queue(), make_queue()]
+    for q in twins:
+        for item in range(4):
+            q.put(item)
+        q.get()  # one item in flight
+
+    dropped = shutdown_now(twins[0])
+    twins[1].shutdown(immediate=True)
+
+    assert dropped == [1, 2, 3]
+    for q in twins:
+        assert (q.is_shutdown, q.qsize(), q.unfinished_tasks) == (True, 0, 1)
+    assert shutdown_now(twins[0]) == []  # and again: nothing left
+
+
+def test_produce_stops_at_shutdown_and_leaves_the_rest_unread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A producer blocked on a full queue returns how many it delivered; later items stay unread."""
+    q: ClosableQueue[int] = ClosableQueue(maxsize=1)
+    items = iter(range(5))
+    [(producer, outcome)] = start_blocked(lambda: produce(q, items), q.not_full, ["producer"])
+
+    q.shutdown(immediate=True)
+
+    join_or_fail(producer)
+    assert outcome["result"] == 1  # item 0 went in; item 1 was refused
+    assert next(items) == 2
+    assert "1 item(s) delivered, 1 refused" in caplog.text
+
+
+# --- P14: consumers blocked in get() -----------------------------------------------------------
+
+
+@pytest.mark.race("P14", "consumers blocked in get() cannot be stopped without a pill")
+def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_pill() -> None:
+    """A stop flag is read only between items, so consumers waiting in get() never see it."""
+    q: queue.Queue[str] = queue.Queue()
+    stop = threading.Event()
+    handled: list[str] = []
+    consumers = start_blocked(
+        lambda: naive_consume(q, handled.append, stop),
+        q.not_empty,
+        [f"naive-consumer-{i}" for i in range(3)],
+    )
+
+    stop.set()
+
+    assert stays_blocked(consumers[0][0])
+    assert all(thread.is_alive() for thread, _ in consumers)
+    for _ in consumers:  # the only way out: one item per consumer
+        q.put("wake-up")
+    for thread, outcome in consumers:
+        join_or_fail(thread)
+        assert outcome == {"result": None}
+    assert handled == ["wake-up"] * 3  # and each wake-up was handled as if it were data
+
+
+@pytest.mark.race("P14", "consumers blocked in get() cannot be stopped without a pill")
+def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
+    """shutdown() wakes every consumer blocked in get() at once; no pill is handled as data."""
+    handled: list[str] = []
+    pool: ConsumerPool[str] = ConsumerPool(handled.append, consumers=3, name="p14")
+    pool.start()
+    wait_for_waiters(pool.queue.not_empty, 3)
+
+    report = pool.close(timeout=MUST_HAPPEN)
+
+    assert report.terminated
+    assert not any(thread.is_alive() for thread in pool.threads)
+    assert (report.processed, report.failed, report.discarded) == (0, 0, [])
+    assert handled == []
+
+
+# --- Q1: a producer blocked in put() while its consumers are dead -------------------------------
+
+
+@pytest.mark.race("Q1", "a producer blocked in put() on a full queue whose consumers died")
+def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> None:
+    """Nothing ever makes room once the consumer is dead, so put() waits for as long as we look."""
+    q: queue.Queue[int] = queue.Queue(maxsize=1)
+
+    def handler(item: int) -> None:
+        raise RuntimeError(f"cannot handle {item}")
+
+    consumer, died = run_in_thread(
+        lambda: naive_consume(q, handler, threading.Event()), "naive-consumer"
+    )
+    producer, produced = run_in_thread(lambda: naive_produce(q, range(3)), "naive-producer")
+    join_or_fail(consumer)
+    assert isinstance(died["error"], RuntimeError)  # item 0 killed the only consumer
+    wait_for_waiters(q.not_full, 1)  # item 1 fills the queue; item 2 waits
+
+    assert stays_blocked(producer)
+
+    assert q.get_nowait() == 1  # release: the test does the dead consumer's job
+    join_or_fail(producer)
+    assert produced["result"] == 3
+    assert q.get_nowait() == 2
+
+
+@pytest.mark.race("Q1", "a producer blocked in put() on a full queue whose consumers died")
+def test_when_the_last_consumer_dies_the_pool_shuts_the_queue_and_the_producer_wakes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pool shuts the queue when its last consumer dies, so the producer wakes with ShutDown."""
+    gate = Gate("handler on item 0")
+
+    def handler(item: int) -> None:
+        gate.arrive()
+        sys.exit(f"giving up on {item}")  # SystemExit: a thread would die of it silently
+
+    pool: ConsumerPool[int] = ConsumerPool(handler, consumers=1, maxsize=1, name="q1")
+    pool.start()
+    producer, produced = run_in_thread(lambda: produce(pool.queue, range(5)), "producer")
+    gate.wait_reached()  # the consumer holds item 0
+    wait_for_waiters(pool.queue.not_full, 1)  # item 1 fills the queue; item 2 waits
+
+    gate.open()  # the only consumer dies
+
+    join_or_fail(producer)
+    report = pool.close(timeout=MUST_HAPPEN)
+    assert produced["result"] == 2
+    assert (report.processed, report.failed, report.discarded) == (0, 1, [1])
+    assert report.terminated
+    [critical] = [r for r in caplog.records if r.levelno == logging.CRITICAL]
+    assert critical.exc_info is not None
+    assert critical.exc_info[0] is SystemExit
+
+
+# --- the consumer pool -------------------------------------------------------------------------
+
+
+def test_close_lets_the_consumers_finish_everything_queued() -> None:
+    """A graceful close hands every queued item to the handler, then every consumer ends."""
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=3, name="drain")
+    for item in range(50):
+        pool.put(item)
+    pool.start()
+
+    report = pool.close(timeout=MUST_HAPPEN)
+
+    assert (report.processed, report.failed, report.discarded) == (50, 0, [])
+    assert report.terminated
+    assert sorted(handled) == list(range(50))
+    with pytest.raises(ShutDown):
+        pool.put(50)
+
+
+def test_close_immediate_discards_exactly_what_was_still_queued() -> None:
+    """close(immediate=True) lists every item it dropped; the item being handled finishes."""
+    gate = Gate("handler on item 0")
+    handled: list[int] = []
+
+    def handler(item: int) -> None:
+        if item == 0:
+            gate.arrive()
+        handled.append(item)
+
+    pool: ConsumerPool[int] = ConsumerPool(handler, consumers=1, name="now")
+    for item in range(6):
+        pool.put(item)
+    pool.start()
+    gate.wait_reached()
+
+    first = pool.close(immediate=True, timeout=0)
+    gate.open()
+    second = pool.close(immediate=True, timeout=MUST_HAPPEN)
+
+    assert first.discarded == [1, 2, 3, 4, 5]
+    assert first.still_running == ["now-0"]
+    assert first.processed == 0
+    assert (second.processed, second.discarded, second.still_running) == (1, [1, 2, 3, 4, 5], [])
+    assert handled == [0]
+
+
+def test_stop_drains_until_its_deadline_then_discards_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """stop(timeout) returns on its budget with a stuck handler, naming it and what it dropped."""
+    gate = Gate("stuck handler")
+    handled: list[int] = []
+
+    def handler(item: int) -> None:
+        if item == 0:
+            gate.arrive()
+        handled.append(item)
+
+    pool: ConsumerPool[int] = ConsumerPool(handler, consumers=1, name="stuck")
+    for item in range(4):
+        pool.put(item)
+    pool.start()
+    gate.wait_reached()
+
+    report = pool.stop(timeout=0.05)  # returns although the handler never will by itself
+
+    assert report.still_running == ["stuck-0"]
+    assert report.discarded == [1, 2, 3]
+    assert "ran out of time" in caplog.text
+    gate.open()
+    final = pool.stop(timeout=MUST_HAPPEN)
+    assert (final.processed, final.discarded, final.terminated) == (1, [1, 2, 3], True)
+    assert handled == [0]
+
+
+def test_stop_is_idempotent() -> None:
+    """A second stop() finds nothing to do and reports the same totals."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, consumers=2, name="twice")
+    pool.start()
+    for item in range(10):
+        pool.put(item)
+
+    first = pool.stop(timeout=MUST_HAPPEN)
+    second = pool.stop(timeout=MUST_HAPPEN)
+
+    assert first.terminated
+    assert second.terminated
+    assert (first.processed, first.failed, first.discarded) == (10, 0, [])
+    assert (second.processed, second.failed, second.discarded) == (10, 0, [])
+
+
+def test_a_failing_handler_is_logged_and_its_consumer_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each handler exception is logged with its traceback, and the consumer takes the next item."""
+    handled: list[int] = []
+
+    def handler(item: int) -> None:
+        if item % 2:
+            raise ValueError(f"odd item {item}")
+        handled.append(item)
+
+    pool: ConsumerPool[int] = ConsumerPool(handler, consumers=1, name="flaky")
+    for item in range(6):
+        pool.put(item)
+    pool.start()
+    report = pool.close(timeout=MUST_HAPPEN)
+
+    assert (report.processed, report.failed) == (3, 3)
+    assert handled == [0, 2, 4]  # one consumer, so it survived every failure
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 3
+    assert all(r.exc_info is not None and r.exc_info[0] is ValueError for r in errors)
+
+
+def test_one_dead_consumer_is_logged_and_the_others_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A consumer killed by sys.exit() is logged at CRITICAL; the queue stays open for the rest."""
+    handled: list[object] = []
+
+    def handler(item: object) -> None:
+        if item == "exit":
+            sys.exit("a library gave up")
+        handled.append(item)
+
+    pool: ConsumerPool[object] = ConsumerPool(handler, consumers=2, name="half")
+    pool.put("exit")
+    for item in range(10):
+        pool.put(item)
+    pool.start()
+    joiner, _ = run_in_thread(pool.queue.join, "joiner")
+    join_or_fail(joiner)  # every item handed out and done
+
+    assert not pool.queue.is_shutdown  # one consumer is still there
+    report = pool.close(timeout=MUST_HAPPEN)
+    assert (report.processed, report.failed, report.discarded) == (10, 1, [])
+    assert report.terminated
+    assert sorted(handled) == list(range(10))
+    assert [r.levelno for r in caplog.records] == [logging.CRITICAL]
+
+
+def test_the_context_manager_starts_and_stops_the_pool() -> None:
+    """Leaving the with-block stops the pool: everything queued is handled and every thread ends."""
+    handled: list[int] = []
+    with ConsumerPool(handled.append, consumers=2, name="with") as pool:
+        for item in range(20):
+            pool.put(item)
+    assert sorted(handled) == list(range(20))
+    assert not any(thread.is_alive() for thread in pool.threads)
+    with pytest.raises(ShutDown):
+        pool.put(20)
+
+
+def test_a_pool_starts_once_and_never_after_close() -> None:
+    """start() twice, or after close(), is a RuntimeError rather than a second set of threads."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="once")
+    pool.start()
+    with pytest.raises(RuntimeError, match="only once"):
+        pool.start()
+    assert pool.close(timeout=MUST_HAPPEN).terminated
+    with pytest.raises(RuntimeError, match="only once"):
+        pool.start()
+
+
+def test_closing_a_pool_that_never_started_discards_what_was_queued() -> None:
+    """Without consumers nothing would ever take the queued items, so close() reports them."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="unstarted")
+    pool.put(1)
+    pool.put(2)
+
+    report = pool.close()
+
+    assert (report.processed, report.discarded, report.terminated) == (0, [1, 2], True)
+    with pytest.raises(RuntimeError, match="only once"):
+        pool.start()
+
+
+def test_a_handler_can_close_its_own_pool_without_deadlocking() -> None:
+    """close() from inside a handler does not join its own thread; it reports it as running."""
+    reports = []
+
+    def handler(item: str) -> None:
+        if item == "stop":
+            reports.append(pool.close(immediate=True, timeout=0))
+
+    pool: ConsumerPool[str] = ConsumerPool(handler, consumers=1, name="self")
+    for item in ["a", "stop", "b", "c"]:
+        pool.put(item)
+    pool.start()
+
+    final = pool.close(timeout=MUST_HAPPEN)
+
+    [inner] = reports
+    assert (inner.discarded, inner.still_running) == (["b", "c"], ["self-0"])
+    assert (final.processed, final.discarded, final.terminated) == (2, ["b", "c"], True)
+
+
+def test_a_bounded_pool_put_times_out_with_full() -> None:
+    """pool.put() passes its timeout to the queue: a full, bounded pool raises queue.Full."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, maxsize=1, name="full")
+    pool.put(1)
+    with pytest.raises(queue.Full):
+        pool.put(2, timeout=0)
+    assert pool.close().discarded == [1]
