@@ -1,0 +1,342 @@
+"""Stop queue consumers with poison pills: one per consumer, sent once, by the last producer.
+
+TL;DR: consumers run ``consume(q, handle)``, which returns when it takes `PILL`; the
+producers share a `ProducerGroup`, and the last one to finish puts one pill per consumer.
+On a bounded queue, `put_pill` gives up cleanly instead of blocking forever, and
+`join_with_timeout` is the ``Queue.join()`` with a timeout that Python lacks.
+
+Pitfall:
+    A pill is just an item, so it obeys the queue's rules, not the programmer's intent.
+    It stops exactly one consumer: with three consumers and one pill, two stay blocked in
+    ``get()`` forever, and, being non-daemon threads, keep the process alive (P10). Each of
+    several producers sending its own pill lets the first one stop the consumer while the
+    others are still producing; what they put afterwards is never processed (P11). On a
+    full bounded queue ``put(PILL)`` blocks like any other put, so if the consumers are dead
+    or stuck the shutdown path hangs (P12). And ``Queue.join()`` waits for a
+    ``task_done()`` per item: one skipped on an error path makes it wait forever, and it
+    has no timeout (P13).
+
+Pattern:
+    `PILL` is a unique sentinel compared by identity, never ``None`` or a value that could
+    be real data. `consume` takes items until the pill, calls ``task_done()`` in a
+    ``finally`` for every item (the pill included), and logs a failing handler's exception
+    instead of dying or hiding it. `send_pills` puts one pill per consumer. `ProducerGroup`
+    is a countdown the producers share: each calls `ProducerGroup.done` in a ``finally``
+    (`ProducerGroup.producing` does it for you), so a producer that crashes still counts
+    down, and the call that reaches zero sends the pills. `put_pill` puts a pill in short
+    slices, watching a stop `threading.Event` and a deadline between slices, and reports
+    whether the pill went in. `join_with_timeout` waits on the queue's own condition.
+
+Guarantees:
+    * The queue is FIFO, so every item put before a pill is taken before that pill.
+    * With `ProducerGroup`, the pills are put after the last item of every producer, and
+      exactly once, however many producers fail.
+    * `consume` calls ``task_done()`` exactly once per item it takes, whatever the handler
+      does, so ``join()`` and `join_with_timeout` see every item finished.
+    * A handler's `Exception` is logged at ERROR with its traceback, and `consume` goes on
+      with the next item; a `BaseException` (``KeyboardInterrupt``, ``SystemExit``) ends
+      the consumer, still after its ``task_done()``.
+    * `put_pill` and `join_with_timeout` return within their timeout (plus one ``poll``
+      slice for `put_pill`), whatever the consumers do.
+
+Python:
+    3.11+. No version gives ``Queue.join()`` a timeout. 3.13 added
+    ``Queue.shutdown(immediate=False)``, which replaces the pills: blocked getters wake up
+    once the queue is empty, and blocked putters wake with ``queue.ShutDown``, so it also
+    fixes P12 (see the ``closable_queue`` module for the same idea on 3.11).
+    `queue.SimpleQueue` has no ``task_done()`` or ``join()`` and no shutdown. `PILL` is an
+    ``enum.Enum`` member, so it keeps its identity through ``pickle`` (a
+    ``multiprocessing.Queue`` pickles every item); a bare ``object()`` sentinel arrives as
+    a new object and is never recognised.
+
+Java:
+    ``BlockingQueue`` has no close: ``take()`` is ``get()``, ``put()`` blocks on a full
+    bounded queue just as Python's does, and ``offer(e, timeout, unit)`` is the timed put
+    inside `put_pill`. A ``static final`` sentinel compared with ``==`` is `PILL`.
+    ``ProducerGroup`` is a ``CountDownLatch`` whose last ``countDown()`` sends the pills.
+    Java has no ``task_done()``/``join()`` on queues; a ``Phaser`` or ``CountDownLatch``
+    counts finished work there.
+
+See also:
+    ``closable_queue`` (closing the queue instead of sending pills), ``thread_exceptions``
+    (a consumer that dies, P9), ``executor_shutdown`` (a pool owns its queue and stops it
+    for you).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeVar
+
+__all__ = [
+    "PILL",
+    "Pill",
+    "ProducerGroup",
+    "consume",
+    "join_with_timeout",
+    "produce",
+    "put_pill",
+    "send_pills",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Pill(enum.Enum):
+    """The type of `PILL`: an enum with a single member, so type checkers can narrow on it.
+
+    A queue that may carry pills is a ``queue.Queue[T | Pill]``; after ``item is PILL``
+    is false, a type checker knows ``item`` is a ``T``.
+    """
+
+    PILL = "PILL"
+
+    def __repr__(self) -> str:
+        return "<PILL>"
+
+
+#: The poison pill, meaning "no more items will come; stop". Compare it with ``is``.
+PILL: Final = Pill.PILL
+
+
+def consume(q: queue.Queue[T | Pill], handle: Callable[[T], object]) -> int:
+    """Handle items from ``q`` in order until a pill arrives; return how many were handled.
+
+    Every item taken, the pill included, gets its ``task_done()`` in the ``finally``, so a
+    failing handler cannot leave ``q.join()`` waiting (P13). A handler's `Exception` is
+    logged at ERROR and the loop goes on; it is not counted as handled.
+    """
+    handled = 0
+    while True:
+        item = q.get()
+        try:
+            if item is PILL:
+                return handled
+            handle(item)
+            handled += 1
+        except Exception:
+            logger.exception("consume: handler failed on %r", item)
+        finally:
+            q.task_done()
+
+
+def send_pills(q: queue.Queue[T | Pill], consumers: int) -> None:
+    """Put one pill per consumer, after everything already in the queue (P10).
+
+    Uses a plain blocking ``put()``: right for an unbounded queue. On a bounded queue whose
+    consumers may be dead or stuck, use `put_pill` (P12).
+    """
+    _check_count("consumers", consumers)
+    for _ in range(consumers):
+        q.put(PILL)
+
+
+class ProducerGroup:
+    """A countdown shared by the producers; the last one to finish sends the pills (P11).
+
+    Each producer calls `done` exactly once when it has put its last item, in a
+    ``finally`` so that a producer that crashes still counts down (`producing` is that
+    ``try/finally`` as a context manager). Otherwise a single failed producer would
+    leave every consumer waiting for pills that never come.
+
+    With ``stop`` left as None the pills are put with a plain ``put()``, which suits an
+    unbounded queue. With a ``stop`` event, each pill goes through `put_pill`, sharing
+    ``timeout`` (None: until ``stop`` is set), so a full queue cannot hang the last
+    producer; pills that could not be delivered are logged at ERROR.
+    """
+
+    def __init__(
+        self,
+        q: queue.Queue[Any],
+        *,
+        producers: int,
+        consumers: int,
+        stop: threading.Event | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        _check_count("producers", producers)
+        _check_count("consumers", consumers)
+        if stop is None and timeout is not None:
+            raise ValueError("timeout needs a stop event: pass stop=threading.Event()")
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+        self._queue = q
+        self._consumers = consumers
+        self._stop = stop
+        self._timeout = timeout
+        # Guards _remaining. Taken briefly by every done(); the pills are put after it is
+        # released, by the one caller that brought _remaining to zero, so a put that
+        # blocks never holds up another producer's done().
+        self._lock = threading.Lock()
+        self._remaining = producers
+
+    @property
+    def remaining(self) -> int:
+        """How many producers have not called `done` yet."""
+        with self._lock:
+            return self._remaining
+
+    def done(self) -> bool:
+        """Count one producer down; the last call sends the pills and returns True.
+
+        Raises `RuntimeError` if called more times than there are producers: that is a
+        bug in the caller, and sending the pills twice would hide it.
+        """
+        with self._lock:
+            if self._remaining == 0:
+                raise RuntimeError(
+                    "ProducerGroup.done() called more times than there are producers"
+                )
+            self._remaining -= 1
+            last = self._remaining == 0
+        if last:
+            self._send_pills()
+        return last
+
+    @contextmanager
+    def producing(self) -> Iterator[None]:
+        """Run a producer's body and call `done` when it ends, even by an exception."""
+        try:
+            yield
+        finally:
+            self.done()
+
+    def _send_pills(self) -> None:
+        if self._stop is None:
+            send_pills(self._queue, self._consumers)
+            return
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        for sent in range(self._consumers):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not put_pill(self._queue, self._stop, left):
+                logger.error(
+                    "ProducerGroup: %d of %d pill(s) not delivered; "
+                    "those consumers were not told to stop",
+                    self._consumers - sent,
+                    self._consumers,
+                )
+                return
+
+
+def produce(q: queue.Queue[T | Pill], items: Iterable[T], group: ProducerGroup) -> int:
+    """Put every item, then count this producer down; return how many items were put (P11).
+
+    The producer sends no pill of its own: the group's last producer sends them all.
+    """
+    with group.producing():
+        count = 0
+        for item in items:
+            q.put(item)
+            count += 1
+        return count
+
+
+def put_pill(
+    q: queue.Queue[T | Pill], stop: threading.Event, timeout: float | None, *, poll: float = 0.05
+) -> bool:
+    """Put a pill into a possibly full queue without blocking forever (P12).
+
+    Tries in slices of ``poll`` seconds; between slices it gives up if ``stop`` is set or
+    ``timeout`` seconds have passed (None: no deadline, only ``stop``). Returns True when
+    the pill is in the queue, False (with a WARNING saying why) when it is not: the
+    consumers are dead or stuck, and the caller must stop them some other way, or close
+    the queue instead.
+    """
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+    if poll <= 0:
+        raise ValueError(f"poll must be > 0, got {poll!r}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        slice_ = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+        try:
+            q.put(PILL, timeout=slice_)
+        except queue.Full:
+            pass
+        else:
+            return True
+        if stop.is_set():
+            logger.warning("put_pill: stop was set while the queue was full; no pill sent")
+            return False
+        if deadline is not None and time.monotonic() >= deadline:
+            logger.warning("put_pill: queue still full after %.3gs; no pill sent", timeout)
+            return False
+
+
+def join_with_timeout(q: queue.Queue[Any], timeout: float) -> bool:
+    """``q.join()`` with a timeout: True once every item got its ``task_done()`` (P13).
+
+    Returns False if some item is still unfinished after ``timeout`` seconds.
+    It waits on ``q.all_tasks_done``, the condition ``task_done()`` notifies, and reads
+    ``q.unfinished_tasks``: public attributes of `queue.Queue`, though not in its docs.
+    """
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+    with q.all_tasks_done:
+        return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0, timeout)
+
+
+def _check_count(name: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value!r}")
+
+
+# --- Broken on purpose: the naive versions the tests and docs compare against ------------
+
+
+def naive_send_pills(q: queue.Queue[T | Pill], consumers: int) -> None:
+    """Broken on purpose: one pill stops one consumer, whatever ``consumers`` says (P10).
+
+    The other consumers stay blocked in ``get()`` forever.
+    """
+    q.put(PILL)
+
+
+def naive_produce(q: queue.Queue[T | Pill], items: Iterable[T]) -> int:
+    """Broken on purpose: every producer sends a pill when *it* is done (P11).
+
+    The first pill stops the consumer while other producers may still be putting items,
+    and those items are never processed.
+    """
+    count = 0
+    for item in items:
+        q.put(item)
+        count += 1
+    q.put(PILL)
+    return count
+
+
+def naive_put_pill(q: queue.Queue[T | Pill]) -> None:
+    """Broken on purpose: a plain ``put()`` waits forever on a full queue (P12).
+
+    If no consumer takes an item again (dead or stuck), the shutdown path hangs here.
+    """
+    q.put(PILL)
+
+
+def naive_consume(q: queue.Queue[T | Pill], handle: Callable[[T], object]) -> int:
+    """Broken on purpose: ``task_done()`` is skipped when the handler raises (P13).
+
+    The error is logged, but ``unfinished_tasks`` never returns to zero, so ``q.join()``
+    waits forever.
+    """
+    handled = 0
+    while True:
+        item = q.get()
+        if item is PILL:
+            q.task_done()
+            return handled
+        try:
+            handle(item)
+            handled += 1
+            q.task_done()
+        except Exception:
+            logger.exception("naive_consume: handler failed on %r", item)
