@@ -40,6 +40,11 @@ notebooks: docs
 demo: $(STAMP)
 	$(PY) -m patterns.demo
 
+# Benchmarks print tables; they are never part of `make test` (no timed assertions in tests).
+bench: $(STAMP)
+	for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
+		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done
+
 races: $(STAMP)
 	$(VENV)/bin/pytest -m race -v --race-table -p no:cacheprovider
 

@@ -70,8 +70,11 @@ __all__ = [
     "ShutdownReport",
     "TrackingExecutor",
     "await_termination",
+    "feed",
+    "run_all",
     "shutdown_and_await",
     "shutdown_now",
+    "stop_then_close",
 ]
 
 logger = logging.getLogger(__name__)
