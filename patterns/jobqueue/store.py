@@ -1,0 +1,161 @@
+"""The job queue's data model and the `Store` protocol every store implements.
+
+A store holds jobs and moves them between states, one transaction per transition:
+
+    queued --claim--> running --complete--> done
+                         |----fail--------> failed
+                         |----retry-------> queued (later run_at, attempt kept)
+                         |----release-----> queued (attempt given back, run_at unchanged)
+                         |----lease expiry> queued again at the next claim (attempt kept),
+                                            or failed once its attempts are spent
+
+Fencing: a claim returns a `Claim` whose ``token`` is unique to that claim. complete, fail,
+retry, release and renew succeed only while that token is the job's current lease owner;
+otherwise they change nothing and return False, so a worker that lost its lease (it was
+paused past the expiry and another worker claimed the job) cannot overwrite the newer
+claim's outcome.
+
+Attempts count claims, including claims whose lease later expired: a job that kills its
+worker every time ends ``failed`` instead of looping forever. A release (the job was
+interrupted by a shutdown, not failed) gives the attempt back.
+
+Time: every store takes a ``clock`` (seconds since the epoch, `time.time` by default) and
+uses only it for ``run_at`` and leases, so tests can move time without sleeping.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "Claim",
+    "Job",
+    "JobState",
+    "JsonValue",
+    "Store",
+    "encode_payload",
+]
+
+JsonValue: TypeAlias = Any  # a value json.dumps accepts: None, bool, int, float, str, list, dict
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A snapshot of one job row. Times are seconds since the epoch."""
+
+    id: int
+    task: str
+    payload: JsonValue
+    state: JobState
+    run_at: float
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_until: float | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job taken under a lease; ``token`` is the fencing token of this claim only."""
+
+    job: Job
+    token: str
+    lease_until: float
+
+
+def encode_payload(payload: JsonValue) -> str:
+    """Serialise a payload to JSON, or raise `TypeError` naming the problem.
+
+    JSON only, on purpose: a queue file someone else can write must never be able to run
+    code, so no pickle, and no names looked up from the data.
+    """
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"job payload must be JSON-serialisable: {exc}") from exc
+
+
+class Store(Protocol):
+    """What a worker needs from a store. Every method is one transaction and thread-safe."""
+
+    def enqueue(
+        self,
+        task: str,
+        payload: JsonValue = None,
+        *,
+        run_at: float | None = None,
+        delay: float | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> int:
+        """Add a job and return its id; a bad payload or argument writes nothing."""
+        ...
+
+    def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
+        ...
+
+    def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
+        """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
+
+        Due means queued with ``run_at <= now``, or running with an expired lease. An
+        expired job whose attempts are spent is marked failed instead of being returned.
+        """
+        ...
+
+    def complete(self, claim: Claim) -> bool:
+        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
+        ...
+
+    def fail(self, claim: Claim, error: str) -> bool:
+        """Mark the job failed for good with ``error``; False if the lease was lost."""
+        ...
+
+    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
+        ...
+
+    def release(self, claim: Claim) -> bool:
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        ...
+
+    def renew(self, claim: Claim, *, lease: float) -> Claim | None:
+        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        ...
+
+    def get(self, job_id: int) -> Job | None:
+        """The job with this id, or None."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs in each state, every state present (zero included)."""
+        ...
+
+    def next_due(self) -> float | None:
+        """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
+        ...
+
+    def purge(self, *, older_than: float | None = None) -> int:
+        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources; idempotent."""
+        ...
