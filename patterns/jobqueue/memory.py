@@ -1,0 +1,440 @@
+"""An in-process ``Store``: a lock and a dict, for tests, notebooks and the worker's own tests.
+
+TL;DR: ``MemoryStore(clock=...)`` implements every method of the ``Store`` protocol with the
+same semantics as ``SQLiteStore``, minus durability; both pass one contract test suite.
+
+Pitfall:
+    A "simple" in-memory queue that hands out the live row objects lets a caller mutate a
+    job behind the store's back, and a check-then-act claim (read the due jobs, then mark
+    them running in a second step) gives the same job to two threads that both read
+    before either wrote.
+
+Pattern:
+    One lock guards every row; each method (one transition) runs entirely under it, so
+    a claim's read and write are one atomic step, like a database transaction. Rows keep
+    the payload as JSON text and every read builds a fresh ``Job`` from it, so callers get
+    snapshots they cannot use to change the store.
+
+Guarantees:
+    * Each method is atomic with respect to every other method of the same store.
+    * A job is returned by at most one claim while its lease is live; complete, fail,
+      retry, release and renew succeed only for the claim whose token holds the lease.
+    * Arguments are checked before anything is written: a bad value raises `ValueError`,
+      a value of the wrong type (or a payload that is not JSON) raises `TypeError`, and
+      the store is unchanged.
+    * After `MemoryStore.close` every method but ``close`` raises `RuntimeError`.
+
+Python:
+    3.11+ (``enum.StrEnum``). Nothing version-specific.
+
+Java:
+    A ``ConcurrentHashMap`` would not be enough for a claim (it spans several rows); the
+    counterpart is a ``synchronized`` repository, or an in-memory H2 database in tests.
+
+See also:
+    ``patterns.jobqueue.store`` (the protocol and the state diagram),
+    ``patterns.jobqueue.sqlite`` (the durable store with the same contract).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from patterns.jobqueue.store import (
+    DEFAULT_MAX_ATTEMPTS,
+    Claim,
+    Job,
+    JobState,
+    JsonValue,
+    Store,
+    encode_payload,
+)
+
+__all__ = ["MemoryStore"]
+
+logger = logging.getLogger(__name__)
+
+_ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts"})
+
+
+@dataclass(frozen=True)
+class _NewJob:
+    """A validated enqueue request: everything a store needs to insert the row."""
+
+    task: str
+    payload_json: str
+    run_at: float
+    max_attempts: int
+
+
+def _check_time(name: str, value: object) -> float:
+    """``value`` as a finite float; `TypeError` or `ValueError` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def _prepare_enqueue(
+    now: float,
+    task: object,
+    payload: JsonValue = None,
+    *,
+    run_at: object = None,
+    delay: object = None,
+    max_attempts: object = DEFAULT_MAX_ATTEMPTS,
+) -> _NewJob:
+    """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a string, got {task!r}")
+    if not task.strip():
+        raise ValueError(f"task must be a non-empty name, got {task!r}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if run_at is not None and delay is not None:
+        raise ValueError("pass run_at or delay, not both")
+    if run_at is not None:
+        when = _check_time("run_at", run_at)
+    elif delay is not None:
+        seconds = _check_time("delay", delay)
+        if seconds < 0:
+            raise ValueError(f"delay must not be negative, got {seconds}")
+        when = now + seconds
+    else:
+        when = now
+    return _NewJob(task, encode_payload(payload), when, max_attempts)
+
+
+def _prepare_many(now: float, jobs: Sequence[Mapping[str, Any]]) -> list[_NewJob]:
+    """Validate every `Store.enqueue_many` entry before any is written."""
+    if isinstance(jobs, str | bytes | Mapping):
+        raise TypeError("enqueue_many takes a sequence of mappings, one per job")
+    prepared = []
+    for index, spec in enumerate(jobs):
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"job #{index} must be a mapping of enqueue arguments")
+        unknown = set(spec) - _ENQUEUE_KEYS
+        if unknown:
+            raise ValueError(f"job #{index} has unknown keys {sorted(unknown)}")
+        if "task" not in spec:
+            raise ValueError(f"job #{index} has no 'task'")
+        try:
+            prepared.append(_prepare_enqueue(now, **dict(spec)))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"job #{index}: {exc}") from exc
+    return prepared
+
+
+def _check_owner(owner: object) -> str:
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a string, got {owner!r}")
+    if not owner:
+        raise ValueError("owner must be a non-empty string")
+    return owner
+
+
+def _check_lease(lease: object) -> float:
+    seconds = _check_time("lease", lease)
+    if seconds <= 0:
+        raise ValueError(f"lease must be positive, got {seconds}")
+    return seconds
+
+
+def _check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, got {limit!r}")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    return limit
+
+
+def _new_token(owner: str) -> str:
+    """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
+    return f"{owner}:{uuid.uuid4().hex}"
+
+
+def _expired_reason(attempts: int) -> str:
+    return f"lease expired after {attempts} attempts (worker died?)"
+
+
+@dataclass
+class _Row:
+    """One job as the memory store keeps it; mutated only under ``MemoryStore._lock``."""
+
+    id: int
+    task: str
+    payload_json: str
+    state: JobState
+    run_at: float
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_until: float | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+    def snapshot(self) -> Job:
+        # json.loads builds a new payload each time: callers cannot mutate the stored one.
+        return Job(
+            id=self.id,
+            task=self.task,
+            payload=json.loads(self.payload_json),
+            state=self.state,
+            run_at=self.run_at,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            lease_owner=self.lease_owner,
+            lease_until=self.lease_until,
+            last_error=self.last_error,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+    def end_lease(self, state: JobState, now: float) -> None:
+        self.state = state
+        self.lease_owner = None
+        self.lease_until = None
+        self.updated_at = now
+
+
+class MemoryStore:
+    """A thread-safe, non-durable ``Store``; ``clock`` supplies every timestamp."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        # Guards _rows, _next_id and _closed. Every public method holds it for its whole
+        # transition, so no caller ever sees (or acts on) a half-done transition. Nobody
+        # waits on it for long: the only caller code run under it is the clock, which must
+        # not call back into the store (the lock is not reentrant).
+        self._lock = threading.Lock()
+        self._rows: dict[int, _Row] = {}
+        self._next_id = 1
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(jobs={len(self._rows)}, closed={self._closed})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("MemoryStore is closed")
+
+    def _insert(self, new: _NewJob, now: float) -> int:
+        job_id = self._next_id
+        self._next_id += 1
+        self._rows[job_id] = _Row(
+            id=job_id,
+            task=new.task,
+            payload_json=new.payload_json,
+            state=JobState.QUEUED,
+            run_at=new.run_at,
+            attempts=0,
+            max_attempts=new.max_attempts,
+            lease_owner=None,
+            lease_until=None,
+            last_error=None,
+            created_at=now,
+            updated_at=now,
+        )
+        return job_id
+
+    def enqueue(
+        self,
+        task: str,
+        payload: JsonValue = None,
+        *,
+        run_at: float | None = None,
+        delay: float | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> int:
+        """Add a job and return its id; a bad payload or argument writes nothing."""
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            new = _prepare_enqueue(
+                now, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+            )
+            job_id = self._insert(new, now)
+        logger.debug("enqueued job %d (%s) to run at %.3f", job_id, new.task, new.run_at)
+        return job_id
+
+    def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            prepared = _prepare_many(now, jobs)
+            ids = [self._insert(new, now) for new in prepared]
+        logger.debug("enqueued %d jobs", len(ids))
+        return ids
+
+    def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
+        """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
+
+        Due means queued with ``run_at <= now``, or running with an expired lease
+        (``lease_until <= now``). An expired job whose attempts are spent is marked failed
+        instead of being returned.
+        """
+        _check_owner(owner)
+        seconds = _check_lease(lease)
+        count = _check_limit(limit)
+        claims: list[Claim] = []
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            due: list[_Row] = []
+            for row in self._rows.values():
+                if row.state is JobState.QUEUED and row.run_at <= now:
+                    due.append(row)
+                elif (
+                    row.state is JobState.RUNNING
+                    and row.lease_until is not None
+                    and row.lease_until <= now
+                ):
+                    if row.attempts >= row.max_attempts:
+                        row.last_error = _expired_reason(row.attempts)
+                        row.end_lease(JobState.FAILED, now)
+                        logger.warning("job %d failed: %s", row.id, row.last_error)
+                    else:
+                        due.append(row)
+            due.sort(key=lambda r: (r.run_at, r.id))
+            for row in due[:count]:
+                if row.state is JobState.RUNNING:
+                    logger.warning(
+                        "job %d: lease of %s expired, claiming it again", row.id, row.lease_owner
+                    )
+                token = _new_token(owner)
+                row.state = JobState.RUNNING
+                row.attempts += 1
+                row.lease_owner = token
+                row.lease_until = now + seconds
+                row.updated_at = now
+                claims.append(Claim(row.snapshot(), token, row.lease_until))
+        return claims
+
+    def _held(self, claim: Claim) -> _Row | None:
+        """The claim's row if the claim still holds its lease; call with the lock held."""
+        self._check_open()
+        row = self._rows.get(claim.job.id)
+        if row is None or row.state is not JobState.RUNNING or row.lease_owner != claim.token:
+            logger.info("job %d: claim %s no longer holds the lease", claim.job.id, claim.token)
+            return None
+        return row
+
+    def complete(self, claim: Claim) -> bool:
+        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
+        with self._lock:
+            row = self._held(claim)
+            if row is None:
+                return False
+            row.end_lease(JobState.DONE, self._clock())
+            return True
+
+    def fail(self, claim: Claim, error: str) -> bool:
+        """Mark the job failed for good with ``error``; False if the lease was lost."""
+        with self._lock:
+            row = self._held(claim)
+            if row is None:
+                return False
+            row.last_error = str(error)
+            row.end_lease(JobState.FAILED, self._clock())
+            return True
+
+    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
+        when = _check_time("run_at", run_at)
+        with self._lock:
+            row = self._held(claim)
+            if row is None:
+                return False
+            row.last_error = str(error)
+            row.run_at = when
+            row.end_lease(JobState.QUEUED, self._clock())
+            return True
+
+    def release(self, claim: Claim) -> bool:
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        with self._lock:
+            row = self._held(claim)
+            if row is None:
+                return False
+            row.attempts = max(0, row.attempts - 1)
+            row.end_lease(JobState.QUEUED, self._clock())
+            return True
+
+    def renew(self, claim: Claim, *, lease: float) -> Claim | None:
+        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        seconds = _check_lease(lease)
+        with self._lock:
+            row = self._held(claim)
+            if row is None:
+                return None
+            now = self._clock()
+            row.lease_until = now + seconds
+            row.updated_at = now
+            return Claim(row.snapshot(), claim.token, row.lease_until)
+
+    def get(self, job_id: int) -> Job | None:
+        """The job with this id, or None."""
+        with self._lock:
+            self._check_open()
+            row = self._rows.get(job_id)
+            return None if row is None else row.snapshot()
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs in each state, every state present (zero included)."""
+        result = {state.value: 0 for state in JobState}
+        with self._lock:
+            self._check_open()
+            for row in self._rows.values():
+                result[row.state.value] += 1
+        return result
+
+    def next_due(self) -> float | None:
+        """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
+        with self._lock:
+            self._check_open()
+            times = [
+                row.run_at if row.state is JobState.QUEUED else row.lease_until
+                for row in self._rows.values()
+                if row.state is JobState.QUEUED or row.state is JobState.RUNNING
+            ]
+        known = [t for t in times if t is not None]
+        return min(known) if known else None
+
+    def purge(self, *, older_than: float | None = None) -> int:
+        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+        cutoff = None if older_than is None else _check_time("older_than", older_than)
+        finished = (JobState.DONE, JobState.FAILED)
+        with self._lock:
+            self._check_open()
+            doomed = [
+                row.id
+                for row in self._rows.values()
+                if row.state in finished and (cutoff is None or row.updated_at < cutoff)
+            ]
+            for job_id in doomed:
+                del self._rows[job_id]
+        if doomed:
+            logger.info("purged %d finished jobs", len(doomed))
+        return len(doomed)
+
+    def close(self) -> None:
+        """Release the store's resources; idempotent."""
+        with self._lock:
+            self._closed = True
+
+
+if TYPE_CHECKING:  # mypy --strict proves the store implements the protocol exactly
+    _implements: type[Store] = MemoryStore

@@ -1,0 +1,390 @@
+"""SQLiteStore beyond the contract: the file, its schema, and locking across processes."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from patterns.jobqueue import sqlite as sqlite_store
+from patterns.jobqueue.sqlite import SCHEMA_VERSION, SQLiteStore, StoreFileError
+from patterns.jobqueue.store import JobState
+from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread, spawn_python, stays_blocked
+
+LEASE = 60.0
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A path for a job store file that does not exist yet."""
+    return tmp_path / "jobs.db"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[SQLiteStore]:
+    """A store on ``db`` with the real clock, closed afterwards."""
+    made = SQLiteStore(db)
+    yield made
+    made.close()
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection to the file, for looking behind the store's back."""
+    return sqlite3.connect(path, isolation_level=None, timeout=MUST_HAPPEN)
+
+
+def pragma(path: Path, name: str) -> object:
+    """Read one PRAGMA from the file through a fresh connection."""
+    conn = raw(path)
+    try:
+        return conn.execute(f"PRAGMA {name}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+# --- the file ------------------------------------------------------------------------------
+
+
+def test_the_file_is_created_on_first_use_in_wal_mode_with_the_schema_version(db: Path) -> None:
+    """Opening a missing path creates one database file, in WAL mode, at SCHEMA_VERSION."""
+    assert not db.exists()
+    SQLiteStore(db).close()
+    assert db.is_file()
+    assert pragma(db, "journal_mode") == "wal"
+    assert pragma(db, "user_version") == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize(("setting", "level"), [("NORMAL", 1), ("FULL", 2), ("full", 2)])
+def test_synchronous_is_applied_to_the_store_connection(db: Path, setting: str, level: int) -> None:
+    """The synchronous setting (NORMAL by default, FULL on request) is the connection's."""
+    made = SQLiteStore(db, synchronous=setting)
+    try:
+        # synchronous is per connection, so only the store's own connection can tell.
+        assert made._conn.execute("PRAGMA synchronous").fetchone()[0] == level
+    finally:
+        made.close()
+
+
+@pytest.mark.parametrize("setting", ["OFF", "fast", ""])
+def test_an_unknown_synchronous_setting_is_refused_before_the_file_is_created(
+    db: Path, setting: str
+) -> None:
+    """A synchronous value other than NORMAL, FULL or EXTRA is a ValueError; no file appears."""
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(db, synchronous=setting)
+    assert not db.exists()
+
+
+def test_reopening_the_file_keeps_every_job_and_lease(db: Path) -> None:
+    """Jobs, states and live leases survive closing and reopening the store."""
+    first = SQLiteStore(db)
+    ids = first.enqueue_many([{"task": "a", "payload": {"n": 1}}, {"task": "b"}, {"task": "c"}])
+    done, running = first.claim("w", lease=LEASE, limit=2)
+    assert first.complete(done)
+    before = [first.get(i) for i in ids]
+    first.close()
+    second = SQLiteStore(db)
+    try:
+        assert [second.get(i) for i in ids] == before
+        assert second.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0}
+        assert second.complete(running)  # the lease, and so the token, outlived the process
+    finally:
+        second.close()
+
+
+def test_committed_work_survives_a_process_that_dies_without_closing(db: Path) -> None:
+    """A child that enqueues, claims and then exits abruptly leaves exactly what it committed."""
+    code = f"""
+        import os
+        from patterns.jobqueue.sqlite import SQLiteStore
+        store = SQLiteStore({str(db)!r})
+        store.enqueue_many([{{"task": "t", "payload": n}} for n in range(3)])
+        (claim,) = store.claim("doomed", lease=3600)
+        print("claimed", claim.job.id, flush=True)
+        os._exit(0)  # no close, no checkpoint: the WAL file holds the commits
+    """
+    child = spawn_python(textwrap.dedent(code))
+    try:
+        out, err = child.communicate(timeout=MUST_HAPPEN)
+    finally:
+        child.kill()
+        child.wait(MUST_HAPPEN)
+    assert child.returncode == 0, err
+    claimed = int(out.split()[1])
+    reopened = SQLiteStore(db)
+    try:
+        assert reopened.counts() == {"queued": 2, "running": 1, "done": 0, "failed": 0}
+        job = reopened.get(claimed)
+        assert job is not None
+        assert job.state is JobState.RUNNING
+        assert job.lease_owner is not None
+        assert job.lease_owner.startswith("doomed:")
+    finally:
+        reopened.close()
+
+
+def test_the_claim_query_searches_indexes_instead_of_scanning_the_table(
+    store: SQLiteStore, db: Path
+) -> None:
+    """Both halves of the claim's read use an index on (state, ...), never a full scan."""
+    conn = raw(db)
+    try:
+        plan = " | ".join(
+            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sqlite_store._DUE_SQL}", (0, 0, 1))
+        )
+    finally:
+        conn.close()
+    assert "INDEX jobs_due" in plan
+    assert "INDEX jobs_lease" in plan
+    assert "SCAN jobs" not in plan
+
+
+# --- files that are not (our) job stores -------------------------------------------------
+
+
+def test_a_newer_schema_version_is_refused_naming_the_file_and_both_versions(db: Path) -> None:
+    """A file written by a newer version raises StoreFileError and is left untouched."""
+    SQLiteStore(db).close()
+    conn = raw(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreFileError) as caught:
+        SQLiteStore(db)
+    message = str(caught.value)
+    assert str(db) in message
+    assert f"version {SCHEMA_VERSION + 1}" in message
+    assert f"version {SCHEMA_VERSION})" in message
+    assert pragma(db, "user_version") == SCHEMA_VERSION + 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"this is a text file, not a database\n" * 200,
+        bytes(range(256)) * 64,
+        b"SQLite format 3\x00" + b"\xff" * 4080,
+    ],
+    ids=["text", "binary", "bad-header"],
+)
+def test_a_file_that_is_not_a_database_is_refused_and_left_unchanged(
+    db: Path, content: bytes
+) -> None:
+    """Garbage raises StoreFileError naming the file, and not one byte of it is rewritten."""
+    db.write_bytes(content)
+    with pytest.raises(StoreFileError, match="not a usable SQLite database") as caught:
+        SQLiteStore(db)
+    assert str(db) in str(caught.value)
+    assert db.read_bytes() == content
+
+
+def test_another_applications_database_is_refused_and_left_unchanged(db: Path) -> None:
+    """A database with tables but no job store version is not adopted, not even set to WAL."""
+    conn = raw(db)
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.close()
+    with pytest.raises(StoreFileError, match=r"without a job store schema version.*'users'"):
+        SQLiteStore(db)
+    assert pragma(db, "journal_mode") == "delete"
+    assert pragma(db, "user_version") == 0
+
+
+def test_a_foreign_jobs_table_at_our_version_is_refused(db: Path) -> None:
+    """A file claiming our schema version whose jobs table has other columns is refused."""
+    conn = raw(db)
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.close()
+    with pytest.raises(StoreFileError, match="was not written by this job store"):
+        SQLiteStore(db)
+
+
+@pytest.mark.parametrize("where", ["missing-dir", "directory"])
+def test_a_path_that_cannot_be_opened_is_a_clear_error(tmp_path: Path, where: str) -> None:
+    """A path in a missing directory, or a directory itself, raises StoreFileError naming it."""
+    path = tmp_path / "nowhere" / "jobs.db" if where == "missing-dir" else tmp_path
+    with pytest.raises(StoreFileError) as caught:
+        SQLiteStore(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_damaged_payload_fails_its_job_and_the_claim_goes_on(
+    store: SQLiteStore, db: Path
+) -> None:
+    """A row whose payload is not JSON ends failed with the reason; other jobs are still claimed."""
+    bad, good = store.enqueue_many([{"task": "t", "payload": 1}, {"task": "t", "payload": 2}])
+    conn = raw(db)
+    conn.execute("UPDATE jobs SET payload = '{not json' WHERE id = ?", (bad,))
+    conn.close()
+    assert [c.job.id for c in store.claim("w", lease=LEASE, limit=5)] == [good]
+    assert store.counts() == {"queued": 0, "running": 1, "done": 0, "failed": 1}
+    with pytest.raises(StoreFileError, match=f"job {bad} has a payload that is not JSON"):
+        store.get(bad)
+
+
+def test_hostile_task_names_and_payloads_are_stored_as_data(store: SQLiteStore) -> None:
+    """SQL in a task name or payload is stored verbatim (parameters, never string building)."""
+    task = "x'); DROP TABLE jobs; --"
+    payload = {"'; DELETE FROM jobs; --": "\x00\u2028\U0001f600"}
+    job_id = store.enqueue(task, payload)
+    job = store.get(job_id)
+    assert job is not None
+    assert (job.task, job.payload) == (task, payload)
+    assert store.counts()["queued"] == 1
+
+
+# --- locking across connections and processes ---------------------------------------------
+
+
+def _claim_all(
+    store: SQLiteStore, owner: str, barrier: threading.Barrier
+) -> Callable[[], list[int]]:
+    """A thread body: wait at the barrier, then claim and complete jobs until none is due."""
+
+    def run() -> list[int]:
+        barrier.wait()
+        taken = []
+        while claims := store.claim(owner, lease=LEASE):
+            for claim in claims:
+                taken.append(claim.job.id)
+                assert store.complete(claim)
+        return taken
+
+    return run
+
+
+def test_separate_connections_in_threads_claim_each_job_exactly_once(db: Path) -> None:
+    """Four store objects on one file (four connections) claim 80 jobs; none is taken twice."""
+    stores = [SQLiteStore(db) for _ in range(4)]
+    try:
+        ids = stores[0].enqueue_many([{"task": "t"} for _ in range(80)])
+        barrier = threading.Barrier(4, timeout=MUST_HAPPEN)
+        threads = [
+            run_in_thread(_claim_all(s, f"w{i}", barrier), name=f"claimer-{i}")
+            for i, s in enumerate(stores)
+        ]
+        claimed: list[int] = []
+        for thread, outcome in threads:
+            join_or_fail(thread)
+            assert "error" not in outcome, outcome
+            claimed += outcome["result"]
+        assert sorted(claimed) == ids
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_concurrent_first_opens_create_the_schema_exactly_once(db: Path) -> None:
+    """Four threads opening a new file at the same moment all succeed on one schema."""
+    barrier = threading.Barrier(4, timeout=MUST_HAPPEN)
+
+    def open_and_enqueue() -> int:
+        barrier.wait()
+        made = SQLiteStore(db)
+        try:
+            return made.enqueue("t")
+        finally:
+            made.close()
+
+    threads = [run_in_thread(open_and_enqueue, name=f"opener-{i}") for i in range(4)]
+    for thread, outcome in threads:
+        join_or_fail(thread)
+        assert "error" not in outcome, outcome
+    assert pragma(db, "user_version") == SCHEMA_VERSION
+    check = SQLiteStore(db)
+    try:
+        assert check.counts()["queued"] == 4
+    finally:
+        check.close()
+
+
+CLAIMER = """
+import sys
+from patterns.jobqueue.sqlite import SQLiteStore
+store = SQLiteStore({path!r})
+print("ready", flush=True)
+if sys.stdin.readline().strip() != "go":
+    sys.exit("no go")
+while claims := store.claim({owner!r}, lease=600):
+    for claim in claims:
+        print("claimed", claim.job.id, flush=True)
+        assert store.complete(claim)
+store.close()
+print("done", flush=True)
+"""
+
+
+def test_two_processes_claim_each_job_exactly_once(store: SQLiteStore, db: Path) -> None:
+    """Two processes released together claim 300 jobs from one file; each job exactly once."""
+    ids = store.enqueue_many([{"task": "t", "payload": n} for n in range(300)])
+    children = [spawn_python(CLAIMER.format(path=str(db), owner=f"proc-{n}")) for n in (1, 2)]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            assert child.stdout.readline() == "ready\n"
+        for child in children:  # both are open and waiting: start them together
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        outputs = [child.communicate(timeout=MUST_HAPPEN * 3) for child in children]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait(MUST_HAPPEN)
+    claimed: list[int] = []
+    for child, (out, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err
+        lines = out.splitlines()
+        assert lines[-1] == "done", err
+        claimed += [int(line.split()[1]) for line in lines[:-1]]
+    assert sorted(claimed) == ids  # none lost, none claimed by both processes
+    assert store.counts() == {"queued": 0, "running": 0, "done": 300, "failed": 0}
+
+
+def test_a_claim_waits_for_another_connections_write_lock(store: SQLiteStore, db: Path) -> None:
+    """While another connection holds the write lock the claim waits, then takes the job."""
+    job_id = store.enqueue("t")
+    other = raw(db)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        thread, outcome = run_in_thread(lambda: store.claim("w", lease=LEASE), name="claimer")
+        assert stays_blocked(thread)  # no "database is locked" error: it waits
+        other.execute("COMMIT")
+        join_or_fail(thread)
+    finally:
+        other.close()
+    assert "error" not in outcome, outcome
+    assert [c.job.id for c in outcome["result"]] == [job_id]
+
+
+def test_a_lock_held_past_every_retry_raises_and_loses_no_job(
+    db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After bounded retries the claim raises "database is locked"; the job is still queued."""
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.02)  # read when the store connects
+    monkeypatch.setattr(sqlite_store, "_BUSY_RETRIES", 3)
+    monkeypatch.setattr(sqlite_store, "_BACKOFF", 0.01)
+    made = SQLiteStore(db)
+    other = raw(db)
+    try:
+        job_id = made.enqueue("t")
+        other.execute("BEGIN IMMEDIATE")
+        with (
+            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.sqlite"),
+            pytest.raises(sqlite3.OperationalError, match="locked"),
+        ):
+            made.claim("w", lease=LEASE)
+        other.execute("ROLLBACK")
+        retries = [r for r in caplog.records if "database busy" in r.getMessage()]
+        assert len(retries) == 2  # three attempts, two waits between them
+        job = made.get(job_id)
+        assert job is not None
+        assert (job.state, job.attempts, job.lease_owner) == (JobState.QUEUED, 0, None)
+        assert [c.job.id for c in made.claim("w", lease=LEASE)] == [job_id]
+    finally:
+        other.close()
+        made.close()

@@ -1,0 +1,569 @@
+"""The Store contract: one suite, run against every store, with a clock the test moves."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.store import DEFAULT_MAX_ATTEMPTS, Claim, Job, JobState, Store
+from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread
+
+START = 1_000_000.0  # the fake clock's first reading (seconds since the epoch)
+LEASE = 30.0
+
+
+class FakeClock:
+    """A clock that moves only when the test says so; every store reads time from it."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        """The current fake time."""
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        """Move time forward and return the new reading."""
+        self.now += seconds
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock starting at START, shared by the store and the test."""
+    return FakeClock()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Store]:
+    """Each store under test, on the fake clock, closed afterwards."""
+    made: Store
+    if request.param == "memory":
+        made = MemoryStore(clock=clock)
+    else:
+        made = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    yield made
+    made.close()
+
+
+def claim_one(store: Store, owner: str = "worker-a", lease: float = LEASE) -> Claim:
+    """Claim exactly one job and return its claim."""
+    claims = store.claim(owner, lease=lease)
+    assert len(claims) == 1, claims
+    return claims[0]
+
+
+def must_get(store: Store, job_id: int) -> Job:
+    """The job with this id, which must exist."""
+    job = store.get(job_id)
+    assert job is not None
+    return job
+
+
+EMPTY = {"queued": 0, "running": 0, "done": 0, "failed": 0}
+
+# --- enqueue and get ---------------------------------------------------------------------
+
+
+def test_an_enqueued_job_reads_back_as_written(store: Store, clock: FakeClock) -> None:
+    """A job reads back with the task, payload, state, times and attempts it was given."""
+    job_id = store.enqueue("email", {"to": ["a@example.org"], "n": 1.5, "ok": True})
+    job = must_get(store, job_id)
+    assert job.id == job_id
+    assert job.task == "email"
+    assert job.payload == {"to": ["a@example.org"], "n": 1.5, "ok": True}
+    assert job.state is JobState.QUEUED
+    assert job.run_at == job.created_at == job.updated_at == clock.now
+    assert (job.attempts, job.max_attempts) == (0, DEFAULT_MAX_ATTEMPTS)
+    assert (job.lease_owner, job.lease_until, job.last_error) == (None, None, None)
+
+
+@pytest.mark.parametrize("payload", [None, 0, "text", [1, [2]], {"nested": {"list": []}}])
+def test_every_json_payload_round_trips(store: Store, payload: object) -> None:
+    """Any JSON value (None by default) comes back equal from get and from claim."""
+    job_id = store.enqueue("t", payload)
+    assert must_get(store, job_id).payload == payload
+    assert claim_one(store).job.payload == payload
+
+
+def test_get_of_an_unknown_id_is_none(store: Store) -> None:
+    """A job id that was never issued reads as None, not an error."""
+    assert store.get(12345) is None
+
+
+def test_a_returned_job_is_a_snapshot_that_cannot_change_the_store(store: Store) -> None:
+    """Mutating the payload of a returned job leaves the stored job as it was."""
+    job_id = store.enqueue("t", {"items": [1, 2]})
+    must_get(store, job_id).payload["items"].append(3)
+    claim_one(store).job.payload["items"].clear()
+    assert must_get(store, job_id).payload == {"items": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "payload", [object(), {1, 2}, float("nan"), {"when": float("inf")}, b"bytes"]
+)
+def test_a_payload_that_is_not_json_raises_type_error_and_writes_nothing(
+    store: Store, payload: object
+) -> None:
+    """A non-JSON payload is a TypeError that says so, and no job is written."""
+    with pytest.raises(TypeError, match="JSON"):
+        store.enqueue("t", payload)
+    assert store.counts() == EMPTY
+    assert store.next_due() is None
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("",), {}, "task"),
+        (("   ",), {}, "task"),
+        (("t",), {"max_attempts": 0}, "max_attempts"),
+        (("t",), {"delay": -1}, "delay"),
+        (("t",), {"delay": 1, "run_at": START}, "run_at or delay"),
+        (("t",), {"run_at": float("nan")}, "run_at"),
+        (("t",), {"delay": float("inf")}, "delay"),
+    ],
+)
+def test_a_bad_enqueue_argument_raises_value_error_and_writes_nothing(
+    store: Store, args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    """Each bad argument is a ValueError naming it, and no job is written."""
+    with pytest.raises(ValueError, match=message):
+        store.enqueue(*args, **kwargs)
+    assert store.counts() == EMPTY
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"max_attempts": 2.5}, "max_attempts"), ({"delay": "soon"}, "delay")],
+)
+def test_an_argument_of_the_wrong_type_raises_type_error(
+    store: Store, kwargs: dict[str, Any], message: str
+) -> None:
+    """A value of the wrong type is a TypeError naming the argument, and nothing is written."""
+    with pytest.raises(TypeError, match=message):
+        store.enqueue("t", **kwargs)
+    assert store.counts() == EMPTY
+
+
+def test_enqueue_many_writes_every_job_or_none(store: Store) -> None:
+    """One bad job in a batch writes nothing; a good batch gets increasing ids in order."""
+    with pytest.raises(TypeError, match="#1"):
+        store.enqueue_many([{"task": "a"}, {"task": "b", "payload": object()}])
+    with pytest.raises(ValueError, match="unknown keys"):
+        store.enqueue_many([{"task": "a", "priority": 1}])
+    assert store.counts() == EMPTY
+    ids = store.enqueue_many([{"task": "a", "payload": 1}, {"task": "b", "delay": 5}])
+    assert len(ids) == 2
+    assert ids[0] < ids[1]
+    assert [must_get(store, i).task for i in ids] == ["a", "b"]
+    assert store.enqueue_many([]) == []
+
+
+def test_ids_are_never_reused_after_a_purge(store: Store) -> None:
+    """A purged job's id is not given to a new job, so an old id never names a new job."""
+    first = store.enqueue("t")
+    assert store.complete(claim_one(store))
+    assert store.purge() == 1
+    assert store.enqueue("t") > first
+
+
+# --- claim: order, time, exclusivity ------------------------------------------------------
+
+
+def test_claim_takes_the_oldest_run_at_first_and_breaks_ties_by_id(
+    store: Store, clock: FakeClock
+) -> None:
+    """Due jobs come out by run_at, then by id; jobs not yet due stay behind."""
+    late = store.enqueue("late", run_at=START - 1)
+    tie_1 = store.enqueue("tie", run_at=START - 5)
+    tie_2 = store.enqueue("tie", run_at=START - 5)
+    early = store.enqueue("early", run_at=START - 10)
+    store.enqueue("future", delay=1)
+    claims = store.claim("w", lease=LEASE, limit=10)
+    assert [c.job.id for c in claims] == [early, tie_1, tie_2, late]
+    assert store.claim("w", lease=LEASE, limit=10) == []
+
+
+def test_claim_takes_at_most_limit_jobs(store: Store) -> None:
+    """The limit bounds one claim; the rest stay queued for the next claim."""
+    ids = store.enqueue_many([{"task": "t"} for _ in range(5)])
+    assert [c.job.id for c in store.claim("w", lease=LEASE, limit=2)] == ids[:2]
+    assert [c.job.id for c in store.claim("w", lease=LEASE, limit=2)] == ids[2:4]
+    assert store.counts() == {**EMPTY, "queued": 1, "running": 4}
+
+
+def test_a_delayed_job_is_not_claimed_before_its_run_at(store: Store, clock: FakeClock) -> None:
+    """A job enqueued with a delay is due at now + delay exactly, and not a moment before."""
+    job_id = store.enqueue("t", delay=10)
+    assert must_get(store, job_id).run_at == START + 10
+    clock.advance(9.5)
+    assert store.claim("w", lease=LEASE) == []
+    clock.advance(0.5)
+    assert claim_one(store).job.id == job_id
+
+
+def test_a_run_at_in_the_past_is_due_at_once_and_a_future_one_waits(
+    store: Store, clock: FakeClock
+) -> None:
+    """run_at is used as given: in the past it is due now, in the future it waits."""
+    future = store.enqueue("t", run_at=START + 60)
+    past = store.enqueue("t", run_at=START - 60)
+    assert must_get(store, past).run_at == START - 60
+    assert claim_one(store, lease=3600).job.id == past
+    assert store.claim("w", lease=LEASE) == []
+    clock.advance(60)
+    assert claim_one(store).job.id == future
+
+
+@pytest.mark.parametrize(
+    ("owner", "kwargs", "error", "message"),
+    [
+        ("", {"lease": LEASE}, ValueError, "owner"),
+        ("w", {"lease": 0}, ValueError, "lease"),
+        ("w", {"lease": -1}, ValueError, "lease"),
+        ("w", {"lease": LEASE, "limit": 0}, ValueError, "limit"),
+        ("w", {"lease": LEASE, "limit": 1.0}, TypeError, "limit"),
+    ],
+)
+def test_a_bad_claim_argument_raises_and_claims_nothing(
+    store: Store, owner: str, kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """An empty owner, a lease <= 0 or a limit < 1 is refused before any job is touched."""
+    store.enqueue("t")
+    with pytest.raises(error, match=message):
+        store.claim(owner, **kwargs)
+    assert store.counts() == {**EMPTY, "queued": 1}
+
+
+def test_a_claim_takes_a_lease_with_a_token_unique_to_that_claim(
+    store: Store, clock: FakeClock
+) -> None:
+    """A claim marks the job running under its own token until now + lease, one attempt."""
+    store.enqueue_many([{"task": "t"}, {"task": "t"}])
+    first, second = store.claim("worker-a", lease=LEASE, limit=2)
+    for claim in (first, second):
+        assert claim.token.startswith("worker-a")
+        assert claim.lease_until == START + LEASE
+        assert claim.job.state is JobState.RUNNING
+        assert claim.job.attempts == 1
+        assert claim.job.lease_owner == claim.token
+        assert must_get(store, claim.job.id) == claim.job
+    assert first.token != second.token
+
+
+def test_concurrent_claimers_get_each_job_exactly_once(store: Store) -> None:
+    """Eight threads released together by a barrier claim 120 jobs; no job is claimed twice."""
+    ids = store.enqueue_many([{"task": "t", "payload": n} for n in range(120)])
+    barrier = threading.Barrier(8, timeout=MUST_HAPPEN)
+    taken: list[list[int]] = [[] for _ in range(8)]
+
+    def claimer(index: int) -> Callable[[], None]:
+        def run() -> None:
+            barrier.wait()
+            while claims := store.claim(f"w{index}", lease=LEASE, limit=1 + index % 3):
+                for claim in claims:
+                    taken[index].append(claim.job.id)
+                    assert store.complete(claim)
+
+        return run
+
+    threads = [run_in_thread(claimer(i), name=f"claimer-{i}") for i in range(8)]
+    for thread, outcome in threads:
+        join_or_fail(thread)
+        assert "error" not in outcome, outcome
+    claimed = [job_id for per_thread in taken for job_id in per_thread]
+    assert sorted(claimed) == ids  # every job once: none lost, none twice
+    assert store.counts() == {**EMPTY, "done": 120}
+
+
+# --- fencing ------------------------------------------------------------------------------
+
+
+def _stale_and_current(store: Store, clock: FakeClock) -> tuple[Claim, Claim]:
+    """A claim whose lease expired and was taken over, and the claim that took it."""
+    store.enqueue("t")
+    stale = claim_one(store, "worker-a")
+    clock.advance(LEASE)
+    current = claim_one(store, "worker-b")
+    assert current.job.id == stale.job.id
+    assert current.token != stale.token
+    return stale, current
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda s, c: s.complete(c),
+        lambda s, c: s.fail(c, "boom"),
+        lambda s, c: s.retry(c, "boom", run_at=START),
+        lambda s, c: s.release(c),
+        lambda s, c: s.renew(c, lease=LEASE),
+    ],
+    ids=["complete", "fail", "retry", "release", "renew"],
+)
+def test_a_claim_whose_lease_was_taken_over_changes_nothing(
+    store: Store, clock: FakeClock, action: Callable[[Store, Claim], object]
+) -> None:
+    """After expiry and a re-claim, the old claim's transitions return False/None and no-op."""
+    stale, current = _stale_and_current(store, clock)
+    before = must_get(store, stale.job.id)
+    clock.advance(1)
+    assert action(store, stale) in (False, None)
+    assert must_get(store, stale.job.id) == before
+    assert store.complete(current)  # the current holder is unaffected
+    assert must_get(store, stale.job.id).state is JobState.DONE
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda s, c: s.complete(c),
+        lambda s, c: s.fail(c, "boom"),
+        lambda s, c: s.retry(c, "boom", run_at=START),
+        lambda s, c: s.release(c),
+        lambda s, c: s.renew(c, lease=LEASE),
+    ],
+    ids=["complete", "fail", "retry", "release", "renew"],
+)
+def test_a_settled_claim_cannot_settle_the_job_again(
+    store: Store, action: Callable[[Store, Claim], object]
+) -> None:
+    """Once a claim completed its job, any further transition with it is refused."""
+    store.enqueue("t")
+    claim = claim_one(store)
+    assert store.complete(claim)
+    done = must_get(store, claim.job.id)
+    assert action(store, claim) in (False, None)
+    assert must_get(store, claim.job.id) == done
+
+
+def test_a_claim_for_a_purged_job_is_refused(store: Store) -> None:
+    """A claim whose job no longer exists returns False instead of raising."""
+    store.enqueue("t")
+    claim = claim_one(store)
+    stale_copy = Claim(claim.job, claim.token, claim.lease_until)
+    assert store.fail(claim, "boom")
+    assert store.purge() == 1
+    assert store.complete(stale_copy) is False
+    assert store.renew(stale_copy, lease=LEASE) is None
+
+
+# --- transitions and attempts -------------------------------------------------------------
+
+
+def test_complete_marks_the_job_done_and_keeps_the_row(store: Store, clock: FakeClock) -> None:
+    """Completing ends the lease and keeps the job readable until an explicit purge."""
+    job_id = store.enqueue("t")
+    claim = claim_one(store)
+    clock.advance(2)
+    assert store.complete(claim)
+    job = must_get(store, job_id)
+    assert job.state is JobState.DONE
+    assert (job.lease_owner, job.lease_until) == (None, None)
+    assert (job.attempts, job.updated_at) == (1, START + 2)
+    assert store.claim("w", lease=LEASE) == []
+
+
+def test_fail_marks_the_job_failed_with_the_error(store: Store) -> None:
+    """Failing ends the job for good and records why."""
+    job_id = store.enqueue("t")
+    assert store.fail(claim_one(store), "ValueError: bad input")
+    job = must_get(store, job_id)
+    assert (job.state, job.last_error, job.lease_owner) == (
+        JobState.FAILED,
+        "ValueError: bad input",
+        None,
+    )
+    assert store.claim("w", lease=LEASE) == []
+
+
+def test_retry_keeps_the_attempt_and_queues_the_job_at_the_new_time(
+    store: Store, clock: FakeClock
+) -> None:
+    """A retry records the error, moves run_at, keeps attempts, and the job waits until then."""
+    job_id = store.enqueue("t")
+    assert store.retry(claim_one(store), "timeout", run_at=START + 7)
+    job = must_get(store, job_id)
+    assert (job.state, job.attempts, job.run_at) == (JobState.QUEUED, 1, START + 7)
+    assert (job.last_error, job.lease_owner, job.lease_until) == ("timeout", None, None)
+    assert store.claim("w", lease=LEASE) == []
+    clock.advance(7)
+    assert claim_one(store).job.attempts == 2
+
+
+def test_release_gives_the_attempt_back_and_keeps_the_original_run_at(
+    store: Store, clock: FakeClock
+) -> None:
+    """An interrupted job goes back exactly as it was: same run_at, same attempts, no lease."""
+    job_id = store.enqueue("t", run_at=START - 100)
+    clock.advance(50)
+    claim = claim_one(store)
+    assert claim.job.attempts == 1
+    clock.advance(5)
+    assert store.release(claim)
+    job = must_get(store, job_id)
+    assert (job.state, job.attempts, job.run_at) == (JobState.QUEUED, 0, START - 100)
+    assert (job.lease_owner, job.lease_until, job.last_error) == (None, None, None)
+    assert claim_one(store).job.id == job_id  # due again at once, still first in line
+
+
+def test_release_after_a_retry_keeps_the_retry_time_and_error(
+    store: Store, clock: FakeClock
+) -> None:
+    """Release undoes only its own claim: earlier attempts and the retry's run_at stay."""
+    job_id = store.enqueue("t")
+    assert store.retry(claim_one(store), "flaky", run_at=START + 3)
+    clock.advance(10)
+    assert store.release(claim_one(store))
+    job = must_get(store, job_id)
+    assert (job.attempts, job.run_at, job.last_error) == (1, START + 3, "flaky")
+
+
+def test_attempts_count_claims_including_expired_ones(store: Store, clock: FakeClock) -> None:
+    """Claims count, releases give back, retries keep, and a lease expiry counts an attempt."""
+    job_id = store.enqueue("t", max_attempts=5)
+    assert claim_one(store).job.attempts == 1
+    clock.advance(LEASE)  # the worker died: its lease expires
+    again = claim_one(store)
+    assert again.job.attempts == 2
+    assert store.release(again)
+    assert must_get(store, job_id).attempts == 1
+    assert store.retry(claim_one(store), "e", run_at=clock.now)
+    assert must_get(store, job_id).attempts == 2
+    assert claim_one(store).job.attempts == 3
+
+
+def test_a_job_that_keeps_killing_its_worker_ends_failed_with_the_reason(
+    store: Store, clock: FakeClock
+) -> None:
+    """When the last attempt's lease expires, the next claim fails the job instead of running it."""
+    job_id = store.enqueue("poison", max_attempts=2)
+    other = store.enqueue("fine", run_at=START + 2 * LEASE)
+    for attempt in (1, 2):
+        assert claim_one(store).job.attempts == attempt
+        clock.advance(LEASE)  # each time the worker dies and its lease runs out
+    assert [c.job.id for c in store.claim("w", lease=LEASE, limit=5)] == [other]
+    job = must_get(store, job_id)
+    assert job.state is JobState.FAILED
+    assert job.attempts == 2
+    assert job.last_error is not None
+    assert "lease expired after 2 attempts" in job.last_error
+    assert (job.lease_owner, job.lease_until) == (None, None)
+
+
+def test_an_expired_lease_is_not_claimable_a_moment_before_it_ends(
+    store: Store, clock: FakeClock
+) -> None:
+    """A running job is claimable again exactly when its lease ends, not earlier."""
+    store.enqueue("t")
+    claim_one(store)
+    clock.advance(LEASE - 0.5)
+    assert store.claim("w", lease=LEASE) == []
+    clock.advance(0.5)
+    assert len(store.claim("w", lease=LEASE)) == 1
+
+
+def test_renew_extends_the_lease_and_returns_a_new_claim(store: Store, clock: FakeClock) -> None:
+    """A renewal moves lease_until to now + lease under the same token; the job stays protected."""
+    store.enqueue("t")
+    claim = claim_one(store)
+    clock.advance(LEASE - 1)
+    renewed = store.renew(claim, lease=LEASE)
+    assert renewed is not None
+    assert renewed.token == claim.token
+    assert renewed.lease_until == clock.now + LEASE
+    assert renewed.job.lease_until == renewed.lease_until
+    assert renewed.job.attempts == 1  # a renewal is not an attempt
+    clock.advance(2)  # past the first lease, inside the renewed one
+    assert store.claim("other", lease=LEASE) == []
+    assert store.complete(claim)  # the token, not the Claim object, holds the lease
+
+
+def test_a_late_holder_can_renew_until_someone_else_claims(store: Store, clock: FakeClock) -> None:
+    """An expired lease that nobody took over yet still belongs to its claim."""
+    store.enqueue("t")
+    claim = claim_one(store)
+    clock.advance(LEASE + 5)
+    renewed = store.renew(claim, lease=LEASE)
+    assert renewed is not None
+    assert store.claim("other", lease=LEASE) == []
+    assert store.complete(renewed)
+
+
+def test_a_renewal_with_a_bad_lease_is_refused(store: Store) -> None:
+    """renew(lease <= 0) is a ValueError and leaves the lease as it was."""
+    store.enqueue("t")
+    claim = claim_one(store)
+    with pytest.raises(ValueError, match="lease"):
+        store.renew(claim, lease=0)
+    assert must_get(store, claim.job.id).lease_until == claim.lease_until
+
+
+# --- next_due, counts, purge, close --------------------------------------------------------
+
+
+def test_next_due_is_the_earliest_run_at_or_lease_expiry(store: Store, clock: FakeClock) -> None:
+    """next_due covers queued run_at and running lease ends, ignores finished jobs."""
+    assert store.next_due() is None
+    store.enqueue("t", delay=100)
+    assert store.next_due() == START + 100
+    store.enqueue("t", delay=0)
+    assert store.next_due() == START
+    claim = claim_one(store, lease=20)
+    assert store.next_due() == START + 20  # the lease expiry, before the queued job
+    assert store.complete(claim)
+    assert store.next_due() == START + 100
+    clock.advance(100)
+    assert store.fail(claim_one(store), "x")
+    assert store.next_due() is None
+
+
+def test_counts_has_every_state_even_when_zero(store: Store, clock: FakeClock) -> None:
+    """The counts report all four states and follows every transition."""
+    assert store.counts() == EMPTY
+    store.enqueue_many([{"task": "t"} for _ in range(4)])
+    a, b, c = store.claim("w", lease=LEASE, limit=3)
+    assert store.complete(a)
+    assert store.fail(b, "x")
+    assert store.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 1}
+    assert store.release(c)
+    assert store.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 1}
+
+
+def test_purge_deletes_only_finished_jobs_updated_before_the_cutoff(
+    store: Store, clock: FakeClock
+) -> None:
+    """A purge removes done and failed rows (optionally older than a time), never live ones."""
+    store.enqueue_many([{"task": "t"} for _ in range(5)])
+    old_done, old_failed, new_done, running = store.claim("w", lease=LEASE, limit=4)
+    assert store.complete(old_done)
+    assert store.fail(old_failed, "x")
+    clock.advance(10)
+    assert store.complete(new_done)
+    assert store.purge(older_than=START + 10) == 2
+    assert store.get(old_done.job.id) is None
+    assert store.get(old_failed.job.id) is None
+    assert store.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0}
+    assert store.purge() == 1
+    assert store.counts() == {"queued": 1, "running": 1, "done": 0, "failed": 0}
+    assert store.complete(running)
+
+
+def test_close_is_idempotent_and_a_closed_store_refuses_work(store: Store) -> None:
+    """Closing twice is harmless; afterwards every method raises RuntimeError."""
+    store.enqueue("t")
+    store.close()
+    store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        store.enqueue("t")
+    with pytest.raises(RuntimeError, match="closed"):
+        store.claim("w", lease=LEASE)
+    with pytest.raises(RuntimeError, match="closed"):
+        store.counts()
