@@ -151,12 +151,22 @@ def test_keyboard_interrupt_while_awaiting_forces_the_executor_and_is_re_raised(
     queued = pool.submit(returns("never"))
     gate.wait_reached()
     main = threading.main_thread()
+    handled = threading.Event()
+
+    def ctrl_c_once(signum: int, frame: object) -> None:
+        # Raise exactly once, however many signals arrive.
+        if not handled.is_set():
+            handled.set()
+            raise KeyboardInterrupt
 
     def interrupt_main() -> None:
         wait_until_blocked_in(main, "await_termination")
-        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+        # A signal that lands in the instant between the last bytecode and the blocking
+        # C call is only seen when the wait ends, so repeat it until it has been handled.
+        while not handled.wait(0.05):
+            signal.pthread_kill(main.ident or 0, signal.SIGINT)
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, ctrl_c_once)
     interrupter = threading.Thread(target=interrupt_main, name="interrupter")
     try:
         interrupter.start()
@@ -164,6 +174,7 @@ def test_keyboard_interrupt_while_awaiting_forces_the_executor_and_is_re_raised(
             shutdown_and_await(pool, MUST_HAPPEN, force_timeout=MUST_HAPPEN)
     finally:
         signal.signal(signal.SIGINT, previous)
+        handled.set()
         join_or_fail(interrupter)
 
     assert queued.cancelled()

@@ -1,0 +1,840 @@
+"""Fence off expensive work: a fixed pool of workers, a bounded wait, and a fast "no".
+
+TL;DR: ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of a `Bulkhead`'s
+``max_concurrent`` worker threads, lets at most ``queue_size`` callers wait for one, and
+refuses everyone else at once with `BulkheadFull`; `BulkheadMiddleware` puts a WSGI route
+behind a bulkhead and answers 503 when it is full or closed and 504 when a caller's
+timeout passes.
+
+Pitfall:
+    A server that hands heavy work to a `ThreadPoolExecutor` and waits for the result has
+    bounded the work but not the waiting: the executor's queue is unbounded, so a burst on
+    the heavy route is accepted whole, every request thread ends up parked in
+    ``future.result()``, and the light routes find no thread to run on (B1). A caller that
+    gives up with ``future.result(timeout)`` leaves its job behind: a queued job still runs
+    later for nobody, a running one keeps its worker and fails unseen, and nothing counts
+    either (B2). `queue.Queue` looks like the bounded queue to admit through, but
+    ``Queue(maxsize=0)`` means *unbounded*, so a "size 0" queue never refuses (B3).
+    ``shutdown(wait=False)`` leaves the callers whose work is queued waiting, and still
+    runs that work after the "stop" (B4). And a counter bumped after the result is handed
+    over is read too early by the very caller that got the result (B5).
+
+Pattern:
+    A bulkhead: ``max_concurrent`` worker threads, started with it, and a wait queue with
+    room for ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
+    jobs running plus the jobs waiting are fewer than ``max_concurrent + queue_size``;
+    otherwise `BulkheadFull` is raised at once (the seed's 503). With ``queue_size=0``
+    that is a true hand-off: accepted only if some worker is free. A caller's ``timeout``
+    counts from admission. When it passes the caller gets `BulkheadTimeout` at once, but
+    the job is not cancelled: a queued one is skipped when a worker reaches it (the
+    `concurrent.futures.Future` state machine decides, under its own lock, whether the
+    caller's ``cancel()`` or the worker's start wins), and a running one finishes in the
+    background, keeping its worker; its `CancelToken` is cancelled so that cooperative
+    code can stop early. Every counter is updated under one lock, before the result is
+    released. `Bulkhead.close` is permanent: it releases queued callers with
+    `BulkheadClosed` at once, refuses every later caller, leaves running handlers alone
+    (or cancels their tokens), waits up to its ``timeout`` for them and reports the ones
+    still running.
+
+Guarantees:
+    * ``call``, ``submit`` and admission never block: a refused caller learns it at once.
+    * At most ``max_concurrent`` handlers run at a time, and at most
+      ``max_concurrent + queue_size`` jobs are running or waiting.
+    * Every accepted ``call`` ends exactly one way: the handler's result, the handler's
+      exception (re-raised with its original traceback), `BulkheadTimeout`, or
+      `BulkheadClosed` (released from the queue by ``close``).
+    * A caller that has its result, or its handler's exception, sees it counted in
+      `Bulkhead.stats`; `BulkheadStats` lists the invariants every snapshot keeps.
+    * ``close(timeout)`` returns within ``timeout`` (plus scheduling noise), is idempotent,
+      and its `CloseReport` names every handler still running at the deadline.
+    * A handler that fails after its caller left is logged at ERROR with its traceback.
+
+Python:
+    3.11+, standard library only. Since 3.11 `concurrent.futures.TimeoutError` is the
+    builtin `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never
+    reads ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too)
+    as its own timeout. No version can stop a running thread, so a timed-out handler
+    holds its worker until it returns. The workers are threads: under the GIL a
+    bulkhead bounds how many CPU-bound handlers run at once but does not run them in
+    parallel; on the free-threaded build (3.13+) they run in parallel. Nothing here
+    changed in 3.12 to 3.14.
+
+Java:
+    Resilience4j's ``ThreadPoolBulkhead`` (``maxThreadPoolSize``, ``queueCapacity``,
+    ``BulkheadFullException``) is the same shape. In the JDK alone it is a
+    ``ThreadPoolExecutor`` with a bounded ``ArrayBlockingQueue`` and the
+    ``AbortPolicy`` (``RejectedExecutionException`` is `BulkheadFull`), or a
+    ``SynchronousQueue`` for ``queue_size=0``; ``Executors.newFixedThreadPool`` has the
+    unbounded queue of B1. ``Future.get(timeout)`` throws ``TimeoutException`` and, like
+    ``call``, cancels nothing; ``cancel(true)`` interrupts the worker, which Python cannot
+    do, hence the `CancelToken`.
+
+See also:
+    ``executor_shutdown`` (stopping a pool on a deadline), ``cancellation`` (a fuller
+    token, for handlers that block), ``closable_queue`` (closing a queue so that no
+    waiter is left behind).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import json
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+__all__ = [
+    "Bulkhead",
+    "BulkheadClosed",
+    "BulkheadFull",
+    "BulkheadMiddleware",
+    "BulkheadRejected",
+    "BulkheadStats",
+    "BulkheadTimeout",
+    "CancelToken",
+    "CloseReport",
+    "current_token",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# WSGI shapes (``wsgiref.types`` has the full ones), for the private helpers; the public
+# signatures spell them out, so that the generated docs have nothing left to resolve.
+StartResponse = Callable[..., Callable[[bytes], object]]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+_names = itertools.count(1)
+
+
+class BulkheadRejected(Exception):
+    """The bulkhead refused the call; the function did not run and never will (HTTP 503).
+
+    Attributes:
+        bulkhead: the name of the bulkhead that refused.
+    """
+
+    def __init__(self, bulkhead: str, message: str) -> None:
+        super().__init__(f"{bulkhead}: {message}")
+        self.bulkhead = bulkhead
+
+
+class BulkheadFull(BulkheadRejected):
+    """Every worker was busy and the wait queue was full (or ``queue_size`` is 0)."""
+
+
+class BulkheadClosed(BulkheadRejected):
+    """The bulkhead is closed: refused at admission, or released from the queue by ``close``.
+
+    Attributes:
+        drained: True if the call had been accepted and was waiting in the queue when
+            ``close`` released it; False if it was refused at admission.
+    """
+
+    def __init__(self, bulkhead: str, message: str, *, drained: bool) -> None:
+        super().__init__(bulkhead, message)
+        self.drained = drained
+
+
+class BulkheadTimeout(TimeoutError):
+    """The caller's timeout passed before the result arrived (HTTP 504).
+
+    The work was not cancelled. If it had not started (``started`` is False) a worker
+    will skip it; if it had, it runs to its end on its worker, and its `CancelToken` is
+    cancelled.
+
+    Attributes:
+        bulkhead: the name of the bulkhead.
+        started: whether a worker had started the function when the caller left.
+        timeout: the caller's timeout, in seconds.
+    """
+
+    def __init__(self, bulkhead: str, *, started: bool, timeout: float) -> None:
+        where = "still running, left to finish" if started else "still queued, will be skipped"
+        super().__init__(f"{bulkhead}: no result within {timeout:.3g}s ({where})")
+        self.bulkhead = bulkhead
+        self.started = started
+        self.timeout = timeout
+
+
+class CancelToken:
+    """A one-way "your caller is gone, stop if you can" flag for the function a worker runs.
+
+    The function gets it from `current_token` (a WSGI app behind `BulkheadMiddleware`
+    also finds it in ``environ["bulkhead.token"]``). The bulkhead cancels it when the
+    caller's timeout passes while the function runs, and when ``close(cancel_running=True)``
+    is called; only the bulkhead can cancel it. Nothing is interrupted: the function
+    looks at `cancelled`, waits with `wait` instead of `time.sleep`, or registers a
+    callback with `on_cancel` that closes whatever it is blocked on.
+    """
+
+    def __init__(self) -> None:
+        # Guards _reason and _callbacks; held by _cancel() and on_cancel(), never while a
+        # callback runs.
+        self._lock = threading.Lock()
+        # Set once, by _cancel(), in the thread of the caller that timed out or of close();
+        # waited on by the running function through wait().
+        self._event = threading.Event()
+        self._reason: str | None = None
+        self._callbacks: list[Callable[[], object]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the token was cancelled; once True it stays True."""
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        """Why it was cancelled (``"caller timed out"``, ``"bulkhead closed"``), or None."""
+        with self._lock:
+            return self._reason
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early on cancel; return `cancelled`."""
+        return self._event.wait(timeout)
+
+    def on_cancel(self, callback: Callable[[], object]) -> None:
+        """Run ``callback()`` once when the token is cancelled; at once if it already is.
+
+        Callbacks run in the cancelling thread, in registration order. An exception from
+        one is logged and does not stop the others.
+        """
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        self._run(callback)
+
+    def _cancel(self, reason: str) -> bool:
+        """Cancel with ``reason`` and run the callbacks; False if it was already cancelled."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._reason = reason
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            self._run(callback)
+        return True
+
+    @staticmethod
+    def _run(callback: Callable[[], object]) -> None:
+        try:
+            callback()
+        except Exception:
+            logger.exception("cancel callback %r failed", callback)
+
+
+# The token of the job the current thread is running; set only by a bulkhead worker.
+_current = threading.local()
+
+
+def current_token() -> CancelToken:
+    """The `CancelToken` of the job this thread is running for a `Bulkhead`.
+
+    Raises:
+        RuntimeError: the calling thread is not running a bulkhead job.
+    """
+    token: CancelToken | None = getattr(_current, "token", None)
+    if token is None:
+        raise RuntimeError("current_token() called outside a function run by a Bulkhead")
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class BulkheadStats:
+    """A snapshot of a bulkhead's counters and gauges, all read under one lock.
+
+    Counters (they only grow):
+
+    * ``accepted``: calls admitted (by ``call`` or ``submit``).
+    * ``processed``: handlers that completed, by returning **or raising**, including those
+      whose caller had already timed out (the seed's rule). Counted before the result is
+      released.
+    * ``errors``: handlers that raised, including after their caller timed out (the
+      seed's rule); a subset of ``processed``. Counted before the error is released.
+    * ``timeouts``: calls whose timeout passed before their result arrived, queued or
+      running.
+    * ``skipped``: accepted jobs dropped without running because their caller had left
+      (it timed out while queued, or cancelled its future): by the worker that reached
+      them, or by ``close``.
+    * ``rejections``: calls refused because the bulkhead was full (saturation only).
+    * ``shutdown_rejections``: calls refused because the bulkhead was closed, plus queued
+      calls released by ``close``. The seed's ``:rejections`` is this plus ``rejections``.
+    * ``drained``: the queued calls released by ``close`` (part of
+      ``shutdown_rejections``).
+
+    Gauges (current values):
+
+    * ``active``: handlers running now, abandoned ones included.
+    * ``queued``: accepted jobs not yet taken by a worker, including those whose caller
+      has left (each still holds its queue slot until a worker reaches it).
+    * ``abandoned``: handlers still running although their caller timed out.
+
+    Invariants (every snapshot):
+
+    * ``accepted == processed + skipped + drained + active + queued``
+    * ``calls made == accepted + rejections + shutdown_rejections - drained``
+    * ``errors <= processed``, ``abandoned <= active <= max_concurrent`` and
+      ``active + queued <= max_concurrent + queue_size``
+    * ``skipped <= timeouts``, as long as nobody cancels a future that ``submit``
+      returned or interrupts a waiting ``call`` (each can add a skip but no timeout)
+    """
+
+    name: str
+    accepted: int = 0
+    processed: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    skipped: int = 0
+    rejections: int = 0
+    shutdown_rejections: int = 0
+    drained: int = 0
+    active: int = 0
+    queued: int = 0
+    abandoned: int = 0
+
+
+@dataclass(frozen=True)
+class CloseReport:
+    """What a ``close`` call did and found.
+
+    Attributes:
+        name: the bulkhead's name.
+        terminated: every worker thread had ended when the call returned.
+        drained: queued callers this call released with `BulkheadClosed`.
+        still_running: one line per handler still running at the deadline:
+            ``"<worker thread>: <function>"``, with ``" (abandoned)"`` if its caller had
+            timed out.
+        stats: the counters as the call returned.
+        elapsed: seconds the call took.
+    """
+
+    name: str
+    terminated: bool
+    drained: int
+    still_running: tuple[str, ...]
+    stats: BulkheadStats
+    elapsed: float
+
+
+_COUNTS = [f.name for f in fields(BulkheadStats) if f.name not in ("name", "active", "queued")]
+
+
+class _Job:
+    """One accepted call: the function, its future and token, and where it stands."""
+
+    __slots__ = ("abandoned", "args", "fn", "future", "kwargs", "settled", "thread", "token")
+
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.future: Future[Any] = Future()
+        self.token = CancelToken()
+        # The next three are written under the bulkhead's lock only.
+        self.settled = False  # its outcome is decided: finished, or drained by close()
+        self.abandoned = False  # its caller timed out while it was running
+        self.thread = ""  # the worker running it
+
+    def describe(self) -> str:
+        """``"<worker thread>: <function>"``, marked if its caller timed out."""
+        name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
+        return f"{self.thread}: {name}" + (" (abandoned)" if self.abandoned else "")
+
+
+def _check_count(option: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum > 0 else "an integer of 0 or more"
+        raise ValueError(f"{option} must be {kind}, got {value!r}")
+    return value
+
+
+def _check_seconds(option: str, value: object, *, allow_none: bool) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{option} must be a number of seconds, 0 or more, got {value!r}")
+    return float(value)
+
+
+class Bulkhead:
+    """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
+
+    The workers start with the bulkhead and are non-daemon threads, so close it (or use
+    it in a ``with`` block, which calls ``close(close_timeout)`` on exit): an idle worker
+    left running keeps the process alive after ``main`` returns. Several bulkheads in
+    one process are independent; give each the resource it protects as its ``name``,
+    which also names its threads and appears in every exception and log line.
+
+    Raises:
+        ValueError: ``max_concurrent`` is not a positive integer, ``queue_size`` is not
+            an integer of 0 or more, or ``close_timeout`` is negative.
+    """
+
+    def __init__(
+        self,
+        max_concurrent: int,
+        queue_size: int,
+        *,
+        name: str | None = None,
+        close_timeout: float = 5.0,
+    ) -> None:
+        self._max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
+        self._queue_size = _check_count("queue_size", queue_size, 0)
+        self.close_timeout = _check_seconds("close_timeout", close_timeout, allow_none=False)
+        self.name = name if name is not None else f"bulkhead-{next(_names)}"
+        # Guards every field below and every _Job's settled/abandoned/thread. Held by
+        # callers to admit and to time out, by workers to take a job and to count it, by
+        # close() to drain, and by stats(). Never held while a handler, a token callback
+        # or a future's done-callback runs.
+        self._lock = threading.Lock()
+        # Idle workers wait on it for a job or for close(); admission notifies one,
+        # close() notifies all.
+        self._wakeup = threading.Condition(self._lock)
+        self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
+        self._running: set[_Job] = set()
+        self._closed = False
+        # Every BulkheadStats field but the name and the two gauges read off the containers.
+        self._counts = dict.fromkeys(_COUNTS, 0)
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{self.name}-worker-{i}")
+            for i in range(self._max_concurrent)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Bulkhead {self.name!r} max_concurrent={self._max_concurrent} "
+            f"queue_size={self._queue_size}{' closed' if self.closed else ''}>"
+        )
+
+    @property
+    def max_concurrent(self) -> int:
+        """How many handlers may run at once (the number of worker threads)."""
+        return self._max_concurrent
+
+    @property
+    def queue_size(self) -> int:
+        """How many accepted jobs may wait for a worker; 0 means hand-off only."""
+        return self._queue_size
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called; a closed bulkhead never opens again."""
+        with self._lock:
+            return self._closed
+
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """The worker threads."""
+        return list(self._threads)
+
+    def stats(self) -> BulkheadStats:
+        """A consistent snapshot of the counters and gauges (see `BulkheadStats`)."""
+        with self._lock:
+            return self._snapshot()
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """Admit ``fn(*args, **kwargs)`` and return its `concurrent.futures.Future` at once.
+
+        The future ends with the function's result or exception, or with `BulkheadClosed`
+        if ``close`` releases the job from the queue. Cancelling it while the job is
+        queued withdraws the job (a worker skips it); a running job cannot be cancelled.
+        A submit has no timeout: wait on the future with one, or use `call`.
+
+        Raises:
+            BulkheadFull: every worker is busy and the queue is full.
+            BulkheadClosed: the bulkhead is closed.
+        """
+        return self._admit(fn, args, kwargs).future
+
+    def call(
+        self, fn: Callable[..., T], /, *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` on a worker and return its result.
+
+        ``timeout`` (seconds, None for no limit) counts from admission, so time spent in
+        the queue uses it up. An exception from ``fn`` is re-raised here with its original
+        traceback. The ``timeout`` keyword is the bulkhead's; to pass a keyword of that
+        name to ``fn``, wrap it with `functools.partial`.
+
+        Raises:
+            BulkheadFull: refused at once: every worker busy and the queue full.
+            BulkheadClosed: refused at once, or released from the queue by ``close``.
+            BulkheadTimeout: the timeout passed first; the work was not cancelled.
+            ValueError: ``timeout`` is negative (checked before admission).
+        """
+        limit = _check_seconds("timeout", timeout, allow_none=True)
+        job = self._admit(fn, args, kwargs)
+        try:
+            done, _ = concurrent.futures.wait([job.future], limit)
+        except BaseException:  # KeyboardInterrupt while waiting: the caller is gone
+            self._leave(job, timed_out=False, limit=limit)
+            raise
+        if not done:
+            self._leave(job, timed_out=True, limit=limit)
+        result: T = job.future.result()  # settled by now: a result, an error, BulkheadClosed
+        return result
+
+    def close(self, timeout: float | None = None, *, cancel_running: bool = False) -> CloseReport:
+        """Close for good: release queued callers, refuse later ones, report what still runs.
+
+        Queued callers get `BulkheadClosed` at once and every later call is refused with
+        it. Running handlers are not interrupted; ``cancel_running=True`` cancels their
+        tokens, which only cooperative handlers notice. With a ``timeout`` the call waits
+        up to that many seconds for the workers to end; with None it does not wait. It
+        is idempotent (a later call releases nothing, waits again within its own budget
+        and reports again) and may be called from any thread, a handler's included (that
+        worker is then reported as still running, as it cannot wait for itself).
+
+        Raises:
+            ValueError: ``timeout`` is negative.
+        """
+        limit = _check_seconds("timeout", timeout, allow_none=True)
+        start = time.monotonic()
+        deadline = start + (limit or 0.0)
+        released: list[_Job] = []
+        with self._lock:
+            first = not self._closed
+            self._closed = True
+            while self._pending:
+                job = self._pending.popleft()
+                # Same lock as the caller's cancel(): each job is drained or skipped, once.
+                if job.future.set_running_or_notify_cancel():
+                    job.settled = True
+                    released.append(job)
+                else:
+                    self._counts["skipped"] += 1
+            self._counts["drained"] += len(released)
+            self._counts["shutdown_rejections"] += len(released)
+            running = list(self._running)
+            self._wakeup.notify_all()  # idle workers see _closed and end
+        for job in released:
+            job.future.set_exception(
+                BulkheadClosed(self.name, "closed while the call was queued", drained=True)
+            )
+        if cancel_running:
+            for job in running:
+                job.token._cancel("bulkhead closed")
+        if first:
+            logger.info(
+                "%s: closed; %d queued caller(s) released, %d handler(s) running",
+                self.name,
+                len(released),
+                len(running),
+            )
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current and limit is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            still_running = tuple(sorted(job.describe() for job in self._running))
+            stats = self._snapshot()
+        terminated = not any(thread.is_alive() for thread in self._threads)
+        if limit is not None and still_running:
+            logger.warning(
+                "%s: %d handler(s) still running after %.3gs: %s",
+                self.name,
+                len(still_running),
+                limit,
+                "; ".join(still_running),
+            )
+        return CloseReport(
+            self.name, terminated, len(released), still_running, stats, time.monotonic() - start
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(self.close_timeout)
+
+    # --- the caller's side ----------------------------------------------------------------
+
+    def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
+        """Accept the job or raise at once; never waits."""
+        with self._lock:
+            if self._closed:
+                self._counts["shutdown_rejections"] += 1
+                raise BulkheadClosed(self.name, "closed", drained=False)
+            # Running plus waiting, including jobs whose caller left: a skipped job holds
+            # its slot until a worker reaches it. With queue_size 0 this admits only
+            # while some worker has nothing to do: a hand-off, not a queue.
+            if len(self._running) + len(self._pending) >= self._max_concurrent + self._queue_size:
+                self._counts["rejections"] += 1
+                raise BulkheadFull(
+                    self.name,
+                    f"all {self._max_concurrent} worker(s) busy and "
+                    f"{self._queue_size} caller(s) already waiting",
+                )
+            job = _Job(fn, args, kwargs)
+            self._pending.append(job)
+            self._counts["accepted"] += 1
+            self._wakeup.notify()
+        return job
+
+    def _leave(self, job: _Job, *, timed_out: bool, limit: float | None) -> None:
+        """The caller stops waiting; raise `BulkheadTimeout`, or return if it just settled."""
+        with self._lock:
+            # cancel() succeeds only while the job is queued; a worker's start and
+            # close()'s drain go through the same future lock, so exactly one wins.
+            if job.future.cancel():
+                started = False
+            elif job.settled:
+                return  # the outcome was decided as the time ran out: deliver it
+            else:
+                started = True
+                job.abandoned = True
+                self._counts["abandoned"] += 1
+            if timed_out:
+                self._counts["timeouts"] += 1
+        if started:
+            job.token._cancel("caller timed out" if timed_out else "caller interrupted")
+        if timed_out:
+            logger.debug("%s: caller timed out (%s)", self.name, "running" if started else "queued")
+            raise BulkheadTimeout(self.name, started=started, timeout=limit or 0.0)
+
+    # --- the worker's side ----------------------------------------------------------------
+
+    def _work(self) -> None:
+        """Worker thread body: take jobs until closed; skip those whose caller left."""
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._wakeup.wait()
+                if not self._pending:  # closed: close() drained the queue
+                    return
+                job = self._pending.popleft()
+                if not job.future.set_running_or_notify_cancel():
+                    self._counts["skipped"] += 1  # the caller left while it was queued
+                    continue
+                job.thread = threading.current_thread().name
+                self._running.add(job)
+            self._run(job)
+
+    def _run(self, job: _Job) -> None:
+        """Run one job, count it, then release its outcome: in that order (B5)."""
+        result: Any = None
+        error: BaseException | None = None
+        _current.token = job.token
+        try:
+            result = job.fn(*job.args, **job.kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises it
+            error = exc
+        finally:
+            _current.token = None
+        with self._lock:
+            self._running.discard(job)
+            job.settled = True
+            self._counts["processed"] += 1
+            if error is not None:
+                self._counts["errors"] += 1
+            abandoned = job.abandoned
+            if abandoned:
+                self._counts["abandoned"] -= 1
+        if error is not None:
+            if abandoned:  # nobody else will ever see it
+                logger.error(
+                    "%s: %s failed after its caller left",
+                    self.name,
+                    job.describe(),
+                    exc_info=(type(error), error, error.__traceback__),
+                )
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    def _snapshot(self) -> BulkheadStats:
+        return BulkheadStats(
+            name=self.name,
+            active=len(self._running),
+            queued=len(self._pending),
+            **self._counts,
+        )
+
+
+# --- WSGI --------------------------------------------------------------------------------
+
+
+def _run_wsgi_app(app: WSGIApp, environ: dict[str, Any]) -> tuple[str, list[Any], list[bytes]]:
+    """Run ``app`` to the end of its body; return its status, headers and body chunks.
+
+    The whole response is produced here, so all the work a route does happens on the
+    thread that calls this (a bulkhead worker), not later while the server writes it out.
+    """
+    captured: dict[str, Any] = {}
+    body: list[bytes] = []
+
+    def start_response(
+        status: str, headers: list[Any], exc_info: Any = None
+    ) -> Callable[[bytes], object]:
+        # Nothing has been sent yet, so a second call (with exc_info, after an error)
+        # simply replaces the first, as PEP 3333 allows before the headers are sent.
+        captured.update(status=status, headers=list(headers))
+        return body.append  # the legacy write() callable
+
+    result = app(environ, start_response)
+    try:
+        body.extend(result)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    if "status" not in captured:
+        raise RuntimeError(f"WSGI app {app!r} returned without calling start_response")
+    return captured["status"], captured["headers"], body
+
+
+class BulkheadMiddleware:
+    """WSGI middleware that runs ``app`` inside ``bulkhead``: wrap a whole app or one route.
+
+    The app runs on a bulkhead worker, body included (it is collected there, so do not
+    wrap a route that streams), while the server's request thread waits up to
+    ``timeout`` seconds. Its response is passed on unchanged; an exception it raises is
+    re-raised in the request thread, where the server turns it into a 500. When the
+    bulkhead is full or closed the answer is 503 with a ``Retry-After`` header, and when
+    the timeout passes it is 504; both have a small JSON body. Inside the app,
+    ``environ["bulkhead.token"]`` is the call's `CancelToken`.
+
+    Sizing: each waiting request holds a server thread, so keep ``max_concurrent +
+    queue_size`` below the server's thread limit, leaving threads for other routes.
+
+    Raises:
+        ValueError: ``timeout`` or ``retry_after`` is negative, or not a number.
+    """
+
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]],
+        bulkhead: Bulkhead,
+        *,
+        timeout: float = 30.0,
+        retry_after: int = 1,
+    ) -> None:
+        self.app = app
+        self.bulkhead = bulkhead
+        self.timeout = _check_seconds("timeout", timeout, allow_none=False)
+        self.retry_after = _check_count("retry_after", retry_after, 0)
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        """Serve one request through the bulkhead (the WSGI entry point)."""
+        try:
+            status, headers, body = self.bulkhead.call(
+                self._in_worker, environ, timeout=self.timeout
+            )
+        except BulkheadRejected as exc:
+            message = (
+                "The bulkhead is closed."
+                if isinstance(exc, BulkheadClosed)
+                else "The bulkhead is at capacity. Please try again later."
+            )
+            extra = [("Retry-After", str(self.retry_after))]
+            return self._error(start_response, "503 Service Unavailable", message, extra)
+        except BulkheadTimeout:
+            message = "The request took too long to process."
+            return self._error(start_response, "504 Gateway Timeout", message, [])
+        start_response(status, headers)
+        return body
+
+    def _in_worker(self, environ: dict[str, Any]) -> tuple[str, list[Any], list[bytes]]:
+        environ["bulkhead.token"] = current_token()
+        return _run_wsgi_app(self.app, environ)
+
+    def _error(
+        self,
+        start_response: StartResponse,
+        status: str,
+        message: str,
+        extra: list[tuple[str, str]],
+    ) -> list[bytes]:
+        payload = {"error": status[4:], "message": message, "bulkhead": self.bulkhead.name}
+        body = json.dumps(payload).encode()
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            *extra,
+        ]
+        start_response(status, headers)
+        return [body]
+
+
+# --- Broken on purpose: the naive versions the tests and docs compare against ------------
+
+
+def naive_offload(app: WSGIApp, executor: ThreadPoolExecutor) -> WSGIApp:
+    """Broken on purpose: an unbounded executor lets a burst take every server thread (B1).
+
+    The executor bounds how many requests run, not how many wait: its queue has no limit,
+    so each request thread parks in ``result()``, with no timeout, until a pool worker is
+    free. During a burst on this route no thread is left for any other route.
+    """
+
+    def offloaded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        status, headers, body = executor.submit(_run_wsgi_app, app, environ).result()
+        start_response(status, headers)
+        return body
+
+    return offloaded
+
+
+def naive_call_with_timeout(executor: ThreadPoolExecutor, fn: Callable[[], T], timeout: float) -> T:
+    """Broken on purpose: the caller leaves at its timeout, but its job stays (B2).
+
+    A job still queued runs later anyway, for nobody; one already running keeps its
+    worker, and if it fails no one sees it. Nothing records either.
+    """
+    return executor.submit(fn).result(timeout)
+
+
+def naive_try_enqueue(jobs: queue.Queue[T], job: T) -> bool:
+    """Broken on purpose: ``queue.Queue(maxsize=0)`` is unbounded, so it never refuses (B3).
+
+    Bounded admission through ``put_nowait`` works for a size of 1 or more; for a "size 0"
+    hand-off it accepts every job, however busy the workers are.
+    """
+    try:
+        jobs.put_nowait(job)
+    except queue.Full:
+        return False
+    return True
+
+
+def naive_close(executor: ThreadPoolExecutor) -> None:
+    """Broken on purpose: ``shutdown(wait=False)`` leaves queued callers waiting (B4).
+
+    Their work is not released: it still runs after the "close", and their callers wait
+    until it has, or until their own timeout.
+    """
+    executor.shutdown(wait=False)
+
+
+def naive_run_and_count(fn: Callable[[], T], future: Future[T], counts: dict[str, int]) -> None:
+    """Broken on purpose: the result is released before it is counted (B5).
+
+    This is the seed's order. Whoever wakes on the future (its done-callbacks, a caller
+    in ``result()``) can read the counter before the increment and not find its own call.
+    """
+    try:
+        future.set_result(fn())
+    finally:
+        counts["processed"] += 1

@@ -1,0 +1,738 @@
+"""Bulkhead: each rule forced with gates (a worker held busy, a caller queued), never sleeps."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from patterns.bulkhead import (
+    Bulkhead,
+    BulkheadClosed,
+    BulkheadFull,
+    BulkheadMiddleware,
+    BulkheadStats,
+    BulkheadTimeout,
+    CancelToken,
+    current_token,
+    naive_call_with_timeout,
+    naive_close,
+    naive_run_and_count,
+    naive_try_enqueue,
+)
+from tests.support import (
+    MUST_HAPPEN,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    stays_blocked,
+    wait_until_blocked_in,
+)
+
+# Scheduling noise allowed on top of a deadline.
+NOISE = 0.5
+
+# A caller timeout that must run out before the test releases the work: the work is held
+# at a gate until then, so the timeout passes however slow the machine is.
+SHORT = 0.05
+
+# The one timing assumption in this file, used only where a timeout must pass while the
+# handler *runs*: a free worker starts an admitted job within this long. Generous on
+# purpose; no race test depends on it.
+WORKER_STARTS_WITHIN = 1.0
+
+
+def finish(bulkhead: Bulkhead, *gates: Gate) -> None:
+    """Open every gate, close the bulkhead and make sure every worker thread has ended."""
+    for gate in gates:
+        gate.open()
+    report = bulkhead.close(MUST_HAPPEN)
+    assert report.terminated, report.still_running
+
+
+def hold(gate: Gate, value: object = "held") -> Callable[[], object]:
+    """A job that parks at ``gate`` and then returns ``value``."""
+
+    def held() -> object:
+        gate.arrive()
+        return value
+
+    return held
+
+
+def record(ran: list[str], name: str) -> Callable[[], str]:
+    """A job that appends ``name`` to ``ran`` when (if ever) it runs."""
+
+    def job() -> str:
+        ran.append(name)
+        return name
+
+    job.__qualname__ = f"record({name!r})"
+    return job
+
+
+def busy(bulkhead: Bulkhead, gate: Gate) -> Future[object]:
+    """Submit a job that holds one of ``bulkhead``'s workers at ``gate``; wait until it does."""
+    future = bulkhead.submit(hold(gate))
+    gate.wait_reached()
+    return future
+
+
+def check_snapshot(s: BulkheadStats, bulkhead: Bulkhead) -> None:
+    """The invariants every `BulkheadStats` snapshot keeps (see its docstring)."""
+    assert s.accepted == s.processed + s.skipped + s.drained + s.active + s.queued, s
+    assert s.errors <= s.processed, s
+    assert s.drained <= s.shutdown_rejections, s
+    assert 0 <= s.abandoned <= s.active <= bulkhead.max_concurrent, s
+    assert s.active + s.queued <= bulkhead.max_concurrent + bulkhead.queue_size, s
+
+
+# --- the basics ---------------------------------------------------------------------------
+
+
+def test_call_runs_the_function_on_a_bulkhead_worker_and_returns_its_result() -> None:
+    """The function runs on one of the bulkhead's named threads, with its arguments."""
+    bulkhead = Bulkhead(2, 1, name="db")
+
+    def where(a: int, *, b: int) -> tuple[str, int]:
+        return threading.current_thread().name, a + b
+
+    thread_name, total = bulkhead.call(where, 1, b=2, timeout=MUST_HAPPEN)
+
+    assert total == 3
+    assert thread_name.startswith("db-worker-")
+    assert bulkhead.stats() == BulkheadStats("db", accepted=1, processed=1)
+    finish(bulkhead)
+
+
+def test_call_re_raises_the_handlers_exception_with_its_original_traceback() -> None:
+    """The caller gets the handler's own exception object, its traceback still pointing at it."""
+    bulkhead = Bulkhead(1, 0)
+
+    def query_fails() -> None:
+        raise LookupError("no such row")
+
+    with pytest.raises(LookupError, match="no such row") as info:
+        bulkhead.call(query_fails)
+
+    frames = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
+    assert frames[-1] == "query_fails"
+    assert "call" in frames  # and the caller's own frames, where it was re-raised
+    assert bulkhead.stats().errors == 1
+    assert bulkhead.stats().processed == 1
+    finish(bulkhead)
+
+
+def test_a_worker_survives_a_failing_handler_and_serves_the_next_call() -> None:
+    """An AssertionError (or any exception) ends the call, not the worker."""
+    bulkhead = Bulkhead(1, 0)
+
+    def broken() -> None:
+        raise AssertionError("bug in the handler")
+
+    with pytest.raises(AssertionError):
+        bulkhead.call(broken)
+    assert bulkhead.call(lambda: "still serving") == "still serving"
+    assert bulkhead.stats().processed == 2
+    assert bulkhead.stats().errors == 1
+    finish(bulkhead)
+
+
+def test_submit_returns_a_future_at_once_while_the_work_is_held() -> None:
+    """submit() never waits for the work; the future gets the result when it ends."""
+    bulkhead = Bulkhead(1, 1)
+    gate = Gate("submitted job")
+    future = bulkhead.submit(hold(gate, "answer"))
+    gate.wait_reached()
+
+    assert not future.done()
+    gate.open()
+    assert future.result(MUST_HAPPEN) == "answer"
+    finish(bulkhead)
+
+
+def test_a_full_bulkhead_refuses_the_next_caller_at_once() -> None:
+    """One worker held busy and one caller queued: the third caller gets BulkheadFull, no wait."""
+    bulkhead = Bulkhead(1, 1, name="reports")
+    gate = Gate("running job")
+    running = busy(bulkhead, gate)
+    ran: list[str] = []
+    queued = bulkhead.submit(record(ran, "queued"))
+
+    with pytest.raises(BulkheadFull, match="reports: all 1 worker"):
+        bulkhead.call(record(ran, "refused"), timeout=MUST_HAPPEN)
+
+    stats = bulkhead.stats()
+    assert (stats.active, stats.queued, stats.rejections) == (1, 1, 1)
+    gate.open()
+    assert running.result(MUST_HAPPEN) == "held"
+    assert queued.result(MUST_HAPPEN) == "queued"
+    assert ran == ["queued"]
+    finish(bulkhead)
+
+
+def test_a_future_cancelled_while_queued_is_skipped_when_a_worker_reaches_it() -> None:
+    """Cancelling a submitted future withdraws the job; the worker skips and counts it."""
+    bulkhead = Bulkhead(1, 1)
+    gate = Gate()
+    running = busy(bulkhead, gate)
+    ran: list[str] = []
+    withdrawn = bulkhead.submit(record(ran, "withdrawn"))
+
+    assert withdrawn.cancel()
+    gate.open()
+    running.result(MUST_HAPPEN)
+    assert bulkhead.call(record(ran, "next"), timeout=MUST_HAPPEN) == "next"  # FIFO: after it
+
+    assert ran == ["next"]
+    assert bulkhead.stats().skipped == 1
+    assert bulkhead.stats().timeouts == 0
+    finish(bulkhead)
+
+
+# --- B3: queue.Queue(maxsize=0) is not a hand-off ----------------------------------------
+
+
+@pytest.mark.race("B3", "Queue(maxsize=0) is unbounded, so a size-0 hand-off never refuses")
+def test_naive_zero_size_queue_accepts_every_job_while_the_worker_is_busy() -> None:
+    """put_nowait() on Queue(maxsize=0) never raises Full: a hundred jobs pile up behind one."""
+    jobs: queue.Queue[Callable[[], object]] = queue.Queue(maxsize=0)
+    gate = Gate("the only worker")
+    worker, _ = run_in_thread(lambda: jobs.get()(), "worker")  # noqa: PLW0108 - get() runs there
+    assert naive_try_enqueue(jobs, hold(gate))
+    gate.wait_reached()
+
+    accepted = [naive_try_enqueue(jobs, hold(Gate())) for _ in range(100)]
+
+    assert all(accepted)
+    assert jobs.qsize() == 100
+    gate.open()
+    join_or_fail(worker)
+
+
+@pytest.mark.race("B3", "Queue(maxsize=0) is unbounded, so a size-0 hand-off never refuses")
+def test_a_size_zero_bulkhead_accepts_a_call_only_when_a_worker_is_free() -> None:
+    """queue_size=0 is a hand-off: accepted while a worker is free, refused while none is."""
+    bulkhead = Bulkhead(1, 0)
+    gate = Gate("the only worker")
+
+    running = busy(bulkhead, gate)  # accepted: the worker was free
+    with pytest.raises(BulkheadFull):
+        bulkhead.submit(lambda: "no room")
+    gate.open()
+    assert running.result(MUST_HAPPEN) == "held"
+    assert bulkhead.call(lambda: "free again", timeout=MUST_HAPPEN) == "free again"
+
+    assert bulkhead.stats().rejections == 1
+    assert bulkhead.stats().accepted == 2
+    finish(bulkhead)
+
+
+def test_a_size_zero_bulkhead_with_two_workers_takes_exactly_two_at_once() -> None:
+    """With two workers busy the third call is refused; no job ever waits in a queue."""
+    bulkhead = Bulkhead(2, 0)
+    gates = [Gate("first"), Gate("second")]
+    futures = [busy(bulkhead, gate) for gate in gates]
+
+    with pytest.raises(BulkheadFull):
+        bulkhead.call(lambda: "third")
+    assert bulkhead.stats().queued == 0
+
+    finish(bulkhead, *gates)
+    assert [f.result() for f in futures] == ["held", "held"]
+
+
+# --- B2: a caller's timeout, queued and running --------------------------------------------
+
+
+@pytest.mark.race("B2", "a caller's timeout leaves its job to run for nobody, uncounted")
+def test_naive_timeout_leaves_the_queued_job_to_run_later_for_nobody() -> None:
+    """The caller gave up, yet its job still runs once the worker is free; nothing counts it."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    gate = Gate("running job")
+    pool.submit(hold(gate))
+    gate.wait_reached()
+    ran: list[str] = []
+
+    with pytest.raises(TimeoutError):
+        naive_call_with_timeout(pool, record(ran, "abandoned"), SHORT)
+    gate.open()
+    pool.shutdown(wait=True)
+
+    assert ran == ["abandoned"]  # work done for a caller that had already left
+
+
+@pytest.mark.race("B2", "a caller's timeout leaves its job to run for nobody, uncounted")
+def test_a_call_that_times_out_while_queued_is_skipped_and_counted() -> None:
+    """BulkheadTimeout at the deadline; the worker later skips the job, and both are counted."""
+    bulkhead = Bulkhead(1, 1)
+    gate = Gate("running job")
+    running = busy(bulkhead, gate)
+    ran: list[str] = []
+
+    with pytest.raises(BulkheadTimeout) as info:
+        bulkhead.call(record(ran, "abandoned"), timeout=SHORT)
+
+    assert not info.value.started
+    assert (bulkhead.stats().timeouts, bulkhead.stats().queued) == (1, 1)  # still holds a slot
+    gate.open()
+    running.result(MUST_HAPPEN)
+    assert bulkhead.call(record(ran, "next"), timeout=MUST_HAPPEN) == "next"  # FIFO: after it
+    assert ran == ["next"]
+    stats = bulkhead.stats()
+    assert (stats.skipped, stats.timeouts, stats.processed) == (1, 1, 2)
+    check_snapshot(stats, bulkhead)
+    finish(bulkhead)
+
+
+def test_a_call_that_times_out_while_running_finishes_later_and_its_error_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker is not freed: the job runs on, sees its token cancelled, and its error counts."""
+    bulkhead = Bulkhead(1, 0, name="slow")
+    gate = Gate("running job")
+    seen: list[str | None] = []
+
+    def fails_late() -> None:
+        token = current_token()
+        gate.arrive()
+        seen.append(token.reason)
+        raise ValueError("failed after the caller left")
+
+    with pytest.raises(BulkheadTimeout) as info:
+        bulkhead.call(fails_late, timeout=WORKER_STARTS_WITHIN)
+
+    assert info.value.started
+    gate.wait_reached()
+    stats = bulkhead.stats()
+    assert (stats.timeouts, stats.active, stats.abandoned, stats.processed) == (1, 1, 1, 0)
+    with pytest.raises(BulkheadFull):  # the abandoned job still holds the only worker
+        bulkhead.call(lambda: "no room")
+    finish(bulkhead, gate)
+
+    assert seen == ["caller timed out"]
+    stats = bulkhead.stats()
+    assert (stats.processed, stats.errors, stats.abandoned, stats.active) == (1, 1, 0, 0)
+    [logged] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "failed after its caller left" in logged.getMessage()
+    assert logged.exc_info is not None
+    assert logged.exc_info[0] is ValueError
+
+
+def test_a_closed_bulkhead_reports_an_abandoned_handler_still_running() -> None:
+    """close() names a handler whose caller timed out and that is still holding its worker."""
+    bulkhead = Bulkhead(1, 0, name="slow")
+    gate = Gate("running job")
+
+    with pytest.raises(BulkheadTimeout):
+        bulkhead.call(hold(gate), timeout=WORKER_STARTS_WITHIN)
+    gate.wait_reached()
+    report = bulkhead.close(0.05)
+
+    assert not report.terminated
+    assert report.still_running == ("slow-worker-0: hold.<locals>.held (abandoned)",)
+    finish(bulkhead, gate)
+
+
+def test_a_caller_interrupted_while_waiting_leaves_its_job_running_without_a_timeout() -> None:
+    """Ctrl-C in a waiting caller abandons the running job (token cancelled), counted apart."""
+    assert threading.current_thread() is threading.main_thread()
+    bulkhead = Bulkhead(1, 0)
+    gate = Gate("running job")
+    tokens: list[CancelToken] = []
+
+    def job() -> None:
+        tokens.append(current_token())
+        gate.arrive()
+
+    main = threading.main_thread()
+    interrupted = threading.Event()  # set by the handler when it raises, the one time it does
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    def interrupt_main() -> None:
+        gate.wait_reached()
+        wait_until_blocked_in(main, "wait")
+        # A signal that lands after main's last check but before its lock wait is only
+        # handled when the wait ends, so send it again until the handler has run; the
+        # handler raises only once.
+        for _ in range(int(MUST_HAPPEN / 0.05)):
+            signal.pthread_kill(main.ident or 0, signal.SIGINT)
+            if interrupted.wait(0.05):
+                return
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    interrupter = threading.Thread(target=interrupt_main, name="interrupter")
+    try:
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            bulkhead.call(job, timeout=MUST_HAPPEN)
+    finally:
+        join_or_fail(interrupter)  # no signal is sent after this; a late one finds on_sigint
+        signal.signal(signal.SIGINT, previous)
+
+    assert tokens[0].reason == "caller interrupted"
+    stats = bulkhead.stats()
+    assert (stats.abandoned, stats.timeouts) == (1, 0)
+    finish(bulkhead, gate)
+
+
+# --- B4: closing with callers queued -------------------------------------------------------
+
+
+@pytest.mark.race("B4", "a close that leaves queued callers waiting and still runs their work")
+def test_naive_close_leaves_the_queued_caller_waiting_and_still_runs_its_job() -> None:
+    """After shutdown(wait=False) the queued caller keeps waiting, and its job runs anyway."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    gate = Gate("running job")
+    pool.submit(hold(gate))
+    gate.wait_reached()
+    ran: list[str] = []
+    caller, outcome = run_in_thread(
+        lambda: naive_call_with_timeout(pool, record(ran, "queued"), MUST_HAPPEN), "caller"
+    )
+    wait_until_blocked_in(caller, "result")
+
+    naive_close(pool)
+
+    assert stays_blocked(caller)  # not told anything
+    gate.open()
+    join_or_fail(caller)
+    assert outcome["result"] == "queued"  # it ran after the close
+    assert ran == ["queued"]
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.race("B4", "a close that leaves queued callers waiting and still runs their work")
+def test_close_releases_queued_callers_at_once_and_refuses_every_later_one() -> None:
+    """The queued caller gets BulkheadClosed before the running job ends; its job never runs."""
+    bulkhead = Bulkhead(1, 2, name="export")
+    gate = Gate("running job")
+    running = busy(bulkhead, gate)
+    ran: list[str] = []
+    caller, outcome = run_in_thread(lambda: bulkhead.call(record(ran, "queued")), "caller")
+    wait_until_blocked_in(caller, "wait")
+
+    report = bulkhead.close()
+
+    join_or_fail(caller)  # released while the running job is still held at its gate
+    assert isinstance(outcome["error"], BulkheadClosed)
+    assert outcome["error"].drained
+    assert report.drained == 1
+    assert report.still_running == ("export-worker-0: hold.<locals>.held",)
+    with pytest.raises(BulkheadClosed) as later:
+        bulkhead.call(record(ran, "later"))
+    assert not later.value.drained
+    assert not running.done()  # running handlers are not interrupted
+    finish(bulkhead, gate)
+    assert running.result() == "held"
+    assert ran == []
+    stats = bulkhead.stats()
+    assert (stats.drained, stats.shutdown_rejections, stats.rejections) == (1, 2, 0)
+    assert stats.processed == 1
+
+
+def test_close_with_a_timeout_returns_on_time_and_names_the_handler_still_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stuck handler cannot hold close() past its timeout; the report names it."""
+    bulkhead = Bulkhead(2, 0, name="pdf")
+    gate = Gate("stuck job")
+    busy(bulkhead, gate)
+
+    with elapsed() as took:
+        report = bulkhead.close(0.2)
+
+    assert took() < 0.2 + NOISE
+    assert not report.terminated
+    assert len(report.still_running) == 1
+    assert report.still_running[0].endswith(": hold.<locals>.held")
+    assert "still running after" in caplog.text
+    gate.open()
+    again = bulkhead.close(MUST_HAPPEN)
+    assert again.terminated
+    assert again.still_running == ()
+    assert again.drained == 0
+    assert again.stats.processed == 1
+
+
+def test_close_with_cancel_running_lets_a_cooperative_handler_stop_early() -> None:
+    """cancel_running=True cancels the running handlers' tokens; one that waits on it returns."""
+    bulkhead = Bulkhead(1, 0)
+    started = threading.Event()
+
+    def cooperative() -> str:
+        token = current_token()
+        started.set()
+        return "stopped early" if token.wait(MUST_HAPPEN) else "ran to the end"
+
+    future = bulkhead.submit(cooperative)
+    assert started.wait(MUST_HAPPEN)
+
+    report = bulkhead.close(MUST_HAPPEN, cancel_running=True)
+
+    assert report.terminated
+    assert future.result() == "stopped early"
+
+
+def test_a_bulkhead_in_a_with_block_is_closed_on_exit() -> None:
+    """Leaving the block closes the bulkhead and its workers end within close_timeout."""
+    with Bulkhead(2, 1, close_timeout=MUST_HAPPEN) as bulkhead:
+        assert bulkhead.call(lambda: 42) == 42
+    assert bulkhead.closed
+    assert not any(thread.is_alive() for thread in bulkhead.threads)
+
+
+# --- the cancellation token ---------------------------------------------------------------
+
+
+def test_token_callbacks_run_once_each_and_one_registered_late_runs_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each callback runs exactly once; a failing one is logged and the others still run."""
+    bulkhead = Bulkhead(1, 0)
+    calls: list[str] = []
+    token_box: list[CancelToken] = []
+    registered = threading.Event()
+
+    def job() -> None:
+        token = current_token()
+        token_box.append(token)
+        token.on_cancel(lambda: calls.append("first"))
+        token.on_cancel(lambda: 1 / 0)
+        token.on_cancel(lambda: calls.append("third"))
+        registered.set()
+        token.wait(MUST_HAPPEN)
+
+    bulkhead.submit(job)
+    assert registered.wait(MUST_HAPPEN)
+    bulkhead.close(MUST_HAPPEN, cancel_running=True)
+    bulkhead.close(MUST_HAPPEN, cancel_running=True)  # a second cancel runs nothing again
+    token_box[0].on_cancel(lambda: calls.append("late"))
+
+    assert calls == ["first", "third", "late"]
+    assert token_box[0].cancelled
+    assert token_box[0].reason == "bulkhead closed"
+    assert "cancel callback" in caplog.text
+    finish(bulkhead)
+
+
+def test_current_token_outside_a_bulkhead_job_is_an_error() -> None:
+    """Only a function a bulkhead runs has a token."""
+    with pytest.raises(RuntimeError, match="outside a function run by a Bulkhead"):
+        current_token()
+
+
+# --- options and independence --------------------------------------------------------------
+
+
+def empty_app(environ, start_response):
+    """A WSGI app that is never called: the middleware must refuse its options first."""
+    raise AssertionError("called")
+
+
+@pytest.mark.parametrize(
+    ("build", "option"),
+    [
+        (lambda: Bulkhead(0, 1), "max_concurrent"),
+        (lambda: Bulkhead(-1, 1), "max_concurrent"),
+        (lambda: Bulkhead(1.5, 1), "max_concurrent"),
+        (lambda: Bulkhead(True, 1), "max_concurrent"),
+        (lambda: Bulkhead("2", 1), "max_concurrent"),
+        (lambda: Bulkhead(1, -1), "queue_size"),
+        (lambda: Bulkhead(1, 0.5), "queue_size"),
+        (lambda: Bulkhead(1, 0, close_timeout=-1), "close_timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, timeout=-1), "timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, timeout=None), "timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, retry_after=-1), "retry_after"),
+        (lambda: BulkheadMiddleware(empty_app, None, retry_after=0.5), "retry_after"),
+    ],
+)
+def test_invalid_options_are_refused_when_built_with_a_value_error_naming_them(
+    build: Callable[[], Any], option: str
+) -> None:
+    """A bad option fails at construction, naming itself, before any thread starts."""
+    before = threading.active_count()
+    with pytest.raises(ValueError, match=f"^{option} must be"):
+        build()
+    assert threading.active_count() == before
+
+
+def test_a_negative_caller_timeout_is_refused_before_admission() -> None:
+    """call(timeout=-1) is a ValueError naming the timeout, and nothing is admitted."""
+    bulkhead = Bulkhead(1, 0)
+    with pytest.raises(ValueError, match=r"^timeout must be"):
+        bulkhead.call(lambda: None, timeout=-1)
+    with pytest.raises(ValueError, match=r"^timeout must be"):
+        bulkhead.close(-1)
+    assert bulkhead.stats().accepted == 0
+    finish(bulkhead)
+
+
+def test_independent_bulkheads_protect_different_resources() -> None:
+    """A saturated bulkhead refuses its callers; another one in the same process is untouched."""
+    database = Bulkhead(1, 0, name="database")
+    search = Bulkhead(1, 0, name="search")
+    gate = Gate("slow query")
+    busy(database, gate)
+
+    with pytest.raises(BulkheadFull, match=r"^database"):
+        database.call(lambda: "refused")
+    assert search.call(lambda: "found", timeout=MUST_HAPPEN) == "found"
+
+    assert database.stats().rejections == 1
+    assert search.stats().rejections == 0
+    assert {t.name for t in database.threads} == {"database-worker-0"}
+    assert {t.name for t in search.threads} == {"search-worker-0"}
+    finish(database, gate)
+    finish(search)
+
+
+# --- B5: a result released before it is counted -------------------------------------------
+
+
+@pytest.mark.race("B5", "a result released before it is counted")
+def test_naive_counting_after_the_result_lets_its_caller_miss_its_own_call() -> None:
+    """Whoever wakes on the result reads the counter before the increment: processed is 0."""
+    counts = {"processed": 0}
+    future: Future[str] = Future()
+    seen_by_caller: list[int] = []
+    future.add_done_callback(lambda _: seen_by_caller.append(counts["processed"]))
+
+    worker, _ = run_in_thread(lambda: naive_run_and_count(lambda: "done", future, counts), "w")
+    join_or_fail(worker)
+
+    assert future.result() == "done"
+    assert seen_by_caller == [0]
+    assert counts["processed"] == 1  # counted, but only after the caller had looked
+
+
+@pytest.mark.race("B5", "a result released before it is counted")
+def test_a_caller_that_has_its_result_finds_it_counted() -> None:
+    """The bulkhead counts before it releases the result, so even the first look sees it."""
+    bulkhead = Bulkhead(1, 0)
+    gate = Gate("job")
+    future = busy(bulkhead, gate)
+    seen_by_caller: list[BulkheadStats] = []
+    future.add_done_callback(lambda _: seen_by_caller.append(bulkhead.stats()))
+
+    gate.open()
+
+    assert future.result(MUST_HAPPEN) == "held"
+    [stats] = seen_by_caller
+    assert (stats.processed, stats.active) == (1, 0)
+    finish(bulkhead)
+
+
+# --- the invariants under a randomised workload ---------------------------------------------
+
+
+def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
+    """Every snapshot, and the final count against what the callers saw, keeps the invariants."""
+    bulkhead = Bulkhead(3, 2, name="random")
+    callers, ops_per_caller = 6, 60
+    lock = threading.Lock()  # guards ran, outcomes and done_ops
+    ran: dict[int, str] = {}  # job id -> "returned" | "raised", written by the job itself
+    outcomes: list[tuple[int, str]] = []  # (job id, what its caller saw)
+    done_ops = [0]
+    halfway = threading.Event()  # set by the caller whose op reaches half of the total
+    sampling_done = threading.Event()  # set by the test once every caller has ended
+    violations: list[str] = []
+
+    def job(job_id: int, kind: str, pause: float) -> int:
+        if pause:
+            current_token().wait(pause)  # cut short if the caller leaves or close cancels
+        with lock:
+            ran[job_id] = "raised" if kind == "fail" else "returned"
+        if kind == "fail":
+            raise ValueError(job_id)
+        return job_id
+
+    def caller(index: int) -> None:
+        rng = random.Random(20_240_601 + index)
+        for op in range(ops_per_caller):
+            job_id = index * 1000 + op
+            args = (job_id, rng.choice(["ok", "fail"]), rng.choice([0.0, 0.0, 0.002, 0.004]))
+            seen = "?"
+            try:
+                if rng.random() < 0.25:  # a submit, sometimes withdrawn
+                    future = bulkhead.submit(job, *args)
+                    if rng.random() < 0.5 and future.cancel():
+                        seen = "withdrawn"
+                    else:
+                        future.result(MUST_HAPPEN)
+                        seen = "result"
+                else:
+                    timeout = rng.choice([None, 0.0, 0.001, 0.003])
+                    bulkhead.call(job, *args, timeout=timeout)
+                    seen = "result"
+            except ValueError:
+                seen = "error"
+            except BulkheadFull:
+                seen = "full"
+            except BulkheadClosed as exc:
+                seen = "drained" if exc.drained else "closed"
+            except BulkheadTimeout as exc:
+                seen = "timeout-running" if exc.started else "timeout-queued"
+            with lock:
+                outcomes.append((job_id, seen))
+                done_ops[0] += 1
+                if done_ops[0] == callers * ops_per_caller // 2:
+                    halfway.set()
+
+    def sampler() -> None:
+        for _ in range(100_000):  # bounded; ends long before that
+            try:
+                check_snapshot(bulkhead.stats(), bulkhead)
+            except AssertionError as exc:
+                violations.append(str(exc))
+            if sampling_done.wait(0.0005):
+                return
+
+    sampling, _ = run_in_thread(sampler, "sampler")
+    threads = [run_in_thread(lambda i=i: caller(i), f"caller-{i}") for i in range(callers)]
+    assert halfway.wait(MUST_HAPPEN)
+    report = bulkhead.close(MUST_HAPPEN)  # the second half meets a closed bulkhead
+    for thread, outcome in threads:
+        join_or_fail(thread)
+        assert "error" not in outcome, outcome
+    sampling_done.set()
+    join_or_fail(sampling)
+
+    assert report.terminated
+    assert violations == []
+    s = bulkhead.stats()
+    check_snapshot(s, bulkhead)
+    seen = [what for _, what in outcomes]
+    assert len(outcomes) == callers * ops_per_caller
+    assert "?" not in seen
+    # Every call is accounted for exactly once, and the counters agree with the callers.
+    assert s.accepted + s.rejections + s.shutdown_rejections - s.drained == len(outcomes)
+    assert (s.active, s.queued, s.abandoned) == (0, 0, 0)
+    assert s.accepted == s.processed + s.skipped + s.drained
+    assert s.rejections == seen.count("full")
+    assert s.shutdown_rejections == seen.count("closed") + seen.count("drained")
+    assert s.drained == seen.count("drained")
+    assert s.timeouts == seen.count("timeout-running") + seen.count("timeout-queued")
+    assert s.skipped == seen.count("timeout-queued") + seen.count("withdrawn")
+    assert s.processed == len(ran)
+    assert s.errors == list(ran.values()).count("raised")
+    # And each caller's outcome matches what happened to its job.
+    for job_id, what in outcomes:
+        if what in ("result", "error", "timeout-running"):
+            assert job_id in ran, (job_id, what)
+        else:
+            assert job_id not in ran, (job_id, what)
+    assert "closed" in seen  # the close did happen halfway
