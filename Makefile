@@ -37,8 +37,9 @@ docs: $(STAMP)
 
 notebooks: docs
 
+# The job queue on an embedded SQLite file: work flowing, a graceful stop, a restart that loses nothing.
 demo: $(STAMP)
-	$(PY) -m patterns.demo
+	$(PY) -m patterns.jobqueue demo
 
 # Benchmarks print tables; they are never part of `make test` (no timed assertions in tests).
 bench: $(STAMP)

@@ -1,6 +1,6 @@
 """The job queue's data model and the `Store` protocol every store implements.
 
-A store holds jobs and moves them between states, one transaction per transition:
+A store holds jobs and moves them between states, one transaction per transition::
 
     queued --claim--> running --complete--> done
                          |----fail--------> failed

@@ -1,0 +1,473 @@
+"""Stop on SIGTERM or Ctrl-C the orderly way: drain, clean up, exit; a second signal exits now.
+
+TL;DR: ``with install_signal_handlers(stop.set):`` turns the first SIGTERM or SIGINT into
+one call of ``on_stop`` (set an event your main thread waits on), so the program leaves
+through its ``finally`` blocks and `atexit` handlers and exits 0; a second signal ends the
+process within a second with status ``128 + signum``, even if a thread is stuck.
+`run_until_signalled` is the whole shape of a worker process: run, drain within a budget,
+clean up. `register_exit_hook` registers an `atexit` handler that still has logging.
+
+Pitfall:
+    Python installs no SIGTERM handler, so ``kill``, ``docker stop``, systemd and
+    Kubernetes end the process on the spot: no ``finally``, no `atexit`, no flush (P18).
+    The textbook fix, a handler that calls ``stop.set()``, has three traps of its own.
+    Python runs it in the main thread between two bytecodes; if those bytecodes are
+    inside ``stop.wait()``, which holds the event's internal lock for a moment, the
+    handler waits for a lock its own thread holds, forever (E1). It runs only when the
+    main thread runs bytecode, so a signal the kernel delivered to another thread leaves a
+    main thread blocked in ``Event.wait()`` asleep (P22). And every signal calls it again:
+    the impatient second Ctrl-C does nothing, or, with the default `KeyboardInterrupt`,
+    lands inside the graceful shutdown and abandons it, while a stuck non-daemon thread
+    still holds the exit (P24). At exit, `atexit` handlers registered before `logging`
+    was imported run after `logging.shutdown` and their messages vanish (P21).
+
+Pattern:
+    The Python-level handler does nothing. `signal.set_wakeup_fd` makes CPython's
+    C-level handler write each signal's number to a pipe at once, from whichever thread
+    the kernel chose, and a dispatcher thread reads the pipe. The first of our signals
+    starts ``on_stop`` in a thread of its own, where it may take locks and log; the
+    second calls `force_exit`, which flushes logging and stdio for at most half a second
+    and then calls `os._exit`. `SignalHandlers.close`, or leaving the ``with`` block,
+    puts back the previous handlers and wakeup fd.
+
+Guarantees:
+    * Once `install_signal_handlers` returns, the first of ``signals`` calls
+      ``on_stop`` exactly once, promptly, in a thread that is not the main thread, even
+      while the main thread is blocked in ``Event.wait()`` with no timeout, in a lock,
+      or in I/O. No further signal calls it again.
+    * A second signal ends the process with status ``128 + signum`` within
+      ``FORCE_FLUSH_TIMEOUT`` (0.5 s) plus scheduling noise, whatever other threads do;
+      ``finally`` blocks and `atexit` handlers are skipped on that path, on purpose.
+    * After ``close()`` every handled signal has exactly the handler object it had
+      before (``SIG_DFL``, ``SIG_IGN`` or the same callable), and the wakeup fd is what
+      it was. Installing is all or nothing: if it raises, nothing was changed.
+    * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and
+      its failure is logged with its traceback.
+
+Python:
+    3.11+, POSIX (the wakeup fd is a pipe; Windows would need a socket); run on 3.11.7
+    only. Signal delivery has not changed in 3.12 to 3.14 (per CPython's docs):
+    Python-level handlers still run only in the main thread of the main interpreter,
+    between bytecodes. On 3.11 a `KeyboardInterrupt` that interrupts ``Thread.join()``
+    marks the thread finished while it still runs (gh-90882); with these handlers
+    installed no exception is ever raised into a wait. A C call that holds the
+    GIL (a huge integer power, some C extensions) delays the handlers and every other
+    thread, this module's dispatcher included; only SIGKILL ends such a process. Since
+    3.12 no thread can be started during finalization; `force_exit` then skips its flush
+    thread and exits at once. asyncio installs its own handlers (``asyncio.Runner``
+    already has a two-stage Ctrl-C) and its ``add_signal_handler`` takes the wakeup fd, so
+    `install_signal_handlers` refuses to run while a wakeup fd is set.
+
+Java:
+    The JVM starts its shutdown hooks on SIGTERM, SIGINT and SIGHUP; Python needs
+    `install_signal_handlers` for that. ``Runtime.addShutdownHook`` is close to
+    `register_exit_hook`, but JVM hooks are threads started together, in no order, while
+    other threads still run; `atexit` handlers run one at a time, newest first, in the
+    main thread, and only after every non-daemon thread has ended. ``Runtime.halt`` is
+    `os._exit`, and `force_exit` adds the flush. Once the JVM runs its hooks, only
+    ``halt`` or SIGKILL cut them short; there is no "second signal" rule to copy.
+    Proletarian's opt-in shutdown hook with its await-termination timeout is
+    `run_until_signalled` with ``drain_timeout``.
+
+See also:
+    ``daemon_threads`` (what the interpreter waits for at exit, and why an `atexit`
+    handler cannot stop a non-daemon thread), ``cancellation`` (making blocked work
+    notice the stop), ``executor_shutdown`` (draining a pool within a budget).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from types import FrameType, TracebackType
+from typing import Any, NoReturn, Self
+
+__all__ = [
+    "DEFAULT_SIGNALS",
+    "FORCE_FLUSH_TIMEOUT",
+    "SignalHandlers",
+    "force_exit",
+    "install_signal_handlers",
+    "register_exit_hook",
+    "run_until_signalled",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The signals a service stops on, SIGTERM (sent by ``kill``, Docker, systemd and
+#: Kubernetes) and SIGINT (Ctrl-C).
+DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+#: Seconds `force_exit` spends flushing logging and stdio before it calls `os._exit`.
+FORCE_FLUSH_TIMEOUT = 0.5
+
+# How long close() waits for its own helper threads, which only ever read a pipe or run
+# on_stop; a bound, so a slow on_stop cannot hold close() forever.
+_HELPER_JOIN_TIMEOUT = 1.0
+
+# The byte close() writes to the pipe to end the dispatcher; no signal has number 0.
+_CLOSE = 0
+
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+def _wake_only(signum: int, frame: FrameType | None) -> None:
+    """The Python-level handler: nothing to do here.
+
+    By the time it runs, CPython's C-level handler has already written ``signum`` to the
+    wakeup fd, where the dispatcher thread picks it up. It exists so that the signal's
+    default action (die, or raise `KeyboardInterrupt`) does not happen. Doing nothing also
+    means it cannot deadlock on a lock the interrupted main thread holds (E1).
+    """
+
+
+def _require_main_thread(what: str) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            f"{what} must be called from the main thread: Python runs signal handlers only "
+            "there, and signal.signal() and signal.set_wakeup_fd() refuse other threads"
+        )
+
+
+class SignalHandlers:
+    """Installed by `install_signal_handlers`: stop on the first signal, exit on the second.
+
+    Use it as a context manager, or call `close` yourself (from the main thread); either
+    puts back exactly what was there before. Do not create it directly.
+    """
+
+    def __init__(self, on_stop: Callable[[], object], signals: Iterable[int]) -> None:
+        _require_main_thread("install_signal_handlers()")
+        self._on_stop = on_stop
+        self._signals = tuple(dict.fromkeys(signal.Signals(s) for s in signals))
+        foreign = [s.name for s in self._signals if signal.getsignal(s) is None]
+        if foreign:
+            raise ValueError(
+                f"{', '.join(foreign)} has a handler installed outside Python "
+                "(signal.getsignal() returns None); it could not be put back after close(), "
+                "so install_signal_handlers() leaves it alone: leave it out of signals="
+            )
+        # Guards _closed, _received and _on_stop_thread. Taken by the dispatcher thread
+        # for each signal and by close(); never held while on_stop runs, and never taken
+        # by a Python-level signal handler, which could deadlock on it (E1).
+        self._lock = threading.Lock()
+        self._closed = False
+        self._received: list[signal.Signals] = []
+        self._on_stop_thread: threading.Thread | None = None
+        self._previous: dict[signal.Signals, _Handler] = {}
+        self._wakeup_installed = False
+        # The C-level handler writes signal numbers to _write_fd; the dispatcher reads
+        # _read_fd. set_wakeup_fd needs a non-blocking write end, so that a full pipe
+        # drops a byte instead of blocking inside a signal handler.
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="signal-dispatcher", daemon=True
+        )
+        try:
+            self._install()
+        except BaseException:
+            self._restore()
+            raise
+
+    @property
+    def signals(self) -> tuple[signal.Signals, ...]:
+        """The signals these handlers react to."""
+        return self._signals
+
+    @property
+    def first_signal(self) -> signal.Signals | None:
+        """The signal that asked to stop, or None if none has arrived yet."""
+        with self._lock:
+            return self._received[0] if self._received else None
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` has been called."""
+        with self._lock:
+            return self._closed
+
+    def close(self) -> None:
+        """Put back the previous handlers and wakeup fd; stop the helper threads.
+
+        Idempotent. Main thread only, like `signal.signal`. A signal that arrives once
+        ``close()`` has started is no longer acted on here; from the moment its previous
+        handler is back, that handler gets it.
+        """
+        _require_main_thread("SignalHandlers.close()")
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            on_stop_thread = self._on_stop_thread
+        self._restore()
+        if on_stop_thread is not None:
+            on_stop_thread.join(_HELPER_JOIN_TIMEOUT)
+            if on_stop_thread.is_alive():
+                logger.warning("on_stop is still running %.3gs after close()", _HELPER_JOIN_TIMEOUT)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _install(self) -> None:
+        """Start the dispatcher, take the wakeup fd, then install the handlers."""
+        self._dispatcher.start()
+        previous_fd = signal.set_wakeup_fd(self._write_fd)
+        if previous_fd != -1:
+            signal.set_wakeup_fd(previous_fd)
+            raise RuntimeError(
+                "a signal wakeup fd is already set (by another SignalHandlers, or by an "
+                "asyncio event loop's add_signal_handler): close that first"
+            )
+        self._wakeup_installed = True
+        for signum in self._signals:
+            self._previous[signum] = signal.signal(signum, _wake_only)
+
+    def _restore(self) -> None:
+        """Undo whatever _install managed to do: handlers, then wakeup fd, then dispatcher."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+        if self._wakeup_installed:
+            self._wakeup_installed = False
+            current = signal.set_wakeup_fd(-1)
+            if current != self._write_fd:  # someone replaced ours: leave theirs in place
+                signal.set_wakeup_fd(current)
+                logger.warning("the signal wakeup fd was replaced while handlers were installed")
+        if self._dispatcher.ident is not None:  # started
+            os.write(self._write_fd, bytes([_CLOSE]))
+            self._dispatcher.join(_HELPER_JOIN_TIMEOUT)
+        if not self._dispatcher.is_alive():
+            os.close(self._read_fd)
+            os.close(self._write_fd)
+
+    def _dispatch(self) -> None:
+        """Read signal numbers from the pipe until close() writes _CLOSE."""
+        while True:
+            for signum in os.read(self._read_fd, 64):
+                if signum == _CLOSE:
+                    return
+                self._on_signal(signum)
+
+    def _on_signal(self, signum: int) -> None:
+        with self._lock:
+            # Every signal with a Python-level handler writes to the wakeup fd (pytest's
+            # SIGALRM, say), so only ours count, and none after close() has started.
+            if self._closed or signum not in self._signals:
+                return
+            self._received.append(signal.Signals(signum))
+            count = len(self._received)
+            if count == 1:
+                # In its own thread: on_stop may block, and the dispatcher must stay free
+                # to see the second signal.
+                self._on_stop_thread = threading.Thread(
+                    target=self._run_on_stop, args=(signal.Signals(signum),), name="on-stop"
+                )
+                self._on_stop_thread.daemon = True
+                self._on_stop_thread.start()
+        if count == 2:
+            name = signal.Signals(signum).name
+            force_exit(128 + signum, f"second signal ({name}) while stopping")
+
+    def _run_on_stop(self, signum: signal.Signals) -> None:
+        logger.warning("%s received: stopping (send it again to exit at once)", signum.name)
+        try:
+            self._on_stop()
+        except Exception:
+            logger.exception("on_stop failed; a second signal still forces the exit")
+
+
+def install_signal_handlers(
+    on_stop: Callable[[], object], *, signals: Iterable[int] = DEFAULT_SIGNALS
+) -> SignalHandlers:
+    """Make the first of ``signals`` call ``on_stop`` once, and the second force the exit.
+
+    ``on_stop`` runs in a thread of its own (never the main thread), so it may take
+    locks; it typically sets an event that the main thread and the workers watch. The
+    second signal calls `force_exit` with status ``128 + signum`` (143 for SIGTERM, 130
+    for SIGINT). While installed, SIGINT raises no `KeyboardInterrupt`.
+
+    Must be called from the main thread (`RuntimeError` otherwise). Raises `ValueError`
+    for a signal whose current handler was installed outside Python (it could not be put
+    back), and `RuntimeError` if a signal wakeup fd is already set; nothing is changed
+    when it raises.
+    """
+    return SignalHandlers(on_stop, signals)
+
+
+def force_exit(
+    status: int, reason: str = "forced exit", *, flush_timeout: float = FORCE_FLUSH_TIMEOUT
+) -> NoReturn:
+    """Log ``reason``, flush logging and stdio for at most ``flush_timeout`` s, `os._exit`.
+
+    `os._exit` skips ``finally`` blocks, `atexit` handlers and the join of non-daemon
+    threads, which is the point when one of them is stuck (P19). The log line and the
+    flush run in a helper thread, because a stream can block (another thread may hold its
+    lock while it waits on a full pipe), and the exit must not wait for it.
+    """
+    flusher = threading.Thread(
+        target=_log_and_flush, args=(status, reason), name="force-exit-flush", daemon=True
+    )
+    try:
+        flusher.start()
+    except RuntimeError:  # no new threads during interpreter finalization (3.12+)
+        os._exit(status)
+    flusher.join(flush_timeout)
+    os._exit(status)
+
+
+def _log_and_flush(status: int, reason: str) -> None:
+    stuck = [
+        t.name
+        for t in threading.enumerate()
+        if not t.daemon and t is not threading.current_thread() and t.is_alive()
+    ]
+    logger.critical(
+        "%s: exiting now with status %d, skipping finally blocks and atexit handlers "
+        "(non-daemon threads still running: %s)",
+        reason,
+        status,
+        ", ".join(stuck) or "none",
+    )
+    logging.shutdown()  # flushes and closes every handler
+    for stream in (sys.stdout, sys.stderr):
+        # None without a console, a broken pipe, or already closed: nothing to save.
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+
+
+def run_until_signalled(
+    work: Callable[[threading.Event], object],
+    *,
+    drain_timeout: float,
+    cleanup: Callable[[], object] | None = None,
+    signals: Iterable[int] = DEFAULT_SIGNALS,
+) -> bool:
+    """Run ``work(stop)`` in a non-daemon thread until it returns or a signal asks to stop.
+
+    ``work`` watches ``stop`` and, once it is set, finishes or hands back what it holds
+    and returns. After the first signal, the main thread waits at most ``drain_timeout``
+    seconds for that; then ``cleanup`` runs, with the handlers still installed, so a
+    second signal during the drain or the cleanup forces the exit (status
+    ``128 + signum``).
+
+    Returns True if ``work`` ended, False if it was still running when the drain budget
+    ran out (logged at ERROR). In that case the thread still holds interpreter exit: call
+    `force_exit` rather than returning from ``main``.
+    """
+    stop = threading.Event()  # set by on_stop (first signal); work watches it
+    wake = threading.Event()  # set by on_stop or when work ends; the main thread waits on it
+
+    def on_stop() -> None:
+        stop.set()
+        wake.set()
+
+    def body() -> None:
+        try:
+            work(stop)
+        finally:
+            wake.set()
+
+    worker = threading.Thread(target=body, name="worker")
+    with install_signal_handlers(on_stop, signals=signals):
+        worker.start()
+        try:
+            wake.wait()  # safe without a timeout: on_stop never runs in this thread
+            if stop.is_set():
+                logger.info("draining: waiting up to %.3gs for work to stop", drain_timeout)
+            worker.join(drain_timeout)
+            drained = not worker.is_alive()
+            if not drained:
+                logger.error("work did not stop within %.3gs; abandoning it", drain_timeout)
+        finally:
+            if cleanup is not None:
+                cleanup()
+    return drained
+
+
+def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
+    """Run ``hook`` at interpreter exit, before `logging.shutdown`, and log it if it fails.
+
+    `atexit` runs handlers newest first. `logging` registered its shutdown handler when it
+    was first imported, which was before this module finished importing, so ``hook`` runs
+    while logging still works (P21). A failure is logged with its traceback instead of
+    the bare "Exception ignored in atexit callback" on stderr; either way the exit status
+    stays what it was (P20). Keep hooks quick: each one delays the exit.
+
+    Returns the function actually registered, for `atexit.unregister`.
+    """
+
+    def run_hook() -> None:
+        try:
+            hook()
+        except Exception:
+            logger.exception("exit hook %r failed", hook)
+
+    atexit.register(run_hook)
+    return run_hook
+
+
+# --- Broken on purpose: the naive versions the tests and docs compare against ------------
+
+
+def naive_install_stop_handler(on_stop: Callable[[], object]) -> None:
+    """Broken on purpose: the textbook handler calls ``on_stop`` in the main thread (E1, P22, P24).
+
+    It runs between two bytecodes of whatever the main thread is doing: if that is
+    ``stop.wait()`` and ``on_stop`` is ``stop.set``, it waits forever for the event's
+    lock, which its own thread holds (E1). It runs only when the main thread runs
+    bytecode, so a signal delivered to another thread leaves a main thread blocked in
+    ``Event.wait()`` asleep (P22). Every signal calls ``on_stop`` again, and nothing
+    forces the exit (P24). The previous handlers are lost.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        on_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def naive_run_until_interrupted(
+    work: Callable[[threading.Event], object], *, cleanup: Callable[[], object] | None = None
+) -> None:
+    """Broken on purpose: the textbook Ctrl-C loop (P18, P24).
+
+    SIGTERM is not handled, so ``docker stop`` or Kubernetes ends the process with no
+    cleanup at all (P18). Ctrl-C raises `KeyboardInterrupt` in the main thread and starts
+    the graceful path; a second Ctrl-C raises again inside the drain, so the cleanup is
+    skipped, and a stuck non-daemon worker then holds interpreter exit (P24). (It waits on
+    an event rather than ``worker.join()``: on 3.11 a Ctrl-C that interrupts ``join()``
+    marks the thread as finished while it still runs, gh-90882.)
+    """
+    stop = threading.Event()  # set on the first Ctrl-C; work watches it
+    done = threading.Event()  # set by the worker when work returns; the main thread waits on it
+
+    def body() -> None:
+        work(stop)
+        done.set()
+
+    worker = threading.Thread(target=body, name="worker")
+    worker.start()
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        logger.warning("interrupted: stopping gracefully")
+        stop.set()
+        done.wait()  # the graceful drain: where the second Ctrl-C lands
+    if cleanup is not None:
+        cleanup()

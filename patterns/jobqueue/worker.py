@@ -1,0 +1,1007 @@
+"""The job queue's worker: claim, run, settle, and stop on a deadline, saying what was left.
+
+TL;DR: ``Worker(store, tasks, concurrency=4).start()`` claims due jobs and runs their
+handlers on a pool of threads; `Worker.stop` walks one explicit state machine, RUNNING ->
+DRAINING -> CANCELLING -> STOPPED, within ``shutdown_timeout`` and returns a
+`ShutdownReport` of the jobs it completed, released and left running.
+
+Pitfall:
+    Proletarian's worker stops on the JVM interrupt flag alone: a handler that catches
+    the interrupt clears the flag, and its thread goes on claiming jobs after the stop
+    until the queue is empty. Its stop interrupts at once instead of draining, throws
+    after the timeout without saying which jobs were still running, skips
+    ``on-shutdown`` then, and runs it again on a second stop. qdolor's worker loses a
+    task when a hook or a backend call throws after the dequeue, waits its poll interval
+    even while tasks are due, and its stop waits forever for a hung task. Every queue
+    that keeps a heartbeat only while "running" declares live jobs dead during the drain.
+
+Pattern:
+    One state machine, each transition logged as ``worker.<state>``. ``request_stop``
+    (RUNNING -> DRAINING) flips a pool-level state under the lock that every claim and
+    every job start checks, so no claim starts and no handler starts after it, whatever
+    a handler did with its token; the claims handed off but not started are released.
+    `Worker.stop` then waits for running jobs for most of its budget (DRAINING), cancels
+    every job's token and waits for the rest (CANCELLING), and reports (STOPPED). The
+    heartbeat renews leases until the end. Each piece is a pattern module, used as is:
+
+    * the handler threads are a ``TrackingExecutor`` stopped with ``shutdown_and_await``
+      (``executor_shutdown``): its graceful wait is DRAINING, its ``on_force`` starts
+      CANCELLING;
+    * the claiming thread hands claims to the handler threads through a
+      ``ClosableQueue`` (``closable_queue``); ``shutdown_now`` closes it and hands back
+      the claims no handler took;
+    * each job's token is a child of the worker's ``CancelToken`` (``cancellation``), so
+      one ``cancel()`` reaches every running job;
+    * the claiming thread is a non-daemon ``BackgroundService`` and the heartbeat a
+      daemon ``HousekeepingDaemon`` (``daemon_threads``);
+    * a thread that dies is recorded as a ``ThreadFailure`` (``thread_exceptions``),
+      logged, and stops the worker;
+    * ``install_signal_handlers=True`` uses ``install_signal_handlers`` (``exit_hooks``):
+      the first SIGTERM/SIGINT calls `Worker.request_stop`, a second forces the exit.
+
+    One job's life follows qdolor's lifecycle, with the store call before the hook::
+
+        claim -> ready? -- no --> unreadiness policy -> requeue | abandon -> on_unreadiness
+                        -- yes -> handler -> returned: ack (complete) -> on_complete
+                                          -> raised: failure policy -> requeue
+                                                                    | nack (fail) -> on_failure
+                                          -> token cancelled: release (interrupted)
+
+Guarantees:
+    * Every claimed job ends in exactly one `Outcome`: one store call that ended it was
+      accepted (done, retried, failed, released), or the store refused it because
+      another claim holds the lease now (lost), or every store call raised (unsettled:
+      the lease expires and the job runs again). Nothing is dropped.
+    * An error outside the handler is a ``PhaseError`` naming its phase, logged, kept in
+      the report and passed to ``on_unexpected_error``. If it leaves a decision unmade,
+      the default policy decides; if a store call raised, the job is released instead.
+    * Once ``request_stop`` (or `Worker.stop`) has returned, no claim starts and no
+      handler starts; a claim that was already under way is released unchanged.
+    * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
+      thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
+      deadline are named in the report and keep their lease: not released (they are
+      still running), no longer renewed, so they run again once it expires if the
+      process exits.
+    * Leases are renewed until the STOPPED transition, draining included.
+    * A worker thread never dies silently: its death is logged at CRITICAL, recorded in
+      the report and stops the worker.
+
+Python:
+    3.11+. No thread can be interrupted, so a job that ignores its token keeps its
+    thread after the deadline, and pool threads are non-daemon (since 3.9) and joined at
+    interpreter exit: a program that must exit then calls ``os._exit`` after logging the
+    report, as the CLI does. A worker must be stopped (``with``, `Worker.run` or
+    `Worker.stop`): an ``atexit`` handler runs too late to do it.
+
+Java:
+    Proletarian's ``stop!`` is `Worker.stop`; ``:proletarian/await-termination-timeout-ms``
+    is ``shutdown_timeout``; ``:proletarian/on-shutdown`` is ``on_shutdown`` (called once,
+    with the report); ``:proletarian/install-jvm-shutdown-hook?`` is
+    ``install_signal_handlers``. ``Thread.interrupt()`` on a worker thread is the job
+    token's ``cancel()`` in CANCELLING, and ``InterruptedException`` is ``Interrupted``.
+
+See also:
+    ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.store``
+    (the states and the fencing rule), ``patterns.jobqueue.cli`` (the worker process).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType, TracebackType
+from typing import Self
+
+from patterns.cancellation import Cancelled, CancelToken
+from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_now
+from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
+from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
+from patterns.exit_hooks import SignalHandlers, install_signal_handlers
+from patterns.jobqueue.store import Claim, Job, JsonValue, Store
+from patterns.jobqueue.tasks import (
+    Backoff,
+    Decision,
+    Fail,
+    JobContext,
+    Phase,
+    PhaseError,
+    Retry,
+    Task,
+    TaskRegistry,
+)
+from patterns.thread_exceptions import ThreadFailure
+
+__all__ = [
+    "Outcome",
+    "ShutdownReport",
+    "Worker",
+    "WorkerState",
+    "WorkerStats",
+]
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_POLICY = Backoff()  # decides when a task's own failure policy raised
+_MAX_ERRORS_KEPT = 100  # PhaseErrors kept for the report; the count in stats is exact
+_MAX_DEQUEUE_BACKOFF = 30.0  # seconds between claims while the store keeps failing
+_HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
+_names = itertools.count(1)
+
+
+class WorkerState(enum.StrEnum):
+    """The worker's lifecycle; every change is logged as ``worker.<state>``."""
+
+    NEW = "new"
+    RUNNING = "running"  # claiming and running jobs
+    DRAINING = "draining"  # no more claims; running jobs may finish; leases still renewed
+    CANCELLING = "cancelling"  # running jobs' tokens cancelled; Interrupted jobs released
+    STOPPED = "stopped"  # on_shutdown called; the report is final
+
+
+# The only transitions there are. DRAINING goes straight to STOPPED when every job ended
+# within the drain budget; NEW goes to STOPPED when a worker is stopped before it started.
+_TRANSITIONS: Mapping[WorkerState, frozenset[WorkerState]] = MappingProxyType(
+    {
+        WorkerState.NEW: frozenset({WorkerState.RUNNING, WorkerState.STOPPED}),
+        WorkerState.RUNNING: frozenset({WorkerState.DRAINING}),
+        WorkerState.DRAINING: frozenset({WorkerState.CANCELLING, WorkerState.STOPPED}),
+        WorkerState.CANCELLING: frozenset({WorkerState.STOPPED}),
+        WorkerState.STOPPED: frozenset(),
+    }
+)
+
+
+class Outcome(enum.StrEnum):
+    """How the worker settled one claimed job: exactly one of these per claim."""
+
+    DONE = "done"  # store.complete accepted
+    RETRIED = "retried"  # store.retry accepted: queued again later, attempt counted
+    FAILED = "failed"  # store.fail accepted (failed for good, or abandoned as not ready)
+    RELEASED = "released"  # store.release accepted: interrupted or never started
+    LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
+    UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
+
+
+@dataclass(frozen=True)
+class ShutdownReport:
+    """What `Worker.stop` achieved.
+
+    Attributes:
+        worker: the worker's name.
+        finished: True when every job in hand was settled and every thread the worker
+            started has ended, within the budget.
+        outcomes: for each job the worker held when the stop began (running, or handed
+            off but not started), how it was settled during the stop.
+        still_running: jobs whose handler was still running at the deadline. They keep
+            their lease (not released, no longer renewed): if the process exits, each
+            runs again once its lease expires.
+        errors: the `PhaseError` records of the worker's life (the most recent 100).
+        thread_failures: worker threads that died (each also stopped the worker).
+        phases: seconds spent in DRAINING and, if it was entered, CANCELLING.
+        elapsed: seconds the `Worker.stop` call took.
+    """
+
+    worker: str
+    finished: bool
+    outcomes: Mapping[int, Outcome] = field(default_factory=dict)
+    still_running: tuple[int, ...] = ()
+    errors: tuple[PhaseError, ...] = ()
+    thread_failures: tuple[ThreadFailure, ...] = ()
+    phases: Mapping[WorkerState, float] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+    @property
+    def completed(self) -> tuple[int, ...]:
+        """Jobs that ran to an outcome of their own (done, retried or failed) during the stop."""
+        ended = (Outcome.DONE, Outcome.RETRIED, Outcome.FAILED)
+        return tuple(sorted(i for i, o in self.outcomes.items() if o in ended))
+
+    @property
+    def released(self) -> tuple[int, ...]:
+        """Jobs given back to the queue unchanged (interrupted, or never started)."""
+        return tuple(sorted(i for i, o in self.outcomes.items() if o is Outcome.RELEASED))
+
+    def summary(self) -> str:
+        """One line for a log or a terminal."""
+        text = (
+            f"worker {self.worker} stopped in {self.elapsed:.2f}s: "
+            f"{len(self.completed)} completed, {len(self.released)} released, "
+            f"{len(self.still_running)} still running"
+        )
+        if self.still_running:
+            text += f" {list(self.still_running)} (they keep their lease)"
+        if self.errors or self.thread_failures:
+            text += f"; {len(self.errors)} error(s), {len(self.thread_failures)} dead thread(s)"
+        return text
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """Counters over the worker's life, as of one `Worker.stats` call."""
+
+    state: WorkerState
+    claimed: int
+    running: int
+    done: int
+    retried: int
+    failed: int
+    released: int
+    lost: int
+    unsettled: int
+    errors: int
+
+    @property
+    def settled(self) -> int:
+        """Claimed jobs that reached an outcome (``claimed - settled`` are still in hand)."""
+        return self.done + self.retried + self.failed + self.released + self.lost + self.unsettled
+
+
+@dataclass
+class _Running:
+    """A job whose handler is running; fields change only under ``Worker._cond``."""
+
+    claim: Claim
+    token: CancelToken
+    settling: bool = False  # set by _settle before its store call; the heartbeat stops renewing
+    outcome: Outcome | None = None  # set once, by _settle
+
+
+class Worker:
+    """Claims due jobs from ``store`` and runs them with the handlers of ``tasks``.
+
+    Args:
+        store: where jobs live; the worker never closes it.
+        tasks: the handlers, policies and hooks.
+        concurrency: handler threads; at most this many jobs are claimed at once.
+        poll_interval: how long an idle worker waits before claiming again; the wait ends
+            at once on `wake`, `enqueue`, `request_stop` and when a job finishes.
+        shutdown_timeout: `stop`'s default budget, in seconds.
+        cancel_timeout: the part of the budget kept for CANCELLING (default: a quarter);
+            DRAINING gets the rest. ``cancel_timeout=shutdown_timeout`` cancels at once.
+        lease: seconds each claim holds its job; renewed every ``heartbeat_interval``
+            (default: a third of the lease) while the handler runs, draining included.
+        on_shutdown: called exactly once, with the final `ShutdownReport`, when the
+            worker reaches STOPPED (``report.finished`` says whether everything ended).
+        install_signal_handlers: make the first SIGTERM/SIGINT call `request_stop` and a
+            second force the exit; `start` and `stop` must then run in the main thread.
+        exit_when_empty: request a stop once no job is due or running anywhere.
+        name: the lease owner name (default ``worker-<pid>-<n>``).
+        clock: the store's clock, for the run time of a retry (the same clock as the
+            store's; `time.time` for every store by default).
+
+    Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
+    own) and a context manager that starts on entry and stops on exit. A worker runs
+    once: a stopped worker cannot be started again; make a new one.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        tasks: TaskRegistry,
+        *,
+        concurrency: int = 4,
+        poll_interval: float = 1.0,
+        shutdown_timeout: float = 10.0,
+        cancel_timeout: float | None = None,
+        lease: float = 30.0,
+        heartbeat_interval: float | None = None,
+        on_shutdown: Callable[[ShutdownReport], object] | None = None,
+        install_signal_handlers: bool = False,
+        exit_when_empty: bool = False,
+        name: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        if shutdown_timeout < 0:
+            raise ValueError(f"shutdown_timeout must not be negative, got {shutdown_timeout}")
+        if cancel_timeout is not None and not 0 <= cancel_timeout <= shutdown_timeout:
+            raise ValueError("cancel_timeout must be between 0 and shutdown_timeout")
+        if lease <= 0:
+            raise ValueError(f"lease must be positive, got {lease}")
+        self.name = name or f"worker-{os.getpid()}-{next(_names)}"
+        self._store = store
+        self._tasks = tasks
+        self._concurrency = concurrency
+        self._poll_interval = poll_interval
+        self.shutdown_timeout = shutdown_timeout
+        self._cancel_share = (
+            None if cancel_timeout is None else cancel_timeout / max(shutdown_timeout, 1e-9)
+        )
+        self._lease = lease
+        self._on_shutdown = on_shutdown
+        self._install_signals = install_signal_handlers
+        self._exit_when_empty = exit_when_empty
+        self._clock = clock
+
+        # Guards every field below it, up to the events. Waited on by the claiming thread
+        # (for a free handler slot or a state change); notified by a handler thread when
+        # it frees its slot and by every state transition. Never held while a handler, a
+        # hook or a store call runs.
+        self._cond = threading.Condition()
+        self._state = WorkerState.NEW
+        self._entered: dict[WorkerState, float] = {}  # monotonic time each state began
+        self._idle = concurrency  # handler slots neither running a job nor promised one
+        self._running: dict[int, _Running] = {}
+        self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
+        self._counts = dict.fromkeys(Outcome, 0)
+        self._claimed = 0
+        self._error_count = 0
+        self._errors: list[PhaseError] = []
+        self._thread_failures: list[ThreadFailure] = []
+        self._stop_owner: threading.Thread | None = None  # the thread running stop()
+        self._report: ShutdownReport | None = None
+
+        # Set by wake(), enqueue(), request_stop() and each handler thread when it frees
+        # its slot; cleared by the claiming thread just before each claim; waited on by
+        # the claiming thread while idle, so the idle wait ends at once.
+        self._wake = threading.Event()
+        # Set once, by request_stop() (a signal, exit_when_empty, a dying thread, stop());
+        # waited on by wait_stop_requested() and run().
+        self._stop_requested = threading.Event()
+        # Set once, when the stop that owns the shutdown has built the final report;
+        # waited on by any other stop() call.
+        self._stopped = threading.Event()
+
+        # Cancelling it cancels every job's token (each is a child), in CANCELLING.
+        self._root = CancelToken()
+        # Claims from the claiming thread to the handler threads; never holds more claims
+        # than there are idle slots. Shut down by request_stop(), which takes back what no
+        # handler took yet.
+        self._handoff: ClosableQueue[Claim] = ClosableQueue()
+        self._executor = TrackingExecutor(
+            max_workers=concurrency, thread_name_prefix=f"{self.name}-job"
+        )
+        self._claimer = BackgroundService(
+            self._claim_loop, name=f"{self.name}-claimer", stop_timeout=shutdown_timeout
+        )
+        self._heartbeat = HousekeepingDaemon(
+            every(heartbeat_interval or lease / 3, self._renew_leases),
+            name=f"{self.name}-heartbeat",
+        )
+        self._signals: SignalHandlers | None = None
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.name} {self._state}>"
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def state(self) -> WorkerState:
+        """The current state."""
+        return self._state
+
+    def start(self) -> Self:
+        """Start claiming and running jobs; `RuntimeError` if already started or stopped."""
+        with self._cond:
+            if self._state is not WorkerState.NEW:
+                raise RuntimeError(f"{self!r}: a worker can be started only once")
+        if self._install_signals:
+            # First, so a refusal (not the main thread, a wakeup fd already set) leaves
+            # nothing started.
+            self._signals = install_signal_handlers(self.request_stop)
+        with self._cond:
+            self._set_state(WorkerState.RUNNING)
+        self._log_transition(
+            WorkerState.NEW, WorkerState.RUNNING, f"{self._concurrency} handler thread(s)"
+        )
+        for _ in range(self._concurrency):
+            self._executor.submit(self._consume)
+        self._heartbeat.start()
+        self._claimer.start()
+        return self
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        """Begin the shutdown without waiting: RUNNING -> DRAINING. Safe from any thread.
+
+        No claim starts after this returns, idle handler threads leave, and the claims
+        handed off but not started are released at once. Running jobs go on (their
+        leases still renewed) until `stop` moves on to CANCELLING. Idempotent.
+        """
+        with self._cond:
+            draining = self._state is WorkerState.RUNNING
+            if draining:
+                self._set_state(WorkerState.DRAINING)
+            in_hand = sorted(self._running)
+        self._stop_requested.set()
+        if not draining:
+            return
+        self._wake.set()
+        self._log_transition(
+            WorkerState.RUNNING, WorkerState.DRAINING, f"{reason}; running: {in_hand}"
+        )
+        for claim in shutdown_now(self._handoff):  # claims no handler took yet
+            self._settle_unstarted(claim)
+
+    def wait_stop_requested(self, timeout: float | None = None) -> bool:
+        """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
+        return self._stop_requested.wait(timeout)
+
+    def stop(self, timeout: float | None = None) -> ShutdownReport:
+        """Drain, cancel, and report, within ``timeout`` (default ``shutdown_timeout``).
+
+        DRAINING lasts until every running job has ended or the budget minus the cancel
+        share is spent; then CANCELLING cancels every running job's token and waits for
+        the rest of the budget; then STOPPED: ``on_shutdown(report)`` is called once and
+        the report returned. Never blocks past its budget (plus scheduling noise).
+
+        Idempotent: later calls return the first call's report; a call made while another
+        thread is stopping the worker waits for it within its own budget, and returns a
+        provisional, unfinished report if that runs out. Raises `RuntimeError` when called
+        from one of the worker's own threads (a handler): use `request_stop` there.
+        """
+        budget = self.shutdown_timeout if timeout is None else timeout
+        start = time.monotonic()
+        if self._is_own_thread():
+            raise RuntimeError(f"{self!r}: stop() from the worker's own thread; use request_stop()")
+        with self._cond:
+            if self._report is not None:
+                return self._report
+            owner = self._stop_owner is None
+            if owner:
+                self._stop_owner = threading.current_thread()
+        if not owner:
+            self._stopped.wait(budget)
+            return self._report or self._provisional_report(start)
+        try:
+            report = self._shut_down(budget, start)
+        finally:
+            self._stopped.set()
+        return report
+
+    def run(self) -> ShutdownReport:
+        """Start, wait until a stop is requested, then `stop`: a worker process's whole life."""
+        self.start()
+        try:
+            self.wait_stop_requested()
+        finally:
+            report = self.stop()
+        return report
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- producers and observers ------------------------------------------------------------
+
+    def wake(self) -> None:
+        """End an idle wait now: something was enqueued that may be due."""
+        self._wake.set()
+
+    def enqueue(
+        self,
+        name: str,
+        payload: JsonValue = None,
+        *,
+        run_at: float | None = None,
+        delay: float | None = None,
+        max_attempts: int | None = None,
+    ) -> int:
+        """``TaskRegistry.enqueue`` into this worker's store, then `wake` the worker."""
+        job_id = self._tasks.enqueue(
+            self._store, name, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+        )
+        self.wake()
+        return job_id
+
+    def stats(self) -> WorkerStats:
+        """A consistent snapshot of the worker's counters."""
+        with self._cond:
+            return WorkerStats(
+                state=self._state,
+                claimed=self._claimed,
+                running=len(self._running),
+                done=self._counts[Outcome.DONE],
+                retried=self._counts[Outcome.RETRIED],
+                failed=self._counts[Outcome.FAILED],
+                released=self._counts[Outcome.RELEASED],
+                lost=self._counts[Outcome.LOST],
+                unsettled=self._counts[Outcome.UNSETTLED],
+                errors=self._error_count,
+            )
+
+    def running_jobs(self) -> list[int]:
+        """Ids of the jobs whose handlers are running now."""
+        with self._cond:
+            return sorted(self._running)
+
+    # --- the shutdown ------------------------------------------------------------------------
+
+    def _shut_down(self, budget: float, start: float) -> ShutdownReport:
+        deadline = start + budget
+        with self._cond:
+            never_started = self._state is WorkerState.NEW
+            if never_started:
+                self._set_state(WorkerState.STOPPED)
+        if never_started:
+            self._log_transition(WorkerState.NEW, WorkerState.STOPPED, "never started")
+            return self._finish(self._build_report(start, terminated=True))
+        self.request_stop("stop() called")
+        cancel_share = 0.25 if self._cancel_share is None else self._cancel_share
+        cancel_budget = budget * cancel_share
+        # DRAINING is shutdown_and_await's graceful wait; on_force begins CANCELLING.
+        pool = shutdown_and_await(
+            self._executor,
+            max(0.0, budget - cancel_budget),
+            force_timeout=cancel_budget,
+            on_force=self._begin_cancelling,
+        )
+        # The claiming thread left when DRAINING began, unless a claim was in flight.
+        claimer = self._claimer.stop(max(0.0, deadline - time.monotonic()))
+        # Stopped only now, so leases were renewed for as long as a job could still end.
+        # Its loop wakes at once; the grace covers a renew in flight at the deadline.
+        self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
+        report = self._build_report(start, terminated=pool.terminated and claimer.terminated)
+        with self._cond:
+            old = self._set_state(WorkerState.STOPPED)
+        self._log_transition(old, WorkerState.STOPPED, report.summary())
+        return self._finish(report)
+
+    def _begin_cancelling(self) -> None:
+        with self._cond:
+            self._set_state(WorkerState.CANCELLING)
+            running = sorted(self._running)
+        self._log_transition(
+            WorkerState.DRAINING, WorkerState.CANCELLING, f"cancelling job(s) {running}"
+        )
+        self._root.cancel("worker shutting down")  # reaches every job's child token
+
+    def _finish(self, report: ShutdownReport) -> ShutdownReport:
+        if self._on_shutdown is not None:
+            try:
+                self._on_shutdown(report)
+            except Exception as exc:  # noqa: BLE001 - a PhaseError: logged by _unexpected
+                error = self._unexpected(Phase.ON_SHUTDOWN, None, exc)
+                report = replace(report, errors=(*report.errors, error))
+        self._close_signal_handlers()
+        with self._cond:
+            self._report = report
+        return report
+
+    def _close_signal_handlers(self) -> None:
+        if self._signals is None:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning(
+                "%s: signal handlers left installed: stop() was not called from the main thread",
+                self.name,
+            )
+            return
+        self._signals.close()
+        self._signals = None
+
+    def _build_report(self, start: float, *, terminated: bool) -> ShutdownReport:
+        now = time.monotonic()
+        with self._cond:
+            still_running = tuple(sorted(self._running))
+            entered = dict(self._entered)
+            return ShutdownReport(
+                worker=self.name,
+                finished=terminated and not still_running,
+                outcomes=MappingProxyType(dict(self._late)),
+                still_running=still_running,
+                errors=tuple(self._errors),
+                thread_failures=tuple(self._thread_failures),
+                phases=MappingProxyType(_phase_durations(entered, now)),
+                elapsed=now - start,
+            )
+
+    def _provisional_report(self, start: float) -> ShutdownReport:
+        return self._build_report(start, terminated=False)
+
+    def _set_state(self, new: WorkerState) -> WorkerState:
+        """Move to ``new`` (call with ``_cond`` held) and return the old state."""
+        old = self._state
+        if new not in _TRANSITIONS[old]:
+            raise RuntimeError(f"{self!r}: no transition from {old} to {new}")
+        self._state = new
+        self._entered[new] = time.monotonic()
+        self._cond.notify_all()
+        return old
+
+    def _log_transition(self, old: WorkerState, new: WorkerState, detail: str) -> None:
+        logger.info(
+            "worker %s: %s -> %s: %s",
+            self.name,
+            old.name,
+            new.name,
+            detail,
+            extra={"event": f"worker.{new.value}", "worker": self.name, "state": new},
+        )
+
+    def _is_own_thread(self) -> bool:
+        current = threading.current_thread()
+        return current in self._executor.worker_threads() or current.name in (
+            self._claimer.name,
+            self._heartbeat.name,
+        )
+
+    def _is_stopping(self) -> bool:
+        return self._state is not WorkerState.RUNNING
+
+    # --- the claiming thread ------------------------------------------------------------------
+
+    def _claim_loop(self, stopping: threading.Event) -> None:
+        try:
+            self._claim_until_stopped(stopping)
+        except BaseException as exc:  # noqa: BLE001 - logged; a silent death leaves the queue unworked
+            self._thread_died(exc)
+
+    def _claim_until_stopped(self, stopping: threading.Event) -> None:
+        failures = 0
+        while True:
+            with self._cond:
+                # The pool-level check: a handler that swallowed its Interrupted cannot
+                # make this thread claim again, because it reads the worker's state.
+                while self._state is WorkerState.RUNNING and self._idle == 0:
+                    self._cond.wait()
+                if self._state is not WorkerState.RUNNING or stopping.is_set():
+                    return
+                want = self._idle
+                self._idle -= want  # promised to the claims about to arrive
+            self._wake.clear()  # an enqueue from now on ends the idle wait below
+            try:
+                claims = self._store.claim(self.name, lease=self._lease, limit=want)
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - logged; back off and claim again
+                claims = []
+                failures += 1
+                self._unexpected(Phase.DEQUEUE, None, exc)
+            with self._cond:
+                self._idle += want - len(claims)
+                self._claimed += len(claims)
+            for index, claim in enumerate(claims):
+                try:
+                    self._handoff.put(claim)
+                except ShutDown:  # the stop began while we were claiming: give them back
+                    for late in claims[index:]:
+                        self._settle_unstarted(late)
+                    return
+            if claims:
+                continue  # jobs were due: claim again at once
+            if failures:
+                wait = min(self._poll_interval * 2 ** (failures - 1), _MAX_DEQUEUE_BACKOFF)
+            else:
+                idle_wait = self._idle_wait()
+                if idle_wait is None:
+                    self.request_stop("no job is due or running anywhere (exit when empty)")
+                    return
+                wait = idle_wait
+            self._wake.wait(wait)
+
+    def _idle_wait(self) -> float | None:
+        """Seconds to wait before the next claim; None to stop (``exit_when_empty``)."""
+        try:
+            next_due = self._store.next_due()
+            now = self._clock()
+            if self._exit_when_empty and self._all_idle():
+                running_anywhere = self._store.counts()["running"]
+                if running_anywhere == 0 and (next_due is None or next_due > now):
+                    return None
+        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+            self._unexpected(Phase.DEQUEUE, None, exc)
+            return self._poll_interval
+        if next_due is not None and next_due > now:
+            return min(self._poll_interval, next_due - now)
+        return self._poll_interval
+
+    def _all_idle(self) -> bool:
+        with self._cond:
+            return self._idle == self._concurrency
+
+    # --- the handler threads ------------------------------------------------------------------
+
+    def _consume(self) -> None:
+        try:
+            while True:
+                try:
+                    claim = self._handoff.get()
+                except ShutDown:
+                    return  # closed and empty: the worker is stopping
+                self._process(claim)
+                with self._cond:
+                    self._idle += 1
+                    self._cond.notify_all()
+                self._wake.set()  # a retry may be due, or exit_when_empty may apply now
+        except BaseException as exc:  # noqa: BLE001 - logged; a silent death shrinks the pool
+            self._thread_died(exc)
+
+    def _process(self, claim: Claim) -> None:
+        job = claim.job
+        with self._cond:
+            # Under the lock that request_stop() changes the state with: a job is either
+            # running when the stop begins, or released here without being started.
+            started = self._state is WorkerState.RUNNING
+            if started:
+                run = _Running(claim, self._root.child())
+                self._running[job.id] = run
+        if not started:
+            self._settle_unstarted(claim)
+            return
+        try:
+            self._lifecycle(run)
+        finally:
+            with self._cond:
+                self._running.pop(job.id, None)
+            if run.outcome is None:  # only a BaseException can get here unsettled
+                logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
+                self._record(job, Outcome.UNSETTLED)
+
+    def _lifecycle(self, run: _Running) -> Outcome:
+        job = run.claim.job
+        task = self._tasks.get(job.task)
+        if task is None:
+            reason = f"unknown task {job.task!r}: no handler registered under that name"
+            logger.error("job %d: %s", job.id, reason)
+            return self._settle(
+                run, Phase.NACK, lambda c: self._store.fail(c, reason), Outcome.FAILED
+            )
+        if task.ready is not None:
+            try:
+                ready = bool(task.ready(job))
+            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+                self._unexpected(Phase.READY, job, exc)
+                return self._after_failure(run, task, exc, policy_failed=True)
+            if not ready:
+                return self._not_ready(run, task)
+        ctx = JobContext(job, run.token, worker=self.name, stopping=self._is_stopping)
+        logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
+        try:
+            result = task.fn(job.payload, ctx)
+        except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
+            if run.token.cancelled:
+                # Interrupted, or an error raised on the way out of a cancelled job:
+                # given back unchanged (Proletarian leaves such a job in the queue too).
+                logger.info("job %d: interrupted (%s): releasing it", job.id, run.token.reason)
+                return self._settle(run, Phase.RELEASE, self._store.release, Outcome.RELEASED)
+            if isinstance(exc, Cancelled):
+                logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
+            return self._after_failure(run, task, exc)
+        outcome = self._settle(run, Phase.ACK, self._store.complete, Outcome.DONE)
+        if outcome is Outcome.DONE:
+            self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result)
+        return outcome
+
+    def _after_failure(
+        self, run: _Running, task: Task, error: BaseException, *, policy_failed: bool = False
+    ) -> Outcome:
+        job = run.claim.job
+        text = f"{type(error).__name__}: {error}"
+        decision: Decision
+        if policy_failed:
+            decision = _DEFAULT_POLICY(job, error)
+        else:
+            try:
+                decision = _checked(task.retry(job, error))
+            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+                self._unexpected(Phase.GET_FAILURE_POLICY, job, exc)
+                decision = _DEFAULT_POLICY(job, error)
+        decision = _cap(job, decision, text)
+        if isinstance(decision, Retry):
+            run_at = self._clock() + decision.delay
+            logger.warning(
+                "job %d (%s) attempt %d of %d failed (%s): retrying in %.2fs",
+                job.id,
+                job.task,
+                job.attempts,
+                job.max_attempts,
+                text,
+                decision.delay,
+            )
+            return self._settle(
+                run,
+                Phase.REQUEUE,
+                lambda c: self._store.retry(c, text, run_at=run_at),
+                Outcome.RETRIED,
+            )
+        reason = decision.reason or text
+        logger.error("job %d (%s) failed for good: %s", job.id, job.task, reason)
+        outcome = self._settle(
+            run, Phase.NACK, lambda c: self._store.fail(c, reason), Outcome.FAILED
+        )
+        if outcome is Outcome.FAILED:
+            self._hook(Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, decision)
+        return outcome
+
+    def _not_ready(self, run: _Running, task: Task) -> Outcome:
+        job = run.claim.job
+        decision: Decision
+        try:
+            decision = _checked(task.not_ready(job))
+        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+            self._unexpected(Phase.GET_UNREADINESS_POLICY, job, exc)
+            decision = Retry(1.0)
+        # The store has no "postpone": a requeue counts as an attempt, so a job that is
+        # never ready is abandoned once its attempts are spent instead of looping forever.
+        decision = _cap(job, decision, "not ready")
+        if isinstance(decision, Retry):
+            run_at = self._clock() + decision.delay
+            logger.info("job %d: not ready, requeued in %.2fs", job.id, decision.delay)
+            return self._settle(
+                run,
+                Phase.REQUEUE,
+                lambda c: self._store.retry(c, "not ready", run_at=run_at),
+                Outcome.RETRIED,
+            )
+        reason = decision.reason or "not ready"
+        logger.warning("job %d abandoned: %s", job.id, reason)
+        outcome = self._settle(
+            run, Phase.ABANDON, lambda c: self._store.fail(c, reason), Outcome.FAILED
+        )
+        if outcome is Outcome.FAILED:
+            self._hook(Phase.ON_UNREADINESS, job, self._tasks.on_unreadiness, job, decision)
+        return outcome
+
+    def _settle(
+        self,
+        run: _Running,
+        phase: Phase,
+        action: Callable[[Claim], bool],
+        success: Outcome,
+    ) -> Outcome:
+        """Make the store call that ends the job, and record its outcome (before any hook)."""
+        outcome = self._store_outcome(run, phase, action, success)
+        run.outcome = outcome
+        self._record(run.claim.job, outcome)
+        return outcome
+
+    def _store_outcome(
+        self,
+        run: _Running,
+        phase: Phase,
+        action: Callable[[Claim], bool],
+        success: Outcome,
+    ) -> Outcome:
+        """Make the store call; fall back to a release if it raises."""
+        job = run.claim.job
+        with self._cond:
+            run.settling = True
+            claim = run.claim  # the heartbeat may have renewed it
+        try:
+            accepted = action(claim)
+        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+            self._unexpected(phase, job, exc)
+            if phase is Phase.RELEASE:
+                return Outcome.UNSETTLED
+            try:
+                accepted = self._store.release(claim)  # the fallback: run it again later
+            except Exception as again:  # noqa: BLE001 - logged by _unexpected
+                self._unexpected(Phase.RELEASE, job, again)
+                logger.error(  # noqa: TRY400 - the traceback was just logged
+                    "job %d: unsettled; it runs again when its lease expires", job.id
+                )
+                return Outcome.UNSETTLED
+            success = Outcome.RELEASED
+        if not accepted:
+            logger.warning(
+                "job %d: %s refused: its lease was taken over by another claim (fencing); "
+                "this worker's outcome is dropped",
+                job.id,
+                phase.value,
+            )
+            return Outcome.LOST
+        return success
+
+    def _settle_unstarted(self, claim: Claim) -> None:
+        """Release a claim whose handler never started (the stop began first)."""
+        job = claim.job
+        try:
+            accepted = self._store.release(claim)
+        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+            self._unexpected(Phase.RELEASE, job, exc)
+            outcome = Outcome.UNSETTLED
+        else:
+            outcome = Outcome.RELEASED if accepted else Outcome.LOST
+        logger.info("job %d: released before it started (%s)", job.id, outcome.value)
+        self._record(job, outcome)
+
+    def _record(self, job: Job, outcome: Outcome) -> None:
+        with self._cond:
+            self._counts[outcome] += 1
+            if self._state is not WorkerState.RUNNING:
+                self._late[job.id] = outcome
+
+    # --- the heartbeat ------------------------------------------------------------------------
+
+    def _renew_leases(self) -> None:
+        with self._cond:
+            runs = [run for run in self._running.values() if not run.settling]
+        for run in runs:
+            job = run.claim.job
+            try:
+                renewed = self._store.renew(run.claim, lease=self._lease)
+            except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
+                self._unexpected(Phase.HEARTBEAT, job, exc)
+                continue
+            with self._cond:
+                if run.settling:  # its outcome is being written: the lease ends anyway
+                    continue
+                if renewed is not None:
+                    run.claim = renewed
+                    continue
+            logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
+            run.token.cancel("lease lost")
+
+    # --- errors -----------------------------------------------------------------------------
+
+    def _unexpected(self, phase: Phase, job: Job | None, cause: BaseException) -> PhaseError:
+        error = PhaseError(phase, job, cause)
+        logger.error("%s", error, exc_info=(type(cause), cause, cause.__traceback__))
+        with self._cond:
+            self._error_count += 1
+            self._errors.append(error)
+            del self._errors[:-_MAX_ERRORS_KEPT]
+        self._hook(None, job, self._tasks.on_unexpected_error, error)
+        return error
+
+    def _hook(
+        self,
+        phase: Phase | None,
+        job: Job | None,
+        hook: Callable[..., object] | None,
+        *args: object,
+    ) -> None:
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception as exc:
+            if phase is None:  # on_unexpected_error itself: log, never recurse
+                logger.exception("on_unexpected_error raised; ignored")
+            else:
+                self._unexpected(phase, job, exc)
+
+    def _thread_died(self, exc: BaseException) -> None:
+        thread = threading.current_thread()
+        failure = ThreadFailure.from_exception(thread, type(exc), exc)
+        logger.critical(
+            "worker %s: thread %r died: %s; stopping the worker",
+            self.name,
+            thread.name,
+            failure.summary,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        with self._cond:
+            self._thread_failures.append(failure)
+        self.request_stop(f"thread {thread.name} died")
+
+
+def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[WorkerState, float]:
+    """Seconds spent in DRAINING and CANCELLING, from the times each state was entered."""
+    durations = {}
+    for state, after in (
+        (WorkerState.DRAINING, (WorkerState.CANCELLING, WorkerState.STOPPED)),
+        (WorkerState.CANCELLING, (WorkerState.STOPPED,)),
+    ):
+        if state in entered:
+            ends = [entered[s] for s in after if s in entered]
+            durations[state] = min(ends, default=now) - entered[state]
+    return durations
+
+
+def _checked(decision: object) -> Decision:
+    if not isinstance(decision, Retry | Fail):
+        raise TypeError(f"a policy must return Retry or Fail, got {decision!r}")
+    return decision
+
+
+def _cap(job: Job, decision: Decision, text: str) -> Decision:
+    """Turn a `Retry` into a `Fail` once the job has used its last attempt."""
+    if isinstance(decision, Retry) and job.attempts >= job.max_attempts:
+        return Fail(f"{text} (attempt {job.attempts} of {job.max_attempts}: none left)")
+    return decision

@@ -1,0 +1,824 @@
+"""Exit hooks and signals: what each way of ending runs, each pitfall forced, and the pattern.
+
+Interpreter exit cannot be tested in the test process, so almost every test starts a child
+interpreter. The child prints flushed marker lines; the parent reads them, with a timeout,
+before it sends a signal or writes to the child's stdin, so every interleaving is forced.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import IO
+
+import pytest
+
+from patterns.exit_hooks import install_signal_handlers
+from tests.support import (
+    MUST_HAPPEN,
+    STAYS_BLOCKED,
+    child_env,
+    join_or_fail,
+    run_in_thread,
+    spawn_python,
+)
+
+# The issue's bound for a forced exit: a second signal ends the process within a second.
+FORCED_EXIT_BOUND = 1.0
+
+# What the "kubelet" in the Kubernetes-style tests allows between SIGTERM and SIGKILL.
+# Generous, like MUST_HAPPEN: the child exits long before it on any machine.
+GRACE_PERIOD = MUST_HAPPEN
+
+
+class Child:
+    """A child interpreter whose output arrives line by line through queues.
+
+    Every read has a timeout, so a child that never prints fails the test instead of
+    hanging it. Use it as a context manager: leaving the block kills the child if it is
+    still running and joins the reader threads.
+    """
+
+    def __init__(self, code: str, *python_args: str) -> None:
+        code = textwrap.dedent(code)
+        if python_args:
+            self.proc = subprocess.Popen(
+                [sys.executable, *python_args, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env(),
+            )
+        else:
+            self.proc = spawn_python(code)
+        self.out: queue.Queue[str] = queue.Queue()  # stdout lines, newline stripped
+        self.err: queue.Queue[str] = queue.Queue()  # stderr lines, newline stripped
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.out), name="out"),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err), name="err"),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _pump(stream: IO[str], lines: queue.Queue[str]) -> None:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(MUST_HAPPEN)
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        self._join_readers()
+
+    def expect(self, *expected: str) -> None:
+        """Read the next stdout lines and check they are exactly ``expected``."""
+        for line in expected:
+            try:
+                got = self.out.get(timeout=MUST_HAPPEN)
+            except queue.Empty:
+                msg = f"child never printed {line!r}; stderr: {self.stderr()}"
+                raise AssertionError(msg) from None
+            assert got == line, f"expected {line!r}, got {got!r}; stderr: {self.stderr()}"
+
+    def expect_err(self, predicate: Callable[[str], bool]) -> list[str]:
+        """Read stderr lines until one satisfies ``predicate``; return all of them."""
+        seen: list[str] = []
+        while True:
+            try:
+                seen.append(self.err.get(timeout=MUST_HAPPEN))
+            except queue.Empty:
+                msg = f"child never wrote the expected line; stderr: {seen}"
+                raise AssertionError(msg) from None
+            if predicate(seen[-1]):
+                return seen
+
+    def send(self, sig: int) -> None:
+        """Send a signal to the child process."""
+        self.proc.send_signal(sig)
+
+    def write(self, text: str) -> None:
+        """Write to the child's stdin."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text)
+        self.proc.stdin.flush()
+
+    def stays_alive(self, duration: float = STAYS_BLOCKED) -> bool:
+        """Return True if the child is still running after watching it for ``duration``."""
+        try:
+            self.proc.wait(duration)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+
+    def wait(self, timeout: float = MUST_HAPPEN) -> int:
+        """Wait for the child to exit and return its status (negative: killed by a signal)."""
+        return self.proc.wait(timeout)
+
+    def rest(self) -> list[str]:
+        """After the exit: every stdout line not read yet."""
+        self._join_readers()
+        return list(self.out.queue)
+
+    def stderr(self) -> str:
+        """Whatever stderr lines have not been read yet (all of them once the child exited)."""
+        if self.proc.poll() is not None:
+            self._join_readers()
+        return "\n".join(self.err.queue)
+
+    def _join_readers(self) -> None:
+        for reader in self._readers:
+            join_or_fail(reader)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def run_child(code: str) -> subprocess.CompletedProcess[str]:
+    """Run a child that needs no interaction, with a timeout."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+
+
+# Child code shared by several tests: helpers that let the child announce where its main
+# thread is, so the parent acts only once it is there.
+WATCH_MAIN = """
+import inspect, sys, threading, time
+
+def say(line):
+    sys.stdout.write(line + "\\n")  # one write per line: threads may say things at once
+    sys.stdout.flush()
+
+def main_frames():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+def say_when(condition, line):
+    # Observe the main thread from a helper instead of guessing how long it takes.
+    def watch():
+        while not condition():
+            time.sleep(0.001)  # polling an observation, not waiting for a race
+        say(line)
+    threading.Thread(target=watch, name="watcher", daemon=True).start()
+
+def main_is_in(callee, caller):
+    return any(f.f_code.co_name == callee and f.f_back is not None
+               and f.f_back.f_code.co_name == caller for f in main_frames())
+
+# The line of Condition.wait where a wait without timeout blocks in C, GIL released: the
+# only place the main thread can be suspended on that line, so seeing it there means the
+# main thread is asleep in the lock, not about to get there.
+_src, _first = inspect.getsourcelines(threading.Condition.wait)
+BLOCKED_LINE = _first + next(i for i, text in enumerate(_src)
+                             if text.strip() == "waiter.acquire()"
+                             and _src[i - 1].strip() == "if timeout is None:")
+
+def main_is_asleep_in_event_wait(caller):
+    # Condition.wait, called by Event.wait, called by caller (Thread.start waits too).
+    frames = list(main_frames())
+    return (len(frames) >= 3 and frames[0].f_code is threading.Condition.wait.__code__
+            and frames[0].f_lineno == BLOCKED_LINE and frames[2].f_code.co_name == caller)
+"""
+
+
+# --- atexit: which ways of ending run it ---------------------------------------------------
+
+# A child of a background job (``cmd &`` in a non-interactive shell, as some CI runners
+# start the tests) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+# handler at all. Children that demonstrate Ctrl-C first put back what a terminal gives.
+ENDING = """
+import atexit, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+atexit.register(print, "atexit ran", flush=True)
+try:
+    print("ready", flush=True)
+    {ending}
+finally:
+    print("finally ran", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("ending", "sig", "status"),
+    [
+        pytest.param("pass", None, 0, id="main returns"),
+        pytest.param("sys.exit(3)", None, 3, id="sys.exit"),
+        pytest.param("raise ValueError('boom')", None, 1, id="unhandled exception"),
+        pytest.param("sys.stdin.readline()", signal.SIGINT, -signal.SIGINT, id="Ctrl-C"),
+    ],
+)
+def test_atexit_handlers_run_on_every_orderly_exit(ending: str, sig: int | None, status: int):
+    """Return, sys.exit, an unhandled exception and Ctrl-C all run finally, then atexit."""
+    with Child(ENDING.format(ending=ending)) as child:
+        child.expect("ready")
+        if sig is not None:
+            child.send(sig)
+        assert child.wait() == status
+        assert child.rest() == ["finally ran", "atexit ran"]
+        if sig == signal.SIGINT:
+            assert "KeyboardInterrupt" in child.stderr()
+
+
+@pytest.mark.parametrize(
+    ("ending", "sig", "status"),
+    [
+        pytest.param("sys.stdin.readline()", signal.SIGTERM, -signal.SIGTERM, id="SIGTERM"),
+        pytest.param("sys.stdin.readline()", signal.SIGKILL, -signal.SIGKILL, id="SIGKILL"),
+        pytest.param("os._exit(4)", None, 4, id="os._exit"),
+    ],
+)
+def test_atexit_handlers_are_skipped_by_default_sigterm_sigkill_and_os_exit(
+    ending: str, sig: int | None, status: int
+):
+    """Default SIGTERM, SIGKILL and os._exit end the process with no finally and no atexit."""
+    with Child(ENDING.format(ending=ending)) as child:
+        child.expect("ready")
+        if sig is not None:
+            child.send(sig)
+        assert child.wait() == status
+        assert child.rest() == []
+
+
+def test_atexit_handlers_run_newest_first_one_at_a_time_in_the_main_thread():
+    """Unlike JVM shutdown hooks, atexit handlers run in reverse order, sequentially, in main."""
+    result = run_child("""
+        import atexit, threading
+        running = []
+        def hook(name):
+            running.append(name)
+            print(f"start {name} in {threading.current_thread().name}, {len(running)} running")
+            running.remove(name)
+            print(f"end {name}")
+        for name in ("first", "second", "third"):
+            atexit.register(hook, name)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "start third in MainThread, 1 running",
+        "end third",
+        "start second in MainThread, 1 running",
+        "end second",
+        "start first in MainThread, 1 running",
+        "end first",
+    ]
+
+
+def test_an_exception_in_an_atexit_handler_is_printed_and_the_others_still_run():
+    """A failing handler is reported on stderr, the rest run, and the exit status stays 0."""
+    result = run_child("""
+        import atexit
+        def broken():
+            raise RuntimeError("hook failed")
+        atexit.register(print, "registered first")
+        atexit.register(broken)
+        atexit.register(print, "registered last")
+    """)
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == ["registered last", "registered first"]
+    assert "Exception ignored in atexit callback" in result.stderr
+    assert "RuntimeError: hook failed" in result.stderr
+
+
+def test_register_exit_hook_logs_a_failing_hook_with_its_traceback():
+    """register_exit_hook reports a failure through logging, so it lands in the app's log."""
+    result = run_child("""
+        import logging, sys
+        from patterns.exit_hooks import register_exit_hook
+        logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
+        def broken():
+            raise RuntimeError("hook failed")
+        register_exit_hook(broken)
+        register_exit_hook(lambda: print("the other hook ran"))
+    """)
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == "the other hook ran"
+    assert lines[1].startswith("ERROR exit hook <function broken")
+    assert "RuntimeError: hook failed" in result.stdout
+    assert "Exception ignored" not in result.stderr
+
+
+# --- P21: logging after logging.shutdown() ---------------------------------------------------
+
+LATE_LOG = """
+{register_import}
+def flush_report():
+    logging.getLogger("app").warning("exit hook: report flushed")
+{register}(flush_report)  # before logging is imported and configured
+import logging
+logging.basicConfig(filename={path!r}, filemode="w", level=logging.INFO, format="%(message)s")
+logging.getLogger("app").info("main done")
+"""
+
+
+@pytest.mark.race("P21", "an atexit handler that logs after logging.shutdown()")
+def test_naive_exit_hook_registered_before_logging_loses_its_log_line(tmp_path: Path):
+    """logging.shutdown runs first and closes the file, so the hook's line silently vanishes."""
+    log = tmp_path / "app.log"
+    code = LATE_LOG.format(
+        register_import="import atexit", register="atexit.register", path=str(log)
+    )
+    result = run_child(code)
+    assert result.returncode == 0
+    assert result.stderr == ""  # silent
+    assert log.read_text().splitlines() == ["main done"]
+
+
+@pytest.mark.race("P21", "an atexit handler that logs after logging.shutdown()")
+def test_register_exit_hook_runs_before_logging_shutdown_so_its_line_is_kept(tmp_path: Path):
+    """A hook registered through register_exit_hook runs while logging still works."""
+    log = tmp_path / "app.log"
+    code = LATE_LOG.format(
+        register_import="from patterns.exit_hooks import register_exit_hook",
+        register="register_exit_hook",
+        path=str(log),
+    )
+    result = run_child(code)
+    assert result.returncode == 0, result.stderr
+    assert log.read_text().splitlines() == ["main done", "exit hook: report flushed"]
+
+
+# --- install_signal_handlers: the handle's contract (in this process, main thread) --------
+
+
+@pytest.fixture
+def saved_handlers() -> Iterator[None]:
+    """Put back every handler a test may change, and the wakeup fd, whatever happens."""
+    sigs = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+    saved = {s: signal.getsignal(s) for s in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(-1)
+
+
+def noop(signum: int, frame: FrameType | None) -> None:
+    """A Python-level handler that does nothing."""
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_closing_the_handle_restores_the_previous_handlers_exactly():
+    """After close() each signal has its previous handler object: SIG_DFL, SIG_IGN or a callable."""
+    signal.signal(signal.SIGUSR1, noop)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # SIG_IGN in a background job
+    sigs = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT)
+    before = {s: signal.getsignal(s) for s in sigs}
+
+    handlers = install_signal_handlers(lambda: None, signals=sigs)
+    assert all(signal.getsignal(s) is not before[s] for s in sigs)
+    handlers.close()
+    assert {s: signal.getsignal(s) for s in sigs} == before
+    assert all(signal.getsignal(s) is before[s] for s in sigs)
+    assert signal.set_wakeup_fd(-1) == -1  # no wakeup fd left behind
+
+    with install_signal_handlers(lambda: None, signals=sigs) as again:
+        assert again.signals == sigs
+    assert all(signal.getsignal(s) is before[s] for s in sigs)
+    again.close()  # closing twice is harmless
+    assert again.closed
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_the_first_signal_calls_on_stop_once_in_a_thread_other_than_main():
+    """on_stop runs once, off the main thread; a signal that is not ours does not count."""
+    others: list[int] = []
+    signal.signal(signal.SIGUSR2, lambda signum, frame: others.append(signum))
+    called = threading.Event()
+    calls: list[str] = []
+
+    def on_stop() -> None:
+        calls.append(threading.current_thread().name)
+        called.set()
+
+    with install_signal_handlers(on_stop, signals=(signal.SIGUSR1,)) as handlers:
+        signal.raise_signal(signal.SIGUSR2)  # also written to the wakeup fd; must be ignored
+        signal.raise_signal(signal.SIGUSR1)
+        assert called.wait(MUST_HAPPEN)
+        assert handlers.first_signal == signal.SIGUSR1
+    assert others == [signal.SIGUSR2]  # the other handler still ran, in the main thread
+    assert calls == ["on-stop"]
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_install_signal_handlers_refuses_to_run_outside_the_main_thread():
+    """From another thread it raises a RuntimeError that says why, and changes nothing."""
+    before = signal.getsignal(signal.SIGUSR1)
+    thread, outcome = run_in_thread(
+        lambda: install_signal_handlers(lambda: None, signals=(signal.SIGUSR1,)), "not-main"
+    )
+    join_or_fail(thread)
+    error = outcome["error"]
+    assert isinstance(error, RuntimeError)
+    assert "main thread" in str(error)
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_installing_is_all_or_nothing():
+    """If one signal cannot be handled, the handlers installed before it are put back."""
+    signal.signal(signal.SIGUSR1, noop)
+    with pytest.raises(OSError, match="Invalid argument"):  # SIGKILL cannot be caught
+        install_signal_handlers(lambda: None, signals=(signal.SIGUSR1, signal.SIGKILL))
+    assert signal.getsignal(signal.SIGUSR1) is noop
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_second_install_is_refused_while_the_first_is_open():
+    """Only one handle can own the wakeup fd; the second install says so and changes nothing."""
+    with install_signal_handlers(lambda: None, signals=(signal.SIGUSR1,)):
+        installed = signal.getsignal(signal.SIGUSR1)
+        with pytest.raises(RuntimeError, match="wakeup fd is already set"):
+            install_signal_handlers(lambda: None, signals=(signal.SIGUSR1, signal.SIGUSR2))
+        assert signal.getsignal(signal.SIGUSR1) is installed
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+
+
+def test_a_handler_installed_outside_python_is_left_alone():
+    """getsignal() is None for a C-level handler, which could not be put back: it is refused."""
+    code = """
+        import signal
+        from patterns.exit_hooks import install_signal_handlers
+        print(signal.getsignal(signal.SIGABRT), flush=True)  # faulthandler's C handler
+        try:
+            install_signal_handlers(lambda: None, signals=(signal.SIGTERM, signal.SIGABRT))
+        except ValueError as exc:
+            print("refused:", exc, flush=True)
+        untouched = signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        print(untouched, signal.set_wakeup_fd(-1), flush=True)
+    """
+    with Child(code, "-X", "faulthandler") as child:
+        child.expect("None")
+        line = child.out.get(timeout=MUST_HAPPEN)
+        assert line.startswith("refused: SIGABRT has a handler installed outside Python")
+        child.expect("True -1")
+        assert child.wait() == 0
+
+
+# --- P18: SIGTERM's default action skips finally and atexit -----------------------------
+
+NAIVE_SERVICE = """
+import atexit, sys
+from patterns.exit_hooks import naive_run_until_interrupted
+atexit.register(print, "atexit ran", flush=True)
+
+def work(stop):
+    print("ready", flush=True)
+    stop.wait()
+    print("work stopped", flush=True)
+
+try:
+    naive_run_until_interrupted(work, cleanup=lambda: print("cleanup ran", flush=True))
+finally:
+    print("finally ran", flush=True)
+"""
+
+
+@pytest.mark.race("P18", "SIGTERM's default action skips finally and atexit")
+def test_naive_default_sigterm_skips_the_cleanup_finally_and_atexit():
+    """Without a SIGTERM handler the process dies at once: no cleanup, no finally, no atexit."""
+    with Child(NAIVE_SERVICE) as child:
+        child.expect("ready")
+        child.send(signal.SIGTERM)
+        assert child.wait() == -signal.SIGTERM
+        assert child.rest() == []
+
+
+@pytest.mark.race("P18", "SIGTERM's default action skips finally and atexit")
+def test_first_sigterm_calls_on_stop_once_and_the_process_exits_0_after_its_cleanup():
+    """With the handlers, SIGTERM calls on_stop once; main's finally, then atexit run; status 0."""
+    code = """
+        import atexit, threading
+        from patterns.exit_hooks import install_signal_handlers
+        atexit.register(print, "atexit ran", flush=True)
+        stop = threading.Event()
+
+        def on_stop():
+            print("on_stop called", flush=True)
+            stop.set()
+
+        with install_signal_handlers(on_stop):
+            try:
+                print("ready", flush=True)
+                stop.wait()
+            finally:
+                print("finally ran", flush=True)
+    """
+    with Child(code) as child:
+        child.expect("ready")
+        child.send(signal.SIGTERM)
+        assert child.wait() == 0
+        assert child.rest() == ["on_stop called", "finally ran", "atexit ran"]
+
+
+# --- P22: a signal delivered to another thread does not wake the main thread --------------
+
+WORKER_GETS_THE_SIGNAL = (
+    WATCH_MAIN
+    + """
+import signal
+from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+stop = threading.Event()
+{install}(stop.set)
+
+def signal_this_thread():
+    while not main_is_asleep_in_event_wait("<module>"):
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread, not main
+    say("signalled a worker thread")
+
+helper = threading.Thread(target=signal_this_thread, name="helper")
+helper.start()
+stop.wait()  # no timeout
+say("stopped")
+helper.join()
+"""
+)
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_naive_handler_leaves_the_main_thread_asleep_when_a_worker_got_the_signal():
+    """The handler waits for the main thread to run bytecode, and it sleeps in Event.wait()."""
+    code = WORKER_GETS_THE_SIGNAL.format(install="naive_install_stop_handler")
+    with Child(code) as child:
+        child.expect("signalled a worker thread")
+        assert child.stays_alive()  # the signal arrived, and the main thread sleeps on
+        child.send(signal.SIGTERM)  # to the process: the main thread gets this one, and wakes
+        child.expect("stopped")
+        assert child.wait() == 0
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_a_signal_delivered_to_a_worker_thread_still_wakes_the_main_thread():
+    """The wakeup fd is written from the worker, so on_stop runs and the main thread wakes."""
+    code = WORKER_GETS_THE_SIGNAL.format(install="install_signal_handlers")
+    with Child(code) as child:
+        lines = {child.out.get(timeout=MUST_HAPPEN) for _ in range(2)}
+        assert lines == {"signalled a worker thread", "stopped"}  # in either order
+        assert child.wait() == 0
+
+
+# --- E1: a handler that sets the event the main thread is waiting on deadlocks ------------
+
+SIGNAL_INSIDE_WAIT = """
+import faulthandler, signal, sys, threading
+from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+faulthandler.register(signal.SIGUSR1)  # lets the parent see where the child is stuck
+stop = threading.Event()
+{install}(stop.set)
+
+def land_signal_inside_wait(frame, event, arg):
+    # Deliver SIGTERM at the exact moment stop.wait() holds the event's internal lock, as a
+    # signal arriving at that instruction would.
+    if frame.f_code is not threading.Event.wait.__code__:
+        return None
+    def on_line(frame, event, arg):
+        if event == "line" and stop._cond._lock.locked():
+            sys.settrace(None)
+            print("signal lands while stop.wait() holds the event's lock", flush=True)
+            signal.raise_signal(signal.SIGTERM)
+            return None
+        return on_line
+    return on_line
+
+sys.settrace(land_signal_inside_wait)
+stop.wait()
+sys.settrace(None)
+print("stopped", flush=True)
+"""
+
+
+@pytest.mark.race("E1", "a handler that sets the event main is waiting on deadlocks")
+def test_naive_handler_that_sets_the_event_main_is_waiting_on_deadlocks():
+    """The handler runs inside stop.wait() and waits for the lock its own thread holds: forever."""
+    with Child(SIGNAL_INSIDE_WAIT.format(install="naive_install_stop_handler")) as child:
+        child.expect("signal lands while stop.wait() holds the event's lock")
+        assert child.stays_alive()
+        child.send(signal.SIGTERM)  # a second SIGTERM re-enters the handler: stuck again
+        assert child.stays_alive()
+        child.send(signal.SIGUSR1)  # faulthandler dumps every stack
+        dump = child.expect_err(lambda line: line.endswith("in <module>"))
+        frames = [line.rsplit(" in ", 1)[-1] for line in dump if line.startswith("  File")]
+        assert frames.index("set") < frames.index("handler") < frames.index("wait")
+        # Only SIGKILL ends it (leaving the with-block kills the child).
+
+
+@pytest.mark.race("E1", "a handler that sets the event main is waiting on deadlocks")
+def test_on_stop_can_set_the_event_the_main_thread_is_waiting_on():
+    """on_stop runs in its own thread, so it waits for the main thread to release the lock."""
+    with Child(SIGNAL_INSIDE_WAIT.format(install="install_signal_handlers")) as child:
+        child.expect("signal lands while stop.wait() holds the event's lock", "stopped")
+        assert child.wait() == 0
+
+
+# --- P24: a second Ctrl-C during the graceful shutdown --------------------------------------
+
+NAIVE_CTRL_C = (
+    WATCH_MAIN
+    + """
+import logging, signal
+from patterns.exit_hooks import naive_run_until_interrupted
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+logging.basicConfig(stream=sys.stdout, format="log: %(message)s")
+
+def work(stop):
+    sys.stdin.readline()  # stuck until the parent answers; it does not watch stop
+    say("work finished")
+
+say_when(lambda: main_is_in("wait", "naive_run_until_interrupted"), "waiting")
+naive_run_until_interrupted(work, cleanup=lambda: say("cleanup ran"))
+"""
+)
+
+
+@pytest.mark.race("P24", "a second Ctrl-C during the graceful shutdown")
+def test_naive_second_ctrl_c_abandons_the_cleanup_and_the_stuck_worker_holds_the_exit():
+    """The second KeyboardInterrupt skips the cleanup, and exit still waits for the worker."""
+    with Child(NAIVE_CTRL_C) as child:
+        child.expect("waiting")
+        child.send(signal.SIGINT)
+        child.expect("log: interrupted: stopping gracefully")
+        child.send(signal.SIGINT)
+        assert child.stays_alive()  # a traceback, then stuck joining the worker at exit
+        child.write("release\n")
+        assert child.wait() == -signal.SIGINT
+        assert child.rest() == ["work finished"]  # and never "cleanup ran"
+        assert "KeyboardInterrupt" in child.stderr()
+
+
+SECOND_SIGNAL = """
+import sys, threading
+from patterns.exit_hooks import install_signal_handlers
+stop = threading.Event()
+
+def on_stop():
+    print("on_stop called", flush=True)
+    stop.set()
+
+worker = threading.Thread(target=sys.stdin.readline, name="stuck-worker")  # non-daemon
+with install_signal_handlers(on_stop):
+    worker.start()
+    print("ready", flush=True)
+    stop.wait()
+    print("draining", flush=True)
+    worker.join()  # stuck: the parent never writes to stdin
+print("never printed")
+"""
+
+
+@pytest.mark.race("P24", "a second Ctrl-C during the graceful shutdown")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_second_signal_forces_the_exit_within_a_second_even_with_a_stuck_thread(sig: int):
+    """The second signal exits with 128 + signum (143, 130) within a second, on_stop ran once."""
+    with Child(SECOND_SIGNAL) as child:
+        child.expect("ready")
+        child.send(sig)
+        child.expect("on_stop called", "draining")
+        assert child.stays_alive()  # draining, and the worker is stuck
+        start = time.monotonic()
+        child.send(sig)
+        status = child.wait()
+        took = time.monotonic() - start
+        assert status == 128 + sig
+        assert took < FORCED_EXIT_BOUND, f"forced exit took {took:.3f}s"
+        assert child.rest() == []  # on_stop once; nothing after the drain ran
+        err = child.stderr()
+        name = signal.Signals(sig).name
+        assert f"second signal ({name}) while stopping: exiting now with status {status}" in err
+        assert "stuck-worker" in err
+
+
+def test_an_on_stop_that_raises_is_logged_and_the_second_signal_still_forces_the_exit():
+    """A failing on_stop is logged with its traceback; the second signal still exits with 143."""
+    code = """
+        import threading
+        from patterns.exit_hooks import install_signal_handlers
+
+        def on_stop():
+            raise RuntimeError("on_stop broke")
+
+        with install_signal_handlers(on_stop):
+            print("ready", flush=True)
+            threading.Event().wait()  # never set: only the second signal ends this
+    """
+    with Child(code) as child:
+        child.expect("ready")
+        child.send(signal.SIGTERM)
+        seen = child.expect_err(lambda line: line == "RuntimeError: on_stop broke")
+        assert "on_stop failed; a second signal still forces the exit" in seen
+        child.send(signal.SIGTERM)
+        assert child.wait() == 143
+
+
+# --- A Kubernetes-style termination ---------------------------------------------------------
+
+SERVICE = """
+import atexit, logging, sys
+from patterns.exit_hooks import force_exit, run_until_signalled
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="log: %(message)s")
+atexit.register(print, "atexit ran", flush=True)
+queue = ["a", "b", "c"]  # stands for a durable job queue
+
+def work(stop):
+    while queue and not stop.is_set():
+        item = queue[0]
+        print("working on", item, flush=True)
+        sys.stdin.readline()  # the item takes as long as the parent says
+        {finish}
+    if queue:
+        print("handed back", queue, flush=True)  # still queued: another replica takes them
+
+drained = run_until_signalled(
+    work, drain_timeout={drain}, cleanup=lambda: print("cleanup ran", flush=True)
+)
+if not drained:
+    force_exit(1, "work overran its drain budget")
+"""
+
+
+def kubelet_stop(child: Child, before_sigkill: Callable[[], None]) -> tuple[int, float]:
+    """Send SIGTERM, let ``before_sigkill`` talk to the child, SIGKILL at the grace deadline.
+
+    Returns the exit status and the seconds from SIGTERM to exit.
+    """
+    start = time.monotonic()
+    child.send(signal.SIGTERM)
+    before_sigkill()
+    try:
+        status = child.wait(max(0.0, GRACE_PERIOD - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+        child.send(signal.SIGKILL)
+        raise AssertionError("the grace period ran out: the kubelet sent SIGKILL") from None
+    return status, time.monotonic() - start
+
+
+def test_kubernetes_style_sigterm_drains_the_worker_cleans_up_and_exits_0_in_time():
+    """SIGTERM mid-item: the item finishes, the rest is handed back, cleanup runs, status 0."""
+    code = SERVICE.format(finish='print("finished", queue.pop(0), flush=True)', drain=5.0)
+    with Child(code) as child:
+        child.expect("working on a")
+        child.write("\n")
+        child.expect("finished a", "working on b")
+
+        def finish_the_item_in_hand() -> None:
+            child.expect(
+                "log: SIGTERM received: stopping (send it again to exit at once)",
+                "log: draining: waiting up to 5s for work to stop",
+            )
+            child.write("\n")
+
+        status, took = kubelet_stop(child, finish_the_item_in_hand)
+        assert status == 0
+        assert took < GRACE_PERIOD
+        assert child.rest() == ["finished b", "handed back ['c']", "cleanup ran", "atexit ran"]
+
+
+def test_work_that_overruns_the_drain_budget_is_abandoned_and_the_process_exits_in_time():
+    """A stuck item is given up after drain_timeout; cleanup still runs, before SIGKILL."""
+    drain = 0.3
+    code = SERVICE.format(finish="pass", drain=drain)
+    with Child(code) as child:
+        child.expect("working on a")
+        status, took = kubelet_stop(child, lambda: None)  # nobody finishes the item
+        assert status == 1
+        assert drain <= took < GRACE_PERIOD
+        rest = child.rest()
+        assert rest[:3] == [
+            "log: SIGTERM received: stopping (send it again to exit at once)",
+            f"log: draining: waiting up to {drain}s for work to stop",
+            f"log: work did not stop within {drain}s; abandoning it",
+        ]
+        assert rest[3] == "cleanup ran"
+        assert rest[4].startswith("log: work overran its drain budget: exiting now with status 1")
+        assert "atexit ran" not in rest
