@@ -30,6 +30,7 @@ from patterns.bulkhead import (
 )
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     Gate,
     elapsed,
     join_or_fail,
@@ -37,9 +38,6 @@ from tests.support import (
     stays_blocked,
     wait_until_blocked_in,
 )
-
-# Scheduling noise allowed on top of a deadline.
-NOISE = 0.5
 
 # A caller timeout that must run out before the test releases the work: the work is held
 # at a gate until then, so the timeout passes however slow the machine is.

@@ -30,6 +30,7 @@ from patterns.executor_shutdown import (
 )
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     Gate,
     elapsed,
     join_or_fail,
@@ -38,9 +39,6 @@ from tests.support import (
     stays_blocked,
     wait_until_blocked_in,
 )
-
-# Scheduling noise allowed on top of a deadline; the issue asks for +0.5 s at most.
-NOISE = 0.5
 
 
 def returns(value: object) -> Callable[[], object]:

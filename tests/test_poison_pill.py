@@ -30,6 +30,7 @@ from patterns.poison_pill import (
 )
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     Gate,
     elapsed,
     join_or_fail,
@@ -37,9 +38,6 @@ from tests.support import (
     stays_blocked,
     wait_until_blocked_in,
 )
-
-# Scheduling noise allowed on top of a deadline.
-NOISE = 0.5
 
 P10 = ("P10", "one pill for N consumers leaves N-1 blocked in get() forever")
 P11 = ("P11", "each producer sends its own pill: a slow producer's items are stranded")

@@ -28,6 +28,7 @@ from patterns.thread_exceptions import (
 )
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     Gate,
     join_or_fail,
     run_in_thread,
@@ -37,9 +38,6 @@ from tests.support import (
 )
 
 MODULE_LOGGER = "patterns.thread_exceptions"
-
-# Scheduling noise allowed on top of a deadline, as in the executor tests.
-NOISE = 0.5
 
 
 # --- helpers ------------------------------------------------------------------------------
