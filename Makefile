@@ -43,6 +43,7 @@ demo: $(STAMP)
 
 # Benchmarks print tables; they are never part of `make test` (no timed assertions in tests).
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
 		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done
 

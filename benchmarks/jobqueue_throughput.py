@@ -1,0 +1,523 @@
+"""Job queue throughput next to the peers: drain with 4 threads, and enqueue (issue 9, 1-2).
+
+Run it with ``python -m benchmarks.jobqueue_throughput`` (``--help`` for the knobs).
+Needs the peers of the ``bench`` extra (huey, persist-queue); a peer that is not
+installed is left out of the tables, with a line saying so.
+
+Drain (table 1): ``--jobs`` no-op jobs (``BENCH_JOBS``, 20,000) are enqueued, then
+drained with 4 worker threads; the rate is jobs over the seconds from starting the
+workers to the last job settled. Every drain runs in a fresh interpreter on a fresh
+queue file under a temporary directory on local disk, WAL mode, at
+``synchronous=NORMAL`` and then ``FULL``, the systems in a rotating order so that drift
+in the machine's speed hits all of them alike. The queue is filled in the same child
+before the clock starts (at ``synchronous=OFF`` where the library lets us, since only
+the drain is timed), and the drain is checked afterwards (every job done or acked):
+
+* ``SQLiteStore + Worker``: this project, ``Worker(store, tasks, concurrency=4)`` with
+  its defaults; a job counts once ``on_complete`` ran, after ``complete`` committed.
+  Also at a quarter of the backlog: a rate that does not drop with the backlog shows
+  the claim is not quadratic.
+* ``huey SqliteHuey``: huey's consumer in-process, ``workers=4, worker_type="thread"``,
+  its other options at their defaults; a job counts at its ``complete`` signal. huey
+  deletes the task row when it dequeues it (at-most-once). huey has no NORMAL option
+  (``fsync=True`` is FULL, ``False`` is OFF), so a storage subclass sets the pragma.
+* ``persist-queue SQLiteAckQueue``: ``multithreading=True``, 4 threads doing
+  ``get(block=False)`` and ``ack`` until the queue is empty. Acked rows stay in the
+  table (the library's default), so each ``get`` scans past them.
+* ``raw sqlite3 ceiling``: one thread, one ``BEGIN IMMEDIATE`` transaction to claim the
+  oldest queued row (``UPDATE ... WHERE id = (SELECT ... LIMIT 1) RETURNING``, on an
+  index over ``(state, id)``) and one to mark it done: two transactions per job, no
+  Python around them; what one-job-per-transaction can do at best.
+
+Enqueue (table 2), in this process, a fresh file per measurement: ``--enqueue-jobs``
+jobs (2,000) one per call for each system, and ``--jobs`` in one batch for this
+project's ``enqueue_many`` and for a raw ``executemany`` in one transaction.
+
+Ratios are medians divided by huey's median at the same ``synchronous`` setting. The
+targets of issue 9 are printed under each table with met or not met. This is a
+measurement to read, not a test: nothing here asserts on a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks._tables import (
+    Row,
+    child_result,
+    emit,
+    env_int,
+    fmt,
+    join_threads,
+    machine_line,
+    run_child,
+    runs_setting,
+    scratch_dir,
+    stats_table,
+    target,
+)
+
+MODULE = "jobqueue_throughput"
+SYNCS = ("NORMAL", "FULL")
+DRAIN_TIMEOUT = 240.0  # seconds one drain may take before the child gives up
+PROJECT = "SQLiteStore + Worker"
+PROJECT_SMALL = "SQLiteStore + Worker, 1/4 backlog"
+HUEY = "huey SqliteHuey"
+PQ = "persist-queue SQLiteAckQueue"
+RAW = "raw sqlite3 ceiling, 1 thread"
+
+
+def have(module: str) -> bool:
+    """Whether ``module`` can be imported (a peer of the ``bench`` extra)."""
+    return importlib.util.find_spec(module) is not None
+
+
+# --- the systems, each draining one prefilled file (run inside a child) ----------------
+
+
+class Counter:
+    """Counts settled jobs from any thread; ``done`` is set at the target count."""
+
+    def __init__(self, goal: int) -> None:
+        self.goal = goal
+        self.count = 0
+        # Guards count; taken by whichever worker thread settles a job.
+        self._lock = threading.Lock()
+        # Set once, by the thread that settles the last job; waited on by the timer.
+        self.done = threading.Event()
+
+    def add(self, *_: object, **__: object) -> None:
+        """Count one settled job (any arguments, so it fits every hook)."""
+        with self._lock:
+            self.count += 1
+            if self.count >= self.goal:
+                self.done.set()
+
+
+def drain_project(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for ``Worker(concurrency=4)`` to drain ``jobs`` prefilled jobs."""
+    from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
+
+    store = SQLiteStore(path)
+    store.enqueue_many([{"task": "noop"}] * jobs)
+    store.close()
+    counter = Counter(jobs)
+    tasks = TaskRegistry(on_complete=counter.add)
+    tasks.task(name="noop")(lambda payload, ctx: None)
+    store = SQLiteStore(path, synchronous=sync)
+    worker = Worker(store, tasks, concurrency=4)
+    start = time.perf_counter()
+    worker.start()
+    finished = counter.done.wait(DRAIN_TIMEOUT)
+    seconds = time.perf_counter() - start
+    report = worker.stop(10.0)
+    done = store.counts()["done"]
+    store.close()
+    if not finished or not report.finished or done != jobs:
+        raise RuntimeError(f"project drain: {counter.count} counted, {done} done of {jobs}")
+    return seconds
+
+
+def huey_storage(level: str) -> type:
+    """Return huey's ``SqliteStorage`` with ``PRAGMA synchronous=level`` on its connection."""
+    from huey.storage import SqliteStorage  # noqa: PLC0415
+
+    class Storage(SqliteStorage):  # type: ignore[misc]
+        def _create_connection(self) -> sqlite3.Connection:
+            conn: sqlite3.Connection = super()._create_connection()
+            conn.execute(f"PRAGMA synchronous={level}")
+            return conn
+
+    return Storage
+
+
+def drain_huey(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for huey's consumer (4 threads) to drain ``jobs`` prefilled tasks."""
+    from huey import SqliteHuey  # noqa: PLC0415
+    from huey.signals import SIGNAL_COMPLETE  # noqa: PLC0415
+
+    filler = SqliteHuey("bench", filename=str(path), storage_class=huey_storage("OFF"))
+    enqueue = filler.task(name="noop")(lambda: None)
+    for _ in range(jobs):
+        enqueue()
+    filler.storage.close()
+    huey = SqliteHuey("bench", filename=str(path), storage_class=huey_storage(sync))
+    huey.task(name="noop")(lambda: None)
+    counter = Counter(jobs)
+    huey.signal(SIGNAL_COMPLETE)(counter.add)
+    consumer = huey.create_consumer(workers=4, worker_type="thread")
+    start = time.perf_counter()
+    consumer.start()
+    finished = counter.done.wait(DRAIN_TIMEOUT)
+    seconds = time.perf_counter() - start
+    consumer.stop(graceful=True)
+    left = huey.pending_count()
+    huey.storage.close()
+    if not finished or left:
+        raise RuntimeError(f"huey drain: {counter.count} counted, {left} left of {jobs}")
+    return seconds
+
+
+def pq_class(level: str) -> type:
+    """persist-queue's ``SQLiteAckQueue`` with ``PRAGMA synchronous=level`` on both connections."""
+    from persistqueue import SQLiteAckQueue  # noqa: PLC0415
+
+    class Queue(SQLiteAckQueue):  # type: ignore[misc]
+        def _new_db_connection(self, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn: sqlite3.Connection = super()._new_db_connection(*args, **kwargs)
+            conn.execute(f"PRAGMA synchronous={level}")
+            return conn
+
+    return Queue
+
+
+def drain_pq(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for 4 threads doing get/ack to drain ``jobs`` prefilled items."""
+    from persistqueue.exceptions import Empty  # noqa: PLC0415
+
+    filler = pq_class("OFF")(str(path), multithreading=True)
+    for i in range(jobs):
+        filler.put(i)
+    filler.close()
+    queue = pq_class(sync)(str(path), multithreading=True)
+
+    def work() -> None:
+        while True:
+            try:
+                item = queue.get(block=False)
+            except Empty:
+                return
+            queue.ack(item)
+
+    threads = [threading.Thread(target=work, name=f"pq-{i}") for i in range(4)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    join_threads(threads, DRAIN_TIMEOUT)
+    seconds = time.perf_counter() - start
+    acked = queue.acked_count()
+    queue.close()
+    if acked != jobs:
+        raise RuntimeError(f"persist-queue drain: {acked} acked of {jobs}")
+    return seconds
+
+
+RAW_SCHEMA = (
+    "CREATE TABLE jobs (id INTEGER PRIMARY KEY, state INTEGER NOT NULL, payload TEXT)",
+    "CREATE INDEX jobs_state ON jobs (state, id)",
+)
+
+
+def raw_connect(path: Path, sync: str) -> sqlite3.Connection:
+    """An autocommit connection in WAL mode at ``synchronous=sync``, with the raw schema."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={sync}")
+    if not conn.execute("SELECT name FROM sqlite_master WHERE name = 'jobs'").fetchone():
+        for statement in RAW_SCHEMA:
+            conn.execute(statement)
+    return conn
+
+
+def drain_raw(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for one thread to claim and complete ``jobs`` rows, one transaction each."""
+    conn = raw_connect(path, "OFF")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO jobs (state, payload) VALUES (0, 'null')", [()] * jobs)
+    conn.execute("COMMIT")
+    conn.close()
+    conn = raw_connect(path, sync)
+    execute = conn.execute
+    claim = (
+        "UPDATE jobs SET state = 1 WHERE id ="
+        " (SELECT id FROM jobs WHERE state = 0 ORDER BY id LIMIT 1) RETURNING id, payload"
+    )
+    start = time.perf_counter()
+    while True:
+        execute("BEGIN IMMEDIATE")
+        row = execute(claim).fetchone()
+        execute("COMMIT")
+        if row is None:
+            break
+        execute("BEGIN IMMEDIATE")
+        execute("UPDATE jobs SET state = 2 WHERE id = ?", (row[0],))
+        execute("COMMIT")
+    seconds = time.perf_counter() - start
+    done = execute("SELECT COUNT(*) FROM jobs WHERE state = 2").fetchone()[0]
+    conn.close()
+    if done != jobs:
+        raise RuntimeError(f"raw drain: {done} done of {jobs}")
+    return seconds
+
+
+DRAINS: dict[str, Callable[[Path, str, int], float]] = {
+    "project": drain_project,
+    "huey": drain_huey,
+    "pq": drain_pq,
+    "raw": drain_raw,
+}
+
+
+def child(argv: list[str]) -> int:
+    """``--child drain SYSTEM SYNC DIR JOBS``: one drain; prints its seconds as JSON."""
+    _, system, sync, directory, jobs = argv
+    path = Path(directory) / f"{system}-{sync}.db"
+    if system == "pq":
+        path = Path(directory) / f"{system}-{sync}"  # persist-queue wants a directory
+    gc.collect()
+    seconds = DRAINS[system](path, sync, int(jobs))
+    child_result({"seconds": seconds})
+    return 0
+
+
+# --- enqueue (in this process) ----------------------------------------------------------
+
+
+def enqueue_project(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for ``jobs`` calls of ``SQLiteStore.enqueue``."""
+    from patterns.jobqueue import SQLiteStore  # noqa: PLC0415
+
+    store = SQLiteStore(path, synchronous=sync)
+    enqueue = store.enqueue
+    start = time.perf_counter()
+    for i in range(jobs):
+        enqueue("noop", i)
+    seconds = time.perf_counter() - start
+    store.close()
+    return seconds
+
+
+def enqueue_project_many(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for one ``SQLiteStore.enqueue_many`` of ``jobs`` jobs (building the list too)."""
+    from patterns.jobqueue import SQLiteStore  # noqa: PLC0415
+
+    store = SQLiteStore(path, synchronous=sync)
+    start = time.perf_counter()
+    store.enqueue_many([{"task": "noop", "payload": i} for i in range(jobs)])
+    seconds = time.perf_counter() - start
+    store.close()
+    return seconds
+
+
+def enqueue_huey(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for ``jobs`` calls of a huey task (each enqueues one task)."""
+    from huey import SqliteHuey  # noqa: PLC0415
+
+    huey = SqliteHuey("bench", filename=str(path), storage_class=huey_storage(sync))
+    enqueue = huey.task(name="noop")(lambda i: None)
+    start = time.perf_counter()
+    for i in range(jobs):
+        enqueue(i)
+    seconds = time.perf_counter() - start
+    huey.storage.close()
+    return seconds
+
+
+def enqueue_pq(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for ``jobs`` calls of ``SQLiteAckQueue.put``."""
+    queue = pq_class(sync)(str(path), multithreading=True)
+    put = queue.put
+    start = time.perf_counter()
+    for i in range(jobs):
+        put(i)
+    seconds = time.perf_counter() - start
+    queue.close()
+    return seconds
+
+
+def enqueue_raw(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for ``jobs`` single-row INSERTs, one transaction each."""
+    conn = raw_connect(path, sync)
+    execute = conn.execute
+    start = time.perf_counter()
+    for i in range(jobs):
+        execute("BEGIN IMMEDIATE")
+        execute("INSERT INTO jobs (state, payload) VALUES (0, ?)", (str(i),))
+        execute("COMMIT")
+    seconds = time.perf_counter() - start
+    conn.close()
+    return seconds
+
+
+def enqueue_raw_many(path: Path, sync: str, jobs: int) -> float:
+    """Seconds for one transaction inserting ``jobs`` rows with ``executemany``."""
+    conn = raw_connect(path, sync)
+    start = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "INSERT INTO jobs (state, payload) VALUES (0, ?)", ((str(i),) for i in range(jobs))
+    )
+    conn.execute("COMMIT")
+    seconds = time.perf_counter() - start
+    conn.close()
+    return seconds
+
+
+# label -> (function, batch?, peer module or None)
+ENQUEUES: dict[str, tuple[Callable[[Path, str, int], float], bool, str | None]] = {
+    "SQLiteStore.enqueue, 1 per call": (enqueue_project, False, None),
+    "huey task call, 1 per call": (enqueue_huey, False, "huey"),
+    "persist-queue put, 1 per call": (enqueue_pq, False, "persistqueue"),
+    "raw sqlite3 INSERT, 1 txn each": (enqueue_raw, False, None),
+    "SQLiteStore.enqueue_many, 1 batch": (enqueue_project_many, True, None),
+    "raw sqlite3 executemany, 1 txn": (enqueue_raw_many, True, None),
+}
+HUEY_ENQUEUE = "huey task call, 1 per call"
+
+
+# --- the parent ----------------------------------------------------------------------------
+
+
+def systems() -> list[tuple[str, str, str]]:
+    """(label, child system name, peer module or "") for every drain row we can run."""
+    rows = [
+        (PROJECT, "project", ""),
+        (HUEY, "huey", "huey"),
+        (PQ, "pq", "persistqueue"),
+        (RAW, "raw", ""),
+    ]
+    return [row for row in rows if not row[2] or have(row[2])]
+
+
+def measure_drain(runs: int, jobs: int) -> dict[str, dict[str, Row]]:
+    """Drain rates per sync level and row label, the systems rotating between runs."""
+    todo = systems()
+    results: dict[str, dict[str, Row]] = {
+        sync: {label: Row(label) for label, _, _ in todo} for sync in SYNCS
+    }
+    small = max(1, jobs // 4)
+    for sync in SYNCS:
+        results[sync][PROJECT_SMALL] = Row(PROJECT_SMALL)
+    with scratch_dir("bench-drain-") as tmp:
+        for run in range(runs):
+            order = todo[run % len(todo) :] + todo[: run % len(todo)]
+            for sync in SYNCS:
+                for label, system, _ in order:
+                    directory = tmp / f"run{run}"
+                    directory.mkdir(exist_ok=True)
+                    seconds = run_child(MODULE, ["drain", system, sync, str(directory), str(jobs)])
+                    results[sync][label].values.append(jobs / seconds["seconds"])
+                directory = tmp / f"run{run}-small"
+                directory.mkdir(exist_ok=True)
+                seconds = run_child(MODULE, ["drain", "project", sync, str(directory), str(small)])
+                results[sync][PROJECT_SMALL].values.append(small / seconds["seconds"])
+    return results
+
+
+def measure_enqueue(runs: int, single: int, batch: int) -> dict[str, dict[str, Row]]:
+    """Enqueue rates per sync level and row label, alternating the order between runs."""
+    todo = [(label, spec) for label, spec in ENQUEUES.items() if not spec[2] or have(spec[2])]
+    results = {sync: {label: Row(label) for label, _ in todo} for sync in SYNCS}
+    with scratch_dir("bench-enqueue-") as tmp:
+        for run in range(runs):
+            order = todo if run % 2 == 0 else todo[::-1]
+            for sync in SYNCS:
+                for index, (label, (fn, is_batch, _)) in enumerate(order):
+                    count = batch if is_batch else single
+                    path = tmp / f"r{run}-{sync}-{index}"
+                    if fn is not enqueue_pq:
+                        path = path.with_suffix(".db")
+                    gc.collect()
+                    seconds = fn(path, sync, count)
+                    results[sync][label].values.append(count / seconds)
+    return results
+
+
+def drain_report(results: dict[str, dict[str, Row]], jobs: int) -> list[str]:
+    """Table 1 and its targets."""
+    lines = [
+        (
+            f"1. Drain throughput, jobs/s: {jobs:,} no-op jobs, 4 worker threads "
+            f"(raw: 1 thread, 2 transactions per job); ratio = row / huey at the same setting"
+        )
+    ]
+    for sync in SYNCS:
+        rows = list(results[sync].values())
+        lines += ["", f"synchronous={sync}", *stats_table(rows, "jobs/s", reference=HUEY)]
+        ours = results[sync][PROJECT].median
+        huey = results[sync].get(HUEY)
+        if huey is not None and huey.values:
+            ratio = ours / huey.median
+            lines.append(
+                target(f"drain >= 3x huey at {sync}", ratio >= 3, f"{ratio:.2f}x ({fmt(ours)})")
+            )
+        else:
+            lines.append(target(f"drain >= 3x huey at {sync}", None, "huey not installed"))
+        if sync == "NORMAL":
+            raw = results[sync][RAW].median
+            lines.append(
+                target(
+                    "drain >= raw one-job-per-transaction ceiling at NORMAL, 4 threads",
+                    ours >= raw,
+                    f"{fmt(ours)} vs {fmt(raw)} jobs/s",
+                )
+            )
+    return lines
+
+
+def enqueue_report(results: dict[str, dict[str, Row]], single: int, batch: int) -> list[str]:
+    """Table 2 and its targets."""
+    lines = [
+        (
+            f"2. Enqueue throughput, jobs/s: {single:,} jobs one per call, or {batch:,} in one "
+            "batch; ratio = row / huey's one-per-call at the same setting"
+        )
+    ]
+    for sync in SYNCS:
+        rows = list(results[sync].values())
+        lines += ["", f"synchronous={sync}", *stats_table(rows, "jobs/s", reference=HUEY_ENQUEUE)]
+    one = results["NORMAL"]["SQLiteStore.enqueue, 1 per call"].median
+    many = results["NORMAL"]["SQLiteStore.enqueue_many, 1 batch"].median
+    lines.append(target("enqueue >= 10,000 jobs/s one per call (NORMAL)", one >= 10_000, fmt(one)))
+    lines.append(target("enqueue_many >= 100,000 jobs/s (NORMAL)", many >= 100_000, fmt(many)))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments, run both measurements and print the tables."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--runs", type=int, default=runs_setting(3), help="runs per row (BENCH_RUNS, 3)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=env_int("BENCH_JOBS", 20_000),
+        help="jobs per drain and per batch (BENCH_JOBS, 20000)",
+    )
+    parser.add_argument(
+        "--enqueue-jobs",
+        type=int,
+        default=env_int("BENCH_ENQUEUE_JOBS", 2_000),
+        help="jobs enqueued one per call per measurement (BENCH_ENQUEUE_JOBS, 2000)",
+    )
+    parser.add_argument("--skip-drain", action="store_true", help="only the enqueue table")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    missing = [name for name in ("huey", "persistqueue") if not have(name)]
+    lines = [machine_line(), f"{args.runs} runs per row; median [min, max] over the runs"]
+    if missing:
+        lines.append(f"not installed, left out: {', '.join(missing)} (pip install -e '.[bench]')")
+    emit(lines)
+    if not args.skip_drain:
+        emit(["", *drain_report(measure_drain(args.runs, args.jobs), args.jobs)])
+    enqueue = measure_enqueue(args.runs, args.enqueue_jobs, args.jobs)
+    emit(["", *enqueue_report(enqueue, args.enqueue_jobs, args.jobs)])
+    emit(["", f"({time.monotonic() - started:.0f} s)"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
