@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck pytest docs notebooks demo races bench clean setup
+.PHONY: test lint typecheck pytest docs notebooks demo races bench soak clean setup
 
 test: lint typecheck pytest docs  ## every gate: ruff, mypy --strict, pytest, docs + notebooks
 
@@ -26,8 +26,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict patterns
 
+# The PostgreSQL tests run against a throwaway cluster that the script installs (Debian's
+# packages, when missing), starts on 127.0.0.1, and stops afterwards, also when tests fail.
+PG := scripts/pg-test-cluster.sh run --
+
 pytest: $(STAMP)
-	$(VENV)/bin/pytest
+	$(PG) $(VENV)/bin/pytest
 
 # -n nitpicky, -W warnings are errors, --keep-going reports them all; myst-nb executes every
 # notebook during the build and a failing cell is an error. -E: no stale environment.
@@ -44,11 +48,16 @@ demo: $(STAMP)
 # Benchmarks print tables; they are never part of `make test` (no timed assertions in tests).
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
-	for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
-		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done
+	$(PG) sh -c 'for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
+		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done'
+
+# The crash soak, long form: kill -9 at random moments, round after round (~4 min).
+# `make test` runs a short version (SOAK_ROUNDS defaults to 3 there).
+soak: $(STAMP)
+	SOAK_ROUNDS=$${SOAK_ROUNDS:-200} $(VENV)/bin/pytest tests/jobqueue/test_crash_matrix.py -k soak -o faulthandler_timeout=0 -p no:cacheprovider
 
 races: $(STAMP)
-	$(VENV)/bin/pytest -m race -v --race-table -p no:cacheprovider
+	$(PG) $(VENV)/bin/pytest -m race -v --race-table -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache

@@ -16,6 +16,10 @@ logging to stderr. The first SIGTERM or SIGINT starts the graceful stop (DRAININ
 CANCELLING, within ``--shutdown-timeout``); a second one exits at once. ``demo`` runs a
 self-contained walkthrough on a temporary database.
 
+``--db`` may also be a ``postgresql://`` URL: the queue then lives in that database's
+``jobqueue`` schema (``PostgresStore``), workers on several machines can share it, and an
+unreachable server at start-up is exit status 2.
+
 Exit status of ``worker``:
 
 ====== =================================================================================
@@ -49,6 +53,12 @@ from typing import NoReturn, TextIO
 
 from patterns.exit_hooks import force_exit
 from patterns.jobqueue.demo_tasks import tasks as demo_tasks
+from patterns.jobqueue.postgres import (
+    PostgresStore,
+    StoreSchemaError,
+    StoreUnavailable,
+    is_postgres_url,
+)
 from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
 from patterns.jobqueue.store import JobState, encode_payload
 from patterns.jobqueue.tasks import TaskRegistry
@@ -112,7 +122,11 @@ def _positive_int(text: str) -> int:
 
 def _parser() -> _Parser:
     parser = _Parser(prog=PROG, description="A durable SQLite-backed job queue.")
-    parser.add_argument("--db", metavar="PATH", help="the SQLite file (created on first use)")
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help="the SQLite file (created on first use), or a postgresql:// URL",
+    )
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -168,10 +182,12 @@ def _require_db(args: argparse.Namespace) -> None:
         raise UsageError(f"the following arguments are required: --db (for {args.command})")
 
 
-def _open_store(path: str) -> SQLiteStore:
+def _open_store(path: str) -> SQLiteStore | PostgresStore:
     try:
+        if is_postgres_url(path):
+            return PostgresStore(path)
         return SQLiteStore(path)
-    except StoreFileError as exc:
+    except (StoreFileError, StoreSchemaError, StoreUnavailable, ImportError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
 
 
@@ -188,7 +204,7 @@ def _enqueue(args: argparse.Namespace) -> int:
     try:
         options = {} if args.max_attempts is None else {"max_attempts": args.max_attempts}
         job_id = store.enqueue(args.task, payload, delay=args.delay, **options)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, StoreFileError) as exc:  # the last: a damaged file
         raise UsageError(str(exc)) from exc
     finally:
         store.close()
@@ -200,6 +216,8 @@ def _status(args: argparse.Namespace) -> int:
     store = _open_store(args.db)
     try:
         counts = store.counts()
+    except StoreFileError as exc:  # a damaged file
+        raise UsageError(str(exc)) from exc
     finally:
         store.close()
     ordered = {state.value: counts[state.value] for state in JobState}
@@ -251,6 +269,8 @@ def _worker(args: argparse.Namespace) -> int:
             lease=args.lease,
             install_signal_handlers=True,
             exit_when_empty=args.exit_when_empty,
+            # On PostgreSQL the database's clock decides due times: retries use it too.
+            clock=store.clock if isinstance(store, PostgresStore) else time.time,
         )
         report = worker.run()
         if not report.finished:

@@ -31,7 +31,10 @@ Guarantees:
     * A failed transaction leaves the file as it was; a committed one survives a process
       crash, and with ``synchronous="FULL"`` a power loss too.
     * Opening a file that is not an SQLite database, a database that is not a job store,
-      or a job store with a newer schema raises `StoreFileError` naming the file.
+      or a job store with a newer schema raises `StoreFileError` naming the file, and so
+      does a transaction that finds the file damaged; none of them changes the file.
+    * A new database file is created readable and writable by its owner only (0600);
+      SQLite gives its ``-wal`` and ``-shm`` files the same mode.
 
 Python:
     3.11+ (``sqlite3.Error.sqlite_errorcode`` is new in 3.11). Avoids recent SQL (no
@@ -97,6 +100,7 @@ BUSY_TIMEOUT = 5.0
 _BUSY_RETRIES = 5  # transaction attempts before a busy error is raised to the caller
 _BACKOFF = 0.05  # seconds before the first retry; doubles each time, plus jitter
 _SYNCHRONOUS = frozenset({"NORMAL", "FULL", "EXTRA"})
+_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 # Each entry migrates the schema from version i to i + 1; version 0 is an empty file.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -146,7 +150,7 @@ _COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
 
 
 class StoreFileError(RuntimeError):
-    """The file cannot be used as a job store: not a database, not ours, or too new."""
+    """The file cannot be used as a job store: not a database, not ours, too new, or damaged."""
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -206,6 +210,8 @@ class SQLiteStore:
     # --- opening ------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        self._create_owner_only()
+        self._check_header()
         try:
             # check_same_thread=False: the connection moves between threads, but _lock
             # makes sure only one uses it at a time, which is what that check protects.
@@ -224,6 +230,44 @@ class SQLiteStore:
             raise
         return conn
 
+    def _create_owner_only(self) -> None:
+        """Create a missing database file readable and writable by its owner only.
+
+        SQLite would create it with mode 0644 (less the umask), so anyone on the machine
+        could read every payload. Its -wal and -shm files copy the database file's mode.
+        An existing file is left exactly as it is.
+        """
+        if self._path in ("", ":memory:"):
+            return
+        try:
+            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return  # an existing file, or another process created it first
+        except OSError as exc:
+            raise StoreFileError(f"{self._path}: cannot create job store: {exc}") from exc
+        os.close(fd)
+
+    def _check_header(self) -> None:
+        """Refuse a non-empty file that does not begin with SQLite's header, unopened.
+
+        SQLite takes an empty file for an empty database, and so it must: a new store's
+        file stays empty until its first checkpoint (the rest is in the -wal file). But it
+        takes a one-byte file for an empty database too, and would write a job store over
+        it, so the header is checked here first.
+        """
+        if self._path in ("", ":memory:"):
+            return
+        try:
+            with open(self._path, "rb") as file:
+                head = file.read(len(_HEADER))
+        except OSError:
+            return  # a directory, say: sqlite3.connect says what is wrong with it
+        if head and head != _HEADER:
+            raise StoreFileError(
+                f"{self._path}: not a usable SQLite database (it has no SQLite header); "
+                "is this the job store you meant to open?"
+            )
+
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """Check the file, set it to WAL, and create or migrate the schema."""
         try:
@@ -241,6 +285,14 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                 raise
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM):
+                # Not the file's content: WAL mode needs to write the file and to create
+                # its -wal and -shm files beside it, even just to read.
+                raise StoreFileError(
+                    f"{self._path}: cannot use the job store ({exc}); the file and its "
+                    "directory must be writable (SQLite keeps -wal and -shm files beside it)"
+                ) from exc
             raise StoreFileError(
                 f"{self._path}: not a usable SQLite database ({exc}); "
                 "is this the job store you meant to open?"
@@ -352,13 +404,34 @@ class SQLiteStore:
 
         with self._lock:
             self._check_open()
-            return self._retry_busy(once)
+            try:
+                return self._retry_busy(once)
+            except sqlite3.DatabaseError as exc:
+                self._raise_if_damaged(exc)
+                raise
 
     def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run a single read statement (a consistent snapshot on its own in WAL mode)."""
         with self._lock:
             self._check_open()
-            return self._retry_busy(lambda: body(self._conn))
+            try:
+                return self._retry_busy(lambda: body(self._conn))
+            except sqlite3.DatabaseError as exc:
+                self._raise_if_damaged(exc)
+                raise
+
+    def _raise_if_damaged(self, exc: sqlite3.DatabaseError) -> None:
+        """Raise `StoreFileError` naming the file if ``exc`` says the file is damaged.
+
+        Opening checks only the header and the schema, so damage in the pages of the table
+        shows up at the first transaction that reads them; that transaction rolled back.
+        """
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            raise StoreFileError(
+                f"{self._path}: the database file is damaged ({exc}); nothing was changed; "
+                "restore it from a backup or recover it with the sqlite3 shell's .recover"
+            ) from exc
 
     def _check_open(self) -> None:
         if self._closed:

@@ -210,10 +210,23 @@ class PhaseError(Exception):
 
     def __init__(self, phase: Phase, job: Job | None, cause: BaseException) -> None:
         where = "" if job is None else f" (job {job.id}, task {job.task!r})"
-        super().__init__(f"{phase.value} failed{where}: {type(cause).__name__}: {cause}")
+        super().__init__(f"{phase.value} failed{where}: {_describe(cause)}")
         self.phase = phase
         self.job = job
         self.__cause__ = cause
+
+
+def _describe(error: BaseException) -> str:
+    """``"Type: message"`` for a log line or ``last_error``, even if ``str(error)`` raises.
+
+    The error comes from a handler or a hook, so its ``__str__`` is someone else's code:
+    if formatting it failed, the worker thread that was recording the failure would die.
+    """
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001 - any failure of foreign code; the type still names it
+        message = f"<str() of this {type(error).__name__} raised>"
+    return f"{type(error).__name__}: {message}"
 
 
 class JobContext:

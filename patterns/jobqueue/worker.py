@@ -114,12 +114,14 @@ from patterns.jobqueue.tasks import (
     Retry,
     Task,
     TaskRegistry,
+    _describe,
 )
 from patterns.thread_exceptions import ThreadFailure
 
 __all__ = [
     "Outcome",
     "ShutdownReport",
+    "Step",
     "Worker",
     "WorkerState",
     "WorkerStats",
@@ -166,6 +168,23 @@ class Outcome(enum.StrEnum):
     RELEASED = "released"  # store.release accepted: interrupted or never started
     LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
     UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
+
+
+class Step(enum.StrEnum):
+    """A boundary in one job's life where ``Worker(step_hook=...)`` is called (for tests).
+
+    Fault-injection tests park a job at a boundary, or raise there, to prove that a stop,
+    a cancellation, an error or a crash at that point loses nothing. The hook is called as
+    ``step_hook(step, claim, phase)``; ``phase`` names the store call for the two commit
+    steps (``Phase.ACK``, ``Phase.RELEASE``, ...) and is None for the others.
+    """
+
+    AFTER_CLAIM = "after_claim"  # claiming thread: the claim is committed, not yet handed off
+    BEFORE_HANDLER = "before_handler"  # handler thread: the job is running, handler not called
+    AFTER_HANDLER = "after_handler"  # the handler returned or raised; nothing decided yet
+    BEFORE_COMMIT = "before_commit"  # just before the store call that settles the job
+    AFTER_COMMIT = "after_commit"  # that store call returned (accepted or refused)
+    HEARTBEAT = "heartbeat"  # heartbeat thread: about to renew this claim's lease
 
 
 @dataclass(frozen=True)
@@ -274,6 +293,8 @@ class Worker:
         name: the lease owner name (default ``worker-<pid>-<n>``).
         clock: the store's clock, for the run time of a retry (the same clock as the
             store's; `time.time` for every store by default).
+        step_hook: for fault-injection tests: called at every `Step` of each job's life,
+            in the thread that is there. None (the default) costs one ``if`` per step.
 
     Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
     own) and a context manager that starts on entry and stops on exit. A worker runs
@@ -296,6 +317,7 @@ class Worker:
         exit_when_empty: bool = False,
         name: str | None = None,
         clock: Callable[[], float] = time.time,
+        step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -321,6 +343,7 @@ class Worker:
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
         self._clock = clock
+        self._step_hook = step_hook
 
         # Guards every field below it, up to the events. Waited on by the claiming thread
         # (for a free handler slot or a state change); notified by a handler thread when
@@ -364,10 +387,14 @@ class Worker:
             self._claim_loop, name=f"{self.name}-claimer", stop_timeout=shutdown_timeout
         )
         self._heartbeat = HousekeepingDaemon(
-            every(heartbeat_interval or lease / 3, self._renew_leases),
+            self._reporting_death(every(heartbeat_interval or lease / 3, self._renew_leases)),
             name=f"{self.name}-heartbeat",
         )
         self._signals: SignalHandlers | None = None
+        # The store's own wake-up feed, if it has one (PostgresStore: LISTEN/NOTIFY, so a
+        # job enqueued on another machine ends the idle wait): subscribed by start() with
+        # wake() as the callback, unsubscribed by the stop once the claiming thread left.
+        self._unsubscribe: Callable[[], object] | None = None
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} {self._state}>"
@@ -384,6 +411,9 @@ class Worker:
         with self._cond:
             if self._state is not WorkerState.NEW:
                 raise RuntimeError(f"{self!r}: a worker can be started only once")
+        subscribe = getattr(self._store, "subscribe", None)
+        if subscribe is not None:
+            self._unsubscribe = subscribe(self.wake)
         if self._install_signals:
             # First, so a refusal (not the main thread, a wakeup fd already set) leaves
             # nothing started.
@@ -543,6 +573,8 @@ class Worker:
         )
         # The claiming thread left when DRAINING began, unless a claim was in flight.
         claimer = self._claimer.stop(max(0.0, deadline - time.monotonic()))
+        if self._unsubscribe is not None:
+            self._unsubscribe()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
@@ -667,22 +699,36 @@ class Worker:
                 self._claimed += len(claims)
             for index, claim in enumerate(claims):
                 try:
-                    self._handoff.put(claim)
+                    self._hand_over(claim)
                 except ShutDown:  # the stop began while we were claiming: give them back
                     for late in claims[index:]:
                         self._settle_unstarted(late)
                     return
+                except BaseException:
+                    # This thread is dying (_claim_loop records it): the claims no handler
+                    # got would otherwise wait out their leases with no outcome recorded.
+                    for late in claims[index:]:
+                        self._settle_unstarted(late)
+                    raise
             if claims:
                 continue  # jobs were due: claim again at once
-            if failures:
-                wait = min(self._poll_interval * 2 ** (failures - 1), _MAX_DEQUEUE_BACKOFF)
-            else:
-                idle_wait = self._idle_wait()
-                if idle_wait is None:
-                    self.request_stop("no job is due or running anywhere (exit when empty)")
-                    return
-                wait = idle_wait
+            wait = self._next_wait(failures)
+            if wait is None:
+                self.request_stop("no job is due or running anywhere (exit when empty)")
+                return
             self._wake.wait(wait)
+
+    def _hand_over(self, claim: Claim) -> None:
+        """Put one claim on the hand-off to the handler threads (`ShutDown` once stopping)."""
+        if self._step_hook is not None:
+            self._step_hook(Step.AFTER_CLAIM, claim, None)
+        self._handoff.put(claim)
+
+    def _next_wait(self, failures: int) -> float | None:
+        """Seconds to wait before claiming again: a backoff after failed claims, else idle."""
+        if failures:
+            return min(self._poll_interval * 2.0 ** (failures - 1), _MAX_DEQUEUE_BACKOFF)
+        return self._idle_wait()
 
     def _idle_wait(self) -> float | None:
         """Seconds to wait before the next claim; None to stop (``exit_when_empty``)."""
@@ -761,9 +807,13 @@ class Worker:
                 return self._not_ready(run, task)
         ctx = JobContext(job, run.token, worker=self.name, stopping=self._is_stopping)
         logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
+        if self._step_hook is not None:
+            self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
         try:
             result = task.fn(job.payload, ctx)
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
+            if self._step_hook is not None:
+                self._step_hook(Step.AFTER_HANDLER, run.claim, None)
             if run.token.cancelled:
                 # Interrupted, or an error raised on the way out of a cancelled job:
                 # given back unchanged (Proletarian leaves such a job in the queue too).
@@ -772,6 +822,8 @@ class Worker:
             if isinstance(exc, Cancelled):
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
             return self._after_failure(run, task, exc)
+        if self._step_hook is not None:
+            self._step_hook(Step.AFTER_HANDLER, run.claim, None)
         outcome = self._settle(run, Phase.ACK, self._store.complete, Outcome.DONE)
         if outcome is Outcome.DONE:
             self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result)
@@ -781,7 +833,7 @@ class Worker:
         self, run: _Running, task: Task, error: BaseException, *, policy_failed: bool = False
     ) -> Outcome:
         job = run.claim.job
-        text = f"{type(error).__name__}: {error}"
+        text = _describe(error)
         decision: Decision
         if policy_failed:
             decision = _DEFAULT_POLICY(job, error)
@@ -873,13 +925,14 @@ class Worker:
             run.settling = True
             claim = run.claim  # the heartbeat may have renewed it
         try:
-            accepted = action(claim)
+            accepted = self._commit(phase, claim, action)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
             self._unexpected(phase, job, exc)
             if phase is Phase.RELEASE:
                 return Outcome.UNSETTLED
             try:
-                accepted = self._store.release(claim)  # the fallback: run it again later
+                # The fallback: run it again later.
+                accepted = self._commit(Phase.RELEASE, claim, self._store.release)
             except Exception as again:  # noqa: BLE001 - logged by _unexpected
                 self._unexpected(Phase.RELEASE, job, again)
                 logger.error(  # noqa: TRY400 - the traceback was just logged
@@ -897,11 +950,20 @@ class Worker:
             return Outcome.LOST
         return success
 
+    def _commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
+        """Make one store call that settles a job, between its two `Step` boundaries."""
+        if self._step_hook is None:
+            return action(claim)
+        self._step_hook(Step.BEFORE_COMMIT, claim, phase)
+        accepted = action(claim)
+        self._step_hook(Step.AFTER_COMMIT, claim, phase)
+        return accepted
+
     def _settle_unstarted(self, claim: Claim) -> None:
         """Release a claim whose handler never started (the stop began first)."""
         job = claim.job
         try:
-            accepted = self._store.release(claim)
+            accepted = self._commit(Phase.RELEASE, claim, self._store.release)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
             self._unexpected(Phase.RELEASE, job, exc)
             outcome = Outcome.UNSETTLED
@@ -918,12 +980,30 @@ class Worker:
 
     # --- the heartbeat ------------------------------------------------------------------------
 
+    def _reporting_death(
+        self, work: Callable[[threading.Event], None]
+    ) -> Callable[[threading.Event], None]:
+        """``work`` whose thread, if it dies, is recorded and stops the worker like any other.
+
+        A heartbeat that ended quietly would let every lease expire while its job runs on.
+        """
+
+        def run(stopping: threading.Event) -> None:
+            try:
+                work(stopping)
+            except BaseException as exc:  # noqa: BLE001 - recorded by _thread_died
+                self._thread_died(exc)
+
+        return run
+
     def _renew_leases(self) -> None:
         with self._cond:
             runs = [run for run in self._running.values() if not run.settling]
         for run in runs:
             job = run.claim.job
             try:
+                if self._step_hook is not None:
+                    self._step_hook(Step.HEARTBEAT, run.claim, None)
                 renewed = self._store.renew(run.claim, lease=self._lease)
             except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
                 self._unexpected(Phase.HEARTBEAT, job, exc)

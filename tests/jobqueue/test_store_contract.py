@@ -1,4 +1,10 @@
-"""The Store contract: one suite, run against every store, with a clock the test moves."""
+"""The Store contract: one suite, run against every store, with a clock the test moves.
+
+PostgresStore takes its time from the database's ``now()``; given a clock, the same SQL
+reads that clock through the same parameter instead, so these tests run the production
+statements. What only the database clock can show (skewed machines, leases expiring in
+real time across processes) is in test_postgres.py.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import DEFAULT_MAX_ATTEMPTS, Claim, Job, JobState, Store
 from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread
@@ -40,14 +47,17 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Store]:
-    """Each store under test, on the fake clock, closed afterwards."""
+    """Each store under test, on the fake clock, closed afterwards (PostgreSQL: a new schema)."""
     made: Store
     if request.param == "memory":
         made = MemoryStore(clock=clock)
-    else:
+    elif request.param == "sqlite":
         made = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        made = PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"), clock=clock)
     yield made
     made.close()
 

@@ -1,0 +1,1080 @@
+"""A ``Store`` on PostgreSQL, for workers on several machines sharing one queue.
+
+TL;DR: ``PostgresStore("postgresql://user@host/db")`` keeps the job queue in a PostgreSQL
+schema: claims take a lease in one short ``SELECT ... FOR UPDATE SKIP LOCKED`` transaction,
+the database's clock decides every due time and lease, an enqueue wakes idle workers on
+every machine through ``LISTEN/NOTIFY``, and a lost connection is retried, not fatal.
+
+Pitfall:
+    Four ways a queue on a database server loses, duplicates or stalls work. Proletarian
+    holds the claiming transaction (and its row lock) open while the job runs: a
+    connection per busy thread, an ``idle_in_transaction_session_timeout`` that kills long
+    jobs, and a claim that waits behind every running job unless it skips locked rows.
+    A claim that reads due jobs and then updates them in a second statement, without a
+    row lock, gives one job to two workers. Workers that judge leases by their own clocks
+    disagree as soon as the clocks do: a machine whose clock runs a minute fast takes over
+    jobs whose leases are still live. And a connection dropped by a failover, a restart
+    or ``pg_terminate_backend`` that surfaces as an exception kills the worker, or looks
+    like a lost job.
+
+Pattern:
+    A claim is one transaction of a few milliseconds: ``SELECT ... FOR UPDATE SKIP
+    LOCKED`` picks the due rows no other claim is taking at that moment, an ``UPDATE``
+    marks them running under a lease (a fencing token and an expiry), and ``COMMIT``. No
+    transaction is open while a handler runs: the lease protects the job, the heartbeat
+    renews it, and every outcome is written only while the claim's token still holds it.
+    Every timestamp is computed in SQL from the transaction's ``now()``, so the database
+    server's clock is the only clock that matters. Each enqueue (and release) sends a
+    ``NOTIFY`` that is delivered when it commits; a listener thread on its own connection
+    turns it into a call to each `PostgresStore.subscribe` callback, which a ``Worker``
+    uses to end its idle wait. A statement that fails because the connection broke before
+    ``COMMIT`` was sent changed nothing, so the store reconnects and retries it with
+    backoff; a break during ``COMMIT`` leaves the outcome unknown and raises
+    `CommitUnknown`, which the worker handles like any failed store call (the lease
+    brings the job back). The schema lives in its own PostgreSQL schema with a version
+    table, created and migrated under an advisory lock.
+
+Guarantees:
+    * A job is returned by at most one claim while its lease is live, across every
+      connection and machine, and a claim never waits for another transaction's row
+      locks (``SKIP LOCKED``).
+    * Due times, lease expiries and ``created_at``/``updated_at`` all come from the
+      database server's clock; the clocks of the machines running workers are never read
+      for them.
+    * Complete, fail, retry, release and renew change the row only while the claim's
+      token still holds the lease; they return False (None for renew) otherwise.
+    * A call that raises `StoreUnavailable` (other than `CommitUnknown`) changed nothing.
+      Connection loss is retried ``RETRIES`` times with backoff first.
+    * Every subscriber is called after each commit that enqueued or released a job, and
+      again each time the listener (re)connects, since a notification may have been
+      missed while it was away; a call means "look now", and may find nothing.
+    * Opening a schema written by a newer version, or a schema holding other tables,
+      raises `StoreSchemaError` and changes nothing.
+
+Python:
+    3.11+, and psycopg 3.1+ (``pip install 'shutdown-patterns[postgres]'``), imported only
+    when a store is made: ``import patterns.jobqueue`` works without it. PostgreSQL 10+
+    (identity columns; ``SKIP LOCKED`` needs 9.5); tested on 15, and the tests need 13+
+    (``DROP DATABASE ... WITH (FORCE)``).
+
+Java:
+    The claim is the usual JDBC one, ``SELECT ... FOR UPDATE SKIP LOCKED`` then
+    ``UPDATE`` in one short transaction; Proletarian runs the same query but keeps its
+    transaction open for the whole job. The listener is PgJDBC's
+    ``PGConnection.getNotifications(timeout)`` loop on a dedicated connection, and the
+    reconnect loop is what a connection pool's validation and retry do for a JDBC worker.
+
+See also:
+    ``patterns.jobqueue.store`` (the protocol and the state diagram),
+    ``patterns.jobqueue.sqlite`` (the same contract in one file, for one machine),
+    ``docs/jobqueue/many_machines.md`` (topology, leases, clocks, rolling deploys).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import itertools
+import json
+import logging
+import random
+import re
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from patterns.jobqueue.memory import (
+    _check_lease,
+    _check_limit,
+    _check_owner,
+    _check_time,
+    _expired_reason,
+    _new_token,
+    _NewJob,
+    _prepare_enqueue,
+    _prepare_many,
+)
+from patterns.jobqueue.store import (
+    DEFAULT_MAX_ATTEMPTS,
+    Claim,
+    Job,
+    JobState,
+    JsonValue,
+    Store,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+__all__ = [
+    "RETRIES",
+    "SCHEMA_VERSION",
+    "CommitUnknown",
+    "PostgresStore",
+    "StoreSchemaError",
+    "StoreUnavailable",
+    "is_postgres_url",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+"""The schema this code writes; kept in the ``schema_version`` table of the store's schema."""
+
+RETRIES = 5
+"""Attempts of one store call while the connection keeps failing before ``COMMIT``."""
+
+_BACKOFF = 0.1  # seconds before the first retry; doubles each time, plus jitter
+_LISTEN_BACKOFF_MAX = 5.0  # the listener's longest wait between reconnection attempts
+_LISTENER_JOIN = 5.0  # seconds close() waits for the listener thread to end
+_MAX_ATTEMPTS = 2**31 - 1  # the integer column's range
+# timestamptz covers 4713 BC to 294276 AD; refuse what to_timestamp() would reject.
+_MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
+# The NOTIFY channel is "patterns.jobqueue.<schema>", and a channel name has 63 bytes at most.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,44}")
+_URL_SCHEMES = ("postgresql://", "postgres://")
+
+# libpq settings the store adds when the DSN does not set them: give up on a connection
+# attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
+_CONNECT_DEFAULTS = {
+    "application_name": "patterns.jobqueue",
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+# A store never leaves a transaction idle, so a session that does belongs to a stalled
+# process (paused, swapped out, stopped between two statements): the server ends it after
+# 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
+_IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
+
+# The one time expression of every statement: the transaction's now(), on the database
+# server. A test clock (see PostgresStore) replaces it through the same parameter, so the
+# SQL the tests run is the SQL production runs.
+_NOW = "COALESCE(to_timestamp(%(clock)s::float8), now())"
+
+
+def _epoch(column: str) -> str:
+    return f"extract(epoch FROM j.{column})::float8"
+
+
+# The Job fields, in order, from a row aliased ``j``.
+_COLUMNS = ", ".join(
+    [
+        "j.id",
+        "j.task",
+        "j.payload::text",
+        "j.state",
+        _epoch("run_at"),
+        "j.attempts",
+        "j.max_attempts",
+        "j.lease_owner",
+        _epoch("lease_until"),
+        "j.last_error",
+        _epoch("created_at"),
+        _epoch("updated_at"),
+    ]
+)
+_COLUMN_NAMES = (
+    "id",
+    "task",
+    "payload",
+    "state",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "lease_owner",
+    "lease_until",
+    "last_error",
+    "created_at",
+    "updated_at",
+)
+
+# Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE SCHEMA IF NOT EXISTS {schema}",
+        """
+        CREATE TABLE {version} (
+            only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+            version  integer NOT NULL
+        )
+        """,
+        "INSERT INTO {version} (version) VALUES (0)",
+        """
+        CREATE TABLE {jobs} (
+            id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- never reused
+            task         text        NOT NULL CHECK (task <> ''),
+            payload      json        NOT NULL,                 -- JSON text, never pickle
+            state        text        NOT NULL
+                         CHECK (state IN ('queued', 'running', 'done', 'failed')),
+            run_at       timestamptz NOT NULL,
+            attempts     integer     NOT NULL CHECK (attempts >= 0),
+            max_attempts integer     NOT NULL CHECK (max_attempts >= 1),
+            lease_owner  text,
+            lease_until  timestamptz,
+            last_error   text,
+            created_at   timestamptz NOT NULL,
+            updated_at   timestamptz NOT NULL,
+            CHECK ((state = 'running') = (lease_owner IS NOT NULL AND lease_until IS NOT NULL))
+        )
+        """,
+        # The claim's two searches: queued jobs by (run_at, id), running ones by expiry.
+        "CREATE INDEX ON {jobs} (run_at, id) WHERE state = 'queued'",
+        "CREATE INDEX ON {jobs} (lease_until) WHERE state = 'running'",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
+
+# Every statement the store runs, with {jobs}, {columns} and {now} filled in per store.
+# Values are always parameters (%(name)s); only the schema name is an identifier, quoted.
+_SQL = {
+    "insert": """
+        INSERT INTO {jobs} (task, payload, state, run_at, attempts, max_attempts,
+                            created_at, updated_at)
+        SELECT t.task, t.payload::json, 'queued',
+               COALESCE(to_timestamp(t.run_at), {now} + make_interval(secs => t.delay)),
+               0, t.max_attempts, {now}, {now}
+          FROM unnest(%(tasks)s::text[], %(payloads)s::text[], %(run_ats)s::float8[],
+                      %(delays)s::float8[], %(max_attempts)s::integer[])
+               WITH ORDINALITY AS t(task, payload, run_at, delay, max_attempts, n)
+         ORDER BY t.n
+        RETURNING id
+    """,
+    "notify": "SELECT pg_notify(%(channel)s, '')",
+    # Expired leases whose attempts are spent: failed, not claimed again.
+    "spent": """
+        SELECT j.id, j.attempts FROM {jobs} AS j
+         WHERE j.state = 'running' AND j.lease_until <= {now}
+           AND j.attempts >= j.max_attempts
+           FOR UPDATE SKIP LOCKED
+    """,
+    "fail_spent": """
+        UPDATE {jobs} SET state = 'failed', last_error = %(error)s, lease_owner = NULL,
+                          lease_until = NULL, updated_at = {now}
+         WHERE id = %(id)s
+    """,
+    # The claim's read: due rows that no other transaction has locked, oldest first.
+    "due": """
+        SELECT j.id, j.state, j.lease_owner FROM {jobs} AS j
+         WHERE (j.state = 'queued' AND j.run_at <= {now})
+            OR (j.state = 'running' AND j.lease_until <= {now}
+                AND j.attempts < j.max_attempts)
+         ORDER BY j.run_at, j.id
+         LIMIT %(limit)s
+           FOR UPDATE SKIP LOCKED
+    """,
+    # The claim's write, on the rows locked above: one fencing token per row.
+    "take": """
+        UPDATE {jobs} AS j
+           SET state = 'running', attempts = j.attempts + 1, lease_owner = t.token,
+               lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
+          FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
+         WHERE j.id = t.id
+        RETURNING {columns}
+    """,
+    # Every outcome: only while the claim's token still holds the lease (fencing).
+    "settle": """
+        UPDATE {jobs} AS j SET {assignments}, updated_at = {now}
+         WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
+    """,
+    "renew": """
+        UPDATE {jobs} AS j
+           SET lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
+         WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
+        RETURNING {columns}
+    """,
+    "get": "SELECT {columns} FROM {jobs} AS j WHERE j.id = %(id)s",
+    "counts": "SELECT state, count(*) FROM {jobs} GROUP BY state",
+    "next_due": """
+        SELECT extract(epoch FROM least(
+                   (SELECT min(run_at) FROM {jobs} WHERE state = 'queued'),
+                   (SELECT min(lease_until) FROM {jobs} WHERE state = 'running')))::float8
+    """,
+    "purge": """
+        DELETE FROM {jobs}
+         WHERE state IN ('done', 'failed')
+           AND (%(cutoff)s::float8 IS NULL OR updated_at < to_timestamp(%(cutoff)s::float8))
+    """,
+    "clock": "SELECT extract(epoch FROM clock_timestamp())::float8",
+}
+
+_END_LEASE = "lease_owner = NULL, lease_until = NULL"
+_ASSIGNMENTS = {
+    "complete": f"state = 'done', {_END_LEASE}",
+    "fail": f"state = 'failed', last_error = %(error)s, {_END_LEASE}",
+    "retry": f"state = 'queued', last_error = %(error)s, run_at = to_timestamp(%(run_at)s),"
+    f" {_END_LEASE}",
+    "release": f"state = 'queued', attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
+}
+
+
+class StoreUnavailable(RuntimeError):
+    """The database could not be reached within the retries; the call changed nothing."""
+
+
+class CommitUnknown(StoreUnavailable):
+    """The connection broke during ``COMMIT``: the transaction may or may not have applied.
+
+    Unlike its base class, the call may have taken effect. A claim that did commit leaves
+    its jobs running under leases nobody holds: they run again once those expire.
+    """
+
+
+class StoreSchemaError(RuntimeError):
+    """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
+
+
+def is_postgres_url(text: str) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL, which `PostgresStore` takes."""
+    return text.startswith(_URL_SCHEMES)
+
+
+def _import_psycopg() -> ModuleType:
+    try:
+        return importlib.import_module("psycopg")
+    except ImportError as exc:
+        raise ImportError(
+            "PostgresStore needs psycopg 3, an optional dependency: "
+            "pip install 'shutdown-patterns[postgres]'"
+        ) from exc
+
+
+def _check_range(name: str, value: float) -> float:
+    if not _MIN_EPOCH <= value <= _MAX_EPOCH:
+        raise ValueError(f"{name} is outside PostgreSQL's timestamp range, got {value!r}")
+    return value
+
+
+def _check_job(new: _NewJob, *, absolute: bool) -> _NewJob:
+    if new.max_attempts > _MAX_ATTEMPTS:
+        raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
+    _check_range("run_at" if absolute else "delay", new.run_at)
+    return new
+
+
+def _advisory_key(schema: str) -> int:
+    """A stable 64-bit advisory lock key for migrating ``schema``."""
+    digest = hashlib.sha256(f"patterns.jobqueue:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class PostgresStore:
+    """A ``Store`` in the PostgreSQL database at ``dsn``, shared by any number of machines.
+
+    Args:
+        dsn: a libpq connection string or ``postgresql://`` URL. The store adds
+            ``application_name=patterns.jobqueue``, ``connect_timeout=5``, TCP
+            keepalives and ``idle_in_transaction_session_timeout=10s`` unless the DSN
+            sets them.
+        schema: the PostgreSQL schema holding the store's tables, created (with the
+            current schema version) on first use; one queue per schema.
+        clock: leave it None. Given, it replaces the database's ``now()`` in every
+            statement (the SQL is unchanged, only a parameter differs), so a test can move
+            time without sleeping, as with the other stores. A store given a clock is
+            only as right as that clock: never use one with workers on several machines.
+
+    The constructor connects, checks or creates the schema, and raises
+    `StoreUnavailable` if the server cannot be reached within ``RETRIES`` attempts,
+    `StoreSchemaError` if the schema is not usable, and `ImportError` naming the extra to
+    install if psycopg is missing.
+
+    One connection serves every call, guarded by a lock, as in ``SQLiteStore``: every call
+    is one short transaction, so a connection per thread would mostly add connections to
+    the server's limit. Subscribers add a second connection, for ``LISTEN``, read by a
+    daemon thread (`PostgresStore.subscribe`).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "jobqueue",
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._pg = _import_psycopg()
+        from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+        if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(
+                "schema must be a lower-case identifier (letters, digits, _; at most 45), "
+                f"got {schema!r}"
+            )
+        try:
+            params = conninfo.conninfo_to_dict(dsn)
+        except self._pg.ProgrammingError:
+            # libpq's message may quote any part of the string, the password included.
+            raise ValueError(
+                "not a valid PostgreSQL connection string or postgresql:// URL"
+            ) from None
+        for key, value in _CONNECT_DEFAULTS.items():
+            params.setdefault(key, value)
+        options = str(params.get("options") or "")
+        if "idle_in_transaction_session_timeout" not in options:
+            params["options"] = f"{options} {_IDLE_IN_TRANSACTION}".strip()
+        self._conninfo = conninfo.make_conninfo("", **params)
+        host = params.get("host") or "localhost"
+        self._where = f"{params.get('user') or ''}@{host}:{params.get('port') or 5432}".lstrip("@")
+        self._where += f"/{params.get('dbname') or ''} schema {schema}"
+        self._schema = schema
+        self._test_clock = clock
+        if clock is not None:
+            logger.warning(
+                "%s: a clock was given, so the database clock is not used: tests only",
+                self._where,
+            )
+        self._channel = f"patterns.jobqueue.{schema}"
+        self._names = {
+            "schema": sql.Identifier(schema),
+            "jobs": sql.Identifier(schema, "jobs"),
+            "version": sql.Identifier(schema, "schema_version"),
+            "columns": sql.SQL(_COLUMNS),
+            "now": sql.SQL(_NOW),
+        }
+        self._statements = {
+            name: self._compose(text) for name, text in _SQL.items() if name != "settle"
+        }
+        self._settle_sql = {
+            outcome: self._compose(_SQL["settle"], assignments=sql.SQL(text))
+            for outcome, text in _ASSIGNMENTS.items()
+        }
+        self._migrations = [[self._compose(text) for text in step] for step in _MIGRATIONS]
+
+        # Guards _conn, _closed, _prepared and _offset: held for every transaction (and its
+        # reconnection), so the connection serves one thread at a time and close() cannot
+        # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
+        # caller code run under it is the test clock, which must not call the store.
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._closed = False
+        self._prepared = False
+        self._connects = 0
+        self._offset = 0.0  # database clock minus time.time(), from the last reading
+
+        # Guards _subscribers, _listener and _stopping. Held briefly by subscribe(), the
+        # unsubscribe functions, close() and the listener thread (to copy the subscribers
+        # before calling them, never while calling them).
+        self._sub_lock = threading.Lock()
+        self._subscribers: dict[int, Callable[[], object]] = {}
+        self._keys = itertools.count()
+        self._listener: threading.Thread | None = None
+        self._stopping = False
+        # close() writes a byte to _wakeup_w; the listener selects on _wakeup_r next to its
+        # connection's socket, so close() ends its wait (or its backoff) at once.
+        self._wakeup_r, self._wakeup_w = socket.socketpair()
+        # Set by the listener thread on every notification (and reconnection); waited on
+        # and cleared by wait_for_notify().
+        self._notified = threading.Event()
+
+        try:
+            self._transaction(lambda conn, clock: None)  # connect, create or check the schema
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._where!r}, closed={self._closed})"
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the store's tables."""
+        return self._schema
+
+    # --- connections and transactions ----------------------------------------------------
+
+    def _connected(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The store's connection, (re)opened and prepared if needed; call with _lock held."""
+        old = self._conn
+        if old is not None and not old.closed and not old.broken:
+            return old
+        self._conn = None
+        if old is not None:
+            old.close()
+        conn: psycopg.Connection[tuple[Any, ...]] = self._pg.connect(
+            self._conninfo, autocommit=False
+        )
+        try:
+            if not self._prepared:
+                self._prepare(conn)
+                self._prepared = True
+            self._read_offset(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._connects += 1
+        if self._connects > 1:
+            logger.warning("%s: reconnected (connection %d)", self._where, self._connects)
+        self._conn = conn
+        return conn
+
+    def _read_offset(self, conn: psycopg.Connection[tuple[Any, ...]]) -> float:
+        """Read the database clock; remember its offset from ``time.time()``."""
+        before = time.time()
+        row = conn.execute(self._statements["clock"]).fetchone()
+        after = time.time()
+        conn.commit()
+        assert row is not None
+        self._offset = float(row[0]) - (before + after) / 2
+        return float(row[0])
+
+    def _transaction(
+        self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
+    ) -> T:
+        """Run ``body(conn, clock)`` in one transaction, reconnecting when the connection failed.
+
+        ``clock`` is the test clock's reading, or None for the database's ``now()``; it is
+        read once per attempt. A failure before ``COMMIT`` was sent rolled the transaction
+        back, so the attempt is retried (up to ``RETRIES`` times, with backoff outside the
+        lock); a failure during ``COMMIT`` raises `CommitUnknown` at once.
+        """
+        last: Exception | None = None
+        for attempt in range(1, RETRIES + 1):
+            with self._lock:
+                self._check_open()
+                committing = False
+                conn: psycopg.Connection[tuple[Any, ...]] | None = None
+                try:
+                    conn = self._connected()
+                    try:
+                        result = body(
+                            conn, None if self._test_clock is None else self._test_clock()
+                        )
+                    except BaseException:
+                        self._rollback(conn)
+                        raise
+                    committing = True
+                    conn.commit()
+                except self._pg.Error as exc:
+                    if not self._is_transient(exc, conn):
+                        raise
+                    self._drop(conn)
+                    if committing:
+                        raise CommitUnknown(
+                            f"{self._where}: the connection broke during COMMIT ({exc}); "
+                            "the transaction may or may not have been applied"
+                        ) from exc
+                    last = exc
+                else:
+                    return result
+            if attempt < RETRIES:
+                pause = _BACKOFF * 2 ** (attempt - 1) * (1 + random.random())  # jitter, not crypto
+                logger.warning(
+                    "%s: database unavailable (%s); retry %d of %d in %.2f s",
+                    self._where,
+                    " ".join(str(last).split()),
+                    attempt,
+                    RETRIES - 1,
+                    pause,
+                )
+                time.sleep(pause)
+        raise StoreUnavailable(
+            f"{self._where}: database unavailable after {RETRIES} attempts: {last}"
+        ) from last
+
+    def _is_transient(self, exc: Exception, conn: psycopg.Connection[Any] | None) -> bool:
+        """True when retrying can help: the connection is gone, or PostgreSQL asks to retry."""
+        errors = self._pg.errors
+        if isinstance(exc, errors.SerializationFailure | errors.DeadlockDetected):
+            return True
+        if not isinstance(exc, self._pg.OperationalError | self._pg.InterfaceError):
+            return False
+        return conn is None or conn.closed or conn.broken
+
+    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.rollback()
+        except self._pg.Error:
+            self._drop(conn)  # a broken connection: the server rolled back for us
+
+    def _drop(self, conn: psycopg.Connection[Any] | None) -> None:
+        if conn is not None:
+            conn.close()
+        if self._conn is conn:
+            self._conn = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+
+    # --- the schema ------------------------------------------------------------------------
+
+    def _prepare(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Create or migrate the schema under an advisory lock, then check its shape."""
+        try:
+            # One migrator per schema at a time, across every process and machine; the lock
+            # ends with the transaction.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
+            version = self._read_version(conn)
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in self._migrations[target - 1]:
+                    conn.execute(statement)
+                conn.execute(self._compose("UPDATE {version} SET version = %s"), (target,))
+                logger.info("%s: job store schema now at version %d", self._where, target)
+            self._check_shape(conn)
+            conn.commit()
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def _compose(self, text: str, **extra: sql.Composable) -> sql.Composed:
+        """``text`` with the store's names ({jobs}, {columns}, {now}...) filled in."""
+        from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+        return sql.SQL(text).format(**self._names, **extra)
+
+    def _read_version(self, conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+        tables = sorted(
+            row[0]
+            for row in conn.execute(
+                "SELECT c.relname FROM pg_class AS c"
+                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+                (self._schema,),
+            )
+        )
+        if not tables:
+            return 0
+        if "schema_version" not in tables:
+            raise StoreSchemaError(
+                f"{self._where}: schema {self._schema!r} has tables {tables} but no job store "
+                "schema version; refusing to add a job store to it"
+            )
+        row = conn.execute(self._compose("SELECT version FROM {version}")).fetchone()
+        version = 0 if row is None else int(row[0])
+        if version > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"{self._where}: job store schema version {version} is newer than this code "
+                f"supports (version {SCHEMA_VERSION}); upgrade patterns.jobqueue to open it"
+            )
+        return version
+
+    def _check_shape(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        columns = tuple(
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = %s AND table_name = 'jobs' ORDER BY ordinal_position",
+                (self._schema,),
+            )
+        )
+        if columns != _COLUMN_NAMES:
+            raise StoreSchemaError(
+                f"{self._where}: schema version {SCHEMA_VERSION} but table 'jobs' has "
+                f"columns {list(columns)}, expected {list(_COLUMN_NAMES)}; "
+                "this schema was not written by this job store"
+            )
+
+    # --- rows --------------------------------------------------------------------------------
+
+    def _job(self, row: Sequence[Any]) -> Job:
+        (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
+        (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
+        return Job(
+            id=int(job_id),
+            task=task,
+            payload=json.loads(payload),  # a new object each time: a snapshot
+            state=JobState(state),
+            run_at=run_at,
+            attempts=attempts,
+            max_attempts=max_attempts,
+            lease_owner=lease_owner,
+            lease_until=lease_until,
+            last_error=last_error,
+            created_at=created_at,
+            updated_at=updated_at,
+        )
+
+    def _notify(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        # Delivered to every listener when (and only if) the transaction commits.
+        conn.execute(self._statements["notify"], {"channel": self._channel})
+
+    # --- the Store protocol ----------------------------------------------------------------
+
+    def _insert(self, prepared: list[tuple[_NewJob, bool]]) -> list[int]:
+        """Insert validated jobs (each with "is its run_at absolute?") in one transaction."""
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
+            rows = conn.execute(
+                self._statements["insert"],
+                {
+                    "clock": clock,
+                    "tasks": [new.task for new, _ in prepared],
+                    "payloads": [new.payload_json for new, _ in prepared],
+                    "run_ats": [new.run_at if absolute else None for new, absolute in prepared],
+                    "delays": [None if absolute else new.run_at for new, absolute in prepared],
+                    "max_attempts": [new.max_attempts for new, _ in prepared],
+                },
+            ).fetchall()
+            if rows:
+                self._notify(conn)
+            # Ids come from the identity sequence in insertion order, which follows the
+            # input order (ORDER BY t.n): sorted ids are the jobs in the order given.
+            return sorted(int(row[0]) for row in rows)
+
+        return self._transaction(body)
+
+    def enqueue(
+        self,
+        task: str,
+        payload: JsonValue = None,
+        *,
+        run_at: float | None = None,
+        delay: float | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> int:
+        """Add a job and return its id; a bad payload or argument writes nothing."""
+        # now=0.0: a delay is added to the database's clock in SQL, not to ours.
+        new = _prepare_enqueue(
+            0.0, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+        )
+        (job_id,) = self._insert(
+            [(_check_job(new, absolute=run_at is not None), run_at is not None)]
+        )
+        logger.debug("%s: enqueued job %d (%s)", self._where, job_id, task)
+        return job_id
+
+    def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
+        prepared = []
+        for index, (new, spec) in enumerate(zip(_prepare_many(0.0, jobs), jobs, strict=True)):
+            absolute = spec.get("run_at") is not None
+            try:
+                prepared.append((_check_job(new, absolute=absolute), absolute))
+            except ValueError as exc:
+                raise ValueError(f"job #{index}: {exc}") from exc
+        ids = self._insert(prepared)
+        logger.debug("%s: enqueued %d jobs", self._where, len(ids))
+        return ids
+
+    def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
+        """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
+
+        Due means queued with ``run_at <= now``, or running with an expired lease
+        (``lease_until <= now``), ``now`` being the database's clock. An expired job whose
+        attempts are spent is marked failed instead of being returned. Rows that another
+        transaction holds locked at this moment are skipped, never waited for.
+        """
+        _check_owner(owner)
+        seconds = _check_range("lease", _check_lease(lease))
+        count = _check_limit(limit)
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[Claim]:
+            statements = self._statements
+            spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
+            for job_id, attempts in spent:
+                reason = _expired_reason(attempts)
+                conn.execute(
+                    statements["fail_spent"], {"clock": clock, "error": reason, "id": job_id}
+                )
+                logger.warning("%s: job %d failed: %s", self._where, job_id, reason)
+            due = conn.execute(statements["due"], {"clock": clock, "limit": count}).fetchall()
+            if not due:
+                return []
+            for job_id, state, old_owner in due:
+                if state == JobState.RUNNING:
+                    logger.warning(
+                        "%s: job %d: lease of %s expired, claiming it again",
+                        self._where,
+                        job_id,
+                        old_owner,
+                    )
+            rows = conn.execute(
+                statements["take"],
+                {
+                    "clock": clock,
+                    "lease": seconds,
+                    "ids": [row[0] for row in due],
+                    "tokens": [_new_token(owner) for _ in due],
+                },
+            ).fetchall()
+            jobs = sorted((self._job(row) for row in rows), key=lambda j: (j.run_at, j.id))
+            return [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
+
+        return self._transaction(body)
+
+    def _settle(self, claim: Claim, outcome: str, params: Mapping[str, Any]) -> bool:
+        """Apply one outcome only while the claim still holds the lease; notify on release."""
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> bool:
+            cursor = conn.execute(
+                self._settle_sql[outcome],
+                {"clock": clock, "id": claim.job.id, "token": claim.token, **params},
+            )
+            held = cursor.rowcount == 1
+            if held and outcome == "release":
+                self._notify(conn)  # due again now: another idle worker may take it
+            return held
+
+        held = self._transaction(body)
+        if not held:
+            logger.info(
+                "%s: job %d: claim %s no longer holds the lease",
+                self._where,
+                claim.job.id,
+                claim.token,
+            )
+        return held
+
+    def complete(self, claim: Claim) -> bool:
+        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
+        return self._settle(claim, "complete", {})
+
+    def fail(self, claim: Claim, error: str) -> bool:
+        """Mark the job failed for good with ``error``; False if the lease was lost."""
+        return self._settle(claim, "fail", {"error": str(error)})
+
+    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
+
+        ``run_at`` is on the database's clock: a worker computes it from `clock`.
+        """
+        when = _check_range("run_at", _check_time("run_at", run_at))
+        return self._settle(claim, "retry", {"error": str(error), "run_at": when})
+
+    def release(self, claim: Claim) -> bool:
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        return self._settle(claim, "release", {})
+
+    def renew(self, claim: Claim, *, lease: float) -> Claim | None:
+        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        seconds = _check_range("lease", _check_lease(lease))
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Claim | None:
+            row = conn.execute(
+                self._statements["renew"],
+                {"clock": clock, "lease": seconds, "id": claim.job.id, "token": claim.token},
+            ).fetchone()
+            if row is None:
+                return None
+            job = self._job(row)
+            return Claim(job, claim.token, job.lease_until or 0.0)
+
+        renewed = self._transaction(body)
+        if renewed is None:
+            logger.info(
+                "%s: job %d: claim %s lost its lease, not renewed",
+                self._where,
+                claim.job.id,
+                claim.token,
+            )
+        return renewed
+
+    def get(self, job_id: int) -> Job | None:
+        """The job with this id, or None."""
+        if not -(2**63) <= job_id < 2**63:  # outside bigint: never issued
+            return None
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
+            row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
+            return None if row is None else self._job(row)
+
+        return self._transaction(body)
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs in each state, every state present (zero included)."""
+        rows = self._transaction(
+            lambda conn, clock: conn.execute(self._statements["counts"]).fetchall()
+        )
+        result = {state.value: 0 for state in JobState}
+        result.update({state: int(n) for state, n in rows})
+        return result
+
+    def next_due(self) -> float | None:
+        """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
+        row = self._transaction(
+            lambda conn, clock: conn.execute(self._statements["next_due"]).fetchone()
+        )
+        return None if row is None or row[0] is None else float(row[0])
+
+    def purge(self, *, older_than: float | None = None) -> int:
+        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+        cutoff = (
+            None
+            if older_than is None
+            else _check_range("older_than", _check_time("older_than", older_than))
+        )
+        purged = self._transaction(
+            lambda conn, clock: conn.execute(self._statements["purge"], {"cutoff": cutoff}).rowcount
+        )
+        if purged:
+            logger.info("%s: purged %d finished jobs", self._where, purged)
+        return purged
+
+    # --- time -----------------------------------------------------------------------------
+
+    def clock(self) -> float:
+        """The database's time now, in seconds since the epoch: a worker's ``clock``.
+
+        One round trip (``clock_timestamp()``), no retry. If the database cannot be read
+        it returns the local time corrected by the offset measured at the last reading,
+        and never raises: a worker computing a retry's run time must not fail because of
+        it. With a test clock, that clock's reading.
+        """
+        if self._test_clock is not None:
+            return self._test_clock()
+        with self._lock:
+            conn = self._conn
+            if not self._closed and conn is not None and not conn.closed and not conn.broken:
+                try:
+                    return self._read_offset(conn)
+                except self._pg.Error as exc:
+                    logger.debug("%s: clock read failed (%s); estimating", self._where, exc)
+                    self._rollback(conn)
+            return time.time() + self._offset
+
+    # --- wake-ups ---------------------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
+
+        It is called from the store's listener thread after every commit that enqueued or
+        released a job in this schema, from any connection on any machine, and each time
+        the listener has (re)started listening, because a notification may have been
+        missed before. It must return quickly and not call back into the store from that
+        thread: ``Worker.wake`` (set an event) is the intended callback. An exception from
+        it is logged and ignored.
+
+        The first subscription starts the listener: a daemon thread with its own
+        connection that reconnects with backoff when the connection is lost. It runs
+        until `close`.
+        """
+        with self._sub_lock:
+            self._check_open()
+            key = next(self._keys)
+            self._subscribers[key] = callback
+            self._start_listener()
+
+        def unsubscribe() -> None:
+            with self._sub_lock:
+                self._subscribers.pop(key, None)
+
+        return unsubscribe
+
+    def wait_for_notify(self, timeout: float) -> bool:
+        """Block until a job may have become due, or ``timeout`` seconds; True if one may have.
+
+        A notification that arrived since the last call returned True counts, so a loop
+        of "claim until empty, then wait_for_notify" misses none. Meant for one such loop
+        per store; a ``Worker`` uses `subscribe` instead, so that a stop ends its wait.
+        """
+        with self._sub_lock:
+            self._check_open()
+            self._start_listener()
+        if not self._notified.wait(timeout):
+            return False
+        self._notified.clear()
+        return True
+
+    def _start_listener(self) -> None:
+        """Start the listener thread if it is not running; call with _sub_lock held."""
+        if self._listener is not None:
+            return
+        self._listener = threading.Thread(
+            target=self._listen_loop, name=f"jobqueue-listener-{self._schema}", daemon=True
+        )
+        # Daemon: it only reads notifications, so nothing is lost if the process exits
+        # without close(); a non-daemon thread would keep such a process alive forever.
+        self._listener.start()
+
+    def _fire(self, why: str) -> None:
+        self._notified.set()
+        with self._sub_lock:
+            callbacks = list(self._subscribers.values())
+        logger.debug("%s: waking %d subscriber(s): %s", self._where, len(callbacks), why)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("%s: a subscriber raised; ignored", self._where)
+
+    def _should_stop(self) -> bool:
+        with self._sub_lock:
+            return self._stopping
+
+    def _listen_loop(self) -> None:
+        from psycopg import pq, sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+        failures = 0
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._wakeup_r, selectors.EVENT_READ)
+            while not self._should_stop():
+                conn: psycopg.Connection[tuple[Any, ...]] | None = None
+                try:
+                    conn = self._pg.connect(self._conninfo, autocommit=True)
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    if failures:
+                        logger.warning("%s: listening again", self._where)
+                    failures = 0
+                    self._fire("listening")  # anything enqueued before LISTEN: look now
+                    fd = conn.pgconn.socket
+                    selector.register(fd, selectors.EVENT_READ)
+                    try:
+                        while not self._should_stop():
+                            selector.select()  # the connection's socket, or close()
+                            pgconn = conn.pgconn
+                            pgconn.consume_input()  # raises once the connection is gone
+                            if pgconn.status != pq.ConnStatus.OK:
+                                raise self._pg.OperationalError("the connection was lost")
+                            notified = False
+                            while pgconn.notifies() is not None:
+                                notified = True
+                            if notified:
+                                self._fire("notified")
+                    finally:
+                        selector.unregister(fd)
+                except Exception as exc:  # noqa: BLE001 - logged; the listener must not die
+                    # A connection error, or anything else: either way back off and listen
+                    # again; meanwhile subscribers still have their poll interval.
+                    failures += 1
+                    pause = min(_BACKOFF * 2 ** (failures - 1), _LISTEN_BACKOFF_MAX)
+                    pause *= 1 + random.random()  # jitter, not crypto
+                    logger.warning(
+                        "%s: listener connection failed (%s); reconnecting in %.2f s",
+                        self._where,
+                        " ".join(str(exc).split()),
+                        pause,
+                    )
+                    selector.select(pause)  # ended early by close()
+                finally:
+                    if conn is not None:
+                        conn.close()
+        logger.debug("%s: listener stopped", self._where)
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the store's resources (connections, listener thread); idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            conn, self._conn = self._conn, None
+        with self._sub_lock:
+            self._stopping = True
+            listener = self._listener
+            self._subscribers.clear()
+        self._wakeup_w.send(b"x")  # ends the listener's select at once
+        if listener is not None:
+            listener.join(_LISTENER_JOIN)
+        if listener is not None and listener.is_alive():
+            # Stuck in a connection attempt (connect_timeout): it ends after that, by itself,
+            # and still needs its wake-up socket until then.
+            logger.warning("%s: the listener thread did not end in time", self._where)
+        else:
+            self._wakeup_r.close()
+            self._wakeup_w.close()
+        if conn is not None:
+            conn.close()
+
+
+if TYPE_CHECKING:  # mypy --strict proves the store implements the protocol exactly
+    _implements: type[Store] = PostgresStore
