@@ -16,7 +16,8 @@ the drain is timed), and the drain is checked afterwards (every job done or acke
 * ``SQLiteStore + Worker``: this project, ``Worker(store, tasks, concurrency=4)`` with
   its defaults; a job counts once ``on_complete`` ran, after ``complete`` committed.
   Also at a quarter of the backlog: a rate that does not drop with the backlog shows
-  the claim is not quadratic.
+  the claim is not quadratic. And with ``prefetch=4``: each claim transaction fills
+  every free slot, at the price described in ``Worker``'s docstring.
 * ``huey SqliteHuey``: huey's consumer in-process, ``workers=4, worker_type="thread"``,
   its other options at their defaults; a job counts at its ``complete`` signal. huey
   deletes the task row when it dequeues it (at-most-once). huey has no NORMAL option
@@ -71,6 +72,7 @@ SYNCS = ("NORMAL", "FULL")
 DRAIN_TIMEOUT = 240.0  # seconds one drain may take before the child gives up
 PROJECT = "SQLiteStore + Worker"
 PROJECT_SMALL = "SQLiteStore + Worker, 1/4 backlog"
+PROJECT_PREFETCH = "SQLiteStore + Worker(prefetch=4)"
 HUEY = "huey SqliteHuey"
 PQ = "persist-queue SQLiteAckQueue"
 RAW = "raw sqlite3 ceiling, 1 thread"
@@ -103,8 +105,8 @@ class Counter:
                 self.done.set()
 
 
-def drain_project(path: Path, sync: str, jobs: int) -> float:
-    """Seconds for ``Worker(concurrency=4)`` to drain ``jobs`` prefilled jobs."""
+def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
+    """Seconds for ``Worker(concurrency=4, prefetch=prefetch)`` to drain ``jobs`` jobs."""
     from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
 
     store = SQLiteStore(path)
@@ -114,7 +116,7 @@ def drain_project(path: Path, sync: str, jobs: int) -> float:
     tasks = TaskRegistry(on_complete=counter.add)
     tasks.task(name="noop")(lambda payload, ctx: None)
     store = SQLiteStore(path, synchronous=sync)
-    worker = Worker(store, tasks, concurrency=4)
+    worker = Worker(store, tasks, concurrency=4, prefetch=prefetch)
     start = time.perf_counter()
     worker.start()
     finished = counter.done.wait(DRAIN_TIMEOUT)
@@ -261,6 +263,7 @@ def drain_raw(path: Path, sync: str, jobs: int) -> float:
 
 DRAINS: dict[str, Callable[[Path, str, int], float]] = {
     "project": drain_project,
+    "project-prefetch": lambda path, sync, jobs: drain_project(path, sync, jobs, prefetch=4),
     "huey": drain_huey,
     "pq": drain_pq,
     "raw": drain_raw,
@@ -381,6 +384,7 @@ def systems() -> list[tuple[str, str, str]]:
     """(label, child system name, peer module or "") for every drain row we can run."""
     rows = [
         (PROJECT, "project", ""),
+        (PROJECT_PREFETCH, "project-prefetch", ""),
         (HUEY, "huey", "huey"),
         (PQ, "pq", "persistqueue"),
         (RAW, "raw", ""),

@@ -13,7 +13,10 @@ Pattern:
     One lock guards every row; each method (one transition) runs entirely under it, so
     a claim's read and write are one atomic step, like a database transaction. Rows keep
     the payload as JSON text and every read builds a fresh ``Job`` from it, so callers get
-    snapshots they cannot use to change the store.
+    snapshots they cannot use to change the store. A claim does not scan the rows: heaps
+    of ``(run_at, id)`` for queued jobs and ``(lease_until, id)`` for leases play the part
+    of a database's indexes, with lazy deletion (an entry that no longer matches its row
+    is dropped when it reaches the top), so draining n jobs costs O(n log n), not O(n²).
 
 Guarantees:
     * Each method is atomic with respect to every other method of the same store.
@@ -38,6 +41,7 @@ See also:
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import math
@@ -222,6 +226,16 @@ class MemoryStore:
         self._rows: dict[int, _Row] = {}
         self._next_id = 1
         self._closed = False
+        # The claim's indexes, guarded by _lock like the rows. An entry is live while its
+        # row still matches it; a stale one is skipped (and dropped) when it is reached.
+        # _queued: (run_at, id) pushed whenever a row becomes queued.
+        # _leases: (lease_until, id) pushed whenever a lease is taken or renewed.
+        # _expired: (run_at, id) of running rows whose lease has expired, moved there
+        # from _leases by a claim, so they compete with queued rows in run_at order.
+        self._queued: list[tuple[float, int]] = []
+        self._leases: list[tuple[float, int]] = []
+        self._expired: list[tuple[float, int]] = []
+        self._stale_leases = 0  # lease entries known stale; _leases is compacted past half
 
     def __repr__(self) -> str:
         return f"MemoryStore(jobs={len(self._rows)}, closed={self._closed})"
@@ -247,6 +261,7 @@ class MemoryStore:
             created_at=now,
             updated_at=now,
         )
+        heapq.heappush(self._queued, (new.run_at, job_id))
         return job_id
 
     def enqueue(
@@ -293,23 +308,11 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             now = self._clock()
-            due: list[_Row] = []
-            for row in self._rows.values():
-                if row.state is JobState.QUEUED and row.run_at <= now:
-                    due.append(row)
-                elif (
-                    row.state is JobState.RUNNING
-                    and row.lease_until is not None
-                    and row.lease_until <= now
-                ):
-                    if row.attempts >= row.max_attempts:
-                        row.last_error = _expired_reason(row.attempts)
-                        row.end_lease(JobState.FAILED, now)
-                        logger.warning("job %d failed: %s", row.id, row.last_error)
-                    else:
-                        due.append(row)
-            due.sort(key=lambda r: (r.run_at, r.id))
-            for row in due[:count]:
+            self._expire_leases(now)
+            while len(claims) < count:
+                row = self._next_claimable(now)
+                if row is None:
+                    break
                 if row.state is JobState.RUNNING:
                     logger.warning(
                         "job %d: lease of %s expired, claiming it again", row.id, row.lease_owner
@@ -320,8 +323,81 @@ class MemoryStore:
                 row.lease_owner = token
                 row.lease_until = now + seconds
                 row.updated_at = now
+                heapq.heappush(self._leases, (row.lease_until, row.id))
                 claims.append(Claim(row.snapshot(), token, row.lease_until))
         return claims
+
+    def _expire_leases(self, now: float) -> None:
+        """Move every lease expired by ``now`` to _expired, failing those with no attempt left.
+
+        Call with the lock held. Like the full scan it replaces, it handles every expired
+        lease on each claim, whatever the claim's limit.
+        """
+        leases = self._leases
+        last: tuple[float, int] | None = None
+        while leases and leases[0][0] <= now:
+            entry = heapq.heappop(leases)
+            duplicate, last = entry == last, entry  # equal entries pop one after the other
+            until, job_id = entry
+            row = self._rows.get(job_id)
+            if (
+                duplicate
+                or row is None
+                or row.state is not JobState.RUNNING
+                or row.lease_until != until
+            ):
+                self._stale_leases = max(0, self._stale_leases - 1)
+                continue  # ended, renewed or taken again since this entry was pushed
+            if row.attempts >= row.max_attempts:
+                row.last_error = _expired_reason(row.attempts)
+                row.end_lease(JobState.FAILED, now)
+                logger.warning("job %d failed: %s", row.id, row.last_error)
+            else:
+                heapq.heappush(self._expired, (row.run_at, row.id))
+
+    def _next_claimable(self, now: float) -> _Row | None:
+        """Pop the due row with the smallest ``(run_at, id)``; call with the lock held."""
+        queued, expired = self._queued, self._expired
+        while queued:  # drop stale entries from the top
+            run_at, job_id = queued[0]
+            row = self._rows.get(job_id)
+            if row is not None and row.state is JobState.QUEUED and row.run_at == run_at:
+                break
+            heapq.heappop(queued)
+        while expired:
+            run_at, job_id = expired[0]
+            row = self._rows.get(job_id)
+            if (
+                row is not None
+                and row.state is JobState.RUNNING
+                and row.lease_until is not None
+                and row.run_at == run_at
+            ):
+                if row.lease_until <= now:
+                    break
+                # Renewed since it expired (or the clock went back): a lease again.
+                heapq.heappush(self._leases, (row.lease_until, row.id))
+            heapq.heappop(expired)
+        queued_due = bool(queued) and queued[0][0] <= now
+        if queued_due and (not expired or queued[0] < expired[0]):
+            return self._rows[heapq.heappop(queued)[1]]
+        if expired:
+            return self._rows[heapq.heappop(expired)[1]]
+        return None
+
+    def _lease_ended(self) -> None:
+        """Count one stale entry in _leases; compact it once most entries are stale."""
+        self._stale_leases += 1
+        if self._stale_leases > 64 and self._stale_leases * 2 > len(self._leases):
+            self._leases = [
+                (until, job_id)
+                for until, job_id in self._leases
+                if (row := self._rows.get(job_id)) is not None
+                and row.state is JobState.RUNNING
+                and row.lease_until == until
+            ]
+            heapq.heapify(self._leases)
+            self._stale_leases = 0
 
     def _held(self, claim: Claim) -> _Row | None:
         """The claim's row if the claim still holds its lease; call with the lock held."""
@@ -339,6 +415,7 @@ class MemoryStore:
             if row is None:
                 return False
             row.end_lease(JobState.DONE, self._clock())
+            self._lease_ended()
             return True
 
     def fail(self, claim: Claim, error: str) -> bool:
@@ -349,6 +426,7 @@ class MemoryStore:
                 return False
             row.last_error = str(error)
             row.end_lease(JobState.FAILED, self._clock())
+            self._lease_ended()
             return True
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
@@ -361,6 +439,8 @@ class MemoryStore:
             row.last_error = str(error)
             row.run_at = when
             row.end_lease(JobState.QUEUED, self._clock())
+            self._lease_ended()
+            heapq.heappush(self._queued, (row.run_at, row.id))
             return True
 
     def release(self, claim: Claim) -> bool:
@@ -371,6 +451,8 @@ class MemoryStore:
                 return False
             row.attempts = max(0, row.attempts - 1)
             row.end_lease(JobState.QUEUED, self._clock())
+            self._lease_ended()
+            heapq.heappush(self._queued, (row.run_at, row.id))
             return True
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
@@ -383,6 +465,8 @@ class MemoryStore:
             now = self._clock()
             row.lease_until = now + seconds
             row.updated_at = now
+            self._lease_ended()  # the entry of the old lease_until
+            heapq.heappush(self._leases, (row.lease_until, row.id))
             return Claim(row.snapshot(), claim.token, row.lease_until)
 
     def get(self, job_id: int) -> Job | None:

@@ -277,7 +277,15 @@ class Worker:
     Args:
         store: where jobs live; the worker never closes it.
         tasks: the handlers, policies and hooks.
-        concurrency: handler threads; at most this many jobs are claimed at once.
+        concurrency: handler threads; at most this many jobs are claimed at once, plus
+            ``prefetch``.
+        prefetch: extra claims the worker may hold beyond ``concurrency`` (default 0).
+            Each claim then takes up to ``concurrency + prefetch`` due jobs in one store
+            transaction, so a freed handler thread finds its next job waiting. The price:
+            a prefetched job holds its lease (and has used an attempt) before it starts;
+            the heartbeat renews it and the stop releases it unchanged, but if the
+            process dies it waits for its lease to expire, attempt spent, like a running
+            job.
         poll_interval: how long an idle worker waits before claiming again; the wait ends
             at once on `wake`, `enqueue`, `request_stop` and when a job finishes.
         shutdown_timeout: `stop`'s default budget, in seconds.
@@ -307,6 +315,7 @@ class Worker:
         tasks: TaskRegistry,
         *,
         concurrency: int = 4,
+        prefetch: int = 0,
         poll_interval: float = 1.0,
         shutdown_timeout: float = 10.0,
         cancel_timeout: float | None = None,
@@ -319,8 +328,7 @@ class Worker:
         clock: Callable[[], float] = time.time,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        _check_counts(concurrency, prefetch)
         if poll_interval <= 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
         if shutdown_timeout < 0:
@@ -346,13 +354,21 @@ class Worker:
         self._step_hook = step_hook
 
         # Guards every field below it, up to the events. Waited on by the claiming thread
-        # (for a free handler slot or a state change); notified by a handler thread when
-        # it frees its slot and by every state transition. Never held while a handler, a
+        # (for free claim slots or a state change); notified by a handler thread when it
+        # frees its slot and by every state transition. Never held while a handler, a
         # hook or a store call runs.
         self._cond = threading.Condition()
         self._state = WorkerState.NEW
         self._entered: dict[WorkerState, float] = {}  # monotonic time each state began
-        self._idle = concurrency  # handler slots neither running a job nor promised one
+        self._slots = concurrency + prefetch  # claims the worker may hold at once
+        # Free slots the claiming thread waits for: one without prefetch; with it, enough
+        # that a handler thread may be free, and the claim then fills every free slot.
+        self._claim_at = max(1, prefetch)
+        self._idle = self._slots  # claim slots neither holding a claim nor promised one
+        # Claims handed off but not started, by job id: the heartbeat renews them (and
+        # stores the renewed claim here), the handler thread that takes one pops it.
+        self._waiting: dict[int, Claim] = {}
+        self._lost_waiting: set[int] = set()  # waiting claims whose lease the heartbeat lost
         self._running: dict[int, _Running] = {}
         self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
         self._counts = dict.fromkeys(Outcome, 0)
@@ -377,8 +393,8 @@ class Worker:
         # Cancelling it cancels every job's token (each is a child), in CANCELLING.
         self._root = CancelToken()
         # Claims from the claiming thread to the handler threads; never holds more claims
-        # than there are idle slots. Shut down by request_stop(), which takes back what no
-        # handler took yet.
+        # than the claim slots allow. Shut down by request_stop(), which takes back what
+        # no handler took yet.
         self._handoff: ClosableQueue[Claim] = ClosableQueue()
         self._executor = TrackingExecutor(
             max_workers=concurrency, thread_name_prefix=f"{self.name}-job"
@@ -680,7 +696,7 @@ class Worker:
             with self._cond:
                 # The pool-level check: a handler that swallowed its Interrupted cannot
                 # make this thread claim again, because it reads the worker's state.
-                while self._state is WorkerState.RUNNING and self._idle == 0:
+                while self._state is WorkerState.RUNNING and self._idle < self._claim_at:
                     self._cond.wait()
                 if self._state is not WorkerState.RUNNING or stopping.is_set():
                     return
@@ -697,6 +713,7 @@ class Worker:
             with self._cond:
                 self._idle += want - len(claims)
                 self._claimed += len(claims)
+                self._waiting.update((claim.job.id, claim) for claim in claims)
             for index, claim in enumerate(claims):
                 try:
                     self._hand_over(claim)
@@ -748,7 +765,7 @@ class Worker:
 
     def _all_idle(self) -> bool:
         with self._cond:
-            return self._idle == self._concurrency
+            return self._idle == self._slots
 
     # --- the handler threads ------------------------------------------------------------------
 
@@ -772,8 +789,9 @@ class Worker:
         with self._cond:
             # Under the lock that request_stop() changes the state with: a job is either
             # running when the stop begins, or released here without being started.
-            started = self._state is WorkerState.RUNNING
+            started = self._state is WorkerState.RUNNING and job.id not in self._lost_waiting
             if started:
+                claim = self._waiting.pop(job.id, claim)  # the heartbeat may have renewed it
                 run = _Running(claim, self._root.child())
                 self._running[job.id] = run
         if not started:
@@ -960,8 +978,19 @@ class Worker:
         return accepted
 
     def _settle_unstarted(self, claim: Claim) -> None:
-        """Release a claim whose handler never started (the stop began first)."""
+        """Release a claim whose handler never started (the stop began, or the lease was lost)."""
         job = claim.job
+        with self._cond:
+            claim = self._waiting.pop(job.id, claim)  # the heartbeat may have renewed it
+            if job.id in self._lost_waiting:
+                self._lost_waiting.discard(job.id)
+                logger.info("job %d: its lease was lost before it started; not run", job.id)
+                lost = True
+            else:
+                lost = False
+        if lost:
+            self._record(job, Outcome.LOST)
+            return
         try:
             accepted = self._commit(Phase.RELEASE, claim, self._store.release)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
@@ -999,6 +1028,7 @@ class Worker:
     def _renew_leases(self) -> None:
         with self._cond:
             runs = [run for run in self._running.values() if not run.settling]
+            waiting = list(self._waiting.values())
         for run in runs:
             job = run.claim.job
             try:
@@ -1016,6 +1046,28 @@ class Worker:
                     continue
             logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
             run.token.cancel("lease lost")
+        for claim in waiting:  # handed off, not started: their leases must hold too
+            self._renew_waiting(claim)
+
+    def _renew_waiting(self, claim: Claim) -> None:
+        """Renew the lease of a claim that waits for a handler thread."""
+        job = claim.job
+        try:
+            if self._step_hook is not None:
+                self._step_hook(Step.HEARTBEAT, claim, None)
+            renewed = self._store.renew(claim, lease=self._lease)
+        except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
+            self._unexpected(Phase.HEARTBEAT, job, exc)
+            return
+        with self._cond:
+            if job.id not in self._waiting:  # started or released meanwhile
+                return
+            if renewed is not None:
+                self._waiting[job.id] = renewed
+                return
+            del self._waiting[job.id]
+            self._lost_waiting.add(job.id)
+        logger.warning("job %d: lease lost before it started (taken over?); not running it", job.id)
 
     # --- errors -----------------------------------------------------------------------------
 
@@ -1072,6 +1124,13 @@ def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[W
             ends = [entered[s] for s in after if s in entered]
             durations[state] = min(ends, default=now) - entered[state]
     return durations
+
+
+def _check_counts(concurrency: int, prefetch: int) -> None:
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if prefetch < 0:
+        raise ValueError(f"prefetch must not be negative, got {prefetch}")
 
 
 def _checked(decision: object) -> Decision:

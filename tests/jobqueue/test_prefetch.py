@@ -1,0 +1,302 @@
+"""The worker's prefetch: extra claims held, renewed, released unchanged, or lost before they start.
+
+Every test runs the real `Worker` on a real `MemoryStore` seen through `ClaimLogStore`, the
+recording store of ``test_worker`` plus a log of every claim (limit asked, jobs taken) and
+every renewal. Time in the store is a `FakeClock` moved by the test; handlers park at a
+`Gate` per job, so which claims are waiting (handed off, not started) is always known.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from patterns.jobqueue.store import Claim, JobState
+from patterns.jobqueue.tasks import JobContext, TaskRegistry
+from patterns.jobqueue.worker import Outcome, Worker
+from tests.jobqueue.test_worker import (
+    FakeClock,
+    RecordingStore,
+    assert_one_outcome_per_claim,
+    make_worker,
+    running,
+)
+from tests.support import MUST_HAPPEN, Gate
+
+LEASE = 30.0
+HEARTBEAT = 0.01  # real seconds between heartbeat rounds; the store's time is the fake clock
+
+
+class ClaimLogStore(RecordingStore):
+    """`RecordingStore` that also logs each claim and each renewal, and lets a test wait on them."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        # Notified by the worker's threads after each logged claim or renewal; waited on by
+        # the test (wait_for). Guards both logs.
+        self.changed = threading.Condition()
+        self.claim_log: list[tuple[int, list[int]]] = []  # (limit asked, job ids taken)
+        self.renew_log: list[tuple[int, Claim | None]] = []  # (job id, renewed claim or None)
+
+    def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
+        """Log the limit asked and the jobs taken by one claim transaction."""
+        claims = super().claim(owner, lease=lease, limit=limit)
+        with self.changed:
+            self.claim_log.append((limit, [c.job.id for c in claims]))
+            self.changed.notify_all()
+        return claims
+
+    def renew(self, claim: Claim, *, lease: float) -> Claim | None:
+        """Log which job's lease was renewed, and the result."""
+        renewed = super().renew(claim, lease=lease)
+        with self.changed:
+            self.renew_log.append((claim.job.id, renewed))
+            self.changed.notify_all()
+        return renewed
+
+    def wait_for(self, predicate: Callable[[], bool], what: str) -> None:
+        """Block until ``predicate`` (called with the logs' lock held) holds."""
+        with self.changed:
+            assert self.changed.wait_for(predicate, MUST_HAPPEN), f"never happened: {what}"
+
+
+class Parking:
+    """A task ``park`` whose handler records its payload and waits at that payload's gate."""
+
+    def __init__(self, store: ClaimLogStore, count: int, **enqueue: Any) -> None:
+        self.gates = {n: Gate(f"job {n}") for n in range(1, count + 1)}
+        self.ran: list[int] = []  # payloads whose handler started, in order
+        self.tasks = TaskRegistry()
+        self.tasks.task(name="park")(self._handler)
+        self.ids = {n: store.enqueue("park", n, **enqueue) for n in self.gates}
+
+    def _handler(self, payload: int, ctx: JobContext) -> None:
+        self.ran.append(payload)
+        self.gates[payload].arrive()
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll an observation of the worker until it holds (the test has arranged that it must)."""
+    deadline = time.monotonic() + MUST_HAPPEN
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A fake clock shared by the store and the worker."""
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> ClaimLogStore:
+    """A claim-logging recording store on a memory store with the fake clock."""
+    return ClaimLogStore(clock)
+
+
+def test_prefetch_holds_the_extra_claims_taken_in_one_transaction_while_the_handler_is_busy(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """With one handler thread and prefetch=2, one claim takes three jobs and holds all three."""
+    jobs = Parking(store, 3)
+    start = clock()
+    worker = make_worker(store, jobs.tasks, clock, concurrency=1, prefetch=2, lease=LEASE)
+    with running(worker, *jobs.gates.values()):
+        jobs.gates[1].wait_reached()
+        assert store.claim_log == [(3, [jobs.ids[1], jobs.ids[2], jobs.ids[3]])]
+        for n in (2, 3):
+            job = store.get(jobs.ids[n])
+            assert job.state is JobState.RUNNING
+            assert job.lease_owner.startswith("w1:")
+            assert job.lease_until == start + LEASE
+            assert job.attempts == 1
+        assert worker.running_jobs() == [jobs.ids[1]]
+        assert jobs.ran == [1]
+        for gate in jobs.gates.values():
+            gate.open()
+        wait_until(lambda: worker.stats().done == 3, "all three jobs done")
+    assert jobs.ran == [1, 2, 3]
+    assert all(taken == [] for _, taken in store.claim_log[1:])  # nothing else was due
+
+
+def test_the_heartbeat_renews_waiting_claims_so_no_other_client_can_take_them(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """Claims handed off but not started keep their lease past its first expiry."""
+    jobs = Parking(store, 3)
+    start = clock()
+    waiting = {jobs.ids[2], jobs.ids[3]}
+    worker = make_worker(
+        store,
+        jobs.tasks,
+        clock,
+        concurrency=1,
+        prefetch=2,
+        lease=LEASE,
+        heartbeat_interval=HEARTBEAT,
+    )
+    with running(worker, *jobs.gates.values()):
+        jobs.gates[1].wait_reached()
+        clock.advance(20.0)
+        renewed_at = start + 20.0 + LEASE
+        store.wait_for(
+            lambda: (
+                waiting
+                <= {i for i, c in store.renew_log if c is not None and c.lease_until >= renewed_at}
+            ),
+            "the waiting claims renewed after the clock moved",
+        )
+        clock.advance(20.0)  # past the original lease of every claim
+        assert store.inner.claim("intruder", lease=LEASE, limit=10) == []
+        for job_id in waiting:
+            job = store.get(job_id)
+            assert (job.state, job.attempts) == (JobState.RUNNING, 1)
+            assert job.lease_owner.startswith("w1:")
+            assert job.lease_until > clock()
+        for gate in jobs.gates.values():
+            gate.open()
+        wait_until(lambda: worker.stats().done == 3, "all three jobs done")
+    assert jobs.ran == [1, 2, 3]
+    assert_one_outcome_per_claim(store)
+
+
+def test_stop_releases_waiting_claims_unchanged_and_never_runs_them(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """A stop gives waiting claims back: queued, attempt returned, run_at kept, never run."""
+    jobs = Parking(store, 3, run_at=clock() - 100.0)
+    before = {n: store.get(jobs.ids[n]) for n in (2, 3)}
+    worker = make_worker(
+        store,
+        jobs.tasks,
+        clock,
+        concurrency=1,
+        prefetch=2,
+        lease=LEASE,
+        heartbeat_interval=HEARTBEAT,
+    )
+    with running(worker, *jobs.gates.values()):
+        jobs.gates[1].wait_reached()
+        clock.advance(10.0)
+        renewed_at = clock() + LEASE
+        store.wait_for(  # the release must use the heartbeat's renewed claims too
+            lambda: (
+                {jobs.ids[2], jobs.ids[3]}
+                <= {i for i, c in store.renew_log if c is not None and c.lease_until >= renewed_at}
+            ),
+            "the waiting claims renewed",
+        )
+        worker.request_stop("test")  # releases the waiting claims before it returns
+        for n, old in before.items():
+            job = store.get(jobs.ids[n])
+            assert (job.state, job.attempts, job.run_at) == (JobState.QUEUED, 0, old.run_at)
+            assert (job.lease_owner, job.lease_until) == (None, None)
+        assert jobs.ran == [1]
+        jobs.gates[1].open()
+        report = worker.stop(MUST_HAPPEN)
+    assert report.finished
+    assert dict(report.outcomes) == {
+        jobs.ids[1]: Outcome.DONE,
+        jobs.ids[2]: Outcome.RELEASED,
+        jobs.ids[3]: Outcome.RELEASED,
+    }
+    assert report.released == (jobs.ids[2], jobs.ids[3])
+    assert jobs.ran == [1]
+    assert_one_outcome_per_claim(store)
+
+
+@pytest.mark.parametrize("settled_by", ["a free handler", "the stop"])
+def test_a_waiting_claim_taken_over_is_never_run_and_is_lost_while_the_new_claimer_completes_it(
+    store: ClaimLogStore, clock: FakeClock, settled_by: str
+) -> None:
+    """Once the heartbeat finds a waiting claim's lease taken over, the job is lost, not run."""
+    jobs = Parking(store, 2)
+    first, second = jobs.ids[1], jobs.ids[2]
+    worker = make_worker(
+        store,
+        jobs.tasks,
+        clock,
+        concurrency=1,
+        prefetch=1,
+        lease=LEASE,
+        heartbeat_interval=HEARTBEAT,
+    )
+    with running(worker, *jobs.gates.values()):
+        jobs.gates[1].wait_reached()
+        assert store.claim_log == [(2, [first, second])]
+        held = Gate("heartbeat held before a renewal")
+        store.park["renew"] = held  # no renewal between the expiry and the takeover
+        held.wait_reached()
+        clock.advance(LEASE + 1.0)
+        takeover = {c.job.id: c for c in store.inner.claim("intruder", lease=LEASE, limit=10)}
+        assert set(takeover) == {first, second}
+        with store.changed:
+            mark = len(store.renew_log)
+        held.open()
+
+        def lost_then_next_round() -> bool:
+            # A renewal after the one that found the second job lost is from the next
+            # round, so the round that marked it lost has finished.
+            log = store.renew_log[mark:]
+            found = [k for k, (i, c) in enumerate(log) if i == second and c is None]
+            return bool(found) and len(log) > found[0] + 1
+
+        store.wait_for(lost_then_next_round, "the heartbeat found the second lease lost")
+        if settled_by == "the stop":
+            worker.request_stop("test")
+        jobs.gates[1].open()
+        wait_until(lambda: worker.stats().lost == 2, "both jobs settled as lost")
+        report = worker.stop(MUST_HAPPEN)
+    assert jobs.ran == [1]  # the second job's handler never started
+    stats = worker.stats()
+    assert (stats.lost, stats.done, stats.released) == (2, 0, 0)
+    if settled_by == "the stop":
+        assert dict(report.outcomes) == {first: Outcome.LOST, second: Outcome.LOST}
+    job = store.get(second)
+    assert (job.state, job.lease_owner, job.attempts) == (
+        JobState.RUNNING,
+        takeover[second].token,
+        2,
+    )
+    assert all(accepted == [] for accepted in store.accepted.values())  # the worker wrote nothing
+    assert store.inner.complete(takeover[second])
+    assert store.get(second).state is JobState.DONE
+
+
+def test_without_prefetch_the_worker_never_claims_more_than_its_free_handler_threads(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """With prefetch=0 each claim asks for the free handler threads only, and holds no extra."""
+    jobs = Parking(store, 4)
+    worker = make_worker(store, jobs.tasks, clock, concurrency=2, lease=LEASE)
+    with running(worker, *jobs.gates.values()):
+        jobs.gates[1].wait_reached()
+        jobs.gates[2].wait_reached()
+        assert store.claim_log == [(2, [jobs.ids[1], jobs.ids[2]])]
+        assert store.counts()["running"] == 2
+        assert store.counts()["queued"] == 2
+        jobs.gates[1].open()
+        jobs.gates[3].wait_reached()
+        assert store.claim_log[1] == (1, [jobs.ids[3]])
+        assert store.counts()["running"] == 2
+        assert store.get(jobs.ids[4]).state is JobState.QUEUED
+        for gate in jobs.gates.values():
+            gate.open()
+        wait_until(lambda: worker.stats().done == 4, "all four jobs done")
+    assert all(limit <= 2 for limit, _ in store.claim_log)
+    assert sorted(jobs.ran) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("prefetch", [-1, -5])
+def test_a_negative_prefetch_is_refused_with_an_error_naming_it(
+    store: ClaimLogStore, prefetch: int
+) -> None:
+    """A negative prefetch raises ValueError that names the setting and the value."""
+    with pytest.raises(ValueError, match=rf"prefetch.*{prefetch}"):
+        Worker(store, TaskRegistry(), prefetch=prefetch)
