@@ -1,7 +1,8 @@
-"""The process crash matrix: the real command line, a real SQLite file, real signals.
+"""The process crash matrix: the real command line, a real database, real signals.
 
-Each test runs ``python -m patterns.jobqueue --db q.db worker --tasks crashtasks:tasks``
-in child processes, on a database in ``tmp_path``, with handlers from a module the test
+Each test runs ``python -m patterns.jobqueue --db DB worker --tasks crashtasks:tasks``
+in child processes, once on a SQLite file in ``tmp_path`` and once on a fresh PostgreSQL
+database (``--db postgresql://...``), with handlers from a module the test
 writes there (`TASKS_MODULE`). Every handler is idempotent and records each run in a file
 per job (``runs/<id>``, appended with ``O_APPEND``): a ``start`` line when it begins and an
 ``end`` line once its effect is done, each with the attempt and the process id. It also
@@ -40,8 +41,9 @@ from typing import IO
 
 import pytest
 
+from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Job, JobState
+from patterns.jobqueue.store import Job, JobState, Store
 from tests.support import MUST_HAPPEN, child_env, elapsed, join_or_fail
 
 NOISE = 3.0  # process start, imports and the forced exit's flush, on a shared machine
@@ -183,17 +185,24 @@ class Queue:
     """The database, the handlers' run records and every worker started on them."""
 
     root: Path
+    pg_url: str | None = None  # a PostgreSQL database instead of the SQLite file
     children: list[Child] = field(default_factory=list)
     killed: set[int] = field(default_factory=set)  # pids that died without cleaning up
 
     @property
-    def db(self) -> Path:
-        """The SQLite file."""
-        return self.root / "q.db"
+    def db(self) -> str:
+        """What ``--db`` is given: the SQLite file (relative to the workers' cwd) or a URL."""
+        return self.pg_url or "q.db"
+
+    def open_store(self) -> Store:
+        """A store on the same database as the workers, for the test's own reads and writes."""
+        if self.pg_url is not None:
+            return PostgresStore(self.pg_url)
+        return SQLiteStore(self.root / "q.db")
 
     def enqueue(self, *jobs: tuple[str, object]) -> list[int]:
         """Add jobs (task, payload) in one transaction, as a producer would."""
-        store = SQLiteStore(self.db)
+        store = self.open_store()
         try:
             return store.enqueue_many([{"task": t, "payload": p} for t, p in jobs])
         finally:
@@ -210,7 +219,7 @@ class Queue:
         """Start ``python -m patterns.jobqueue ... worker`` on the queue."""
         args = [
             "--db",
-            "q.db",
+            self.db,
             "worker",
             "--tasks",
             "crashtasks:tasks",
@@ -237,7 +246,7 @@ class Queue:
 
     def jobs(self, ids: list[int]) -> dict[int, Job]:
         """Every job as the database has it now."""
-        store = SQLiteStore(self.db)
+        store = self.open_store()
         try:
             found = {job_id: store.get(job_id) for job_id in ids}
         finally:
@@ -267,12 +276,13 @@ class Queue:
         (self.root / name).write_text("go\n")
 
 
-@pytest.fixture
-def q(tmp_path: Path) -> Iterator[Queue]:
+@pytest.fixture(params=["sqlite", "postgres"])
+def q(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Queue]:
     """A queue directory with the handlers' module; every worker killed at the end."""
     (tmp_path / "crashtasks.py").write_text(textwrap.dedent(TASKS_MODULE))
     (tmp_path / "runs").mkdir()
-    made = Queue(tmp_path)
+    pg_url = request.getfixturevalue("pg_database") if request.param == "postgres" else None
+    made = Queue(tmp_path, pg_url)
     try:
         yield made
     finally:
@@ -373,7 +383,7 @@ def test_os_exit_inside_a_handler_exits_with_its_status_and_the_job_runs_again(q
 
 def test_a_job_that_kills_its_worker_every_time_ends_failed_instead_of_looping(q: Queue) -> None:
     """Attempts count claims, expired ones too: a poison job fails once they are spent."""
-    store = SQLiteStore(q.db)
+    store = q.open_store()
     try:
         poison = store.enqueue("exits", "always", max_attempts=2)
     finally:

@@ -19,7 +19,8 @@ After each fault the test checks the invariants: no job is lost (after a recover
 ran, every job is ``done`` or ``failed``); right after the fault the job is finished or
 claimable again; no outcome is written under a stale lease (fencing); attempts equal
 claims minus releases, exactly; and the faulty worker's stop returns within its budget.
-Every case runs on both stores, with the stores' clock faked, and nothing sleeps.
+Every case runs on every store (memory, a SQLite file, PostgreSQL), with the stores' clock
+faked, and nothing sleeps.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, Job, JobState, Store
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
@@ -326,15 +328,18 @@ def install_work_task(world: World) -> None:
         return "ok"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    """A world on a memory store or a real SQLite file; every worker stopped at the end."""
+    """A world on each store (PostgreSQL: a fresh schema); every worker stopped at the end."""
     clock = FakeClock()
     inner: Store
     if request.param == "memory":
         inner = MemoryStore(clock=clock)
-    else:
+    elif request.param == "sqlite":
         inner = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        inner = PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"), clock=clock)
     made = World(clock, inner)
     install_work_task(made)
     try:
