@@ -109,6 +109,15 @@ def wait_until_blocked_in(
     raise AssertionError(f"{thread.name} was never seen inside {func_name}()")
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = MUST_HAPPEN) -> None:
+    """Poll an observation until it holds; the test has arranged that it must."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+
+
 @contextmanager
 def elapsed() -> Iterator[Callable[[], float]]:
     """Measure the wall time of a block; the yielded function returns the seconds taken."""

@@ -9,7 +9,6 @@ every renewal. Time in the store is a `FakeClock` moved by the test; handlers pa
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,7 @@ from tests.jobqueue.test_worker import (
     make_worker,
     running,
 )
-from tests.support import MUST_HAPPEN, Gate
+from tests.support import MUST_HAPPEN, Gate, wait_until
 
 LEASE = 30.0
 HEARTBEAT = 0.01  # real seconds between heartbeat rounds; the store's time is the fake clock
@@ -77,15 +76,6 @@ class Parking:
     def _handler(self, payload: int, ctx: JobContext) -> None:
         self.ran.append(payload)
         self.gates[payload].arrive()
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll an observation of the worker until it holds (the test has arranged that it must)."""
-    deadline = time.monotonic() + MUST_HAPPEN
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.001)  # polling an observation, not waiting for a race
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ faked, and nothing sleeps.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, Job, JobState, Store
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker import Outcome, ShutdownReport, Step, Worker, WorkerState
-from tests.support import MUST_HAPPEN, Gate, elapsed, join_or_fail, run_in_thread
+from tests.support import MUST_HAPPEN, Gate, elapsed, join_or_fail, run_in_thread, wait_until
 
 LEASE = 30.0  # fake seconds; only the fake clock moves past it
 BUDGET = 5.0  # the faulty worker's shutdown budget; no case should need much of it
@@ -349,15 +348,6 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
         for worker in made.workers:
             worker.stop(MUST_HAPPEN)
         inner.close()
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll an observation until it holds (it must: the test has arranged it)."""
-    deadline = time.monotonic() + MUST_HAPPEN
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.001)  # polling an observation, not waiting for a race
 
 
 def run_to_empty(world: World, name: str) -> ShutdownReport:
