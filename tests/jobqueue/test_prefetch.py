@@ -90,6 +90,21 @@ def store(clock: FakeClock) -> ClaimLogStore:
     return ClaimLogStore(clock)
 
 
+def heartbeating_worker(
+    store: ClaimLogStore, jobs: Parking, clock: FakeClock, *, prefetch: int
+) -> Worker:
+    """One handler thread, ``prefetch`` extra claims, and a heartbeat every ``HEARTBEAT``."""
+    return make_worker(
+        store,
+        jobs.tasks,
+        clock,
+        concurrency=1,
+        prefetch=prefetch,
+        lease=LEASE,
+        heartbeat_interval=HEARTBEAT,
+    )
+
+
 def test_prefetch_holds_the_extra_claims_taken_in_one_transaction_while_the_handler_is_busy(
     store: ClaimLogStore, clock: FakeClock
 ) -> None:
@@ -122,15 +137,7 @@ def test_the_heartbeat_renews_waiting_claims_so_no_other_client_can_take_them(
     jobs = Parking(store, 3)
     start = clock()
     waiting = {jobs.ids[2], jobs.ids[3]}
-    worker = make_worker(
-        store,
-        jobs.tasks,
-        clock,
-        concurrency=1,
-        prefetch=2,
-        lease=LEASE,
-        heartbeat_interval=HEARTBEAT,
-    )
+    worker = heartbeating_worker(store, jobs, clock, prefetch=2)
     with running(worker, *jobs.gates.values()):
         jobs.gates[1].wait_reached()
         clock.advance(20.0)
@@ -162,15 +169,7 @@ def test_stop_releases_waiting_claims_unchanged_and_never_runs_them(
     """A stop gives waiting claims back: queued, attempt returned, run_at kept, never run."""
     jobs = Parking(store, 3, run_at=clock() - 100.0)
     before = {n: store.get(jobs.ids[n]) for n in (2, 3)}
-    worker = make_worker(
-        store,
-        jobs.tasks,
-        clock,
-        concurrency=1,
-        prefetch=2,
-        lease=LEASE,
-        heartbeat_interval=HEARTBEAT,
-    )
+    worker = heartbeating_worker(store, jobs, clock, prefetch=2)
     with running(worker, *jobs.gates.values()):
         jobs.gates[1].wait_reached()
         clock.advance(10.0)
@@ -208,15 +207,7 @@ def test_a_waiting_claim_taken_over_is_never_run_and_is_lost_while_the_new_claim
     """Once the heartbeat finds a waiting claim's lease taken over, the job is lost, not run."""
     jobs = Parking(store, 2)
     first, second = jobs.ids[1], jobs.ids[2]
-    worker = make_worker(
-        store,
-        jobs.tasks,
-        clock,
-        concurrency=1,
-        prefetch=1,
-        lease=LEASE,
-        heartbeat_interval=HEARTBEAT,
-    )
+    worker = heartbeating_worker(store, jobs, clock, prefetch=1)
     with running(worker, *jobs.gates.values()):
         jobs.gates[1].wait_reached()
         assert store.claim_log == [(2, [first, second])]
