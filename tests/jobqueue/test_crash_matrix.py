@@ -125,6 +125,9 @@ class Child:
         self.out: queue.Queue[str | None] = queue.Queue()
         self.err: list[str] = []  # the worker's log, kept whole for the checks
         self._err_lines: queue.Queue[str | None] = queue.Queue()
+        # Lines read while waiting for another text, per stream. Handler threads run
+        # concurrently, so markers can arrive in any order: a later expect finds them here.
+        self._unmatched: dict[int, list[str]] = {id(self.out): [], id(self._err_lines): []}
         assert self.proc.stdout is not None
         assert self.proc.stderr is not None
         self._readers = [
@@ -144,6 +147,10 @@ class Child:
         lines.put(None)
 
     def _expect(self, lines: queue.Queue[str | None], text: str, timeout: float) -> str:
+        unmatched = self._unmatched[id(lines)]
+        for index, line in enumerate(unmatched):
+            if text in line:
+                return unmatched.pop(index)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -155,13 +162,14 @@ class Child:
                 raise AssertionError(f"worker {self.pid} ended before {text!r}: {self.err}")
             if text in line:
                 return line
+            unmatched.append(line)
 
     def expect_out(self, text: str, timeout: float = MUST_HAPPEN) -> str:
-        """Wait for the next stdout line (a handler's marker) containing ``text``."""
+        """Wait for a stdout line (a handler's marker) containing ``text``, in any order."""
         return self._expect(self.out, text, timeout)
 
     def expect_log(self, text: str, timeout: float = MUST_HAPPEN) -> str:
-        """Wait for the next log line containing ``text``."""
+        """Wait for a log line containing ``text``, in any order; each line matches once."""
         return self._expect(self._err_lines, text, timeout)
 
     def wait(self, timeout: float = MUST_HAPPEN) -> int:
