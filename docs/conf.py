@@ -7,6 +7,8 @@ from pathlib import Path
 
 # Document the checkout being built, whatever is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Local extensions: the pitfall catalogue table, read from the race tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 project = "shutdown-patterns"
 author = "shutdown-patterns contributors"
@@ -17,6 +19,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "pitfall_catalogue",
 ]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -29,7 +32,7 @@ nb_execution_raise_on_error = True
 nb_execution_timeout = 120
 nb_execution_show_tb = True
 
-exclude_patterns = ["_build", "jupyter_execute", "**/.ipynb_checkpoints"]
+exclude_patterns = ["_build", "_ext", "jupyter_execute", "**/.ipynb_checkpoints"]
 
 nitpicky = True
 # Without intersphinx (no network), references into the standard library cannot resolve;
