@@ -78,6 +78,7 @@ See also:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import logging
@@ -370,6 +371,19 @@ def _check_seconds(option: str, value: object, *, allow_none: bool) -> float | N
     return float(value)
 
 
+def _join_started(thread: threading.Thread, deadline: float) -> None:
+    """Join ``thread`` until ``deadline``; skip it if it has not started (yet, or ever).
+
+    `threading.Thread.join` raises `RuntimeError` on a thread that is not started, and
+    a worker is listed before start() starts it, so close() may meet one in that state.
+    """
+    if thread.ident is None:  # never started, or start() has not got that far
+        return
+    # Between getting its ident and being marked started, join() still raises.
+    with contextlib.suppress(RuntimeError):
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 class Bulkhead:
     """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
 
@@ -509,8 +523,7 @@ class Bulkhead:
             threads = list(self._threads)
         deadline = time.monotonic() + (self.close_timeout or 0.0)
         for thread in threads:
-            if thread.ident is not None:  # started (a thread whose start() failed has none)
-                thread.join(max(0.0, deadline - time.monotonic()))
+            _join_started(thread, deadline)
         started = sum(1 for thread in threads if thread.ident is not None)
         logger.warning("%s: start() did not complete; %d worker(s) stopped", self.name, started)
 
@@ -617,9 +630,8 @@ class Bulkhead:
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            # A listed worker that start() has not started yet cannot be joined.
-            if thread is not current and limit is not None and thread.ident is not None:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            if thread is not current and limit is not None:
+                _join_started(thread, deadline)
         with self._lock:
             still_running = tuple(sorted(job.describe() for job in self._running))
             stats = self._snapshot()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import _thread
+import concurrent.futures
 import logging
 import queue
 import random
 import signal
+import sys
+import sysconfig
 import threading
 import traceback
 from collections.abc import Callable
@@ -909,3 +912,52 @@ def test_close_racing_start_waits_for_it_within_its_budget_and_reports_every_wor
     assert report.terminated
     assert [t.name for t in bulkhead.threads] == ["overtaken-worker-0", "overtaken-worker-1"]
     assert not any(t.is_alive() for t in bulkhead.threads)
+
+
+# --- what each supported Python version does, where the module depends on it ---------------
+
+
+def test_concurrent_futures_timeout_error_is_the_builtin_so_bulkhead_timeout_is_one() -> None:
+    """Since 3.11 the futures TimeoutError is the builtin; BulkheadTimeout is caught as both."""
+    assert sys.version_info >= (3, 11)
+    assert concurrent.futures.TimeoutError is TimeoutError
+    with pytest.raises(concurrent.futures.TimeoutError):
+        raise BulkheadTimeout("db", started=False, timeout=1.0)
+
+
+def test_a_handlers_own_timeout_error_is_its_error_not_the_callers_timeout() -> None:
+    """A TimeoutError raised by the handler reaches the caller as it is, counted as an error."""
+    bulkhead = Bulkhead(1, 0).start()
+
+    def query() -> None:
+        raise TimeoutError("the database timed out")
+
+    with pytest.raises(TimeoutError, match="the database timed out") as info:
+        bulkhead.call(query, timeout=MUST_HAPPEN)
+
+    assert not isinstance(info.value, BulkheadTimeout)
+    stats = bulkhead.stats()
+    assert (stats.errors, stats.timeouts) == (1, 0)
+    finish(bulkhead)
+
+
+def test_joining_a_thread_that_never_started_raises_so_close_must_skip_it() -> None:
+    """Thread.join() on an unstarted thread raises RuntimeError; its ident is None until start."""
+    thread = threading.Thread(target=lambda: None, name="never-started")
+    assert thread.ident is None
+    with pytest.raises(RuntimeError, match="cannot join thread before it is started"):
+        thread.join(0)
+    thread.start()
+    assert thread.ident is not None  # set before start() returns
+    join_or_fail(thread)
+
+
+def test_these_checks_ran_on_a_build_with_the_gil() -> None:
+    """The docs' GIL statements were checked on GIL builds only; a free-threaded run says so."""
+    gil_disabled = sysconfig.get_config_var("Py_GIL_DISABLED")
+    if sys.version_info >= (3, 13):
+        assert gil_disabled == 0, "free-threaded build: the bulkhead page was not checked on it"
+        assert sys._is_gil_enabled()
+    else:
+        assert gil_disabled is None  # no free-threaded build before 3.13
+        assert not hasattr(sys, "_is_gil_enabled")
