@@ -1,10 +1,10 @@
 """Fence off expensive work: a fixed pool of workers, a bounded wait, and a fast "no".
 
-TL;DR: ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of a `Bulkhead`'s
-``max_concurrent`` worker threads, lets at most ``queue_size`` callers wait for one, and
-refuses everyone else at once with `BulkheadFull`; `BulkheadMiddleware` puts a WSGI route
-behind a bulkhead and answers 503 when it is full or closed and 504 when a caller's
-timeout passes.
+TL;DR: ``with Bulkhead(n, q) as bulkhead:`` starts ``n`` worker threads (building it
+starts none); ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of them, lets at
+most ``q`` callers wait for one, and refuses everyone else at once with `BulkheadFull`;
+`BulkheadMiddleware` puts a WSGI route behind a bulkhead and answers 503 when it is full
+or closed and 504 when a caller's timeout passes.
 
 Pitfall:
     A server that hands heavy work to a `ThreadPoolExecutor` and waits for the result has
@@ -20,8 +20,9 @@ Pitfall:
     over is read too early by the very caller that got the result (B5).
 
 Pattern:
-    A bulkhead: ``max_concurrent`` worker threads, started with it, and a wait queue with
-    room for ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
+    A bulkhead: ``max_concurrent`` worker threads, started by ``start()`` (all, or none: a
+    failure part-way stops those started and re-raises), and a wait queue with room for
+    ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
     jobs running plus the jobs waiting are fewer than ``max_concurrent + queue_size``;
     otherwise `BulkheadFull` is raised at once (the seed's 503). With ``queue_size=0``
     that is a true hand-off: accepted only if some worker is free. A caller's ``timeout``
@@ -37,6 +38,7 @@ Pattern:
     still running.
 
 Guarantees:
+    * No constructor starts a thread; ``start()`` starts every worker or none.
     * ``call``, ``submit`` and admission never block: a refused caller learns it at once.
     * At most ``max_concurrent`` handlers run at a time, and at most
       ``max_concurrent + queue_size`` jobs are running or waiting.
@@ -46,18 +48,19 @@ Guarantees:
     * A caller that has its result, or its handler's exception, sees it counted in
       `Bulkhead.stats`; `BulkheadStats` lists the invariants every snapshot keeps.
     * ``close(timeout)`` returns within ``timeout`` (plus scheduling noise), is idempotent,
-      and its `CloseReport` names every handler still running at the deadline.
+      never raises for a bulkhead never started or still starting, and its `CloseReport`
+      names every handler still running at the deadline.
     * A handler that fails after its caller left is logged at ERROR with its traceback.
 
 Python:
-    3.11+, standard library only. Since 3.11 `concurrent.futures.TimeoutError` is the
+    3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0, standard
+    (GIL) builds. Since 3.11 `concurrent.futures.TimeoutError` is the
     builtin `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never
     reads ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too)
     as its own timeout. No version can stop a running thread, so a timed-out handler
     holds its worker until it returns. The workers are threads: under the GIL a
     bulkhead bounds how many CPU-bound handlers run at once but does not run them in
-    parallel; on the free-threaded build (3.13+) they run in parallel. Nothing here
-    changed in 3.12 to 3.14.
+    parallel. The free-threaded build and 3.14 were not checked.
 
 Java:
     Resilience4j's ``ThreadPoolBulkhead`` (``maxThreadPoolSize``, ``queueCapacity``,
