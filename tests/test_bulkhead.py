@@ -919,7 +919,6 @@ def test_close_racing_start_waits_for_it_within_its_budget_and_reports_every_wor
 
 def test_concurrent_futures_timeout_error_is_the_builtin_so_bulkhead_timeout_is_one() -> None:
     """Since 3.11 the futures TimeoutError is the builtin; BulkheadTimeout is caught as both."""
-    assert sys.version_info >= (3, 11)
     assert concurrent.futures.TimeoutError is TimeoutError
     with pytest.raises(concurrent.futures.TimeoutError):
         raise BulkheadTimeout("db", started=False, timeout=1.0)
