@@ -54,10 +54,10 @@ Guarantees:
 
 Python:
     3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0, standard
-    (GIL) builds. Since 3.11 `concurrent.futures.TimeoutError` is the
-    builtin `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never
-    reads ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too)
-    as its own timeout. No version can stop a running thread, so a timed-out handler
+    (GIL) builds. Since 3.11 `concurrent.futures.TimeoutError` is the builtin
+    `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never reads
+    ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too) as its
+    own timeout. No version can stop a running thread, so a timed-out handler
     holds its worker until it returns. The workers are threads: under the GIL a
     bulkhead bounds how many CPU-bound handlers run at once but does not run them in
     parallel. The free-threaded build and 3.14 were not checked.
