@@ -238,7 +238,7 @@ def one_run(mode: str, s: Settings) -> RunResult:
         heavy_route = naive_offload(heavy, executor)
     else:
         bulkhead = Bulkhead(s.workers, s.queue, name="heavy")
-        heavy_route = BulkheadMiddleware(heavy, bulkhead, timeout=10.0, retry_after=1)
+        heavy_route = BulkheadMiddleware(heavy, bulkhead, timeout=10.0, retry_after=1).start()
     app = router({"/heavy": heavy_route, "/light": text("200 OK", "light result")})
     stop = threading.Event()  # set when the run's time is up; every client loop checks it
     lock = threading.Lock()  # guards the two result containers below

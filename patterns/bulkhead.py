@@ -1,10 +1,10 @@
 """Fence off expensive work: a fixed pool of workers, a bounded wait, and a fast "no".
 
-TL;DR: ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of a `Bulkhead`'s
-``max_concurrent`` worker threads, lets at most ``queue_size`` callers wait for one, and
-refuses everyone else at once with `BulkheadFull`; `BulkheadMiddleware` puts a WSGI route
-behind a bulkhead and answers 503 when it is full or closed and 504 when a caller's
-timeout passes.
+TL;DR: ``with Bulkhead(n, q) as bulkhead:`` starts ``n`` worker threads (building it
+starts none); ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of them, lets at
+most ``q`` callers wait for one, and refuses everyone else at once with `BulkheadFull`;
+`BulkheadMiddleware` puts a WSGI route behind a bulkhead and answers 503 when it is full
+or closed and 504 when a caller's timeout passes.
 
 Pitfall:
     A server that hands heavy work to a `ThreadPoolExecutor` and waits for the result has
@@ -20,8 +20,9 @@ Pitfall:
     over is read too early by the very caller that got the result (B5).
 
 Pattern:
-    A bulkhead: ``max_concurrent`` worker threads, started with it, and a wait queue with
-    room for ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
+    A bulkhead: ``max_concurrent`` worker threads, started by ``start()`` (all, or none: a
+    failure part-way stops those started and re-raises), and a wait queue with room for
+    ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
     jobs running plus the jobs waiting are fewer than ``max_concurrent + queue_size``;
     otherwise `BulkheadFull` is raised at once (the seed's 503). With ``queue_size=0``
     that is a true hand-off: accepted only if some worker is free. A caller's ``timeout``
@@ -37,6 +38,7 @@ Pattern:
     still running.
 
 Guarantees:
+    * No constructor starts a thread; ``start()`` starts every worker or none.
     * ``call``, ``submit`` and admission never block: a refused caller learns it at once.
     * At most ``max_concurrent`` handlers run at a time, and at most
       ``max_concurrent + queue_size`` jobs are running or waiting.
@@ -46,18 +48,19 @@ Guarantees:
     * A caller that has its result, or its handler's exception, sees it counted in
       `Bulkhead.stats`; `BulkheadStats` lists the invariants every snapshot keeps.
     * ``close(timeout)`` returns within ``timeout`` (plus scheduling noise), is idempotent,
-      and its `CloseReport` names every handler still running at the deadline.
+      never raises for a bulkhead never started or still starting, and its `CloseReport`
+      names every handler still running at the deadline.
     * A handler that fails after its caller left is logged at ERROR with its traceback.
 
 Python:
-    3.11+, standard library only. Since 3.11 `concurrent.futures.TimeoutError` is the
-    builtin `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never
-    reads ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too)
-    as its own timeout. No version can stop a running thread, so a timed-out handler
+    3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0, standard
+    (GIL) builds. Since 3.11 `concurrent.futures.TimeoutError` is the builtin
+    `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never reads
+    ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too) as its
+    own timeout. No version can stop a running thread, so a timed-out handler
     holds its worker until it returns. The workers are threads: under the GIL a
     bulkhead bounds how many CPU-bound handlers run at once but does not run them in
-    parallel; on the free-threaded build (3.13+) they run in parallel. Nothing here
-    changed in 3.12 to 3.14.
+    parallel. The free-threaded build and 3.14 were not checked.
 
 Java:
     Resilience4j's ``ThreadPoolBulkhead`` (``maxThreadPoolSize``, ``queueCapacity``,
@@ -78,6 +81,7 @@ See also:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import logging
@@ -310,7 +314,8 @@ class CloseReport:
 
     Attributes:
         name: the bulkhead's name.
-        terminated: every worker thread had ended when the call returned.
+        terminated: every worker thread had ended when the call returned, and no
+            ``start`` was still starting one.
         drained: queued callers this call released with `BulkheadClosed`.
         still_running: one line per handler still running at the deadline:
             ``"<worker thread>: <function>"``, with ``" (abandoned)"`` if its caller had
@@ -369,14 +374,29 @@ def _check_seconds(option: str, value: object, *, allow_none: bool) -> float | N
     return float(value)
 
 
+def _join_started(thread: threading.Thread, deadline: float) -> None:
+    """Join ``thread`` until ``deadline``; skip it if it has not started (yet, or ever).
+
+    `threading.Thread.join` raises `RuntimeError` on a thread that is not started, and
+    a worker is listed before start() starts it, so close() may meet one in that state.
+    """
+    if thread.ident is None:  # never started, or start() has not got that far
+        return
+    # Between getting its ident and being marked started, join() still raises.
+    with contextlib.suppress(RuntimeError):
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 class Bulkhead:
     """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
 
-    The workers start with the bulkhead and are non-daemon threads, so close it (or use
-    it in a ``with`` block, which calls ``close(close_timeout)`` on exit): an idle worker
-    left running keeps the process alive after ``main`` returns. Several bulkheads in
-    one process are independent; give each the resource it protects as its ``name``,
-    which also names its threads and appears in every exception and log line.
+    Building one starts no thread: `start` starts the workers, all of them or none, and
+    a call before it is a `RuntimeError`. The workers are non-daemon threads, so close
+    the bulkhead (or use it in a ``with`` block, which calls ``start()`` on entry and
+    ``close(close_timeout)`` on exit): an idle worker left running keeps the process
+    alive after ``main`` returns. Several bulkheads in one process are independent; give
+    each the resource it protects as its ``name``, which also names its threads and
+    appears in every exception and log line.
 
     Raises:
         ValueError: ``max_concurrent`` is not a positive integer, ``queue_size`` is not
@@ -408,17 +428,22 @@ class Bulkhead:
         self._closed = False
         # Every BulkheadStats field but the name and the two gauges read off the containers.
         self._counts = dict.fromkeys(_COUNTS, 0)
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{self.name}-worker-{i}")
-            for i in range(self._max_concurrent)
-        ]
-        for thread in self._threads:
-            thread.start()
+        # "new" -> "starting" -> "running"; a failed start() ends in _closed instead.
+        self._state = "new"
+        # Each worker is listed here before its start() is called, so that a failure or a
+        # KeyboardInterrupt in the middle of start() cannot leave a worker nobody knows of.
+        self._threads: list[threading.Thread] = []
+        # Clear while a start() is in progress; close() waits on it (within its budget)
+        # before it joins the workers, so that it sees every worker start() will make.
+        self._not_starting = threading.Event()
+        self._not_starting.set()
 
     def __repr__(self) -> str:
+        with self._lock:
+            state = "closed" if self._closed else self._state
         return (
             f"<Bulkhead {self.name!r} max_concurrent={self._max_concurrent} "
-            f"queue_size={self._queue_size}{' closed' if self.closed else ''}>"
+            f"queue_size={self._queue_size} {state}>"
         )
 
     @property
@@ -438,9 +463,72 @@ class Bulkhead:
             return self._closed
 
     @property
+    def started(self) -> bool:
+        """Whether `start` has succeeded (the bulkhead may have been closed since)."""
+        with self._lock:
+            return self._state == "running"
+
+    @property
     def threads(self) -> list[threading.Thread]:
-        """The worker threads."""
-        return list(self._threads)
+        """The worker threads (none before `start`)."""
+        with self._lock:
+            return list(self._threads)
+
+    def start(self) -> Self:
+        """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
+
+        If a thread fails to start, or the caller is interrupted (KeyboardInterrupt)
+        part-way, the workers already started are stopped, the bulkhead is left closed,
+        and the error propagates. Calling it on a running bulkhead does nothing.
+
+        Raises:
+            RuntimeError: the bulkhead is closed (``close`` ran before this call, or
+                while it was starting the workers), or another thread is starting it.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.name}: closed; a closed bulkhead cannot start")
+            if self._state == "running":
+                return self
+            if self._state == "starting":
+                raise RuntimeError(f"{self.name}: start() is already running in another thread")
+            self._state = "starting"
+            self._not_starting.clear()
+        try:
+            self._start_workers()
+        except BaseException:
+            self._abort_start()
+            raise
+        finally:
+            self._not_starting.set()
+        return self
+
+    def _start_workers(self) -> None:
+        """Start every worker, then mark the bulkhead running; raise if close() came first."""
+        for i in range(self._max_concurrent):
+            with self._lock:
+                if self._closed:  # close() ran while we were starting: give up
+                    break
+                thread = threading.Thread(target=self._work, name=f"{self.name}-worker-{i}")
+                self._threads.append(thread)  # listed first: see __init__
+            thread.start()
+        with self._lock:
+            if not self._closed:
+                self._state = "running"
+                return
+        raise RuntimeError(f"{self.name}: closed while start() was starting the workers")
+
+    def _abort_start(self) -> None:
+        """Stop the workers a failed or overtaken `start` began; bounded by close_timeout."""
+        with self._lock:
+            self._closed = True
+            self._wakeup.notify_all()  # no job was ever admitted: each worker just ends
+            threads = list(self._threads)
+        deadline = time.monotonic() + (self.close_timeout or 0.0)
+        for thread in threads:
+            _join_started(thread, deadline)
+        started = sum(1 for thread in threads if thread.ident is not None)
+        logger.warning("%s: start() did not complete; %d worker(s) stopped", self.name, started)
 
     def stats(self) -> BulkheadStats:
         """A consistent snapshot of the counters and gauges (see `BulkheadStats`)."""
@@ -498,7 +586,10 @@ class Bulkhead:
         up to that many seconds for the workers to end; with None it does not wait. It
         is idempotent (a later call releases nothing, waits again within its own budget
         and reports again) and may be called from any thread, a handler's included (that
-        worker is then reported as still running, as it cannot wait for itself).
+        worker is then reported as still running, as it cannot wait for itself). Closing
+        a bulkhead that was never started just marks it closed; closing one while
+        another thread is in `start` makes that start stop starting workers and fail,
+        and waits for it within the same budget.
 
         Raises:
             ValueError: ``timeout`` is negative.
@@ -536,14 +627,18 @@ class Bulkhead:
                 len(released),
                 len(running),
             )
+        if limit is not None:  # a start() in progress sees _closed and stops starting
+            self._not_starting.wait(max(0.0, deadline - time.monotonic()))
         current = threading.current_thread()
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             if thread is not current and limit is not None:
-                thread.join(max(0.0, deadline - time.monotonic()))
+                _join_started(thread, deadline)
         with self._lock:
             still_running = tuple(sorted(job.describe() for job in self._running))
             stats = self._snapshot()
-        terminated = not any(thread.is_alive() for thread in self._threads)
+        terminated = self._not_starting.is_set() and not any(t.is_alive() for t in threads)
         if limit is not None and still_running:
             logger.warning(
                 "%s: %d handler(s) still running after %.3gs: %s",
@@ -557,7 +652,7 @@ class Bulkhead:
         )
 
     def __enter__(self) -> Self:
-        return self
+        return self.start()
 
     def __exit__(
         self,
@@ -575,6 +670,8 @@ class Bulkhead:
             if self._closed:
                 self._counts["shutdown_rejections"] += 1
                 raise BulkheadClosed(self.name, "closed", drained=False)
+            if self._state != "running":  # a bug in the caller, not a load condition
+                raise RuntimeError(f"{self.name}: not started; call start() or use a with block")
             # Running plus waiting, including jobs whose caller left: a skipped job holds
             # its slot until a worker reaches it. With queue_size 0 this admits only
             # while some worker has nothing to do: a hand-off, not a queue.
@@ -717,6 +814,12 @@ class BulkheadMiddleware:
     Sizing: each waiting request holds a server thread, so keep ``max_concurrent +
     queue_size`` below the server's thread limit, leaving threads for other routes.
 
+    Building the middleware starts nothing. Start the bulkhead before the server takes
+    requests, with ``middleware.start()`` (or the bulkhead's own ``start()``), and close
+    it when the server has stopped, with ``middleware.close()``; as a context manager the
+    middleware does both. A request that reaches a bulkhead never started fails with
+    `RuntimeError` (a 500: a deployment bug, not a load condition).
+
     Raises:
         ValueError: ``timeout`` or ``retry_after`` is negative, or not a number.
     """
@@ -733,6 +836,26 @@ class BulkheadMiddleware:
         self.bulkhead = bulkhead
         self.timeout = _check_seconds("timeout", timeout, allow_none=False)
         self.retry_after = _check_count("retry_after", retry_after, 0)
+
+    def start(self) -> Self:
+        """Start the bulkhead (see `Bulkhead.start`; nothing happens if it runs already)."""
+        self.bulkhead.start()
+        return self
+
+    def close(self, timeout: float | None = None) -> CloseReport:
+        """Close the bulkhead (see `Bulkhead.close`); later requests get a 503."""
+        return self.bulkhead.close(timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(self.bulkhead.close_timeout)
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import _thread
+import concurrent.futures
 import logging
 import queue
 import random
 import signal
+import sys
+import sysconfig
 import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -99,7 +104,7 @@ def check_snapshot(s: BulkheadStats, bulkhead: Bulkhead) -> None:
 
 def test_call_runs_the_function_on_a_bulkhead_worker_and_returns_its_result() -> None:
     """The function runs on one of the bulkhead's named threads, with its arguments."""
-    bulkhead = Bulkhead(2, 1, name="db")
+    bulkhead = Bulkhead(2, 1, name="db").start()
 
     def where(a: int, *, b: int) -> tuple[str, int]:
         return threading.current_thread().name, a + b
@@ -114,7 +119,7 @@ def test_call_runs_the_function_on_a_bulkhead_worker_and_returns_its_result() ->
 
 def test_call_re_raises_the_handlers_exception_with_its_original_traceback() -> None:
     """The caller gets the handler's own exception object, its traceback still pointing at it."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
 
     def query_fails() -> None:
         raise LookupError("no such row")
@@ -132,7 +137,7 @@ def test_call_re_raises_the_handlers_exception_with_its_original_traceback() -> 
 
 def test_a_worker_survives_a_failing_handler_and_serves_the_next_call() -> None:
     """An AssertionError (or any exception) ends the call, not the worker."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
 
     def broken() -> None:
         raise AssertionError("bug in the handler")
@@ -147,7 +152,7 @@ def test_a_worker_survives_a_failing_handler_and_serves_the_next_call() -> None:
 
 def test_submit_returns_a_future_at_once_while_the_work_is_held() -> None:
     """submit() never waits for the work; the future gets the result when it ends."""
-    bulkhead = Bulkhead(1, 1)
+    bulkhead = Bulkhead(1, 1).start()
     gate = Gate("submitted job")
     future = bulkhead.submit(hold(gate, "answer"))
     gate.wait_reached()
@@ -160,7 +165,7 @@ def test_submit_returns_a_future_at_once_while_the_work_is_held() -> None:
 
 def test_a_full_bulkhead_refuses_the_next_caller_at_once() -> None:
     """One worker held busy and one caller queued: the third caller gets BulkheadFull, no wait."""
-    bulkhead = Bulkhead(1, 1, name="reports")
+    bulkhead = Bulkhead(1, 1, name="reports").start()
     gate = Gate("running job")
     running = busy(bulkhead, gate)
     ran: list[str] = []
@@ -180,7 +185,7 @@ def test_a_full_bulkhead_refuses_the_next_caller_at_once() -> None:
 
 def test_a_future_cancelled_while_queued_is_skipped_when_a_worker_reaches_it() -> None:
     """Cancelling a submitted future withdraws the job; the worker skips and counts it."""
-    bulkhead = Bulkhead(1, 1)
+    bulkhead = Bulkhead(1, 1).start()
     gate = Gate()
     running = busy(bulkhead, gate)
     ran: list[str] = []
@@ -220,7 +225,7 @@ def test_naive_zero_size_queue_accepts_every_job_while_the_worker_is_busy() -> N
 @pytest.mark.race("B3", "Queue(maxsize=0) is unbounded, so a size-0 hand-off never refuses")
 def test_a_size_zero_bulkhead_accepts_a_call_only_when_a_worker_is_free() -> None:
     """queue_size=0 is a hand-off: accepted while a worker is free, refused while none is."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
     gate = Gate("the only worker")
 
     running = busy(bulkhead, gate)  # accepted: the worker was free
@@ -237,7 +242,7 @@ def test_a_size_zero_bulkhead_accepts_a_call_only_when_a_worker_is_free() -> Non
 
 def test_a_size_zero_bulkhead_with_two_workers_takes_exactly_two_at_once() -> None:
     """With two workers busy the third call is refused; no job ever waits in a queue."""
-    bulkhead = Bulkhead(2, 0)
+    bulkhead = Bulkhead(2, 0).start()
     gates = [Gate("first"), Gate("second")]
     futures = [busy(bulkhead, gate) for gate in gates]
 
@@ -272,7 +277,7 @@ def test_naive_timeout_leaves_the_queued_job_to_run_later_for_nobody() -> None:
 @pytest.mark.race("B2", "a caller's timeout leaves its job to run for nobody, uncounted")
 def test_a_call_that_times_out_while_queued_is_skipped_and_counted() -> None:
     """BulkheadTimeout at the deadline; the worker later skips the job, and both are counted."""
-    bulkhead = Bulkhead(1, 1)
+    bulkhead = Bulkhead(1, 1).start()
     gate = Gate("running job")
     running = busy(bulkhead, gate)
     ran: list[str] = []
@@ -296,7 +301,7 @@ def test_a_call_that_times_out_while_running_finishes_later_and_its_error_is_cou
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The worker is not freed: the job runs on, sees its token cancelled, and its error counts."""
-    bulkhead = Bulkhead(1, 0, name="slow")
+    bulkhead = Bulkhead(1, 0, name="slow").start()
     gate = Gate("running job")
     seen: list[str | None] = []
 
@@ -328,7 +333,7 @@ def test_a_call_that_times_out_while_running_finishes_later_and_its_error_is_cou
 
 def test_a_closed_bulkhead_reports_an_abandoned_handler_still_running() -> None:
     """close() names a handler whose caller timed out and that is still holding its worker."""
-    bulkhead = Bulkhead(1, 0, name="slow")
+    bulkhead = Bulkhead(1, 0, name="slow").start()
     gate = Gate("running job")
 
     with pytest.raises(BulkheadTimeout):
@@ -344,7 +349,7 @@ def test_a_closed_bulkhead_reports_an_abandoned_handler_still_running() -> None:
 def test_a_caller_interrupted_while_waiting_leaves_its_job_running_without_a_timeout() -> None:
     """Ctrl-C in a waiting caller abandons the running job (token cancelled), counted apart."""
     assert threading.current_thread() is threading.main_thread()
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
     gate = Gate("running job")
     tokens: list[CancelToken] = []
 
@@ -416,7 +421,7 @@ def test_naive_close_leaves_the_queued_caller_waiting_and_still_runs_its_job() -
 @pytest.mark.race("B4", "a close that leaves queued callers waiting and still runs their work")
 def test_close_releases_queued_callers_at_once_and_refuses_every_later_one() -> None:
     """The queued caller gets BulkheadClosed before the running job ends; its job never runs."""
-    bulkhead = Bulkhead(1, 2, name="export")
+    bulkhead = Bulkhead(1, 2, name="export").start()
     gate = Gate("running job")
     running = busy(bulkhead, gate)
     ran: list[str] = []
@@ -446,7 +451,7 @@ def test_close_with_a_timeout_returns_on_time_and_names_the_handler_still_runnin
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A stuck handler cannot hold close() past its timeout; the report names it."""
-    bulkhead = Bulkhead(2, 0, name="pdf")
+    bulkhead = Bulkhead(2, 0, name="pdf").start()
     gate = Gate("stuck job")
     busy(bulkhead, gate)
 
@@ -468,7 +473,7 @@ def test_close_with_a_timeout_returns_on_time_and_names_the_handler_still_runnin
 
 def test_close_with_cancel_running_lets_a_cooperative_handler_stop_early() -> None:
     """cancel_running=True cancels the running handlers' tokens; one that waits on it returns."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
     started = threading.Event()
 
     def cooperative() -> str:
@@ -500,7 +505,7 @@ def test_token_callbacks_run_once_each_and_one_registered_late_runs_at_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Each callback runs exactly once; a failing one is logged and the others still run."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
     calls: list[str] = []
     token_box: list[CancelToken] = []
     registered = threading.Event()
@@ -570,7 +575,7 @@ def test_invalid_options_are_refused_when_built_with_a_value_error_naming_them(
 
 def test_a_negative_caller_timeout_is_refused_before_admission() -> None:
     """call(timeout=-1) is a ValueError naming the timeout, and nothing is admitted."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
     with pytest.raises(ValueError, match=r"^timeout must be"):
         bulkhead.call(lambda: None, timeout=-1)
     with pytest.raises(ValueError, match=r"^timeout must be"):
@@ -581,8 +586,8 @@ def test_a_negative_caller_timeout_is_refused_before_admission() -> None:
 
 def test_independent_bulkheads_protect_different_resources() -> None:
     """A saturated bulkhead refuses its callers; another one in the same process is untouched."""
-    database = Bulkhead(1, 0, name="database")
-    search = Bulkhead(1, 0, name="search")
+    database = Bulkhead(1, 0, name="database").start()
+    search = Bulkhead(1, 0, name="search").start()
     gate = Gate("slow query")
     busy(database, gate)
 
@@ -620,7 +625,7 @@ def test_naive_counting_after_the_result_lets_its_caller_miss_its_own_call() -> 
 @pytest.mark.race("B5", "a result released before it is counted")
 def test_a_caller_that_has_its_result_finds_it_counted() -> None:
     """The bulkhead counts before it releases the result, so even the first look sees it."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
     gate = Gate("job")
     future = busy(bulkhead, gate)
     seen_by_caller: list[BulkheadStats] = []
@@ -639,7 +644,7 @@ def test_a_caller_that_has_its_result_finds_it_counted() -> None:
 
 def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
     """Every snapshot, and the final count against what the callers saw, keeps the invariants."""
-    bulkhead = Bulkhead(3, 2, name="random")
+    bulkhead = Bulkhead(3, 2, name="random").start()
     callers, ops_per_caller = 6, 60
     lock = threading.Lock()  # guards ran, outcomes and done_ops
     ran: dict[int, str] = {}  # job id -> "returned" | "raised", written by the job itself
@@ -663,7 +668,6 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
         for op in range(ops_per_caller):
             job_id = index * 1000 + op
             args = (job_id, rng.choice(["ok", "fail"]), rng.choice([0.0, 0.0, 0.002, 0.004]))
-            seen = "?"
             try:
                 if rng.random() < 0.25:  # a submit, sometimes withdrawn
                     future = bulkhead.submit(job, *args)
@@ -715,7 +719,6 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
     check_snapshot(s, bulkhead)
     seen = [what for _, what in outcomes]
     assert len(outcomes) == callers * ops_per_caller
-    assert "?" not in seen
     # Every call is accounted for exactly once, and the counters agree with the callers.
     assert s.accepted + s.rejections + s.shutdown_rejections - s.drained == len(outcomes)
     assert (s.active, s.queued, s.abandoned) == (0, 0, 0)
@@ -734,3 +737,226 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
         else:
             assert job_id not in ran, (job_id, what)
     assert "closed" in seen  # the close did happen halfway
+
+
+# --- the lifecycle: no thread in the constructor, start() all or nothing -------------------
+
+
+def workers_named(prefix: str) -> list[threading.Thread]:
+    """The live threads whose name starts with ``prefix`` (a bulkhead's workers)."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def on_kth_start(
+    prefix: str,
+    k: int,
+    instead: Callable[[Callable[[threading.Thread], None], threading.Thread], None],
+) -> Any:
+    """Patch `threading.Thread.start`: the k-th start of a ``prefix`` thread calls ``instead``.
+
+    ``instead(real_start, thread)`` decides what that start does (raise, or start the
+    thread and then interrupt the main thread, or park at a gate first). Every other
+    thread, the test's own included, starts as usual.
+    """
+    real_start = threading.Thread.start
+    calls = [0]
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith(prefix):
+            calls[0] += 1
+            if calls[0] == k:
+                instead(real_start, thread)
+                return
+        real_start(thread)
+
+    return patch.object(threading.Thread, "start", start)
+
+
+def cannot_start(real_start: Callable[[threading.Thread], None], thread: threading.Thread) -> None:
+    """What `Thread.start` does when the system has no thread left to give."""
+    raise RuntimeError("can't start new thread")
+
+
+def test_building_a_bulkhead_starts_no_thread() -> None:
+    """The constructor only checks and stores its options; start() is what makes workers."""
+    bulkhead = Bulkhead(2, 0, name="idle")
+    try:
+        assert workers_named("idle-worker-") == []
+        assert bulkhead.threads == []
+    finally:
+        bulkhead.close(MUST_HAPPEN)
+
+
+def test_when_the_kth_worker_fails_to_start_none_is_left_running_and_the_error_propagates(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed start() stops the workers it started and re-raises; nothing keeps running."""
+    with (
+        on_kth_start("flaky-worker-", 3, cannot_start),  # two workers run by then
+        pytest.raises(RuntimeError, match="can't start new thread"),
+    ):
+        Bulkhead(4, 0, name="flaky").start()
+
+    assert workers_named("flaky-worker-") == []  # stopped and joined before the re-raise
+    assert "flaky: start() did not complete; 2 worker(s) stopped" in caplog.text
+
+
+def test_a_keyboard_interrupt_part_way_through_start_stops_the_workers_already_started() -> None:
+    """Ctrl-C landing once the k-th worker runs: start() re-raises it, and no worker is left."""
+    assert threading.current_thread() is threading.main_thread()  # interrupt_main's target
+
+    def start_then_interrupt(
+        real_start: Callable[[threading.Thread], None], thread: threading.Thread
+    ) -> None:
+        real_start(thread)
+        # Simulates SIGINT: the main thread raises KeyboardInterrupt at its next check,
+        # here or in start()'s loop, which has a third worker still to start.
+        _thread.interrupt_main()
+
+    with (
+        on_kth_start("interrupted-worker-", 2, start_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        Bulkhead(3, 0, name="interrupted").start()
+
+    assert workers_named("interrupted-worker-") == []
+
+
+def test_a_call_before_start_is_a_clear_error_and_counts_nothing() -> None:
+    """submit() and call() on a bulkhead never started raise RuntimeError saying so."""
+    bulkhead = Bulkhead(1, 0, name="early")
+
+    with pytest.raises(RuntimeError, match=r"^early: not started; call start\(\)"):
+        bulkhead.submit(lambda: "too early")
+    with pytest.raises(RuntimeError, match=r"^early: not started"):
+        bulkhead.call(lambda: "too early")
+
+    assert bulkhead.stats() == BulkheadStats("early")
+    assert not bulkhead.started
+    assert bulkhead.start() is bulkhead
+    assert bulkhead.start() is bulkhead  # a second start() changes nothing
+    assert [t.name for t in bulkhead.threads] == ["early-worker-0"]
+    assert bulkhead.call(lambda: "now", timeout=MUST_HAPPEN) == "now"
+    finish(bulkhead)
+
+
+def test_closing_a_bulkhead_never_started_reports_terminated_and_it_can_never_start() -> None:
+    """close() before start() marks it closed without error; start() then refuses."""
+    bulkhead = Bulkhead(2, 1, name="never")
+
+    report = bulkhead.close(MUST_HAPPEN)
+
+    assert report.terminated
+    assert (report.drained, report.still_running) == (0, ())
+    assert bulkhead.close().terminated  # idempotent, with or without a budget
+    with pytest.raises(RuntimeError, match=r"^never: closed; a closed bulkhead cannot start"):
+        bulkhead.start()
+    with pytest.raises(BulkheadClosed):
+        bulkhead.call(lambda: "refused")
+    assert workers_named("never-worker-") == []
+
+
+def test_close_racing_a_stuck_start_returns_within_its_budget_and_start_then_gives_up() -> None:
+    """close() during start() neither raises nor waits past its timeout; start() then stops."""
+    parked = Gate("second worker's start")
+
+    def park_then_start(
+        real_start: Callable[[threading.Thread], None], thread: threading.Thread
+    ) -> None:
+        parked.arrive()  # start() is stuck here: one worker runs, one is listed, unstarted
+        real_start(thread)
+
+    bulkhead = Bulkhead(3, 0, name="racing")
+    with on_kth_start("racing-worker-", 2, park_then_start):
+        starter, started = run_in_thread(bulkhead.start, "starter")
+        parked.wait_reached()
+
+        with elapsed() as took:
+            report = bulkhead.close(0.1)  # a listed, unstarted thread must not be joined
+
+        assert took() < 0.1 + NOISE
+        assert not report.terminated  # a start() was still in progress
+        parked.open()
+        join_or_fail(starter)
+
+    assert isinstance(started["error"], RuntimeError)
+    assert "closed while start() was starting the workers" in str(started["error"])
+    assert workers_named("racing-worker-") == []  # the two it started were stopped
+    assert len(bulkhead.threads) == 2  # the third was never even made
+    assert bulkhead.close(MUST_HAPPEN).terminated
+
+
+def test_close_racing_start_waits_for_it_within_its_budget_and_reports_every_worker() -> None:
+    """With a budget that lasts, close() waits for the start() it overtook, then joins all."""
+    parked = Gate("second worker's start")
+
+    def park_then_start(
+        real_start: Callable[[threading.Thread], None], thread: threading.Thread
+    ) -> None:
+        parked.arrive()
+        real_start(thread)
+
+    bulkhead = Bulkhead(2, 0, name="overtaken")
+    with on_kth_start("overtaken-worker-", 2, park_then_start):
+        starter, started = run_in_thread(bulkhead.start, "starter")
+        parked.wait_reached()
+        closer, closed = run_in_thread(lambda: bulkhead.close(MUST_HAPPEN), "closer")
+        wait_until_blocked_in(closer, "wait")  # waiting for the start() in progress
+        assert stays_blocked(closer)
+        parked.open()
+        join_or_fail(starter)
+        join_or_fail(closer)
+
+    assert isinstance(started["error"], RuntimeError)
+    report = closed["result"]
+    assert report.terminated
+    assert [t.name for t in bulkhead.threads] == ["overtaken-worker-0", "overtaken-worker-1"]
+    assert not any(t.is_alive() for t in bulkhead.threads)
+
+
+# --- what each supported Python version does, where the module depends on it ---------------
+
+
+def test_concurrent_futures_timeout_error_is_the_builtin_so_bulkhead_timeout_is_one() -> None:
+    """Since 3.11 the futures TimeoutError is the builtin; BulkheadTimeout is caught as both."""
+    assert concurrent.futures.TimeoutError is TimeoutError
+    with pytest.raises(concurrent.futures.TimeoutError):
+        raise BulkheadTimeout("db", started=False, timeout=1.0)
+
+
+def test_a_handlers_own_timeout_error_is_its_error_not_the_callers_timeout() -> None:
+    """A TimeoutError raised by the handler reaches the caller as it is, counted as an error."""
+    bulkhead = Bulkhead(1, 0).start()
+
+    def query() -> None:
+        raise TimeoutError("the database timed out")
+
+    with pytest.raises(TimeoutError, match="the database timed out") as info:
+        bulkhead.call(query, timeout=MUST_HAPPEN)
+
+    assert not isinstance(info.value, BulkheadTimeout)
+    stats = bulkhead.stats()
+    assert (stats.errors, stats.timeouts) == (1, 0)
+    finish(bulkhead)
+
+
+def test_joining_a_thread_that_never_started_raises_so_close_must_skip_it() -> None:
+    """Thread.join() on an unstarted thread raises RuntimeError; its ident is None until start."""
+    thread = threading.Thread(target=lambda: None, name="never-started")
+    assert thread.ident is None
+    with pytest.raises(RuntimeError, match="cannot join thread before it is started"):
+        thread.join(0)
+    thread.start()
+    assert thread.ident is not None  # set before start() returns
+    join_or_fail(thread)
+
+
+def test_these_checks_ran_on_a_build_with_the_gil() -> None:
+    """The docs' GIL statements were checked on GIL builds only; a free-threaded run says so."""
+    gil_disabled = sysconfig.get_config_var("Py_GIL_DISABLED")
+    if sys.version_info >= (3, 13):
+        assert gil_disabled == 0, "free-threaded build: the bulkhead page was not checked on it"
+        assert sys._is_gil_enabled()
+    else:
+        assert gil_disabled is None  # no free-threaded build before 3.13
+        assert not hasattr(sys, "_is_gil_enabled")

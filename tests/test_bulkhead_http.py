@@ -126,7 +126,7 @@ def stack() -> Iterator[ExitStack]:
 
 def test_middleware_passes_the_apps_response_through_unchanged() -> None:
     """Status, headers and every body chunk (write() first) arrive as the app made them."""
-    bulkhead = Bulkhead(1, 0, name="pages")
+    bulkhead = Bulkhead(1, 0, name="pages")  # the middleware starts it
     seen: dict[str, Any] = {}
 
     class Body:
@@ -147,7 +147,10 @@ def test_middleware_passes_the_apps_response_through_unchanged() -> None:
         return Body()
 
     recorder = StartResponse()
-    body = BulkheadMiddleware(app, bulkhead)(environ(), recorder)
+    with BulkheadMiddleware(app, bulkhead) as middleware:
+        assert bulkhead.started
+        body = middleware(environ(), recorder)
+    assert bulkhead.closed
 
     assert recorder.status == "201 Created"
     assert recorder.headers == {"X-Custom": "yes", "Content-Type": "a/b"}
@@ -155,12 +158,28 @@ def test_middleware_passes_the_apps_response_through_unchanged() -> None:
     assert Body.closed  # close() ran in the worker, with the rest of the app's work
     assert seen["thread"] == "pages-worker-0"
     assert isinstance(seen["token"], CancelToken)
-    assert bulkhead.close(MUST_HAPPEN).terminated
+    assert not any(thread.is_alive() for thread in bulkhead.threads)
+
+
+def test_middleware_starts_nothing_when_built_and_fails_loudly_if_never_started() -> None:
+    """A request to a bulkhead nobody started is a RuntimeError (a 500), not a 503."""
+    bulkhead = Bulkhead(1, 0, name="forgotten")
+    middleware = BulkheadMiddleware(text("200 OK", "never"), bulkhead)
+    assert bulkhead.threads == []
+
+    with pytest.raises(RuntimeError, match="not started"):
+        middleware(environ(), StartResponse())
+
+    assert middleware.start() is middleware
+    recorder = StartResponse()
+    assert b"".join(middleware(environ(), recorder)) == b"never"
+    assert recorder.status == "200 OK"
+    assert middleware.close(MUST_HAPPEN).terminated
 
 
 def test_middleware_answers_503_with_retry_after_when_full_and_when_closed() -> None:
     """A refused request gets 503, Retry-After and a JSON body saying why; the app never runs."""
-    bulkhead = Bulkhead(1, 0, name="search")
+    bulkhead = Bulkhead(1, 0, name="search").start()
     gate = Gate("running request")
     bulkhead.submit(gate.arrive)
     gate.wait_reached()
@@ -189,7 +208,7 @@ def test_middleware_answers_503_with_retry_after_when_full_and_when_closed() -> 
 
 def test_middleware_answers_504_when_the_timeout_passes() -> None:
     """A request still queued behind a held one at its deadline gets 504."""
-    bulkhead = Bulkhead(1, 1, name="reports")
+    bulkhead = Bulkhead(1, 1, name="reports").start()
     gate = Gate("running request")
     bulkhead.submit(gate.arrive)
     gate.wait_reached()
@@ -208,7 +227,7 @@ def test_middleware_answers_504_when_the_timeout_passes() -> None:
 
 def test_middleware_re_raises_the_apps_exception_in_the_request_thread() -> None:
     """An app failure is not a 503 or 504: the server sees the app's own exception."""
-    bulkhead = Bulkhead(1, 0)
+    bulkhead = Bulkhead(1, 0).start()
 
     def broken(env: dict[str, Any], start_response: Any) -> list[bytes]:
         raise KeyError("missing")
@@ -254,7 +273,7 @@ def test_bulkhead_sheds_the_heavy_overflow_with_503_and_the_light_route_keeps_an
     stack: ExitStack,
 ) -> None:
     """With workers + queue below the thread limit, heavy overflow gets 503 and light gets 200."""
-    bulkhead = Bulkhead(2, 1, name="heavy")  # 2 + 1 = 3 < 4 server threads
+    bulkhead = Bulkhead(2, 1, name="heavy").start()  # 2 + 1 = 3 < 4 server threads
     stack.callback(lambda: bulkhead.close(MUST_HAPPEN))
     held = HeldRoute()
     heavy_route = BulkheadMiddleware(held, bulkhead, timeout=MUST_HAPPEN, retry_after=1)
@@ -274,7 +293,6 @@ def test_bulkhead_sheds_the_heavy_overflow_with_503_and_the_light_route_keeps_an
     light = http_get(server.port, "/light", timeout=MUST_HAPPEN)
     assert light.status == 200
     assert light.body == b"light result"
-    assert not held.release.is_set()
     assert bulkhead.stats().active == 2  # answered while the heavy route was saturated
     assert http_get(server.port, "/heavy", timeout=MUST_HAPPEN).status == 503
 
@@ -289,7 +307,7 @@ def test_bulkhead_sheds_the_heavy_overflow_with_503_and_the_light_route_keeps_an
 
 def test_the_wire_carries_504_on_timeout_and_503_once_closed(stack: ExitStack) -> None:
     """A caller's timeout is a 504 on the socket; after close() every request is a 503."""
-    bulkhead = Bulkhead(1, 0, name="slow")
+    bulkhead = Bulkhead(1, 0, name="slow").start()
     stack.callback(lambda: bulkhead.close(MUST_HAPPEN))
     held = HeldRoute()
     app = router({"/slow": BulkheadMiddleware(held, bulkhead, timeout=0.1, retry_after=5)})
