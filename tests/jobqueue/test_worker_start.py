@@ -146,9 +146,8 @@ def test_a_context_manager_whose_start_fails_leaves_nothing_running(
     worker = make_worker(store)
     entered = False
     try:
-        with starts_of_the_worker(fail_on(len(THREADS))), pytest.raises(RuntimeError):
-            with worker:
-                entered = True
+        with starts_of_the_worker(fail_on(len(THREADS))), pytest.raises(RuntimeError), worker:
+            entered = True
         assert not entered
         assert_nothing_left(worker, store, job_id)
     finally:
