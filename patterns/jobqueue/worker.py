@@ -71,10 +71,11 @@ Guarantees:
 
 Python:
     3.11+. No thread can be interrupted, so a job that ignores its token keeps its
-    thread after the deadline, and pool threads are non-daemon (since 3.9) and joined at
-    interpreter exit: a program that must exit then calls ``os._exit`` after logging the
-    report, as the CLI does. A worker must be stopped (``with``, `Worker.run` or
-    `Worker.stop`): an ``atexit`` handler runs too late to do it.
+    thread after the deadline, and pool threads are non-daemon and joined at
+    interpreter exit, before any ``atexit`` handler runs (on 3.11, 3.12 and 3.13 alike:
+    ``tests/jobqueue/test_python_claims.py``): a program that must exit then calls
+    ``os._exit`` after logging the report, as the CLI does. A worker must be stopped
+    (``with``, `Worker.run` or `Worker.stop`): an ``atexit`` handler runs too late to do it.
 
 Java:
     Proletarian's ``stop!`` is `Worker.stop`; ``:proletarian/await-termination-timeout-ms``
