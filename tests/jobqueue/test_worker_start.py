@@ -9,6 +9,7 @@ the worker. Nothing sleeps to make an interleaving likely.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
 import threading
@@ -168,6 +169,34 @@ def test_a_failed_start_puts_the_signal_handlers_back(store: SubscribingStore) -
         worker.stop()
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("k", range(1, len(THREADS) + 1), ids=lambda k: THREADS[k - 1])
+def test_a_keyboard_interrupt_right_after_the_kth_thread_started_leaves_nothing_running(
+    store: SubscribingStore, k: int
+) -> None:
+    """A KeyboardInterrupt landing just after any of start()'s threads began is all or nothing too.
+
+    ``_thread.interrupt_main()`` right after the k-th thread's real start: the interrupt
+    is raised in the main thread at its next check, still inside ``start()``.
+    """
+    store.enqueue("t")
+
+    def on_call(n: int, thread: threading.Thread) -> None:
+        _real_start(thread)
+        if n == k:
+            _thread.interrupt_main()
+
+    worker = make_worker(store)
+    try:
+        with starts_of_the_worker(on_call), pytest.raises(KeyboardInterrupt):
+            worker.start()
+        for thread in worker_threads():
+            join_or_fail(thread)
+        assert worker.state is WorkerState.STOPPED
+        assert store.counts()["running"] == 0  # a claim made meanwhile was released
+    finally:
+        worker.stop()
 
 
 def test_a_ctrl_c_inside_start_after_a_claim_releases_it_and_stops_everything(
