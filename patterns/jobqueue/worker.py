@@ -654,9 +654,11 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - a PhaseError: logged by _unexpected
                 error = self._unexpected(Phase.ON_SHUTDOWN, None, exc)
                 report = replace(report, errors=(*report.errors, error))
-        self._close_signal_handlers()
         with self._cond:
             self._report = report
+        # Last: once Python's own SIGINT handler is back, a Ctrl-C raises right here, and
+        # the report must already be the final one.
+        self._close_signal_handlers()
         return report
 
     def _drop_subscription(self) -> None:

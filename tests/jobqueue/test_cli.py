@@ -248,17 +248,29 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_runs_agai
     assert status(workdir) == {"queued": 0, "running": 0, "done": 1, "failed": 0}
 
 
-# A worker process that gets SIGINT from itself at a fixed point inside Worker.start: just
+# A worker process that gets SIGINT from itself at a fixed point: inside Worker.start just
 # before it installs its signal handlers (so Python's own handler raises KeyboardInterrupt
-# in the middle of the start), or once the claiming thread has started (the handlers are
-# installed, so it is the first, graceful signal). ``signal.raise_signal`` delivers it to
-# the calling thread before it returns: no sleep, no timing.
+# in the middle of the start), once the claiming thread has started (the handlers are
+# installed, so it is the first, graceful signal), or at the end of the stop just after
+# the handlers were put back. ``signal.raise_signal`` delivers it to the calling thread
+# before it returns: no sleep, no timing.
 CTRL_C_INSIDE_START = r"""
 import signal, sys, threading
 from patterns.jobqueue import cli, worker
 
 where = sys.argv.pop(1)
-if where == "before-handlers":
+if where == "after-handlers-closed":
+    from patterns.exit_hooks import SignalHandlers
+
+    real_close = SignalHandlers.close
+
+    def close(handlers):
+        real_close(handlers)
+        signal.raise_signal(signal.SIGINT)  # a second Ctrl-C, just too late for the handlers
+
+    SignalHandlers.close = close
+    sys.argv.append("--exit-when-empty")
+elif where == "before-handlers":
     real_install = worker.install_signal_handlers
 
     def install(on_stop):
@@ -280,17 +292,20 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 @pytest.mark.parametrize(
-    ("where", "code"), [("before-handlers", 130), ("claimer-started", 0)], ids=str
+    ("where", "code"),
+    [("before-handlers", 130), ("claimer-started", 0), ("after-handlers-closed", 130)],
+    ids=str,
 )
-def test_ctrl_c_inside_the_worker_start_exits_cleanly_and_leaves_no_job_running(
+def test_ctrl_c_inside_the_worker_start_or_end_exits_cleanly_and_leaves_no_job_running(
     workdir: Path, where: str, code: int
 ) -> None:
-    """Ctrl-C while the worker starts: no traceback, 130 (or 0 once handled), nothing running.
+    """Ctrl-C while the worker starts or ends: no traceback, 130 (or 0 if handled), none running.
 
     Before the handlers are installed it is a KeyboardInterrupt inside ``start()``: what
-    started is stopped and the command exits 130 with one line. After, it is the first
-    signal: the worker drains and exits 0. The one job is done or still queued, never
-    left ``running``.
+    started is stopped and the command exits 130 with one line. Once they are installed
+    it is the first signal: the worker drains and exits 0. Just after the stop put them
+    back, it is a KeyboardInterrupt again, after everything stopped: 130, one line. The
+    one job is done or still queued, never left ``running``.
     """
     run_cli(["--db", "q.db", "enqueue", "echo", '"x"'], workdir)
     result = subprocess.run(
@@ -307,9 +322,14 @@ def test_ctrl_c_inside_the_worker_start_exits_cleanly_and_leaves_no_job_running(
     counts = status(workdir)
     assert counts["running"] == 0
     assert counts["queued"] + counts["done"] == 1
+    if code == 130:
+        assert result.stderr.splitlines()[-1] == f"{PROG}: interrupted"
     if where == "before-handlers":
         assert counts["queued"] == 1  # the claiming thread never started
-        assert result.stderr.splitlines()[-1] == f"{PROG}: interrupted"
+    if where == "after-handlers-closed":
+        assert counts["done"] == 1  # --exit-when-empty: the stop came once it was done
+        assert "NEW -> RUNNING" in result.stderr
+        assert "-> STOPPED" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import pytest
 
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon
 from patterns.executor_shutdown import TrackingExecutor
+from patterns.exit_hooks import SignalHandlers
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
@@ -323,4 +324,34 @@ def test_two_racing_starts_start_one_worker(store: SubscribingStore) -> None:
         assert_nothing_left(worker, store, None)
     finally:
         gate.open()
+        worker.stop()
+
+
+def test_a_ctrl_c_just_after_the_stop_put_the_signal_handlers_back_keeps_the_final_report(
+    store: SubscribingStore,
+) -> None:
+    """A KeyboardInterrupt at the very end of stop() cannot turn its report into a provisional one.
+
+    The stop puts the previous SIGINT handler back last; a Ctrl-C right then raises in the
+    stop. The worker is stopped all the same, and a later stop() returns the final report.
+    """
+    before = signal.getsignal(signal.SIGINT)
+    reports: list[ShutdownReport] = []
+    worker = make_worker(store, install_signal_handlers=True, on_shutdown=reports.append)
+    real_close = SignalHandlers.close
+
+    def close(handlers: SignalHandlers) -> None:
+        real_close(handlers)
+        signal.raise_signal(signal.SIGINT)  # Python's own handler is back: KeyboardInterrupt
+
+    try:
+        worker.start()
+        with mock.patch.object(SignalHandlers, "close", close), pytest.raises(KeyboardInterrupt):
+            worker.stop()
+        assert signal.getsignal(signal.SIGINT) == before
+        assert_nothing_left(worker, store, None)
+        assert reports[0].finished
+        assert worker.stop() is reports[0]
+    finally:
+        signal.signal(signal.SIGINT, before)
         worker.stop()
