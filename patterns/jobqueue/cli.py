@@ -29,7 +29,9 @@ Exit status of ``worker``:
 3      the shutdown budget ran out with jobs still running: they keep their lease (and run
        again once it expires); the process exits at once with `os._exit`, because the
        interpreter would otherwise wait for their non-daemon threads forever
-130    a second SIGINT forced the exit (128 + 2)
+130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
+       handlers were installed or after they were put back (during start-up, say): what
+       had started was stopped, and one line says "interrupted"
 143    a second SIGTERM forced the exit (128 + 15)
 ====== =================================================================================
 
@@ -67,6 +69,7 @@ from patterns.thread_exceptions import LoggingExcepthook
 
 __all__ = [
     "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_STILL_RUNNING",
     "EXIT_USAGE",
@@ -79,6 +82,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_STILL_RUNNING = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
 PROG = "python -m patterns.jobqueue"
 
@@ -175,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(exc).split())  # one line, whatever the cause said
         print(f"{PROG}: error: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Ctrl-C before the worker's own handlers were installed (or after they were put
+        # back): whatever had started was stopped on the way out. One line, no traceback.
+        print(f"{PROG}: interrupted", file=sys.stderr)  # noqa: T201 - the CLI's output
+        return EXIT_INTERRUPTED
 
 
 def _require_db(args: argparse.Namespace) -> None:
@@ -258,6 +267,15 @@ def _worker(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
     store = _open_store(args.db)
+    try:
+        return _run_worker(args, registry, store)
+    finally:
+        store.close()
+
+
+def _run_worker(
+    args: argparse.Namespace, registry: TaskRegistry, store: SQLiteStore | PostgresStore
+) -> int:
     # Any thread that dies anywhere in the process is logged and makes the status 1.
     with LoggingExcepthook(chain=False) as hook:
         worker = Worker(
@@ -280,7 +298,6 @@ def _worker(args: argparse.Namespace) -> int:
             force_exit(EXIT_STILL_RUNNING, "shutdown budget spent with jobs still running")
         logger.info("%s", report.summary())
         failed = bool(report.thread_failures or hook.failures)
-    store.close()
     return EXIT_FAILURE if failed else EXIT_OK
 
 

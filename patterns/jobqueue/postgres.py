@@ -945,13 +945,14 @@ class PostgresStore:
 
         The first subscription starts the listener: a daemon thread with its own
         connection that reconnects with backoff when the connection is lost. It runs
-        until `close`.
+        until `close`. If that thread cannot start, this raises and subscribes nobody;
+        the next call tries again.
         """
         with self._sub_lock:
             self._check_open()
+            self._start_listener()  # first: if it cannot start, nobody is subscribed
             key = next(self._keys)
             self._subscribers[key] = callback
-            self._start_listener()
 
         def unsubscribe() -> None:
             with self._sub_lock:
@@ -978,12 +979,15 @@ class PostgresStore:
         """Start the listener thread if it is not running; call with _sub_lock held."""
         if self._listener is not None:
             return
-        self._listener = threading.Thread(
+        listener = threading.Thread(
             target=self._listen_loop, name=f"jobqueue-listener-{self._schema}", daemon=True
         )
         # Daemon: it only reads notifications, so nothing is lost if the process exits
         # without close(); a non-daemon thread would keep such a process alive forever.
-        self._listener.start()
+        listener.start()
+        # Only a started thread is kept: one that failed to start would never be tried
+        # again, and close() cannot join it.
+        self._listener = listener
 
     def _fire(self, why: str) -> None:
         self._notified.set()

@@ -37,11 +37,13 @@ Guarantees:
       SQLite gives its ``-wal`` and ``-shm`` files the same mode.
 
 Python:
-    3.11+ (``sqlite3.Error.sqlite_errorcode`` is new in 3.11). Avoids recent SQL (no
-    ``RETURNING``, no ``STRICT`` tables), so the SQLite library that any supported Python
-    ships with will do. The
-    connection is opened with ``isolation_level=None``, so the ``sqlite3`` module never
-    begins a transaction implicitly (its legacy behaviour before 3.12's ``autocommit``).
+    3.11+: it reads the ``sqlite_errorcode`` that errors raised by ``sqlite3`` carry.
+    Avoids recent SQL (no ``RETURNING``, no ``STRICT`` tables), so it does not need a
+    recent SQLite library. The connection is opened with ``isolation_level=None``, so the
+    ``sqlite3`` module never begins a transaction implicitly; its default does, before an
+    INSERT, on 3.11, 3.12 and 3.13 alike ("legacy transaction control" is still the
+    default of the ``autocommit`` attribute that 3.12 added). Both are pinned by
+    ``tests/jobqueue/test_python_claims.py`` on each supported version.
 
 Java:
     The JDBC version of this is ``UPDATE ... WHERE state = 'queued'`` inside a transaction

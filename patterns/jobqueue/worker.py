@@ -63,15 +63,19 @@ Guarantees:
       still running), no longer renewed, so they run again once it expires if the
       process exits.
     * Leases are renewed until the STOPPED transition, draining included.
+    * `Worker.start` is all or nothing: if it fails part-way (a thread that cannot
+      start, a ``KeyboardInterrupt``, a racing `Worker.stop`), what started is stopped,
+      a claim already made is released, and the error propagates.
     * A worker thread never dies silently: its death is logged at CRITICAL, recorded in
       the report and stops the worker.
 
 Python:
     3.11+. No thread can be interrupted, so a job that ignores its token keeps its
-    thread after the deadline, and pool threads are non-daemon (since 3.9) and joined at
-    interpreter exit: a program that must exit then calls ``os._exit`` after logging the
-    report, as the CLI does. A worker must be stopped (``with``, `Worker.run` or
-    `Worker.stop`): an ``atexit`` handler runs too late to do it.
+    thread after the deadline, and pool threads are non-daemon and joined at
+    interpreter exit, before any ``atexit`` handler runs (on 3.11, 3.12 and 3.13 alike:
+    ``tests/jobqueue/test_python_claims.py``): a program that must exit then calls
+    ``os._exit`` after logging the report, as the CLI does. A worker must be stopped
+    (``with``, `Worker.run` or `Worker.stop`): an ``atexit`` handler runs too late to do it.
 
 Java:
     Proletarian's ``stop!`` is `Worker.stop`; ``:proletarian/await-termination-timeout-ms``
@@ -329,14 +333,7 @@ class Worker:
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         _check_counts(concurrency, prefetch)
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
-        if shutdown_timeout < 0:
-            raise ValueError(f"shutdown_timeout must not be negative, got {shutdown_timeout}")
-        if cancel_timeout is not None and not 0 <= cancel_timeout <= shutdown_timeout:
-            raise ValueError("cancel_timeout must be between 0 and shutdown_timeout")
-        if lease <= 0:
-            raise ValueError(f"lease must be positive, got {lease}")
+        _check_times(poll_interval, shutdown_timeout, cancel_timeout, lease)
         self.name = name or f"worker-{os.getpid()}-{next(_names)}"
         self._store = store
         self._tasks = tasks
@@ -376,6 +373,7 @@ class Worker:
         self._error_count = 0
         self._errors: list[PhaseError] = []
         self._thread_failures: list[ThreadFailure] = []
+        self._start_called = False  # set by the first start(), so a second one refuses
         self._stop_owner: threading.Thread | None = None  # the thread running stop()
         self._report: ShutdownReport | None = None
 
@@ -386,6 +384,11 @@ class Worker:
         # Set once, by request_stop() (a signal, exit_when_empty, a dying thread, stop());
         # waited on by wait_stop_requested() and run().
         self._stop_requested = threading.Event()
+        # Set by the claiming thread as its loop begins and once it has left it (claims
+        # settled); waited on by the stop, which cannot always join that thread (see
+        # _shut_down). A loop that begins after the stop began returns without claiming.
+        self._claim_loop_began = threading.Event()
+        self._claim_loop_ended = threading.Event()
         # Set once, when the stop that owns the shutdown has built the final report;
         # waited on by any other stop() call.
         self._stopped = threading.Event()
@@ -423,18 +426,35 @@ class Worker:
         return self._state
 
     def start(self) -> Self:
-        """Start claiming and running jobs; `RuntimeError` if already started or stopped."""
+        """Start claiming and running jobs; `RuntimeError` if already started or stopped.
+
+        All or nothing: if any step fails part-way (a thread that cannot start, a
+        `KeyboardInterrupt`, a `stop` from another thread that got there first), what
+        was started is stopped as `stop` does (``on_shutdown`` gets that report, and a
+        claim already made is released) and the error is re-raised.
+        """
         with self._cond:
-            if self._state is not WorkerState.NEW:
+            if self._state is not WorkerState.NEW or self._start_called:
                 raise RuntimeError(f"{self!r}: a worker can be started only once")
+            self._start_called = True
+        try:
+            self._start_parts()
+        except BaseException:
+            self._abandon_start()
+            raise
+        return self
+
+    def _start_parts(self) -> None:
         subscribe = getattr(self._store, "subscribe", None)
         if subscribe is not None:
-            self._unsubscribe = subscribe(self.wake)
+            unsubscribe = subscribe(self.wake)
+            with self._cond:
+                self._unsubscribe = unsubscribe
         if self._install_signals:
-            # First, so a refusal (not the main thread, a wakeup fd already set) leaves
-            # nothing started.
             self._signals = install_signal_handlers(self.request_stop)
         with self._cond:
+            if self._state is not WorkerState.NEW:  # a stop() from another thread came first
+                raise RuntimeError(f"{self!r}: stopped before it started")
             self._set_state(WorkerState.RUNNING)
         self._log_transition(
             WorkerState.NEW, WorkerState.RUNNING, f"{self._concurrency} handler thread(s)"
@@ -443,7 +463,18 @@ class Worker:
             self._executor.submit(self._consume)
         self._heartbeat.start()
         self._claimer.start()
-        return self
+
+    def _abandon_start(self) -> None:
+        """Undo a start that failed part-way: stop what started, unsubscribe, put signals back."""
+        logger.warning("worker %s: start failed part-way; stopping what started", self.name)
+        try:
+            self.stop()  # waits for a stop another thread began, within the budget
+        except Exception:
+            logger.exception("worker %s: stopping after a failed start raised", self.name)
+        finally:
+            # The stop that won a race with this start may have run before these existed.
+            self._drop_subscription()
+            self._close_signal_handlers()
 
     def request_stop(self, reason: str = "stop requested") -> None:
         """Begin the shutdown without waiting: RUNNING -> DRAINING. Safe from any thread.
@@ -576,6 +607,7 @@ class Worker:
                 self._set_state(WorkerState.STOPPED)
         if never_started:
             self._log_transition(WorkerState.NEW, WorkerState.STOPPED, "never started")
+            self._drop_subscription()  # a start() racing this one may have subscribed
             return self._finish(self._build_report(start, terminated=True))
         self.request_stop("stop() called")
         cancel_share = 0.25 if self._cancel_share is None else self._cancel_share
@@ -589,12 +621,18 @@ class Worker:
         )
         # The claiming thread left when DRAINING began, unless a claim was in flight.
         claimer = self._claimer.stop(max(0.0, deadline - time.monotonic()))
-        if self._unsubscribe is not None:
-            self._unsubscribe()  # the claiming thread has left: no wait to end any more
+        # A KeyboardInterrupt inside the claimer's Thread.start (after the thread began)
+        # leaves the service without it; the claim loop's own event still says when it left.
+        claim_loop_ended = not self._claim_loop_began.is_set() or self._claim_loop_ended.wait(
+            max(0.0, deadline - time.monotonic())
+        )
+        self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
-        report = self._build_report(start, terminated=pool.terminated and claimer.terminated)
+        report = self._build_report(
+            start, terminated=pool.terminated and claimer.terminated and claim_loop_ended
+        )
         with self._cond:
             old = self._set_state(WorkerState.STOPPED)
         self._log_transition(old, WorkerState.STOPPED, report.summary())
@@ -616,10 +654,18 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - a PhaseError: logged by _unexpected
                 error = self._unexpected(Phase.ON_SHUTDOWN, None, exc)
                 report = replace(report, errors=(*report.errors, error))
-        self._close_signal_handlers()
         with self._cond:
             self._report = report
+        # Last: once Python's own SIGINT handler is back, a Ctrl-C raises right here, and
+        # the report must already be the final one.
+        self._close_signal_handlers()
         return report
+
+    def _drop_subscription(self) -> None:
+        with self._cond:
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
 
     def _close_signal_handlers(self) -> None:
         if self._signals is None:
@@ -685,10 +731,13 @@ class Worker:
     # --- the claiming thread ------------------------------------------------------------------
 
     def _claim_loop(self, stopping: threading.Event) -> None:
+        self._claim_loop_began.set()
         try:
             self._claim_until_stopped(stopping)
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death leaves the queue unworked
             self._thread_died(exc)
+        finally:
+            self._claim_loop_ended.set()
 
     def _claim_until_stopped(self, stopping: threading.Event) -> None:
         failures = 0
@@ -1131,6 +1180,19 @@ def _check_counts(concurrency: int, prefetch: int) -> None:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if prefetch < 0:
         raise ValueError(f"prefetch must not be negative, got {prefetch}")
+
+
+def _check_times(
+    poll_interval: float, shutdown_timeout: float, cancel_timeout: float | None, lease: float
+) -> None:
+    if poll_interval <= 0:
+        raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+    if shutdown_timeout < 0:
+        raise ValueError(f"shutdown_timeout must not be negative, got {shutdown_timeout}")
+    if cancel_timeout is not None and not 0 <= cancel_timeout <= shutdown_timeout:
+        raise ValueError("cancel_timeout must be between 0 and shutdown_timeout")
+    if lease <= 0:
+        raise ValueError(f"lease must be positive, got {lease}")
 
 
 def _checked(decision: object) -> Decision:

@@ -24,6 +24,8 @@ import pytest
 
 from tests.support import MUST_HAPPEN, child_env, elapsed, join_or_fail
 
+PROG = "python -m patterns.jobqueue"
+
 NOISE = 3.0  # process start, imports and the forced exit's flush, on a shared machine
 
 TASKS_MODULE = r'''
@@ -244,6 +246,90 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_runs_agai
     assert rerun.returncode == 0, rerun.stderr
     assert "started 1 attempt 2" in rerun.stdout
     assert status(workdir) == {"queued": 0, "running": 0, "done": 1, "failed": 0}
+
+
+# A worker process that gets SIGINT from itself at a fixed point: inside Worker.start just
+# before it installs its signal handlers (so Python's own handler raises KeyboardInterrupt
+# in the middle of the start), once the claiming thread has started (the handlers are
+# installed, so it is the first, graceful signal), or at the end of the stop just after
+# the handlers were put back. ``signal.raise_signal`` delivers it to the calling thread
+# before it returns: no sleep, no timing.
+CTRL_C_INSIDE_START = r"""
+import signal, sys, threading
+from patterns.jobqueue import cli, worker
+
+where = sys.argv.pop(1)
+if where == "after-handlers-closed":
+    from patterns.exit_hooks import SignalHandlers
+
+    real_close = SignalHandlers.close
+
+    def close(handlers):
+        real_close(handlers)
+        signal.raise_signal(signal.SIGINT)  # a second Ctrl-C, just too late for the handlers
+
+    SignalHandlers.close = close
+    sys.argv.append("--exit-when-empty")
+elif where == "before-handlers":
+    real_install = worker.install_signal_handlers
+
+    def install(on_stop):
+        signal.raise_signal(signal.SIGINT)
+        return real_install(on_stop)
+
+    worker.install_signal_handlers = install
+else:
+    real_start = threading.Thread.start
+
+    def start(thread):
+        real_start(thread)
+        if thread.name.endswith("-claimer"):
+            signal.raise_signal(signal.SIGINT)
+
+    threading.Thread.start = start
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "code"),
+    [("before-handlers", 130), ("claimer-started", 0), ("after-handlers-closed", 130)],
+    ids=str,
+)
+def test_ctrl_c_inside_the_worker_start_or_end_exits_cleanly_and_leaves_no_job_running(
+    workdir: Path, where: str, code: int
+) -> None:
+    """Ctrl-C while the worker starts or ends: no traceback, 130 (or 0 if handled), none running.
+
+    Before the handlers are installed it is a KeyboardInterrupt inside ``start()``: what
+    started is stopped and the command exits 130 with one line. Once they are installed
+    it is the first signal: the worker drains and exits 0. Just after the stop put them
+    back, it is a KeyboardInterrupt again, after everything stopped: 130, one line. The
+    one job is done or still queued, never left ``running``.
+    """
+    run_cli(["--db", "q.db", "enqueue", "echo", '"x"'], workdir)
+    result = subprocess.run(
+        [sys.executable, "-c", CTRL_C_INSIDE_START, where, *WORKER],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=MUST_HAPPEN * 3,
+        check=False,
+    )
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    counts = status(workdir)
+    assert counts["running"] == 0
+    assert counts["queued"] + counts["done"] == 1
+    if code == 130:
+        assert result.stderr.splitlines()[-1] == f"{PROG}: interrupted"
+    if where == "before-handlers":
+        assert counts["queued"] == 1  # the claiming thread never started
+    if where == "after-handlers-closed":
+        assert counts["done"] == 1  # --exit-when-empty: the stop came once it was done
+        assert "NEW -> RUNNING" in result.stderr
+        assert "-> STOPPED" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
+from unittest import mock
 
 import pytest
 
@@ -320,6 +321,32 @@ def test_an_enqueue_or_release_on_another_connection_calls_every_subscriber(
         assert calls.count == 4  # ...and called nobody
     finally:
         other.close()
+
+
+def test_a_listener_that_cannot_start_leaves_the_store_usable_and_closable(
+    store: PostgresStore, pg_schema: str
+) -> None:
+    """A subscribe whose listener thread fails to start raises, keeps nobody, and retries later."""
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith("jobqueue-listener-"):
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    refused = Calls()
+    with (
+        mock.patch.object(threading.Thread, "start", start),
+        pytest.raises(RuntimeError, match="new thread"),
+    ):
+        store.subscribe(refused)
+    calls = Calls()
+    store.subscribe(calls)
+    calls.wait_for(1)  # a listener runs now: it calls every subscriber once it listens
+    assert refused.count == 0  # the subscription that raised was not kept
+    store.close()  # joins the listener; a thread that never started must not make it raise
+    listeners = [t for t in threading.enumerate() if t.name == f"jobqueue-listener-{pg_schema}"]
+    assert listeners == []
 
 
 def test_wait_for_notify_sees_an_enqueue_made_before_the_call(
