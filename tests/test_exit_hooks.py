@@ -7,6 +7,8 @@ before it sends a signal or writes to the child's stdin, so every interleaving i
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import signal
 import subprocess
@@ -18,14 +20,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO
+from unittest import mock
 
 import pytest
 
 from patterns.exit_hooks import install_signal_handlers
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     STAYS_BLOCKED,
+    Gate,
     child_env,
+    elapsed,
     join_or_fail,
     run_in_thread,
     spawn_python,
@@ -153,16 +159,43 @@ class Child:
                 stream.close()
 
 
-def run_child(code: str) -> subprocess.CompletedProcess[str]:
+def run_child(code: str, timeout: float = MUST_HAPPEN) -> subprocess.CompletedProcess[str]:
     """Run a child that needs no interaction, with a timeout."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=MUST_HAPPEN,
+        timeout=timeout,
         check=False,
     )
+
+
+def run_group(code: str, timeout: float = MUST_HAPPEN * 3) -> subprocess.CompletedProcess[str]:
+    """Run a child in a process group of its own; SIGKILL the whole group when it is done.
+
+    For children that fork: a grandchild that ignores SIGTERM would otherwise outlive the
+    test and hold the output pipes open. The group also lets a child send a "terminal"
+    Ctrl-C to itself and its children only.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=MUST_HAPPEN)
+        stderr += f"\n[test: timed out after {timeout}s; the process group was killed]"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # any grandchild left behind
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 # Child code shared by several tests: helpers that let the child announce where its main
@@ -463,6 +496,187 @@ def test_a_second_install_is_refused_while_the_first_is_open():
             install_signal_handlers(lambda: None, signals=(signal.SIGUSR1, signal.SIGUSR2))
         assert signal.getsignal(signal.SIGUSR1) is installed
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+
+
+def open_fds() -> set[str]:
+    """This process's open file descriptors (Linux)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
+def fail_on_call(
+    k: int, real: Callable[..., object], error: BaseException
+) -> Callable[..., object]:
+    """A stand-in for ``real`` whose k-th call raises ``error``; the others call ``real``."""
+    calls = 0
+
+    def flaky(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == k:
+            raise error
+        return real(*args)
+
+    return flaky
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_dispatcher_that_cannot_start_leaves_handlers_wakeup_fd_and_fds_as_they_were():
+    """Thread.start failing part-way through install re-raises and changes nothing."""
+    signal.signal(signal.SIGUSR1, noop)
+    fds = open_fds()
+    error = RuntimeError("can't start new thread")
+    flaky = fail_on_call(1, threading.Thread.start, error)
+    with mock.patch.object(threading.Thread, "start", flaky), pytest.raises(RuntimeError) as info:
+        install_signal_handlers(lambda: None, signals=(signal.SIGUSR1, signal.SIGUSR2))
+    assert info.value is error
+    assert signal.getsignal(signal.SIGUSR1) is noop
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
+    assert open_fds() == fds  # the pipe was closed
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_signal_that_lands_while_a_failing_install_runs_never_calls_on_stop():
+    """A signal caught half-way through an install that then fails is dropped with it."""
+    real = signal.signal
+    installs = 0
+
+    def flaky(signum: int, handler: object) -> object:
+        nonlocal installs
+        installs += 1
+        if installs == 2:  # SIGUSR1 has our handler, SIGUSR2 is next: fail here
+            signal.raise_signal(signal.SIGUSR1)  # lands in the window, written to the pipe
+            raise OSError(22, "Invalid argument")
+        return real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+
+    called = threading.Event()
+    with (
+        mock.patch.object(signal, "signal", flaky),
+        pytest.raises(OSError, match="Invalid argument"),
+    ):
+        install_signal_handlers(called.set, signals=(signal.SIGUSR1, signal.SIGUSR2))
+    # Install joined the dispatcher before it raised: whatever it was going to do, it did.
+    assert not called.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "on-stop"]
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_ctrl_c_before_install_took_sigint_raises_and_leaves_nothing_behind():
+    """KeyboardInterrupt half-way through install: everything put back, on_stop never called."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    real = signal.signal
+    first = True
+
+    def ctrl_c_first(signum: int, handler: object) -> object:
+        nonlocal first
+        if first:  # SIGTERM is about to be taken; SIGINT still raises KeyboardInterrupt
+            first = False
+            signal.raise_signal(signal.SIGINT)  # its number also goes into our pipe
+        return real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+
+    called = threading.Event()
+    fds = open_fds()
+    with mock.patch.object(signal, "signal", ctrl_c_first), pytest.raises(KeyboardInterrupt):
+        install_signal_handlers(called.set, signals=(signal.SIGTERM, signal.SIGINT))
+    assert not called.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "on-stop"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.set_wakeup_fd(-1) == -1
+    assert open_fds() == fds
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_second_ctrl_c_while_closing_still_puts_everything_back_then_raises():
+    """Once SIGINT's old handler is back it may raise; close() finishes first, then re-raises."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGUSR1, noop)
+    fds = open_fds()
+    handlers = install_signal_handlers(lambda: None, signals=(signal.SIGINT, signal.SIGUSR1))
+    real = signal.signal
+    pressed = False
+
+    def ctrl_c_once_sigint_is_back(signum: int, handler: object) -> object:
+        nonlocal pressed
+        previous = real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+        if signum == signal.SIGINT and not pressed:
+            pressed = True
+            signal.raise_signal(signal.SIGINT)  # the impatient Ctrl-C, at the worst moment
+        return previous
+
+    with (
+        mock.patch.object(signal, "signal", ctrl_c_once_sigint_is_back),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        handlers.close()
+    assert handlers.closed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGUSR1) is noop
+    assert signal.set_wakeup_fd(-1) == -1
+    assert not [t for t in threading.enumerate() if t.name == "signal-dispatcher"]
+    assert open_fds() == fds
+    handlers.close()  # and a second close is a no-op
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_signal_that_lands_while_installing_is_acted_on_and_close_stays_bounded(
+    caplog: pytest.LogCaptureFixture,
+):
+    """Caught by our handler mid-install, it calls on_stop once; close() waits at most 1 s."""
+    real = signal.signal
+
+    def signal_after_first(signum: int, handler: object) -> object:
+        previous = real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+        if signum == signal.SIGUSR1:  # ours now; SIGUSR2 not yet
+            signal.raise_signal(signal.SIGUSR1)
+        return previous
+
+    gate = Gate("on_stop")
+    calls: list[str] = []
+
+    def on_stop() -> None:
+        calls.append(threading.current_thread().name)
+        gate.arrive()
+
+    with mock.patch.object(signal, "signal", signal_after_first):
+        handlers = install_signal_handlers(on_stop, signals=(signal.SIGUSR1, signal.SIGUSR2))
+    try:
+        gate.wait_reached()
+        assert handlers.first_signal == signal.SIGUSR1
+        with elapsed() as took:
+            handlers.close()  # on_stop is stuck at the gate: close() gives up waiting on it
+        assert took() < 1.0 + NOISE
+        assert "on_stop is still running 1s after close()" in caplog.text
+    finally:
+        gate.open()
+    for thread in threading.enumerate():
+        if thread.name == "on-stop":
+            join_or_fail(thread)
+    assert calls == ["on-stop"]
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_on_stop_still_runs_when_no_thread_can_be_started_for_it(caplog: pytest.LogCaptureFixture):
+    """If Thread.start fails for on_stop, the dispatcher survives and calls it itself."""
+    called = threading.Event()
+    ran_in: list[str] = []
+
+    def on_stop() -> None:
+        ran_in.append(threading.current_thread().name)
+        called.set()
+
+    flaky = fail_on_call(2, threading.Thread.start, RuntimeError("can't start new thread"))
+    with (
+        mock.patch.object(threading.Thread, "start", flaky),  # 1: dispatcher, 2: on-stop
+        install_signal_handlers(on_stop, signals=(signal.SIGUSR1,)) as handlers,
+    ):
+        signal.raise_signal(signal.SIGUSR1)
+        assert called.wait(MUST_HAPPEN)
+        assert handlers.first_signal == signal.SIGUSR1
+    assert ran_in == ["signal-dispatcher"]
+    assert "could not start a thread for on_stop" in caplog.text
 
 
 def test_a_handler_installed_outside_python_is_left_alone():
@@ -822,3 +1036,166 @@ def test_work_that_overruns_the_drain_budget_is_abandoned_and_the_process_exits_
         assert rest[3] == "cleanup ran"
         assert rest[4].startswith("log: work overran its drain budget: exiting now with status 1")
         assert "atexit ran" not in rest
+
+
+# --- Fork: a child forked after install is a process of its own ----------------------------
+
+# A helper for the fork scripts: wait for a child to exit, with a timeout, without sleeping.
+WAIT_FOR_CHILD = """
+import os, select
+
+def wait_for_exit(pid, timeout):
+    # pidfd (Linux 5.3+) becomes readable when the child exits; None if it did not in time.
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not select.select([pidfd], [], [], timeout)[0]:
+            return None
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        os.close(pidfd)
+"""
+
+# The handlers' dispatcher is a thread, so forking after install forks a multi-threaded
+# process: 3.12+ emits a DeprecationWarning for that. The child scripts record it instead of
+# hiding it, and the tests assert exactly when it appears; the parent process (pytest, with
+# filterwarnings=error) never forks.
+FORK_AFTER_INSTALL = (
+    WAIT_FOR_CHILD
+    + """
+import signal, sys, threading, warnings
+from patterns.exit_hooks import install_signal_handlers
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+called = threading.Event()
+handlers = install_signal_handlers(called.set)
+ready_r, ready_w = os.pipe()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pid = os.fork()
+if pid == 0:  # the child: what it inherited, then wait for the parent's signal
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup_fd)  # only looking: put it back
+    os.write(ready_w, f"{{signal.getsignal(signal.SIGTERM)!r}} {{wakeup_fd}}\\n".encode())
+    {child_then}
+    os._exit(0)
+print("fork warned:", any(w.category is DeprecationWarning for w in caught), flush=True)
+print("child inherited:", os.read(ready_r, 100).decode().strip(), flush=True)
+{parent_then}
+print("child status:", wait_for_exit(pid, {timeout}), flush=True)
+signal.raise_signal(signal.SIGINT)  # the parent's own signal, after the child's is over
+print("on_stop called:", called.wait({timeout}), flush=True)
+print("first signal:", handlers.first_signal.name, flush=True)
+handlers.close()
+"""
+)
+
+
+def expected_fork_warning() -> str:
+    """3.12 started warning about fork in a multi-threaded process; the dispatcher is a thread."""
+    return f"fork warned: {sys.version_info >= (3, 12)}"
+
+
+def test_a_child_forked_after_install_dies_on_sigterm_and_its_signal_never_reaches_the_parent():
+    """os.fork child: default SIGTERM, no wakeup fd; the parent's on_stop sees only its own."""
+    code = FORK_AFTER_INSTALL.format(
+        child_then="threading.Event().wait()  # only a signal ends this",
+        parent_then="os.kill(pid, signal.SIGTERM)",
+        timeout=MUST_HAPPEN,
+    )
+    result = run_group(code)
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        "child inherited: <Handlers.SIG_DFL: 0> -1",
+        f"child status: {-signal.SIGTERM}",
+        "on_stop called: True",
+        "first signal: SIGINT",
+    ], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_forked_child_closing_its_copy_of_the_handle_leaves_the_parents_handlers_working():
+    """The child's close() must not stop the parent's dispatcher through the shared pipe."""
+    code = FORK_AFTER_INSTALL.format(
+        child_then="handlers.close()  # forked code that leaves the with-block does this",
+        parent_then="",
+        timeout=MUST_HAPPEN,
+    )
+    result = run_group(code)
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        "child inherited: <Handlers.SIG_DFL: 0> -1",
+        "child status: 0",
+        "on_stop called: True",
+        "first signal: SIGINT",
+    ], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+MULTIPROCESSING_FORK = """
+import multiprocessing, os, signal, sys, threading, warnings
+from patterns.exit_hooks import install_signal_handlers
+
+def child(ready):
+    ready.set()
+    threading.Event().wait()  # only a signal ends this
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+ctx = multiprocessing.get_context("fork")
+called = threading.Event()
+with install_signal_handlers(called.set) as handlers:
+    ready = ctx.Event()
+    process = ctx.Process(target=child, args=(ready,), name="forked-child")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        process.start()
+    print("fork warned:", any(w.category is DeprecationWarning for w in caught), flush=True)
+    assert ready.wait({timeout})
+    {signal_them}
+    process.join({timeout})
+    print("child exitcode:", process.exitcode, flush=True)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+    {then}
+print("parent finished", flush=True)
+"""
+
+
+def test_process_terminate_ends_a_multiprocessing_fork_child_started_after_install():
+    """Process.terminate() works on a fork-method child; its SIGTERM never reaches the parent."""
+    code = MULTIPROCESSING_FORK.format(
+        timeout=MUST_HAPPEN,
+        signal_them="process.terminate()",
+        then="""signal.raise_signal(signal.SIGINT)
+    print("on_stop called:", called.wait(10.0), flush=True)
+    print("first signal:", handlers.first_signal.name, flush=True)""",
+    )
+    result = run_group(code)
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        f"child exitcode: {-signal.SIGTERM}",
+        "on_stop called: True",
+        "first signal: SIGINT",
+        "parent finished",
+    ], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_one_ctrl_c_to_the_process_group_stops_the_parent_once_and_interrupts_the_child():
+    """Ctrl-C reaches both: the child gets KeyboardInterrupt, the parent calls on_stop once."""
+    code = MULTIPROCESSING_FORK.format(
+        timeout=MUST_HAPPEN,
+        # What the terminal does on Ctrl-C: SIGINT to every process in the foreground group.
+        signal_them="os.killpg(0, signal.SIGINT)",
+        then="""print("on_stop called:", called.wait(10.0), flush=True)
+    print("first signal:", handlers.first_signal.name, flush=True)""",
+    )
+    result = run_group(code)  # a group of its own: the Ctrl-C reaches only the script
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        "child exitcode: 1",  # multiprocessing's exit code for an exception: KeyboardInterrupt
+        "on_stop called: True",
+        "first signal: SIGINT",
+        "parent finished",
+    ], (result.returncode, result.stderr)
+    assert result.returncode == 0, result.stderr
+    assert "KeyboardInterrupt" in result.stderr  # the child's traceback
