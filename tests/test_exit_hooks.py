@@ -398,6 +398,42 @@ def test_register_exit_hook_runs_before_logging_shutdown_so_its_line_is_kept(tmp
     assert log.read_text().splitlines() == ["main done", "exit hook: report flushed"]
 
 
+LATE_LOG_BY_HANDLER = """
+import atexit, sys
+def late():
+    logging.getLogger("app").warning("late line")
+atexit.register(late)  # before logging is imported: runs after logging.shutdown()
+import logging
+{configure}
+logging.getLogger("app").warning("main done")
+"""
+
+
+@pytest.mark.parametrize(
+    ("configure", "kept"),
+    [
+        pytest.param("logging.basicConfig(filename={path!r}, filemode='w')", False, id="file w"),
+        pytest.param("logging.basicConfig(filename={path!r}, filemode='a')", True, id="file a"),
+        pytest.param("logging.basicConfig(stream=sys.stderr)", True, id="stderr"),
+    ],
+)
+def test_a_line_logged_after_logging_shutdown_is_lost_only_by_a_file_handler_in_w_mode(
+    tmp_path: Path, configure: str, kept: bool
+):
+    """Closed FileHandler in 'w' mode drops it; 'a' mode reopens the file; stderr still prints.
+
+    The same on 3.11.7, 3.12.1 and 3.13.0: FileHandler.emit reopens a closed stream unless
+    the mode is 'w' (so a reopen cannot truncate the file it just wrote).
+    """
+    log = tmp_path / "app.log"
+    code = LATE_LOG_BY_HANDLER.format(configure=configure.format(path=str(log)))
+    result = run_child(code)
+    assert result.returncode == 0, result.stderr
+    output = log.read_text() if log.exists() else result.stderr
+    lines = [line.rsplit(":", 1)[-1] for line in output.splitlines()]  # WARNING:app:msg
+    assert lines == (["main done", "late line"] if kept else ["main done"]), output
+
+
 # --- install_signal_handlers: the handle's contract (in this process, main thread) --------
 
 
@@ -1199,3 +1235,132 @@ def test_one_ctrl_c_to_the_process_group_stops_the_parent_once_and_interrupts_th
     ], (result.returncode, result.stderr)
     assert result.returncode == 0, result.stderr
     assert "KeyboardInterrupt" in result.stderr  # the child's traceback
+
+
+# --- Python versions: what each one does, pinned where it runs ------------------------------
+
+JOIN_INTERRUPTED = """
+import linecache, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+release = threading.Event()
+worker = threading.Thread(target=release.wait, name="worker")
+worker.start()
+main = threading.main_thread()
+
+def main_waits_in_join():
+    # The innermost frame of the main thread is on the line of join() that blocks in C:
+    # 3.11 and 3.12 wait in _wait_for_tstate_lock, 3.13 in the thread handle's join().
+    frame = sys._current_frames().get(main.ident)
+    if frame is None:
+        return False
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    return "lock.acquire(block, timeout)" in line or "self._handle.join(" in line
+
+def ctrl_c_inside_join():
+    while not main_waits_in_join():
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+    signal.pthread_kill(main.ident, signal.SIGINT)
+
+threading.Thread(target=ctrl_c_inside_join, name="ctrl-c").start()
+try:
+    worker.join()
+except KeyboardInterrupt:
+    print("KeyboardInterrupt out of join(); is_alive:", worker.is_alive(), flush=True)
+worker.join(0)
+print("join(0) returns; is_alive:", worker.is_alive(), flush=True)
+release.set()  # the worker was running all along: it ends only now
+"""
+
+
+def test_a_ctrl_c_inside_thread_join_marks_a_live_thread_finished_before_3_13():
+    """gh-90882: on 3.11.7 and 3.12.1 is_alive() turns False while the thread runs; not on 3.13."""
+    result = run_child(JOIN_INTERRUPTED)
+    assert result.returncode == 0, result.stderr
+    alive = sys.version_info >= (3, 13)  # checked on 3.11.7, 3.12.1 and 3.13.0
+    assert result.stdout.splitlines() == [
+        f"KeyboardInterrupt out of join(); is_alive: {alive}",
+        f"join(0) returns; is_alive: {alive}",
+    ]
+
+
+THREAD_AT_EXIT = """
+import atexit, sys, threading
+def start_a_thread(when):
+    thread = threading.Thread(target=lambda: None)
+    try:
+        thread.start()
+    except RuntimeError as exc:
+        print(f"{{when}}: {{type(exc).__name__}}: {{exc}}", flush=True)
+    else:
+        thread.join()
+        print(f"{{when}}: started", flush=True)
+
+class StartsOneWhenCollected:
+    start = staticmethod(start_a_thread)
+    def __del__(self):
+        self.start("finalizing")
+
+{which}
+"""
+
+
+def test_starting_a_thread_at_exit_what_each_version_does():
+    """In atexit: refused only on 3.12.1 (gh-113964 relaxed it in 3.13); later: refused on 3.12+."""
+    in_atexit = run_child(
+        THREAD_AT_EXIT.format(which="atexit.register(start_a_thread, 'in atexit')")
+    )
+    assert in_atexit.returncode == 0, in_atexit.stderr
+    refused = "RuntimeError: can't create new thread at interpreter shutdown"
+    expected = {(3, 11): "in atexit: started", (3, 12): f"in atexit: {refused}"}
+    assert in_atexit.stdout.splitlines() == [
+        expected.get(sys.version_info[:2], "in atexit: started")
+    ]
+
+    # A cycle is collected during finalization, after the atexit handlers.
+    code = THREAD_AT_EXIT.format(which="x = StartsOneWhenCollected(); x.cycle = x")
+    if sys.version_info < (3, 12):
+        # 3.11 lets start() begin, and it waits forever for a thread that cannot run.
+        with Child(code) as child:
+            assert child.stays_alive()
+        return
+    late = run_child(code)
+    assert late.returncode == 0, late.stderr
+    error = "PythonFinalizationError" if sys.version_info >= (3, 13) else "RuntimeError"
+    assert late.stdout.splitlines() == [
+        f"finalizing: {error}: can't create new thread at interpreter shutdown"
+    ]
+
+
+FORCE_EXIT_AT_EXIT = """
+import atexit, logging, sys
+from patterns.exit_hooks import force_exit
+logging.basicConfig(stream=sys.stdout, format="log: %(message)s")
+
+class ForcesWhenCollected:
+    force = staticmethod(force_exit)
+    def __del__(self):
+        self.force(7, "from a finalizer")
+
+{which}
+"""
+
+
+def test_force_exit_from_an_atexit_handler_exits_with_its_status_on_every_version():
+    """Status 7 everywhere; the log line is flushed except on 3.12.1, which refuses the thread."""
+    result = run_child(
+        FORCE_EXIT_AT_EXIT.format(which="atexit.register(force_exit, 7, 'from atexit')")
+    )
+    assert result.returncode == 7, result.stderr
+    logged = sys.version_info[:2] != (3, 12)  # checked on 3.11.7, 3.12.1 and 3.13.0
+    lines = result.stdout.splitlines()
+    assert [line.split(":", 2)[1].strip() for line in lines] == (["from atexit"] if logged else [])
+
+
+def test_force_exit_during_finalization_exits_at_once_on_every_version():
+    """Called after the atexit handlers, force_exit must not wait for a thread that cannot start."""
+    code = FORCE_EXIT_AT_EXIT.format(which="x = ForcesWhenCollected(); x.cycle = x")
+    with elapsed() as took:
+        result = run_child(code)
+    assert result.returncode == 7, result.stderr
+    assert took() < MUST_HAPPEN
+    assert result.stdout == ""  # no flush thread, so no log line, on purpose
