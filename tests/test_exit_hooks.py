@@ -35,6 +35,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     spawn_python,
+    wait_until,
 )
 
 # The issue's bound for a forced exit: a second signal ends the process within a second.
@@ -323,10 +324,12 @@ def test_atexit_handlers_run_newest_first_one_at_a_time_in_the_main_thread():
     ]
 
 
-def test_an_exception_in_an_atexit_handler_is_printed_and_the_others_still_run():
-    """A failing handler is reported on stderr, the rest run, and the exit status stays 0."""
+@pytest.mark.race("P20", "an exception in an atexit handler only reaches stderr, status 0")
+def test_naive_atexit_hook_failure_is_printed_to_stderr_not_logged_and_the_status_stays_0():
+    """A failing handler is printed to stderr, not the app's log; the rest run; status 0."""
     result = run_child("""
-        import atexit
+        import atexit, logging, sys
+        logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
         def broken():
             raise RuntimeError("hook failed")
         atexit.register(print, "registered first")
@@ -334,13 +337,14 @@ def test_an_exception_in_an_atexit_handler_is_printed_and_the_others_still_run()
         atexit.register(print, "registered last")
     """)
     assert result.returncode == 0
-    assert result.stdout.splitlines() == ["registered last", "registered first"]
+    assert result.stdout.splitlines() == ["registered last", "registered first"]  # no log line
     assert "Exception ignored in atexit callback" in result.stderr
     assert "RuntimeError: hook failed" in result.stderr
 
 
+@pytest.mark.race("P20", "an exception in an atexit handler only reaches stderr, status 0")
 def test_register_exit_hook_logs_a_failing_hook_with_its_traceback():
-    """register_exit_hook reports a failure through logging, so it lands in the app's log."""
+    """register_exit_hook logs a failure with its traceback, so it lands in the app's log."""
     result = run_child("""
         import logging, sys
         from patterns.exit_hooks import register_exit_hook
@@ -356,6 +360,53 @@ def test_register_exit_hook_logs_a_failing_hook_with_its_traceback():
     assert lines[1].startswith("ERROR exit hook <function broken")
     assert "RuntimeError: hook failed" in result.stdout
     assert "Exception ignored" not in result.stderr
+
+
+# --- P19: os._exit skips finally, atexit and the flush of buffered output -----------------
+
+EXIT_NOW = """
+import atexit, logging, os, sys
+from patterns.exit_hooks import force_exit
+logging.basicConfig(stream=sys.stderr, format="log: %(message)s")
+atexit.register(print, "atexit ran")
+sys.stdout.write("half a line of results")  # stdout is a pipe: block-buffered, still unwritten
+try:
+    {exit_now}
+finally:
+    print("finally ran")
+"""
+
+
+def run_buffered_child(code: str) -> subprocess.CompletedProcess[str]:
+    """Run a child whose stdout is block-buffered, as it is in production under a pipe."""
+    env = child_env()
+    del env["PYTHONUNBUFFERED"]  # child_env sets it; with it the text would reach the pipe
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+
+
+@pytest.mark.race("P19", "os._exit loses buffered output, finally and atexit")
+def test_naive_os_exit_loses_the_buffered_output():
+    """os._exit(3) ends the process at the C level: the buffered text is gone, status 3."""
+    result = run_buffered_child(EXIT_NOW.format(exit_now="os._exit(3)"))
+    assert result.returncode == 3
+    assert result.stdout == ""  # the results, finally and atexit: all gone
+    assert result.stderr == ""
+
+
+@pytest.mark.race("P19", "os._exit loses buffered output, finally and atexit")
+def test_force_exit_flushes_stdout_and_the_log_before_it_exits():
+    """force_exit logs why and flushes stdio first; finally and atexit are skipped on purpose."""
+    result = run_buffered_child(EXIT_NOW.format(exit_now="force_exit(3, 'watchdog fired')"))
+    assert result.returncode == 3
+    assert result.stdout == "half a line of results"  # and no "finally ran", no "atexit ran"
+    assert result.stderr.startswith("log: watchdog fired: exiting now with status 3")
 
 
 # --- P21: logging after logging.shutdown() ---------------------------------------------------
@@ -792,7 +843,10 @@ def test_first_sigterm_calls_on_stop_once_and_the_process_exits_0_after_its_clea
         assert child.rest() == ["on_stop called", "finally ran", "atexit ran"]
 
 
-# --- P22: a signal delivered to another thread does not wake the main thread --------------
+# --- P22: a signal taken by another thread does not wake the main thread -------------------
+
+# Thread-directed: signal.pthread_kill aims SIGTERM at a helper thread, as the kernel aims
+# SIGPIPE or SIGSEGV at the thread that caused it.
 
 WORKER_GETS_THE_SIGNAL = (
     WATCH_MAIN
@@ -836,6 +890,90 @@ def test_a_signal_delivered_to_a_worker_thread_still_wakes_the_main_thread():
     with Child(code) as child:
         lines = {child.out.get(timeout=MUST_HAPPEN) for _ in range(2)}
         assert lines == {"signalled a worker thread", "stopped"}  # in either order
+        assert child.wait() == 0
+
+
+# A process-directed signal (kill, Ctrl-C, docker stop) goes, on Linux, to the main thread
+# whenever the main thread does not block it. The trap needs one of two things: a signal
+# aimed at a worker thread (above), or a main thread that blocks the signal, so that the
+# kernel hands it to a worker instead (below).
+MASKED = (
+    WATCH_MAIN
+    + """
+import signal
+from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+stop = threading.Event()
+{install}(stop.set)
+worker_ready = threading.Event()
+
+def work():
+    {worker_mask}
+    worker_ready.set()
+    stop.wait()
+
+worker = threading.Thread(target=work, name="worker")
+worker.start()
+worker_ready.wait()
+{main_mask}
+say_when(lambda: main_is_asleep_in_event_wait("<module>"), "main asleep")
+stop.wait()  # no timeout
+say("stopped")
+worker.join()
+"""
+)
+BLOCK_SIGTERM = "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})"
+
+
+def sigterm_is_pending(pid: int) -> bool:
+    """Whether SIGTERM waits, undelivered, in the process's shared pending set (Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = next(line for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return bool(int(pending.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def masked_child(install: str, *, main_mask: str = "", worker_mask: str = "pass") -> Child:
+    """Start the MASKED child with these handlers and signal masks."""
+    code = MASKED.format(install=install, main_mask=main_mask, worker_mask=worker_mask)
+    return Child(code)
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_naive_handler_sleeps_through_sigterm_when_the_main_thread_blocks_it():
+    """With SIGTERM blocked in main, the kernel gives it to a worker, and main sleeps on."""
+    with masked_child("naive_install_stop_handler", main_mask=BLOCK_SIGTERM) as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)  # process-directed, as kill and docker stop send it
+        wait_until(lambda: not sigterm_is_pending(child.proc.pid), "SIGTERM was delivered")
+        assert child.stays_alive()  # a worker took it; the handler waits for main's bytecode
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_the_wakeup_fd_wakes_the_main_thread_even_when_it_blocks_the_signal():
+    """Whichever thread takes SIGTERM writes the pipe, so on_stop runs and main wakes."""
+    with masked_child("install_signal_handlers", main_mask=BLOCK_SIGTERM) as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)
+        child.expect("stopped")
+        assert child.wait() == 0
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_blocking_the_signal_in_the_workers_instead_leaves_it_to_the_main_thread():
+    """pthread_sigmask in each worker, not in main: only main can take SIGTERM, and it wakes."""
+    with masked_child("naive_install_stop_handler", worker_mask=BLOCK_SIGTERM) as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)
+        child.expect("stopped")
+        assert child.wait() == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="how Linux picks the receiving thread")
+def test_on_linux_a_process_signal_reaches_a_main_thread_that_does_not_block_it():
+    """Nobody blocks SIGTERM: Linux gives kill()'s signal to main; the naive handler works."""
+    with masked_child("naive_install_stop_handler") as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)
+        child.expect("stopped")
         assert child.wait() == 0
 
 
