@@ -14,12 +14,15 @@ Pitfall:
     Python runs it in the main thread between two bytecodes; if those bytecodes are
     inside ``stop.wait()``, which holds the event's internal lock for a moment, the
     handler waits for a lock its own thread holds, forever (E1). It runs only when the
-    main thread runs bytecode, so a signal the kernel delivered to another thread leaves a
-    main thread blocked in ``Event.wait()`` asleep (P22). And every signal calls it again:
-    the impatient second Ctrl-C does nothing, or, with the default `KeyboardInterrupt`,
-    lands inside the graceful shutdown and abandons it, while a stuck non-daemon thread
-    still holds the exit (P24). At exit, `atexit` handlers registered before `logging`
-    was imported run after `logging.shutdown` and their messages vanish (P21).
+    main thread runs bytecode, so a signal taken by another thread leaves a main thread
+    blocked in ``Event.wait()`` asleep (P22); on Linux that needs a signal aimed at a
+    thread (``signal.pthread_kill``) or a main thread that blocks it, because a
+    process-wide signal goes to an unblocked main thread. And every signal calls it
+    again: the impatient second Ctrl-C does nothing, or, with the default
+    `KeyboardInterrupt`, lands inside the graceful shutdown and abandons it, while a stuck
+    non-daemon thread still holds the exit (P24). At exit, `atexit` handlers registered
+    before `logging` was imported run after `logging.shutdown`; a line they log to a
+    ``FileHandler`` opened with mode ``'w'`` is dropped, silently (P21).
 
 Pattern:
     The Python-level handler does nothing. `signal.set_wakeup_fd` makes CPython's
@@ -28,7 +31,9 @@ Pattern:
     starts ``on_stop`` in a thread of its own, where it may take locks and log; the
     second calls `force_exit`, which flushes logging and stdio for at most half a second
     and then calls `os._exit`. `SignalHandlers.close`, or leaving the ``with`` block,
-    puts back the previous handlers and wakeup fd.
+    puts back the previous handlers and wakeup fd. A child forked while they are
+    installed gets the previous handlers and no wakeup fd at once (`os.register_at_fork`):
+    it has none of the parent's threads, and the pipe is the parent's.
 
 Guarantees:
     * Once `install_signal_handlers` returns, the first of ``signals`` calls
@@ -40,23 +45,31 @@ Guarantees:
       ``finally`` blocks and `atexit` handlers are skipped on that path, on purpose.
     * After ``close()`` every handled signal has exactly the handler object it had
       before (``SIG_DFL``, ``SIG_IGN`` or the same callable), and the wakeup fd is what
-      it was. Installing is all or nothing: if it raises, nothing was changed.
+      it was, even if a handler put back raises on the way (``close()`` re-raises that
+      afterwards). Installing is all or nothing: if it raises, nothing was changed and
+      ``on_stop`` is never called.
+    * A child forked after install (``os.fork``, multiprocessing's ``fork`` method) has
+      the handlers it had before install and no wakeup fd; its signals never reach the
+      parent's ``on_stop``.
     * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and
       its failure is logged with its traceback.
 
 Python:
-    3.11+, POSIX (the wakeup fd is a pipe; Windows would need a socket); run on 3.11.7
-    only. Signal delivery has not changed in 3.12 to 3.14 (per CPython's docs):
-    Python-level handlers still run only in the main thread of the main interpreter,
-    between bytecodes. On 3.11 a `KeyboardInterrupt` that interrupts ``Thread.join()``
-    marks the thread finished while it still runs (gh-90882); with these handlers
-    installed no exception is ever raised into a wait. A C call that holds the
-    GIL (a huge integer power, some C extensions) delays the handlers and every other
-    thread, this module's dispatcher included; only SIGKILL ends such a process. Since
-    3.12 no thread can be started during finalization; `force_exit` then skips its flush
-    thread and exits at once. asyncio installs its own handlers (``asyncio.Runner``
-    already has a two-stage Ctrl-C) and its ``add_signal_handler`` takes the wakeup fd, so
-    `install_signal_handlers` refuses to run while a wakeup fd is set.
+    3.11+, POSIX (the wakeup fd is a pipe; Windows would need a socket); checked on
+    3.11.7, 3.12.1 and 3.13.0. On 3.11.7 and 3.12.1 a `KeyboardInterrupt` that
+    interrupts ``Thread.join()`` marks the thread finished while it still runs
+    (gh-90882); 3.13.0 keeps it alive. With these handlers installed no exception is
+    ever raised into a wait. A C call that holds the GIL (a huge integer power, some C
+    extensions) delays the handlers and every other thread, this module's dispatcher
+    included; only SIGKILL ends such a process. 3.12.1 refuses to start a thread in an
+    `atexit` handler (3.13.0 allows it again, gh-113964), so there `force_exit` exits
+    without its flush; during finalization (after the `atexit` handlers) 3.12+ refuse
+    and 3.11 hangs in ``Thread.start()``, so `force_exit` checks `sys.is_finalizing`
+    and exits at once. The dispatcher is a thread, so forking after install forks a
+    multi-threaded process, which 3.12+ warn about (`DeprecationWarning`). asyncio
+    installs its own handlers (``asyncio.Runner`` already has a two-stage Ctrl-C) and
+    its ``add_signal_handler`` takes the wakeup fd, so `install_signal_handlers` refuses
+    to run while a wakeup fd is set.
 
 Java:
     The JVM starts its shutdown hooks on SIGTERM, SIGINT and SIGHUP; Python needs
@@ -445,9 +458,11 @@ def force_exit(
     """Log ``reason``, flush logging and stdio for at most ``flush_timeout`` s, `os._exit`.
 
     `os._exit` skips ``finally`` blocks, `atexit` handlers and the join of non-daemon
-    threads, which is the point when one of them is stuck (P19). The log line and the
-    flush run in a helper thread, because a stream can block (another thread may hold its
-    lock while it waits on a full pipe), and the exit must not wait for it.
+    threads, which is the point when one of them is stuck, and drops unflushed output,
+    which is why this flushes first (P19). The log line and the flush run in a helper
+    thread, because a stream can block (another thread may hold its lock while it waits
+    on a full pipe), and the exit must not wait for it. Where no thread can be started
+    (during finalization; in an `atexit` handler on 3.12.1) it exits without the flush.
     """
     if sys.is_finalizing():
         # No thread can start now: 3.12+ raise, and on 3.11 Thread.start() waits forever
@@ -538,9 +553,10 @@ def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
 
     `atexit` runs handlers newest first. `logging` registered its shutdown handler when it
     was first imported, which was before this module finished importing, so ``hook`` runs
-    while logging still works (P21). A failure is logged with its traceback instead of
-    the bare "Exception ignored in atexit callback" on stderr; either way the exit status
-    stays what it was (P20). Keep hooks quick: each one delays the exit.
+    while logging still works; after it, a ``FileHandler`` in mode ``'w'`` would drop the
+    line (P21). A failure is logged with its traceback instead of the bare "Exception
+    ignored in atexit callback" on stderr; either way the exit status stays what it was
+    (P20). Keep hooks quick: each one delays the exit.
 
     Returns the function actually registered, for `atexit.unregister`.
     """
@@ -564,9 +580,10 @@ def naive_install_stop_handler(on_stop: Callable[[], object]) -> None:
     It runs between two bytecodes of whatever the main thread is doing: if that is
     ``stop.wait()`` and ``on_stop`` is ``stop.set``, it waits forever for the event's
     lock, which its own thread holds (E1). It runs only when the main thread runs
-    bytecode, so a signal delivered to another thread leaves a main thread blocked in
-    ``Event.wait()`` asleep (P22). Every signal calls ``on_stop`` again, and nothing
-    forces the exit (P24). The previous handlers are lost.
+    bytecode, so a signal taken by another thread (aimed at it with
+    ``signal.pthread_kill``, or handed to it because the main thread blocks the signal)
+    leaves a main thread blocked in ``Event.wait()`` asleep (P22). Every signal calls
+    ``on_stop`` again, and nothing forces the exit (P24). The previous handlers are lost.
     """
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -585,8 +602,8 @@ def naive_run_until_interrupted(
     cleanup at all (P18). Ctrl-C raises `KeyboardInterrupt` in the main thread and starts
     the graceful path; a second Ctrl-C raises again inside the drain, so the cleanup is
     skipped, and a stuck non-daemon worker then holds interpreter exit (P24). (It waits on
-    an event rather than ``worker.join()``: on 3.11 a Ctrl-C that interrupts ``join()``
-    marks the thread as finished while it still runs, gh-90882.)
+    an event rather than ``worker.join()``: before 3.13 a Ctrl-C that interrupts
+    ``join()`` marks the thread as finished while it still runs, gh-90882.)
     """
     stop = threading.Event()  # set on the first Ctrl-C; work watches it
     done = threading.Event()  # set by the worker when work returns; the main thread waits on it
