@@ -847,7 +847,7 @@ def test_first_sigterm_calls_on_stop_once_and_the_process_exits_0_after_its_clea
 # --- P22: a signal taken by another thread does not wake the main thread -------------------
 
 # Thread-directed: signal.pthread_kill aims SIGTERM at a helper thread, as the kernel aims
-# SIGPIPE or SIGSEGV at the thread that caused it.
+# a synchronous signal (SIGSEGV, SIGFPE) at the thread that caused it.
 
 WORKER_GETS_THE_SIGNAL = (
     WATCH_MAIN
@@ -1303,6 +1303,29 @@ def test_a_forked_child_closing_its_copy_of_the_handle_leaves_the_parents_handle
         "first signal: SIGINT",
     ], result.stderr
     assert result.returncode == 0, result.stderr
+
+
+def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pipe():
+    """A subprocess execs: handled signals are back to SIG_DFL, and the pipe is not inherited."""
+    code = """
+        import signal, subprocess, sys
+        from patterns.exit_hooks import install_signal_handlers
+        with install_signal_handlers(lambda: None) as handlers:
+            write_fd = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(write_fd)  # only looking: put it back
+            child = (
+                "import os, signal, sys\\n"
+                "try:\\n"
+                "    os.fstat(int(sys.argv[1])); pipe = 'inherited'\\n"
+                "except OSError:\\n"
+                "    pipe = 'not inherited'\\n"
+                "print(repr(signal.getsignal(signal.SIGTERM)), signal.set_wakeup_fd(-1), pipe)"
+            )
+            subprocess.run([sys.executable, "-c", child, str(write_fd)], check=True, timeout=10)
+    """
+    result = run_child(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["<Handlers.SIG_DFL: 0> -1 not inherited"]
 
 
 MULTIPROCESSING_FORK = """
