@@ -1305,6 +1305,30 @@ def test_a_forked_child_closing_its_copy_of_the_handle_leaves_the_parents_handle
     assert result.returncode == 0, result.stderr
 
 
+def test_a_child_forked_from_a_worker_thread_gets_its_handlers_back_too():
+    """The at-fork hook runs in the forking thread, the child's main thread, whichever it was."""
+    code = """
+        import os, signal, threading, warnings
+        from patterns.exit_hooks import install_signal_handlers
+        # 3.12+ warn about forking with threads running; the fork is the point of the test.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with install_signal_handlers(lambda: None):
+            def fork_here():
+                pid = os.fork()
+                if pid == 0:
+                    handler, fd = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1)
+                    os.write(1, f"child: {handler!r} {fd}\\n".encode())
+                    os._exit(0)
+                print("child status:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+            forker = threading.Thread(target=fork_here, name="forker")
+            forker.start()
+            forker.join()
+    """
+    result = run_group(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["child: <Handlers.SIG_DFL: 0> -1", "child status: 0"]
+
+
 def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pipe():
     """A subprocess execs: handled signals are back to SIG_DFL, and the pipe is not inherited."""
     code = """
