@@ -14,12 +14,15 @@ Pitfall:
     Python runs it in the main thread between two bytecodes; if those bytecodes are
     inside ``stop.wait()``, which holds the event's internal lock for a moment, the
     handler waits for a lock its own thread holds, forever (E1). It runs only when the
-    main thread runs bytecode, so a signal the kernel delivered to another thread leaves a
-    main thread blocked in ``Event.wait()`` asleep (P22). And every signal calls it again:
-    the impatient second Ctrl-C does nothing, or, with the default `KeyboardInterrupt`,
-    lands inside the graceful shutdown and abandons it, while a stuck non-daemon thread
-    still holds the exit (P24). At exit, `atexit` handlers registered before `logging`
-    was imported run after `logging.shutdown` and their messages vanish (P21).
+    main thread runs bytecode, so a signal taken by another thread leaves a main thread
+    blocked in ``Event.wait()`` asleep (P22); on Linux that needs a signal aimed at a
+    thread (``signal.pthread_kill``) or a main thread that blocks it, because a
+    process-wide signal goes to an unblocked main thread. And every signal calls it
+    again: the impatient second Ctrl-C does nothing, or, with the default
+    `KeyboardInterrupt`, lands inside the graceful shutdown and abandons it, while a stuck
+    non-daemon thread still holds the exit (P24). At exit, `atexit` handlers registered
+    before `logging` was imported run after `logging.shutdown`; a line they log to a
+    ``FileHandler`` opened with mode ``'w'`` is dropped, silently (P21).
 
 Pattern:
     The Python-level handler does nothing. `signal.set_wakeup_fd` makes CPython's
@@ -28,7 +31,9 @@ Pattern:
     starts ``on_stop`` in a thread of its own, where it may take locks and log; the
     second calls `force_exit`, which flushes logging and stdio for at most half a second
     and then calls `os._exit`. `SignalHandlers.close`, or leaving the ``with`` block,
-    puts back the previous handlers and wakeup fd.
+    puts back the previous handlers and wakeup fd. A child forked while they are
+    installed gets the previous handlers and no wakeup fd at once (`os.register_at_fork`):
+    it has none of the parent's threads, and the pipe is the parent's.
 
 Guarantees:
     * Once `install_signal_handlers` returns, the first of ``signals`` calls
@@ -40,23 +45,31 @@ Guarantees:
       ``finally`` blocks and `atexit` handlers are skipped on that path, on purpose.
     * After ``close()`` every handled signal has exactly the handler object it had
       before (``SIG_DFL``, ``SIG_IGN`` or the same callable), and the wakeup fd is what
-      it was. Installing is all or nothing: if it raises, nothing was changed.
+      it was, even if a handler put back raises on the way (``close()`` re-raises that
+      afterwards). Installing is all or nothing: if it raises, nothing was changed and
+      ``on_stop`` is never called.
+    * A child forked after install (``os.fork``, multiprocessing's ``fork`` method) has
+      the handlers it had before install and no wakeup fd; its signals never reach the
+      parent's ``on_stop``.
     * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and
       its failure is logged with its traceback.
 
 Python:
-    3.11+, POSIX (the wakeup fd is a pipe; Windows would need a socket); run on 3.11.7
-    only. Signal delivery has not changed in 3.12 to 3.14 (per CPython's docs):
-    Python-level handlers still run only in the main thread of the main interpreter,
-    between bytecodes. On 3.11 a `KeyboardInterrupt` that interrupts ``Thread.join()``
-    marks the thread finished while it still runs (gh-90882); with these handlers
-    installed no exception is ever raised into a wait. A C call that holds the
-    GIL (a huge integer power, some C extensions) delays the handlers and every other
-    thread, this module's dispatcher included; only SIGKILL ends such a process. Since
-    3.12 no thread can be started during finalization; `force_exit` then skips its flush
-    thread and exits at once. asyncio installs its own handlers (``asyncio.Runner``
-    already has a two-stage Ctrl-C) and its ``add_signal_handler`` takes the wakeup fd, so
-    `install_signal_handlers` refuses to run while a wakeup fd is set.
+    3.11+, POSIX (the wakeup fd is a pipe; Windows would need a socket); checked on
+    3.11.7, 3.12.1 and 3.13.0. On 3.11.7 and 3.12.1 a `KeyboardInterrupt` that
+    interrupts ``Thread.join()`` marks the thread finished while it still runs
+    (gh-90882); 3.13.0 keeps it alive. With these handlers installed no exception is
+    ever raised into a wait. A C call that holds the GIL (a huge integer power, some C
+    extensions) delays the handlers and every other thread, this module's dispatcher
+    included; only SIGKILL ends such a process. 3.12.1 refuses to start a thread in an
+    `atexit` handler (3.13.0 allows it again, gh-113964), so there `force_exit` exits
+    without its flush; during finalization (after the `atexit` handlers) 3.12+ refuse
+    and 3.11 hangs in ``Thread.start()``, so `force_exit` checks `sys.is_finalizing`
+    and exits at once. The dispatcher is a thread, so forking after install forks a
+    multi-threaded process, which 3.12+ warn about (`DeprecationWarning`). asyncio
+    installs its own handlers (``asyncio.Runner`` already has a two-stage Ctrl-C) and
+    its ``add_signal_handler`` takes the wakeup fd, so `install_signal_handlers` refuses
+    to run while a wakeup fd is set.
 
 Java:
     The JVM starts its shutdown hooks on SIGTERM, SIGINT and SIGHUP; Python needs
@@ -153,18 +166,25 @@ class SignalHandlers:
                 "(signal.getsignal() returns None); it could not be put back after close(), "
                 "so install_signal_handlers() leaves it alone: leave it out of signals="
             )
-        # Guards _closed, _received and _on_stop_thread. Taken by the dispatcher thread
-        # for each signal and by close(); never held while on_stop runs, and never taken
-        # by a Python-level signal handler, which could deadlock on it (E1).
+        # Guards _armed, _held, _closed, _received and _on_stop_thread. Taken by the
+        # dispatcher thread for each signal, by the end of installing and by close(); never
+        # held while on_stop runs, and never taken by a Python-level signal handler, which
+        # could deadlock on it (E1).
         self._lock = threading.Lock()
+        self._armed = False  # set once installing has succeeded; signals before it wait in _held
+        self._held: list[signal.Signals] = []
         self._closed = False
         self._received: list[signal.Signals] = []
         self._on_stop_thread: threading.Thread | None = None
+        # What _install changed, each undone by _restore and then marked undone, so that a
+        # _restore interrupted half-way (a KeyboardInterrupt from a handler already put back)
+        # can be called again and finish.
         self._previous: dict[signal.Signals, _Handler] = {}
         self._wakeup_installed = False
+        self._dispatcher_running = False
         # The C-level handler writes signal numbers to _write_fd; the dispatcher reads
         # _read_fd. set_wakeup_fd needs a non-blocking write end, so that a full pipe
-        # drops a byte instead of blocking inside a signal handler.
+        # drops a byte instead of blocking inside a signal handler. -1 once closed.
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
         self._dispatcher = threading.Thread(
@@ -173,7 +193,9 @@ class SignalHandlers:
         try:
             self._install()
         except BaseException:
-            self._restore()
+            with self._lock:
+                self._closed = True  # a signal already in the pipe must not call on_stop now
+            self._restore_all()
             raise
 
     @property
@@ -196,9 +218,12 @@ class SignalHandlers:
     def close(self) -> None:
         """Put back the previous handlers and wakeup fd; stop the helper threads.
 
-        Idempotent. Main thread only, like `signal.signal`. A signal that arrives once
-        ``close()`` has started is no longer acted on here; from the moment its previous
-        handler is back, that handler gets it.
+        Idempotent, bounded (it waits at most a second for each helper thread). Main thread
+        only, like `signal.signal`. A signal that arrives once ``close()`` has started is no
+        longer acted on here; from the moment its previous handler is back, that handler
+        gets it, and if that handler raises (a second Ctrl-C meeting
+        `signal.default_int_handler`), ``close()`` still puts everything back and then
+        re-raises it.
         """
         _require_main_thread("SignalHandlers.close()")
         with self._lock:
@@ -206,7 +231,7 @@ class SignalHandlers:
                 return
             self._closed = True
             on_stop_thread = self._on_stop_thread
-        self._restore()
+        self._restore_all()
         if on_stop_thread is not None:
             on_stop_thread.join(_HELPER_JOIN_TIMEOUT)
             if on_stop_thread.is_alive():
@@ -224,8 +249,8 @@ class SignalHandlers:
         self.close()
 
     def _install(self) -> None:
-        """Start the dispatcher, take the wakeup fd, then install the handlers."""
-        self._dispatcher.start()
+        """Take the wakeup fd, start the dispatcher, install the handlers, then arm."""
+        global _installed  # noqa: PLW0603 - the one handle the fork hooks must know about
         previous_fd = signal.set_wakeup_fd(self._write_fd)
         if previous_fd != -1:
             signal.set_wakeup_fd(previous_fd)
@@ -234,26 +259,89 @@ class SignalHandlers:
                 "asyncio event loop's add_signal_handler): close that first"
             )
         self._wakeup_installed = True
+        _installed = self
+        self._dispatcher.start()
+        self._dispatcher_running = True
         for signum in self._signals:
-            self._previous[signum] = signal.signal(signum, _wake_only)
+            # Recorded before it is replaced: putting back a handler that was not replaced
+            # yet is harmless, losing one is not.
+            self._previous[signum] = signal.getsignal(signum)
+            try:
+                signal.signal(signum, _wake_only)
+            except (OSError, ValueError):  # not replaced (SIGKILL, say): nothing to put back
+                del self._previous[signum]
+                raise
+        with self._lock:
+            self._armed = True
+            held, self._held = self._held, []
+        for signum in held:  # arrived while installing, after our handler was in place
+            self._on_signal(signum)
+
+    def _restore_all(self) -> None:
+        """Undo everything _install did, even if a handler put back raises on the way."""
+        failure: BaseException | None = None
+        # Each call makes progress (every step is marked done once done), so a few calls
+        # always suffice; the bound only guards against a step that fails every time.
+        for _ in range(len(self._previous) + 4):
+            try:
+                self._restore()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the rest is undone
+                failure = failure or exc
+            else:
+                break
+        if failure is not None:
+            raise failure
 
     def _restore(self) -> None:
-        """Undo whatever _install managed to do: handlers, then wakeup fd, then dispatcher."""
+        """Handlers (Python callables last), wakeup fd, dispatcher, pipe; each step once."""
+        global _installed  # noqa: PLW0603 - see _install
+        # A previous handler that is a Python callable can raise (default_int_handler raises
+        # KeyboardInterrupt) as soon as it is back; putting those back last keeps that
+        # window at the end, and _restore_all calls this again to finish the rest.
+        for signum, previous in sorted(self._previous.items(), key=lambda i: callable(i[1])):
+            signal.signal(signum, previous)
+            del self._previous[signum]
+        if self._wakeup_installed:
+            current = signal.set_wakeup_fd(-1)
+            if current not in (self._write_fd, -1):  # someone replaced ours: leave theirs
+                signal.set_wakeup_fd(current)
+                logger.warning("the signal wakeup fd was replaced while handlers were installed")
+            self._wakeup_installed = False
+        if self._dispatcher_running:
+            os.write(self._write_fd, bytes([_CLOSE]))
+            self._dispatcher_running = False
+            self._dispatcher.join(_HELPER_JOIN_TIMEOUT)
+        if not self._dispatcher.is_alive():
+            self._close_pipe()
+        if _installed is self:
+            _installed = None
+
+    def _close_pipe(self) -> None:
+        for fd in (self._read_fd, self._write_fd):
+            if fd != -1:
+                with contextlib.suppress(OSError):  # closed already, if interrupted and redone
+                    os.close(fd)
+        self._read_fd = self._write_fd = -1
+
+    def _forget_after_fork(self) -> None:
+        """In a child forked while installed: put back the previous handlers, let go of the pipe.
+
+        The child has none of the parent's threads, so nothing would read the pipe, and
+        the pipe is the parent's: a signal written there would stop the parent, and a
+        ``close()`` in the child would end the parent's dispatcher. The child gets the
+        handlers it would have had without us, as a process of its own.
+        """
+        self._lock = threading.Lock()  # the dispatcher may have held it at the fork
+        self._closed = True
+        self._on_stop_thread = None
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
         if self._wakeup_installed:
+            signal.set_wakeup_fd(-1)
             self._wakeup_installed = False
-            current = signal.set_wakeup_fd(-1)
-            if current != self._write_fd:  # someone replaced ours: leave theirs in place
-                signal.set_wakeup_fd(current)
-                logger.warning("the signal wakeup fd was replaced while handlers were installed")
-        if self._dispatcher.ident is not None:  # started
-            os.write(self._write_fd, bytes([_CLOSE]))
-            self._dispatcher.join(_HELPER_JOIN_TIMEOUT)
-        if not self._dispatcher.is_alive():
-            os.close(self._read_fd)
-            os.close(self._write_fd)
+        self._dispatcher_running = False  # not in this process
+        self._close_pipe()
 
     def _dispatch(self) -> None:
         """Read signal numbers from the pipe until close() writes _CLOSE."""
@@ -269,16 +357,28 @@ class SignalHandlers:
             # SIGALRM, say), so only ours count, and none after close() has started.
             if self._closed or signum not in self._signals:
                 return
+            if not self._armed:  # still installing: act only if installing succeeds
+                self._held.append(signal.Signals(signum))
+                return
             self._received.append(signal.Signals(signum))
             count = len(self._received)
+            run_here = False
             if count == 1:
                 # In its own thread: on_stop may block, and the dispatcher must stay free
                 # to see the second signal.
-                self._on_stop_thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run_on_stop, args=(signal.Signals(signum),), name="on-stop"
                 )
-                self._on_stop_thread.daemon = True
-                self._on_stop_thread.start()
+                thread.daemon = True
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread to be had: a resource limit, or shutdown
+                    run_here = True
+                else:
+                    self._on_stop_thread = thread
+        if run_here:
+            logger.warning("could not start a thread for on_stop; running it in the dispatcher")
+            self._run_on_stop(signal.Signals(signum))
         if count == 2:
             name = signal.Signals(signum).name
             force_exit(128 + signum, f"second signal ({name}) while stopping")
@@ -289,6 +389,49 @@ class SignalHandlers:
             self._on_stop()
         except Exception:
             logger.exception("on_stop failed; a second signal still forces the exit")
+
+
+# The handle whose wakeup fd is set (there can be only one), for the fork hooks below.
+_installed: SignalHandlers | None = None
+
+# The forking thread's signal mask, saved by _before_fork for the after-fork hooks.
+_fork_mask = threading.local()
+
+
+def _before_fork() -> None:
+    """Block our signals in the forking thread, so the child starts with them blocked.
+
+    Until _after_fork_in_child has run, the child still has our do-nothing handlers and
+    the parent's wakeup fd: a signal delivered in that window would be written into the
+    parent's pipe. Blocked, it waits, and meets the child's restored handler.
+    """
+    handlers = _installed
+    if handlers is not None:
+        _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, handlers.signals)
+
+
+def _after_fork_in_parent() -> None:
+    saved: set[signal.Signals] | None = getattr(_fork_mask, "saved", None)
+    if saved is not None:
+        del _fork_mask.saved
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+
+
+def _after_fork_in_child() -> None:
+    global _installed
+    handlers, _installed = _installed, None
+    if handlers is not None:
+        handlers._forget_after_fork()
+    _after_fork_in_parent()  # unblock: whatever arrived meanwhile meets the old handler
+
+
+# Forked children (os.fork, multiprocessing's "fork" start method) do not inherit the
+# handles' threads; subprocess children exec, which resets handlers and closes the pipe.
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
 
 
 def install_signal_handlers(
@@ -315,16 +458,22 @@ def force_exit(
     """Log ``reason``, flush logging and stdio for at most ``flush_timeout`` s, `os._exit`.
 
     `os._exit` skips ``finally`` blocks, `atexit` handlers and the join of non-daemon
-    threads, which is the point when one of them is stuck (P19). The log line and the
-    flush run in a helper thread, because a stream can block (another thread may hold its
-    lock while it waits on a full pipe), and the exit must not wait for it.
+    threads, which is the point when one of them is stuck, and drops unflushed output,
+    which is why this flushes first (P19). The log line and the flush run in a helper
+    thread, because a stream can block (another thread may hold its lock while it waits
+    on a full pipe), and the exit must not wait for it. Where no thread can be started
+    (during finalization; in an `atexit` handler on 3.12.1) it exits without the flush.
     """
+    if sys.is_finalizing():
+        # No thread can start now: 3.12+ raise, and on 3.11 Thread.start() waits forever
+        # for a thread that cannot get going. Exit without the flush.
+        os._exit(status)
     flusher = threading.Thread(
         target=_log_and_flush, args=(status, reason), name="force-exit-flush", daemon=True
     )
     try:
         flusher.start()
-    except RuntimeError:  # no new threads during interpreter finalization (3.12+)
+    except RuntimeError:  # 3.12.1 refuses new threads in atexit handlers too (gh-113964)
         os._exit(status)
     flusher.join(flush_timeout)
     os._exit(status)
@@ -404,9 +553,10 @@ def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
 
     `atexit` runs handlers newest first. `logging` registered its shutdown handler when it
     was first imported, which was before this module finished importing, so ``hook`` runs
-    while logging still works (P21). A failure is logged with its traceback instead of
-    the bare "Exception ignored in atexit callback" on stderr; either way the exit status
-    stays what it was (P20). Keep hooks quick: each one delays the exit.
+    while logging still works; after it, a ``FileHandler`` in mode ``'w'`` would drop the
+    line (P21). A failure is logged with its traceback instead of the bare "Exception
+    ignored in atexit callback" on stderr; either way the exit status stays what it was
+    (P20). Keep hooks quick: each one delays the exit.
 
     Returns the function actually registered, for `atexit.unregister`.
     """
@@ -430,9 +580,10 @@ def naive_install_stop_handler(on_stop: Callable[[], object]) -> None:
     It runs between two bytecodes of whatever the main thread is doing: if that is
     ``stop.wait()`` and ``on_stop`` is ``stop.set``, it waits forever for the event's
     lock, which its own thread holds (E1). It runs only when the main thread runs
-    bytecode, so a signal delivered to another thread leaves a main thread blocked in
-    ``Event.wait()`` asleep (P22). Every signal calls ``on_stop`` again, and nothing
-    forces the exit (P24). The previous handlers are lost.
+    bytecode, so a signal taken by another thread (aimed at it with
+    ``signal.pthread_kill``, or handed to it because the main thread blocks the signal)
+    leaves a main thread blocked in ``Event.wait()`` asleep (P22). Every signal calls
+    ``on_stop`` again, and nothing forces the exit (P24). The previous handlers are lost.
     """
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -451,8 +602,8 @@ def naive_run_until_interrupted(
     cleanup at all (P18). Ctrl-C raises `KeyboardInterrupt` in the main thread and starts
     the graceful path; a second Ctrl-C raises again inside the drain, so the cleanup is
     skipped, and a stuck non-daemon worker then holds interpreter exit (P24). (It waits on
-    an event rather than ``worker.join()``: on 3.11 a Ctrl-C that interrupts ``join()``
-    marks the thread as finished while it still runs, gh-90882.)
+    an event rather than ``worker.join()``: before 3.13 a Ctrl-C that interrupts
+    ``join()`` marks the thread as finished while it still runs, gh-90882.)
     """
     stop = threading.Event()  # set on the first Ctrl-C; work watches it
     done = threading.Event()  # set by the worker when work returns; the main thread waits on it

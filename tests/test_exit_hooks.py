@@ -7,6 +7,8 @@ before it sends a signal or writes to the child's stdin, so every interleaving i
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import signal
 import subprocess
@@ -18,17 +20,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import IO
+from unittest import mock
 
 import pytest
 
 from patterns.exit_hooks import install_signal_handlers
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     STAYS_BLOCKED,
+    Gate,
     child_env,
+    elapsed,
     join_or_fail,
     run_in_thread,
     spawn_python,
+    wait_until,
 )
 
 # The issue's bound for a forced exit: a second signal ends the process within a second.
@@ -153,16 +160,43 @@ class Child:
                 stream.close()
 
 
-def run_child(code: str) -> subprocess.CompletedProcess[str]:
+def run_child(code: str, timeout: float = MUST_HAPPEN) -> subprocess.CompletedProcess[str]:
     """Run a child that needs no interaction, with a timeout."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         env=child_env(),
-        timeout=MUST_HAPPEN,
+        timeout=timeout,
         check=False,
     )
+
+
+def run_group(code: str, timeout: float = MUST_HAPPEN * 3) -> subprocess.CompletedProcess[str]:
+    """Run a child in a process group of its own; SIGKILL the whole group when it is done.
+
+    For children that fork: a grandchild that ignores SIGTERM would otherwise outlive the
+    test and hold the output pipes open. The group also lets a child send a "terminal"
+    Ctrl-C to itself and its children only.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=MUST_HAPPEN)
+        stderr += f"\n[test: timed out after {timeout}s; the process group was killed]"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # any grandchild left behind
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 # Child code shared by several tests: helpers that let the child announce where its main
@@ -290,10 +324,12 @@ def test_atexit_handlers_run_newest_first_one_at_a_time_in_the_main_thread():
     ]
 
 
-def test_an_exception_in_an_atexit_handler_is_printed_and_the_others_still_run():
-    """A failing handler is reported on stderr, the rest run, and the exit status stays 0."""
+@pytest.mark.race("P20", "an exception in an atexit handler only reaches stderr, status 0")
+def test_naive_atexit_hook_failure_is_printed_to_stderr_not_logged_and_the_status_stays_0():
+    """A failing handler is printed to stderr, not the app's log; the rest run; status 0."""
     result = run_child("""
-        import atexit
+        import atexit, logging, sys
+        logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
         def broken():
             raise RuntimeError("hook failed")
         atexit.register(print, "registered first")
@@ -301,13 +337,14 @@ def test_an_exception_in_an_atexit_handler_is_printed_and_the_others_still_run()
         atexit.register(print, "registered last")
     """)
     assert result.returncode == 0
-    assert result.stdout.splitlines() == ["registered last", "registered first"]
+    assert result.stdout.splitlines() == ["registered last", "registered first"]  # no log line
     assert "Exception ignored in atexit callback" in result.stderr
     assert "RuntimeError: hook failed" in result.stderr
 
 
+@pytest.mark.race("P20", "an exception in an atexit handler only reaches stderr, status 0")
 def test_register_exit_hook_logs_a_failing_hook_with_its_traceback():
-    """register_exit_hook reports a failure through logging, so it lands in the app's log."""
+    """register_exit_hook logs a failure with its traceback, so it lands in the app's log."""
     result = run_child("""
         import logging, sys
         from patterns.exit_hooks import register_exit_hook
@@ -323,6 +360,53 @@ def test_register_exit_hook_logs_a_failing_hook_with_its_traceback():
     assert lines[1].startswith("ERROR exit hook <function broken")
     assert "RuntimeError: hook failed" in result.stdout
     assert "Exception ignored" not in result.stderr
+
+
+# --- P19: os._exit skips finally, atexit and the flush of buffered output -----------------
+
+EXIT_NOW = """
+import atexit, logging, os, sys
+from patterns.exit_hooks import force_exit
+logging.basicConfig(stream=sys.stderr, format="log: %(message)s")
+atexit.register(print, "atexit ran")
+sys.stdout.write("half a line of results")  # stdout is a pipe: block-buffered, still unwritten
+try:
+    {exit_now}
+finally:
+    print("finally ran")
+"""
+
+
+def run_buffered_child(code: str) -> subprocess.CompletedProcess[str]:
+    """Run a child whose stdout is block-buffered, as it is in production under a pipe."""
+    env = child_env()
+    del env["PYTHONUNBUFFERED"]  # child_env sets it; with it the text would reach the pipe
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+
+
+@pytest.mark.race("P19", "os._exit loses buffered output, finally and atexit")
+def test_naive_os_exit_loses_the_buffered_output():
+    """os._exit(3) ends the process at the C level: the buffered text is gone, status 3."""
+    result = run_buffered_child(EXIT_NOW.format(exit_now="os._exit(3)"))
+    assert result.returncode == 3
+    assert result.stdout == ""  # the results, finally and atexit: all gone
+    assert result.stderr == ""
+
+
+@pytest.mark.race("P19", "os._exit loses buffered output, finally and atexit")
+def test_force_exit_flushes_stdout_and_the_log_before_it_exits():
+    """force_exit logs why and flushes stdio first; finally and atexit are skipped on purpose."""
+    result = run_buffered_child(EXIT_NOW.format(exit_now="force_exit(3, 'watchdog fired')"))
+    assert result.returncode == 3
+    assert result.stdout == "half a line of results"  # and no "finally ran", no "atexit ran"
+    assert result.stderr.startswith("log: watchdog fired: exiting now with status 3")
 
 
 # --- P21: logging after logging.shutdown() ---------------------------------------------------
@@ -363,6 +447,43 @@ def test_register_exit_hook_runs_before_logging_shutdown_so_its_line_is_kept(tmp
     result = run_child(code)
     assert result.returncode == 0, result.stderr
     assert log.read_text().splitlines() == ["main done", "exit hook: report flushed"]
+
+
+LATE_LOG_BY_HANDLER = """
+import atexit, sys
+def late():
+    logging.getLogger("app").warning("late line")
+atexit.register(late)  # before logging is imported: runs after logging.shutdown()
+import logging
+{configure}
+logging.getLogger("app").warning("main done")
+"""
+
+
+@pytest.mark.parametrize(
+    ("configure", "kept"),
+    [
+        pytest.param("logging.basicConfig(filename={path!r}, filemode='w')", False, id="file w"),
+        pytest.param("logging.basicConfig(filename={path!r}, filemode='a')", True, id="file a"),
+        pytest.param("logging.basicConfig(stream=sys.stderr)", True, id="stderr"),
+        pytest.param("logging.basicConfig(stream=sys.stdout)", True, id="stdout"),
+    ],
+)
+def test_a_line_logged_after_logging_shutdown_is_lost_only_by_a_file_handler_in_w_mode(
+    tmp_path: Path, configure: str, kept: bool
+):
+    """Closed FileHandler in 'w' mode drops it; 'a' mode reopens the file; streams still print.
+
+    The same on 3.11.7, 3.12.1 and 3.13.0: FileHandler.emit reopens a closed stream unless
+    the mode is 'w' (so a reopen cannot truncate the file it just wrote).
+    """
+    log = tmp_path / "app.log"
+    code = LATE_LOG_BY_HANDLER.format(configure=configure.format(path=str(log)))
+    result = run_child(code)
+    assert result.returncode == 0, result.stderr
+    output = log.read_text() if log.exists() else result.stderr + result.stdout
+    lines = [line.rsplit(":", 1)[-1] for line in output.splitlines()]  # WARNING:app:msg
+    assert lines == (["main done", "late line"] if kept else ["main done"]), output
 
 
 # --- install_signal_handlers: the handle's contract (in this process, main thread) --------
@@ -465,6 +586,187 @@ def test_a_second_install_is_refused_while_the_first_is_open():
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
 
 
+def open_fds() -> set[str]:
+    """This process's open file descriptors (Linux)."""
+    return set(os.listdir("/proc/self/fd"))
+
+
+def fail_on_call(
+    k: int, real: Callable[..., object], error: BaseException
+) -> Callable[..., object]:
+    """A stand-in for ``real`` whose k-th call raises ``error``; the others call ``real``."""
+    calls = 0
+
+    def flaky(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == k:
+            raise error
+        return real(*args)
+
+    return flaky
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_dispatcher_that_cannot_start_leaves_handlers_wakeup_fd_and_fds_as_they_were():
+    """Thread.start failing part-way through install re-raises and changes nothing."""
+    signal.signal(signal.SIGUSR1, noop)
+    fds = open_fds()
+    error = RuntimeError("can't start new thread")
+    flaky = fail_on_call(1, threading.Thread.start, error)
+    with mock.patch.object(threading.Thread, "start", flaky), pytest.raises(RuntimeError) as info:
+        install_signal_handlers(lambda: None, signals=(signal.SIGUSR1, signal.SIGUSR2))
+    assert info.value is error
+    assert signal.getsignal(signal.SIGUSR1) is noop
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
+    assert open_fds() == fds  # the pipe was closed
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_signal_that_lands_while_a_failing_install_runs_never_calls_on_stop():
+    """A signal caught half-way through an install that then fails is dropped with it."""
+    real = signal.signal
+    installs = 0
+
+    def flaky(signum: int, handler: object) -> object:
+        nonlocal installs
+        installs += 1
+        if installs == 2:  # SIGUSR1 has our handler, SIGUSR2 is next: fail here
+            signal.raise_signal(signal.SIGUSR1)  # lands in the window, written to the pipe
+            raise OSError(22, "Invalid argument")
+        return real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+
+    called = threading.Event()
+    with (
+        mock.patch.object(signal, "signal", flaky),
+        pytest.raises(OSError, match="Invalid argument"),
+    ):
+        install_signal_handlers(called.set, signals=(signal.SIGUSR1, signal.SIGUSR2))
+    # Install joined the dispatcher before it raised: whatever it was going to do, it did.
+    assert not called.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "on-stop"]
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_ctrl_c_before_install_took_sigint_raises_and_leaves_nothing_behind():
+    """KeyboardInterrupt half-way through install: everything put back, on_stop never called."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    real = signal.signal
+    first = True
+
+    def ctrl_c_first(signum: int, handler: object) -> object:
+        nonlocal first
+        if first:  # SIGTERM is about to be taken; SIGINT still raises KeyboardInterrupt
+            first = False
+            signal.raise_signal(signal.SIGINT)  # its number also goes into our pipe
+        return real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+
+    called = threading.Event()
+    fds = open_fds()
+    with mock.patch.object(signal, "signal", ctrl_c_first), pytest.raises(KeyboardInterrupt):
+        install_signal_handlers(called.set, signals=(signal.SIGTERM, signal.SIGINT))
+    assert not called.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "on-stop"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.set_wakeup_fd(-1) == -1
+    assert open_fds() == fds
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_second_ctrl_c_while_closing_still_puts_everything_back_then_raises():
+    """Once SIGINT's old handler is back it may raise; close() finishes first, then re-raises."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGUSR1, noop)
+    fds = open_fds()
+    handlers = install_signal_handlers(lambda: None, signals=(signal.SIGINT, signal.SIGUSR1))
+    real = signal.signal
+    pressed = False
+
+    def ctrl_c_once_sigint_is_back(signum: int, handler: object) -> object:
+        nonlocal pressed
+        previous = real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+        if signum == signal.SIGINT and not pressed:
+            pressed = True
+            signal.raise_signal(signal.SIGINT)  # the impatient Ctrl-C, at the worst moment
+        return previous
+
+    with (
+        mock.patch.object(signal, "signal", ctrl_c_once_sigint_is_back),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        handlers.close()
+    assert handlers.closed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGUSR1) is noop
+    assert signal.set_wakeup_fd(-1) == -1
+    assert not [t for t in threading.enumerate() if t.name == "signal-dispatcher"]
+    assert open_fds() == fds
+    handlers.close()  # and a second close is a no-op
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_signal_that_lands_while_installing_is_acted_on_and_close_stays_bounded(
+    caplog: pytest.LogCaptureFixture,
+):
+    """Caught by our handler mid-install, it calls on_stop once; close() waits at most 1 s."""
+    real = signal.signal
+
+    def signal_after_first(signum: int, handler: object) -> object:
+        previous = real(signal.Signals(signum), handler)  # type: ignore[arg-type]
+        if signum == signal.SIGUSR1:  # ours now; SIGUSR2 not yet
+            signal.raise_signal(signal.SIGUSR1)
+        return previous
+
+    gate = Gate("on_stop")
+    calls: list[str] = []
+
+    def on_stop() -> None:
+        calls.append(threading.current_thread().name)
+        gate.arrive()
+
+    with mock.patch.object(signal, "signal", signal_after_first):
+        handlers = install_signal_handlers(on_stop, signals=(signal.SIGUSR1, signal.SIGUSR2))
+    try:
+        gate.wait_reached()
+        assert handlers.first_signal == signal.SIGUSR1
+        with elapsed() as took:
+            handlers.close()  # on_stop is stuck at the gate: close() gives up waiting on it
+        assert took() < 1.0 + NOISE
+        assert "on_stop is still running 1s after close()" in caplog.text
+    finally:
+        gate.open()
+    for thread in threading.enumerate():
+        if thread.name == "on-stop":
+            join_or_fail(thread)
+    assert calls == ["on-stop"]
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_on_stop_still_runs_when_no_thread_can_be_started_for_it(caplog: pytest.LogCaptureFixture):
+    """If Thread.start fails for on_stop, the dispatcher survives and calls it itself."""
+    called = threading.Event()
+    ran_in: list[str] = []
+
+    def on_stop() -> None:
+        ran_in.append(threading.current_thread().name)
+        called.set()
+
+    flaky = fail_on_call(2, threading.Thread.start, RuntimeError("can't start new thread"))
+    with (
+        mock.patch.object(threading.Thread, "start", flaky),  # 1: dispatcher, 2: on-stop
+        install_signal_handlers(on_stop, signals=(signal.SIGUSR1,)) as handlers,
+    ):
+        signal.raise_signal(signal.SIGUSR1)
+        assert called.wait(MUST_HAPPEN)
+        assert handlers.first_signal == signal.SIGUSR1
+    assert ran_in == ["signal-dispatcher"]
+    assert "could not start a thread for on_stop" in caplog.text
+
+
 def test_a_handler_installed_outside_python_is_left_alone():
     """getsignal() is None for a C-level handler, which could not be put back: it is refused."""
     code = """
@@ -542,7 +844,10 @@ def test_first_sigterm_calls_on_stop_once_and_the_process_exits_0_after_its_clea
         assert child.rest() == ["on_stop called", "finally ran", "atexit ran"]
 
 
-# --- P22: a signal delivered to another thread does not wake the main thread --------------
+# --- P22: a signal taken by another thread does not wake the main thread -------------------
+
+# Thread-directed: signal.pthread_kill aims SIGTERM at a helper thread, as the kernel aims
+# a synchronous signal (SIGSEGV, SIGFPE) at the thread that caused it.
 
 WORKER_GETS_THE_SIGNAL = (
     WATCH_MAIN
@@ -586,6 +891,90 @@ def test_a_signal_delivered_to_a_worker_thread_still_wakes_the_main_thread():
     with Child(code) as child:
         lines = {child.out.get(timeout=MUST_HAPPEN) for _ in range(2)}
         assert lines == {"signalled a worker thread", "stopped"}  # in either order
+        assert child.wait() == 0
+
+
+# A process-directed signal (kill, Ctrl-C, docker stop) goes, on Linux, to the main thread
+# whenever the main thread does not block it. The trap needs one of two things: a signal
+# aimed at a worker thread (above), or a main thread that blocks the signal, so that the
+# kernel hands it to a worker instead (below).
+MASKED = (
+    WATCH_MAIN
+    + """
+import signal
+from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+stop = threading.Event()
+{install}(stop.set)
+worker_ready = threading.Event()
+
+def work():
+    {worker_mask}
+    worker_ready.set()
+    stop.wait()
+
+worker = threading.Thread(target=work, name="worker")
+worker.start()
+worker_ready.wait()
+{main_mask}
+say_when(lambda: main_is_asleep_in_event_wait("<module>"), "main asleep")
+stop.wait()  # no timeout
+say("stopped")
+worker.join()
+"""
+)
+BLOCK_SIGTERM = "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})"
+
+
+def sigterm_is_pending(pid: int) -> bool:
+    """Whether SIGTERM waits, undelivered, in the process's shared pending set (Linux)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = next(line for line in status.splitlines() if line.startswith("ShdPnd:"))
+    return bool(int(pending.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def masked_child(install: str, *, main_mask: str = "", worker_mask: str = "pass") -> Child:
+    """Start the MASKED child with these handlers and signal masks."""
+    code = MASKED.format(install=install, main_mask=main_mask, worker_mask=worker_mask)
+    return Child(code)
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_naive_handler_sleeps_through_sigterm_when_the_main_thread_blocks_it():
+    """With SIGTERM blocked in main, the kernel gives it to a worker, and main sleeps on."""
+    with masked_child("naive_install_stop_handler", main_mask=BLOCK_SIGTERM) as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)  # process-directed, as kill and docker stop send it
+        wait_until(lambda: not sigterm_is_pending(child.proc.pid), "SIGTERM was delivered")
+        assert child.stays_alive()  # a worker took it; the handler waits for main's bytecode
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_the_wakeup_fd_wakes_the_main_thread_even_when_it_blocks_the_signal():
+    """Whichever thread takes SIGTERM writes the pipe, so on_stop runs and main wakes."""
+    with masked_child("install_signal_handlers", main_mask=BLOCK_SIGTERM) as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)
+        child.expect("stopped")
+        assert child.wait() == 0
+
+
+@pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
+def test_blocking_the_signal_in_the_workers_instead_leaves_it_to_the_main_thread():
+    """pthread_sigmask in each worker, not in main: only main can take SIGTERM, and it wakes."""
+    with masked_child("naive_install_stop_handler", worker_mask=BLOCK_SIGTERM) as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)
+        child.expect("stopped")
+        assert child.wait() == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="how Linux picks the receiving thread")
+def test_on_linux_a_process_signal_reaches_a_main_thread_that_does_not_block_it():
+    """Nobody blocks SIGTERM: Linux gives kill()'s signal to main; the naive handler works."""
+    with masked_child("naive_install_stop_handler") as child:
+        child.expect("main asleep")
+        child.send(signal.SIGTERM)
+        child.expect("stopped")
         assert child.wait() == 0
 
 
@@ -822,3 +1211,342 @@ def test_work_that_overruns_the_drain_budget_is_abandoned_and_the_process_exits_
         assert rest[3] == "cleanup ran"
         assert rest[4].startswith("log: work overran its drain budget: exiting now with status 1")
         assert "atexit ran" not in rest
+
+
+# --- Fork: a child forked after install is a process of its own ----------------------------
+
+# A helper for the fork scripts: wait for a child to exit, with a timeout, without sleeping.
+WAIT_FOR_CHILD = """
+import os, select
+
+def wait_for_exit(pid, timeout):
+    # pidfd (Linux 5.3+) becomes readable when the child exits; None if it did not in time.
+    pidfd = os.pidfd_open(pid)
+    try:
+        if not select.select([pidfd], [], [], timeout)[0]:
+            return None
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    finally:
+        os.close(pidfd)
+"""
+
+# The handlers' dispatcher is a thread, so forking after install forks a multi-threaded
+# process: 3.12+ emits a DeprecationWarning for that. The child scripts record it instead of
+# hiding it, and the tests assert exactly when it appears; the parent process (pytest, with
+# filterwarnings=error) never forks.
+FORK_AFTER_INSTALL = (
+    WAIT_FOR_CHILD
+    + """
+import signal, sys, threading, warnings
+from patterns.exit_hooks import install_signal_handlers
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+called = threading.Event()
+handlers = install_signal_handlers(called.set)
+ready_r, ready_w = os.pipe()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pid = os.fork()
+if pid == 0:  # the child: what it inherited, then wait for the parent's signal
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup_fd)  # only looking: put it back
+    os.write(ready_w, f"{{signal.getsignal(signal.SIGTERM)!r}} {{wakeup_fd}}\\n".encode())
+    {child_then}
+    os._exit(0)
+print("fork warned:", any(w.category is DeprecationWarning for w in caught), flush=True)
+print("child inherited:", os.read(ready_r, 100).decode().strip(), flush=True)
+{parent_then}
+print("child status:", wait_for_exit(pid, {timeout}), flush=True)
+signal.raise_signal(signal.SIGINT)  # the parent's own signal, after the child's is over
+print("on_stop called:", called.wait({timeout}), flush=True)
+print("first signal:", handlers.first_signal.name, flush=True)
+handlers.close()
+"""
+)
+
+
+def expected_fork_warning() -> str:
+    """3.12 started warning about fork in a multi-threaded process; the dispatcher is a thread."""
+    return f"fork warned: {sys.version_info >= (3, 12)}"
+
+
+def test_a_child_forked_after_install_dies_on_sigterm_and_its_signal_never_reaches_the_parent():
+    """os.fork child: default SIGTERM, no wakeup fd; the parent's on_stop sees only its own."""
+    code = FORK_AFTER_INSTALL.format(
+        child_then="threading.Event().wait()  # only a signal ends this",
+        parent_then="os.kill(pid, signal.SIGTERM)",
+        timeout=MUST_HAPPEN,
+    )
+    result = run_group(code)
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        "child inherited: <Handlers.SIG_DFL: 0> -1",
+        f"child status: {-signal.SIGTERM}",
+        "on_stop called: True",
+        "first signal: SIGINT",
+    ], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_forked_child_closing_its_copy_of_the_handle_leaves_the_parents_handlers_working():
+    """The child's close() must not stop the parent's dispatcher through the shared pipe."""
+    code = FORK_AFTER_INSTALL.format(
+        child_then="handlers.close()  # forked code that leaves the with-block does this",
+        parent_then="",
+        timeout=MUST_HAPPEN,
+    )
+    result = run_group(code)
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        "child inherited: <Handlers.SIG_DFL: 0> -1",
+        "child status: 0",
+        "on_stop called: True",
+        "first signal: SIGINT",
+    ], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_child_forked_from_a_worker_thread_gets_its_handlers_back_too():
+    """The at-fork hook runs in the forking thread, the child's main thread, whichever it was."""
+    code = """
+        import os, signal, threading, warnings
+        from patterns.exit_hooks import install_signal_handlers
+        # 3.12+ warn about forking with threads running; the fork is the point of the test.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with install_signal_handlers(lambda: None):
+            def fork_here():
+                pid = os.fork()
+                if pid == 0:
+                    handler, fd = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1)
+                    os.write(1, f"child: {handler!r} {fd}\\n".encode())
+                    os._exit(0)
+                print("child status:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+            forker = threading.Thread(target=fork_here, name="forker")
+            forker.start()
+            forker.join()
+    """
+    result = run_group(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["child: <Handlers.SIG_DFL: 0> -1", "child status: 0"]
+
+
+def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pipe():
+    """A subprocess execs: handled signals are back to SIG_DFL, and the pipe is not inherited."""
+    code = """
+        import signal, subprocess, sys
+        from patterns.exit_hooks import install_signal_handlers
+        with install_signal_handlers(lambda: None) as handlers:
+            write_fd = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(write_fd)  # only looking: put it back
+            child = (
+                "import os, signal, sys\\n"
+                "try:\\n"
+                "    os.fstat(int(sys.argv[1])); pipe = 'inherited'\\n"
+                "except OSError:\\n"
+                "    pipe = 'not inherited'\\n"
+                "print(repr(signal.getsignal(signal.SIGTERM)), signal.set_wakeup_fd(-1), pipe)"
+            )
+            subprocess.run([sys.executable, "-c", child, str(write_fd)], check=True, timeout=10)
+    """
+    result = run_child(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["<Handlers.SIG_DFL: 0> -1 not inherited"]
+
+
+MULTIPROCESSING_FORK = """
+import multiprocessing, os, signal, sys, threading, warnings
+from patterns.exit_hooks import install_signal_handlers
+
+def child(ready):
+    ready.set()
+    threading.Event().wait()  # only a signal ends this
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+ctx = multiprocessing.get_context("fork")
+called = threading.Event()
+with install_signal_handlers(called.set) as handlers:
+    ready = ctx.Event()
+    process = ctx.Process(target=child, args=(ready,), name="forked-child")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        process.start()
+    print("fork warned:", any(w.category is DeprecationWarning for w in caught), flush=True)
+    assert ready.wait({timeout})
+    {signal_them}
+    process.join({timeout})
+    print("child exitcode:", process.exitcode, flush=True)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+    {then}
+print("parent finished", flush=True)
+"""
+
+
+def test_process_terminate_ends_a_multiprocessing_fork_child_started_after_install():
+    """Process.terminate() works on a fork-method child; its SIGTERM never reaches the parent."""
+    code = MULTIPROCESSING_FORK.format(
+        timeout=MUST_HAPPEN,
+        signal_them="process.terminate()",
+        then="""signal.raise_signal(signal.SIGINT)
+    print("on_stop called:", called.wait(10.0), flush=True)
+    print("first signal:", handlers.first_signal.name, flush=True)""",
+    )
+    result = run_group(code)
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        f"child exitcode: {-signal.SIGTERM}",
+        "on_stop called: True",
+        "first signal: SIGINT",
+        "parent finished",
+    ], result.stderr
+    assert result.returncode == 0, result.stderr
+
+
+def test_one_ctrl_c_to_the_process_group_stops_the_parent_once_and_interrupts_the_child():
+    """Ctrl-C reaches both: the child gets KeyboardInterrupt, the parent calls on_stop once."""
+    code = MULTIPROCESSING_FORK.format(
+        timeout=MUST_HAPPEN,
+        # What the terminal does on Ctrl-C: SIGINT to every process in the foreground group.
+        signal_them="os.killpg(0, signal.SIGINT)",
+        then="""print("on_stop called:", called.wait(10.0), flush=True)
+    print("first signal:", handlers.first_signal.name, flush=True)""",
+    )
+    result = run_group(code)  # a group of its own: the Ctrl-C reaches only the script
+    assert result.stdout.splitlines() == [
+        expected_fork_warning(),
+        "child exitcode: 1",  # multiprocessing's exit code for an exception: KeyboardInterrupt
+        "on_stop called: True",
+        "first signal: SIGINT",
+        "parent finished",
+    ], (result.returncode, result.stderr)
+    assert result.returncode == 0, result.stderr
+    assert "KeyboardInterrupt" in result.stderr  # the child's traceback
+
+
+# --- Python versions: what each one does, pinned where it runs ------------------------------
+
+JOIN_INTERRUPTED = """
+import linecache, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+release = threading.Event()
+worker = threading.Thread(target=release.wait, name="worker")
+worker.start()
+main = threading.main_thread()
+
+def main_waits_in_join():
+    # The innermost frame of the main thread is on the line of join() that blocks in C:
+    # 3.11 and 3.12 wait in _wait_for_tstate_lock, 3.13 in the thread handle's join().
+    frame = sys._current_frames().get(main.ident)
+    if frame is None:
+        return False
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    return "lock.acquire(block, timeout)" in line or "self._handle.join(" in line
+
+def ctrl_c_inside_join():
+    while not main_waits_in_join():
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+    signal.pthread_kill(main.ident, signal.SIGINT)
+
+threading.Thread(target=ctrl_c_inside_join, name="ctrl-c").start()
+try:
+    worker.join()
+except KeyboardInterrupt:
+    print("KeyboardInterrupt out of join(); is_alive:", worker.is_alive(), flush=True)
+worker.join(0)
+print("join(0) returns; is_alive:", worker.is_alive(), flush=True)
+release.set()  # the worker was running all along: it ends only now
+"""
+
+
+def test_a_ctrl_c_inside_thread_join_marks_a_live_thread_finished_before_3_13():
+    """gh-90882: on 3.11.7 and 3.12.1 is_alive() turns False while the thread runs; not on 3.13."""
+    result = run_child(JOIN_INTERRUPTED)
+    assert result.returncode == 0, result.stderr
+    alive = sys.version_info >= (3, 13)  # checked on 3.11.7, 3.12.1 and 3.13.0
+    assert result.stdout.splitlines() == [
+        f"KeyboardInterrupt out of join(); is_alive: {alive}",
+        f"join(0) returns; is_alive: {alive}",
+    ]
+
+
+THREAD_AT_EXIT = """
+import atexit, sys, threading
+def start_a_thread(when):
+    thread = threading.Thread(target=lambda: None)
+    try:
+        thread.start()
+    except RuntimeError as exc:
+        print(f"{{when}}: {{type(exc).__name__}}: {{exc}}", flush=True)
+    else:
+        thread.join()
+        print(f"{{when}}: started", flush=True)
+
+class StartsOneWhenCollected:
+    start = staticmethod(start_a_thread)
+    def __del__(self):
+        self.start("finalizing")
+
+{which}
+"""
+
+
+def test_starting_a_thread_at_exit_what_each_version_does():
+    """In atexit: refused only on 3.12.1 (gh-113964 relaxed it in 3.13); later: refused on 3.12+."""
+    in_atexit = run_child(
+        THREAD_AT_EXIT.format(which="atexit.register(start_a_thread, 'in atexit')")
+    )
+    assert in_atexit.returncode == 0, in_atexit.stderr
+    refused = "RuntimeError: can't create new thread at interpreter shutdown"
+    expected = {(3, 11): "in atexit: started", (3, 12): f"in atexit: {refused}"}
+    assert in_atexit.stdout.splitlines() == [
+        expected.get(sys.version_info[:2], "in atexit: started")
+    ]
+
+    # A cycle is collected during finalization, after the atexit handlers.
+    code = THREAD_AT_EXIT.format(which="x = StartsOneWhenCollected(); x.cycle = x")
+    if sys.version_info < (3, 12):
+        # 3.11 lets start() begin, and it waits forever for a thread that cannot run.
+        with Child(code) as child:
+            assert child.stays_alive()
+        return
+    late = run_child(code)
+    assert late.returncode == 0, late.stderr
+    error = "PythonFinalizationError" if sys.version_info >= (3, 13) else "RuntimeError"
+    assert late.stdout.splitlines() == [
+        f"finalizing: {error}: can't create new thread at interpreter shutdown"
+    ]
+
+
+FORCE_EXIT_AT_EXIT = """
+import atexit, logging, sys
+from patterns.exit_hooks import force_exit
+logging.basicConfig(stream=sys.stdout, format="log: %(message)s")
+
+class ForcesWhenCollected:
+    force = staticmethod(force_exit)
+    def __del__(self):
+        self.force(7, "from a finalizer")
+
+{which}
+"""
+
+
+def test_force_exit_from_an_atexit_handler_exits_with_its_status_on_every_version():
+    """Status 7 everywhere; the log line is flushed except on 3.12.1, which refuses the thread."""
+    result = run_child(
+        FORCE_EXIT_AT_EXIT.format(which="atexit.register(force_exit, 7, 'from atexit')")
+    )
+    assert result.returncode == 7, result.stderr
+    logged = sys.version_info[:2] != (3, 12)  # checked on 3.11.7, 3.12.1 and 3.13.0
+    lines = result.stdout.splitlines()
+    assert [line.split(":", 2)[1].strip() for line in lines] == (["from atexit"] if logged else [])
+
+
+def test_force_exit_during_finalization_exits_at_once_on_every_version():
+    """Called after the atexit handlers, force_exit must not wait for a thread that cannot start."""
+    code = FORCE_EXIT_AT_EXIT.format(which="x = ForcesWhenCollected(); x.cycle = x")
+    with elapsed() as took:
+        result = run_child(code)
+    assert result.returncode == 7, result.stderr
+    assert took() < MUST_HAPPEN
+    assert result.stdout == ""  # no flush thread, so no log line, on purpose
