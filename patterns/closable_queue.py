@@ -295,6 +295,21 @@ class PoolReport(Generic[T]):
         return not self.still_running
 
 
+class _Slot:
+    """The hand-shake between start() and one consumer whose Thread.start() may fail.
+
+    start() holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
+    anything. So when start() sees ``Thread.start()`` fail, the consumer cannot have begun,
+    and setting ``cancelled`` makes it return at once if it runs at all.
+    """
+
+    __slots__ = ("cancelled", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+
+
 class ConsumerPool(Generic[T]):
     """Consumer threads that call ``handler(item)`` for each item, stopped by closing the queue.
 
@@ -327,12 +342,16 @@ class ConsumerPool(Generic[T]):
         self._stop_timeout = stop_timeout
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
         # Guards every field below. Held by consumers to count an item and to note their
-        # own exit, and by start(), close() and the report to read or change the state.
-        # Never held while a handler runs, while blocking on the queue, or while joining.
-        self._lock = threading.Lock()
+        # own start and exit, by start() across each Thread.start() (so close() sees a
+        # consumer either started and listed, or not started at all, never in between),
+        # and by close() and the report. Never held while a handler runs, while blocking
+        # on the queue, or while joining. Reentrant so that a stop() from a signal handler
+        # that lands while the main thread holds it does not deadlock.
+        self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
-        self._alive = 0  # consumers started and not yet ended
+        self._alive = 0  # consumers launched and not yet ended
         self._started = False
+        self._starting = False  # start() is still launching consumers
         self._closed = False
         self._processed = 0
         self._failed = 0
@@ -359,20 +378,65 @@ class ConsumerPool(Generic[T]):
         self._queue.put(item, timeout=timeout)
 
     def start(self) -> Self:
-        """Start the consumer threads; return the pool. Raises `RuntimeError` if called twice."""
+        """Start the consumer threads; return the pool. All or nothing.
+
+        If a consumer cannot be started (``RuntimeError: can't start new thread``, or a
+        `KeyboardInterrupt` landing in here), the consumers already running are stopped
+        as by ``close(immediate=True, timeout=stop_timeout)`` and the error propagates;
+        the pool is then closed, and ``stop()`` reports what was discarded. A ``stop()``
+        or ``close()`` that arrives while this runs wins: no further consumer is started.
+
+        Raises:
+            RuntimeError: the pool was started or closed before.
+        """
         with self._lock:
             if self._started or self._closed:
                 raise RuntimeError(f"{self._name}: a pool can be started only once")
             self._started = True
-            self._alive = self._consumers
-            self._threads = [
-                threading.Thread(target=self._run, name=f"{self._name}-{i}")
-                for i in range(self._consumers)
-            ]
-            threads = list(self._threads)
-        for thread in threads:
-            thread.start()
+            self._starting = True
+        try:
+            for i in range(self._consumers):
+                if not self._launch(f"{self._name}-{i}"):
+                    break
+        except BaseException as exc:
+            self._starting_done()
+            logger.warning(
+                "%s: start() failed part-way (%r); stopping the consumers that started",
+                self._name,
+                exc,
+            )
+            self._close(True, time.monotonic() + self._stop_timeout, time.monotonic())
+            raise
+        self._starting_done()
         return self
+
+    def _launch(self, name: str) -> bool:
+        """Start one consumer and list it; False if the pool was closed meanwhile."""
+        slot = _Slot()
+        thread = threading.Thread(target=self._run, args=(slot,), name=name)
+        with self._lock, slot.lock:
+            if self._closed:
+                return False
+            self._alive += 1
+            self._threads.append(thread)
+            try:
+                thread.start()
+            except BaseException:
+                # The consumer has not begun (it needs slot.lock) and now never will.
+                slot.cancelled = True
+                self._alive -= 1
+                if not thread.is_alive():  # never started: nothing to join or report
+                    self._threads.remove(thread)
+                raise
+        return True
+
+    def _starting_done(self) -> None:
+        """End the launch phase; if every consumer already died, act as the last one would."""
+        with self._lock:
+            self._starting = False
+            nobody_left = self._alive == 0
+        if nobody_left:
+            self._discard()
 
     def close(self, immediate: bool = False, *, timeout: float = 5.0) -> PoolReport[T]:
         """Shut the queue down, wait up to ``timeout`` for the consumers to end, and report.
@@ -427,7 +491,8 @@ class ConsumerPool(Generic[T]):
             self._queue.shutdown()
         current = threading.current_thread()
         for thread in threads:
-            if thread is not current:
+            # A thread whose start() failed is listed too; only a started one can be joined.
+            if thread is not current and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             return PoolReport(
@@ -445,8 +510,11 @@ class ConsumerPool(Generic[T]):
                 self._discarded.extend(dropped)
             logger.warning("%s: discarded %d queued item(s)", self._name, len(dropped))
 
-    def _run(self) -> None:
+    def _run(self, slot: _Slot) -> None:
         """Consumer thread body: consume, and make sure the end of the last consumer is seen."""
+        with slot.lock:  # waits until start() knows whether Thread.start() succeeded
+            if slot.cancelled:
+                return
         try:
             self._consume()
         except BaseException:  # SystemExit and the like from a handler: never die silently
@@ -454,7 +522,7 @@ class ConsumerPool(Generic[T]):
         finally:
             with self._lock:
                 self._alive -= 1
-                last = self._alive == 0
+                last = self._alive == 0 and not self._starting
             if last:
                 # Normally the queue is already shut down and empty and this finds nothing.
                 # If the last consumer died instead, it shuts the queue so that producers

@@ -7,14 +7,17 @@ thing rule for rule wherever both exist.
 
 from __future__ import annotations
 
+import _thread
 import logging
 import queue
 import sys
 import threading
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -30,6 +33,7 @@ from patterns.closable_queue import (
 from tests.conftest import requires_py313
 from tests.support import (
     MUST_HAPPEN,
+    STAYS_BLOCKED,
     Gate,
     join_or_fail,
     run_in_thread,
@@ -732,3 +736,198 @@ def test_a_bounded_pool_put_times_out_with_full() -> None:
     with pytest.raises(queue.Full):
         pool.put(2, timeout=0)
     assert pool.close().discarded == [1]
+
+
+# --- start() all-or-nothing, and stop() in every window of start() -------------------------------
+
+CONSUMERS = 3
+
+
+@contextmanager
+def thread_start_hook(
+    prefix: str, k: int, hook: Callable[[Callable[[], None]], None]
+) -> Iterator[None]:
+    """Run ``hook(real_start)`` instead of ``Thread.start`` for the k-th thread named ``prefix-*``.
+
+    The other threads start as usual. ``hook`` decides where, relative to the real start,
+    the failure or the checkpoint lands. It patches the standard library's ``Thread.start``,
+    never the pool, so the pool's own logic runs unchanged.
+    """
+    real_start = threading.Thread.start
+    calls = 0
+
+    def start(thread: threading.Thread) -> None:
+        nonlocal calls
+        if not thread.name.startswith(f"{prefix}-"):
+            real_start(thread)
+            return
+        calls += 1
+        if calls == k:
+            hook(lambda: real_start(thread))
+        else:
+            real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def cannot_start(real_start: Callable[[], None]) -> None:
+    """What ``Thread.start`` raises when the OS refuses a new thread; the thread never runs."""
+    raise RuntimeError("can't start new thread")
+
+
+def interrupt_here(real_start: Callable[[], None]) -> None:
+    """Deliver a KeyboardInterrupt to the main thread right here, before the thread starts."""
+    _thread.interrupt_main()
+    deliver_pending_interrupt()
+
+
+def interrupt_after_start(real_start: Callable[[], None]) -> None:
+    """Start the thread, then deliver a KeyboardInterrupt before Thread.start() returns."""
+    real_start()
+    _thread.interrupt_main()
+    deliver_pending_interrupt()
+
+
+def deliver_pending_interrupt() -> None:
+    """Run bytecode until the pending interrupt is raised; fail if it never comes.
+
+    ``interrupt_main()`` only sets a flag that the main thread's eval loop checks between
+    instructions, so the interrupt lands inside this loop, not at a random later point.
+    """
+    deadline = time.monotonic() + MUST_HAPPEN
+    while time.monotonic() < deadline:
+        pass
+    raise AssertionError("the KeyboardInterrupt was never delivered")
+
+
+def assert_pool_fully_stopped(pool: ConsumerPool[Any], queued: list[Any]) -> None:
+    """After a failed start: no consumer runs, stop() reports that, nothing queued is lost."""
+    for thread in pool.threads:
+        join_or_fail(thread)  # "what started is stopped": bounded, and nothing left running
+    report = pool.stop(timeout=MUST_HAPPEN)  # never raises, whatever start() left behind
+    assert report.terminated
+    assert report.still_running == []
+    assert report.processed + report.failed + len(report.discarded) == len(queued)
+    assert pool.queue.is_shutdown
+    with pytest.raises(ShutDown):
+        pool.put("after a failed start")
+    assert pool.stop(timeout=0).terminated  # idempotent
+
+
+@pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
+@pytest.mark.parametrize(
+    ("hook", "error"),
+    [
+        (cannot_start, RuntimeError),
+        (interrupt_here, KeyboardInterrupt),
+        (interrupt_after_start, KeyboardInterrupt),
+    ],
+    ids=["cannot-start", "interrupt-before-start", "interrupt-after-start"],
+)
+def test_a_start_failing_part_way_stops_what_started_and_re_raises(
+    k: int, hook: Callable[[Callable[[], None]], None], error: type[BaseException]
+) -> None:
+    """If the k-th consumer cannot start, start() stops the others and re-raises; stop() is safe."""
+    assert threading.current_thread() is threading.main_thread()  # interrupt_main's target
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="partial")
+    queued = list(range(20))
+    for item in queued:
+        pool.put(item)
+
+    with thread_start_hook("partial", k, hook), pytest.raises(error):
+        pool.start()
+
+    assert_pool_fully_stopped(pool, queued)
+    assert sorted(handled + pool.stop(timeout=0).discarded) == queued
+
+
+def test_a_producer_blocked_during_a_failed_start_wakes_with_shut_down() -> None:
+    """A failed start() closes the queue, so a producer waiting on a full queue does not hang."""
+    gate = Gate("first consumer's handler")
+    handled: list[int] = []
+
+    def handler(item: int) -> None:
+        gate.arrive()
+        handled.append(item)
+
+    pool: ConsumerPool[int] = ConsumerPool(
+        handler, consumers=CONSUMERS, maxsize=1, name="stranded", stop_timeout=0.05
+    )
+    producer, produced = run_in_thread(lambda: produce(pool.queue, range(5)), "producer")
+
+    def fail_while_the_queue_is_full(real_start: Callable[[], None]) -> None:
+        gate.wait_reached()  # consumer 0 holds item 0 ...
+        wait_for_waiters(pool.queue.not_full, 1)  # ... item 1 fills the queue, item 2 waits
+        raise RuntimeError("can't start new thread")
+
+    with (
+        thread_start_hook("stranded", 2, fail_while_the_queue_is_full),
+        pytest.raises(RuntimeError, match="can't start new thread"),
+    ):
+        pool.start()
+
+    join_or_fail(producer)  # woken by the closed queue, while consumer 0 is still busy
+    assert produced["result"] == 2  # item 2 was refused with ShutDown
+    gate.open()
+    assert_pool_fully_stopped(pool, [0, 1])
+    report = pool.stop(timeout=0)
+    assert (report.processed, report.discarded, handled) == (1, [1], [0])
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [
+        lambda pool: pool.stop(timeout=MUST_HAPPEN),
+        lambda pool: pool.close(timeout=MUST_HAPPEN),
+        lambda pool: pool.close(immediate=True, timeout=MUST_HAPPEN),
+    ],
+    ids=["stop", "close", "close-immediate"],
+)
+@pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
+def test_a_stop_from_another_thread_while_start_runs_is_bounded_and_never_raises(
+    k: int, stop: Callable[[ConsumerPool[int]], Any]
+) -> None:
+    """stop() or close() landing while start() is between consumers returns a report, no error."""
+    gate = Gate(f"start of consumer {k}")
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="racing")
+    queued = list(range(20))
+    for item in queued:
+        pool.put(item)
+
+    def park_then_start(real_start: Callable[[], None]) -> None:
+        gate.arrive()  # start() is here: consumers 0..k-2 started, consumer k-1 not yet
+        real_start()
+
+    with thread_start_hook("racing", k, park_then_start):
+        starter, started = run_in_thread(pool.start, "starter")
+        gate.wait_reached()
+        stopper, stopped = run_in_thread(lambda: stop(pool), "stopper")
+        stopper.join(STAYS_BLOCKED)  # a naive stop() fails at once; a correct one may wait
+        gate.open()
+        join_or_fail(starter)
+        join_or_fail(stopper)
+
+    assert "error" not in stopped, stopped
+    assert "error" not in started, started
+    report = stopped["result"]
+    assert report.terminated
+    final = pool.stop(timeout=MUST_HAPPEN)
+    assert final.terminated
+    assert not any(thread.is_alive() for thread in pool.threads)
+    assert sorted(handled + final.discarded) == queued
+
+
+def test_enter_failing_part_way_leaves_nothing_running() -> None:
+    """A with-block whose start() fails part-way raises, and no consumer is left running."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, consumers=CONSUMERS, name="enter")
+    pool.put(1)
+    entered = False
+
+    with thread_start_hook("enter", 2, cannot_start), pytest.raises(RuntimeError), pool:
+        entered = True
+
+    assert entered is False
+    assert_pool_fully_stopped(pool, [1])
