@@ -13,7 +13,7 @@ Pitfall:
     overtakes its items (P11), and a pill is an item like any other, so ``put(PILL)`` on a
     full bounded queue blocks (P12). The producer's side has the mirror image: once the
     consumers are dead, ``put()`` on a full queue waits forever, and so does ``join()``
-    (P9, Q1).
+    (P9).
 
 Pattern:
     Close the queue itself. `ClosableQueue.shutdown` flips ``is_shutdown`` under the
@@ -37,8 +37,11 @@ Guarantees:
     * ``shutdown(immediate=True)`` counts a ``task_done()`` for every item it removes,
       never driving the count below zero, and wakes ``join()``; ``join()`` then returns
       unless an item taken before the shutdown is still waiting for its ``task_done()``.
+    * ``ConsumerPool.start()`` is all or nothing: if a consumer cannot be started, the
+      ones already running are stopped and the error propagates.
     * ``ConsumerPool.stop(timeout)`` and ``close(..., timeout=...)`` return within their
-      budget (plus scheduling noise) and are idempotent. Each `PoolReport` counts what
+      budget (plus scheduling noise), never raise, are idempotent, and are safe while
+      ``start()`` is still running. Each `PoolReport` counts what
       the handler processed and what failed, lists every discarded item, and names the
       consumer threads still running at the deadline. Once every consumer has ended,
       each item the pool accepted was processed, failed or discarded: none is lost
@@ -52,15 +55,15 @@ Python:
     3.11+, standard library only. Python 3.13 added ``queue.Queue.shutdown`` and
     ``queue.ShutDown`` (gh-96471), and ``asyncio.Queue.shutdown`` with
     ``asyncio.QueueShutDown`` in the same release; ``queue.SimpleQueue`` and
-    ``multiprocessing.Queue`` have none. On 3.13 and later this module does not
-    re-implement anything: `ShutDown` *is* ``queue.ShutDown`` and `ClosableQueue` is a
-    subclass of `queue.Queue` that adds nothing, so it behaves exactly like the standard
-    library. On 3.11 and 3.12 `ClosableQueue` overrides ``put`` and ``get`` and adds
+    ``multiprocessing.Queue`` have none (checked on 3.11, 3.12 and 3.13). On 3.13 this
+    module re-implements nothing: `ShutDown` *is* ``queue.ShutDown`` and `ClosableQueue`
+    is a subclass of `queue.Queue` that adds nothing, so it behaves exactly like the
+    standard library. On 3.11 and 3.12 `ClosableQueue` overrides ``put`` and ``get`` and adds
     ``shutdown`` with the same semantics, rule for rule, including the order in which
     errors win (`ShutDown` before `queue.Full`, `queue.Empty` or `ValueError`). The
     back-port uses `queue.Queue`'s undocumented internals (``mutex``, the three
-    conditions, ``unfinished_tasks``, ``_qsize``/``_put``/``_get``), which have kept their
-    meaning in every Python 3 release so far. It relies on locks only, never on the GIL.
+    conditions, ``unfinished_tasks``, ``_qsize``/``_put``/``_get``); its tests run on
+    3.11 and 3.12, the versions that use it. It relies on locks only, never on the GIL.
 
 Java:
     ``BlockingQueue`` has no close. Java consumers are stopped with a poison pill or by
@@ -254,7 +257,7 @@ def produce(q: ClosableQueue[T], items: Iterable[T]) -> int:
     """Put every item of ``items`` on ``q``, stopping at `ShutDown`; return how many were put.
 
     A producer blocked in ``put()`` on a full queue whose consumers are gone is woken by
-    ``shutdown()`` and returns instead of waiting forever (Q1). The refused item and the
+    ``shutdown()`` and returns instead of waiting forever (P9). The refused item and the
     ones after it are not put; an iterator's later items stay unread.
     """
     delivered = 0
@@ -526,7 +529,7 @@ class ConsumerPool(Generic[T]):
             if last:
                 # Normally the queue is already shut down and empty and this finds nothing.
                 # If the last consumer died instead, it shuts the queue so that producers
-                # blocked in put() wake with ShutDown, and reports what nobody will take (Q1).
+                # blocked in put() wake with ShutDown, and reports what nobody will take (P9).
                 self._discard()
 
     def _consume(self) -> None:
@@ -565,7 +568,7 @@ def naive_consume(q: queue.Queue[T], handler: Callable[[T], object], stop: threa
 
     Setting ``stop`` does nothing to a consumer blocked in ``q.get()``; only an item wakes
     it, and the item that does is then handled as if it were data (P14). A handler exception
-    ends the thread, and with it the queue's only reader (Q1).
+    ends the thread, and with it the queue's only reader (P9).
     """
     while not stop.is_set():
         item = q.get()
@@ -578,7 +581,7 @@ def naive_consume(q: queue.Queue[T], handler: Callable[[T], object], stop: threa
 def naive_produce(q: queue.Queue[T], items: Iterable[T]) -> int:
     """Broken on purpose: ``put()`` on a full queue waits forever once the consumers are gone.
 
-    This is the producer's side of a dead consumer (Q1, P9): nothing will ever make room.
+    This is the producer's side of a dead consumer (P9): nothing will ever make room.
     """
     delivered = 0
     for item in items:

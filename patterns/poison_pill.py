@@ -40,10 +40,11 @@ Guarantees:
       slice for `put_pill`), whatever the consumers do.
 
 Python:
-    3.11+. No version gives ``Queue.join()`` a timeout. 3.13 added
-    ``Queue.shutdown(immediate=False)``, which replaces the pills: blocked getters wake up
-    once the queue is empty, and blocked putters wake with ``queue.ShutDown``, so it also
-    fixes P12 (see the ``closable_queue`` module for the same idea on 3.11).
+    3.11+. None of 3.11, 3.12 and 3.13 gives ``Queue.join()`` a timeout. 3.13 added
+    ``Queue.shutdown(immediate=False)``, which replaces the pills: getters get what is
+    still queued and then ``queue.ShutDown`` instead of blocking, and blocked putters wake
+    with ``queue.ShutDown``, so it also fixes P12 (see the ``closable_queue`` module for
+    the same idea on 3.11).
     `queue.SimpleQueue` has no ``task_done()`` or ``join()`` and no shutdown. `PILL` is an
     ``enum.Enum`` member, so it keeps its identity through ``pickle`` (a
     ``multiprocessing.Queue`` pickles every item); a bare ``object()`` sentinel arrives as

@@ -43,6 +43,11 @@ from tests.support import (
 
 PY313 = sys.version_info >= (3, 13)
 
+P14 = ("P14", "consumers blocked in get() cannot be stopped without a pill")
+# The same pitfall, with the same title, as in test_thread_exceptions (the catalogue's P9);
+# there the cure is a producer that watches its consumer, here a queue the pool closes.
+P9 = ("P9", "a consumer thread dies and the producer blocks on a full queue forever")
+
 # The semantic tests run against the standard queue.Queue wherever it has shutdown(), that
 # is on 3.13+ (pinned by test_queue_shutdown_exists_exactly_from_3_13_on). Before 3.13 the
 # stdlib parameter is not generated rather than skipped: it would have nothing to test, and
@@ -468,7 +473,7 @@ def test_produce_stops_at_shutdown_and_leaves_the_rest_unread(
 # --- P14: consumers blocked in get() -----------------------------------------------------------
 
 
-@pytest.mark.race("P14", "consumers blocked in get() cannot be stopped without a pill")
+@pytest.mark.race(*P14)
 def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_pill() -> None:
     """A stop flag is read only between items, so consumers waiting in get() never see it."""
     q: queue.Queue[str] = queue.Queue()
@@ -492,7 +497,7 @@ def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_p
     assert handled == ["wake-up"] * 3  # and each wake-up was handled as if it were data
 
 
-@pytest.mark.race("P14", "consumers blocked in get() cannot be stopped without a pill")
+@pytest.mark.race(*P14)
 def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
     """shutdown() wakes every consumer blocked in get() at once; no pill is handled as data."""
     handled: list[str] = []
@@ -508,10 +513,10 @@ def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
     assert handled == []
 
 
-# --- Q1: a producer blocked in put() while its consumers are dead -------------------------------
+# --- P9: a producer blocked in put() while its consumers are dead -------------------------------
 
 
-@pytest.mark.race("Q1", "a producer blocked in put() on a full queue whose consumers died")
+@pytest.mark.race(*P9)
 def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> None:
     """Nothing ever makes room once the consumer is dead, so put() waits for as long as we look."""
     q: queue.Queue[int] = queue.Queue(maxsize=1)
@@ -535,7 +540,7 @@ def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> 
     assert q.get_nowait() == 2
 
 
-@pytest.mark.race("Q1", "a producer blocked in put() on a full queue whose consumers died")
+@pytest.mark.race(*P9)
 def test_when_the_last_consumer_dies_the_pool_shuts_the_queue_and_the_producer_wakes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
