@@ -41,11 +41,10 @@ Guarantees:
       ones already running are stopped and the error propagates.
     * ``ConsumerPool.stop(timeout)`` and ``close(..., timeout=...)`` return within their
       budget (plus scheduling noise), never raise, are idempotent, and are safe while
-      ``start()`` is still running. Each `PoolReport` counts what
-      the handler processed and what failed, lists every discarded item, and names the
-      consumer threads still running at the deadline. Once every consumer has ended,
-      each item the pool accepted was processed, failed or discarded: none is lost
-      silently.
+      ``start()`` is still running. Each `PoolReport` counts what the handler processed
+      and what failed, lists every discarded item, and names the consumer threads still
+      running at the deadline. Once every consumer has ended, each item the pool
+      accepted was processed, failed or discarded: none is lost silently.
     * A handler's exception is logged with its traceback and the consumer goes on. A
       consumer killed by a `BaseException` (``sys.exit()`` in a handler) is logged at
       CRITICAL, and when the last consumer is gone the queue is shut down and what it
@@ -301,7 +300,7 @@ class PoolReport(Generic[T]):
 class _Slot:
     """The hand-shake between start() and one consumer whose Thread.start() may fail.
 
-    start() holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
+    ``_launch`` holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
     anything. So when start() sees ``Thread.start()`` fail, the consumer cannot have begun,
     and setting ``cancelled`` makes it return at once if it runs at all.
     """
@@ -345,11 +344,13 @@ class ConsumerPool(Generic[T]):
         self._stop_timeout = stop_timeout
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
         # Guards every field below. Held by consumers to count an item and to note their
-        # own start and exit, by start() across each Thread.start() (so close() sees a
-        # consumer either started and listed, or not started at all, never in between),
-        # and by close() and the report. Never held while a handler runs, while blocking
-        # on the queue, or while joining. Reentrant so that a stop() from a signal handler
-        # that lands while the main thread holds it does not deadlock.
+        # exit, by start() across each Thread.start() (so a close() from another thread
+        # sees a consumer either started and listed, or not launched at all), and by
+        # close() and the report. Never held while a handler runs, while blocking on the
+        # queue, or while joining. Reentrant so that a stop() from a signal handler that
+        # lands while the main thread holds it does not deadlock; such a stop() returns on
+        # its budget and names the consumers it could not wait for (they need this lock
+        # to count), and a later stop() joins them.
         self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
         self._alive = 0  # consumers launched and not yet ended

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import multiprocessing.queues
 import queue
+import signal
 import sys
 import threading
 import time
@@ -970,3 +971,41 @@ def test_enter_failing_part_way_leaves_nothing_running() -> None:
 
     assert entered is False
     assert_pool_fully_stopped(pool, [1])
+
+
+@pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
+def test_a_stop_from_a_signal_handler_inside_start_neither_deadlocks_nor_raises(k: int) -> None:
+    """A stop() in a signal handler inside start() returns on its budget; a later one joins all."""
+    assert threading.current_thread() is threading.main_thread()  # where handlers run
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="signal")
+    queued = list(range(20))
+    for item in queued:
+        pool.put(item)
+    reports: list[Any] = []
+
+    def handler(signum: int, frame: object) -> None:
+        reports.append(pool.stop(timeout=0.1))
+
+    def signal_then_start(real_start: Callable[[], None]) -> None:
+        _thread.interrupt_main(signal.SIGUSR1)  # start() holds the pool's lock right here
+        deadline = time.monotonic() + MUST_HAPPEN
+        while not reports:  # the handler runs between two bytecodes of this loop
+            assert time.monotonic() < deadline, "the signal handler never ran"
+        real_start()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with thread_start_hook("signal", k, signal_then_start):
+            pool.start()  # a plain Lock here would deadlock inside the handler
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+    [inside] = reports
+    # The running consumers wait for the lock start() holds, so they outlive this budget.
+    assert inside.still_running == [f"signal-{i}" for i in range(k - 1)]
+    final = pool.stop(timeout=MUST_HAPPEN)  # this one joins it
+    assert final.terminated
+    assert len(pool.threads) == k  # the stop won: no consumer after the k-th was started
+    assert not any(thread.is_alive() for thread in pool.threads)
+    assert sorted(handled + final.discarded) == queued
