@@ -11,6 +11,7 @@ import multiprocessing.queues
 import pickle
 import queue
 import re
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     stays_blocked,
+    wait_until,
     wait_until_blocked_in,
 )
 
@@ -647,3 +649,29 @@ def test_consume_calls_task_done_in_finally_so_join_returns_after_a_failed_item(
     assert handled == ["a", "c"]
     [record] = errors(caplog)
     assert "'bad'" in record.getMessage()
+
+
+def test_an_interrupted_last_done_logs_how_many_pills_it_delivered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ctrl-C while the last producer waits to put a pill: an ERROR says who got no pill."""
+    main = threading.main_thread()
+    assert threading.current_thread() is main  # a SIGINT's KeyboardInterrupt lands here
+    q: queue.Queue[int | Pill] = queue.Queue(maxsize=2)
+    q.put(0)  # one free slot, and no consumer
+    group = ProducerGroup(q, producers=1, consumers=3)
+
+    def interrupt_once_blocked() -> None:
+        wait_until(q.full, "the first pill filled the queue")
+        wait_until_blocked_in(main, "wait")  # the second pill waits for room
+        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+
+    interrupter, _ = run_in_thread(interrupt_once_blocked, "interrupter")
+    with pytest.raises(KeyboardInterrupt):
+        group.done()
+    join_or_fail(interrupter)
+
+    assert drain(q) == [0, PILL]
+    [record] = errors(caplog)
+    assert "1 of 3 pill(s) delivered" in record.getMessage()
+    assert group.remaining == 0  # done() was counted; the caller must stop the rest itself
