@@ -118,7 +118,7 @@ else:
     class ShutDown(Exception):
         """Raised by ``put`` on a shut-down queue, and by ``get`` once it is also empty.
 
-        The same class as ``queue.ShutDown`` on Python 3.13+; here, a back-port.
+        The same class as ``queue.ShutDown`` on Python 3.13; here, a back-port.
         """
 
     def _deadline(timeout: float | None) -> float | None:

@@ -1,7 +1,7 @@
 """Closable queue: every rule of Queue.shutdown(), the consumer pool, and the races they fix.
 
 The semantic tests take the queue class as a parameter: `ClosableQueue` everywhere and, on
-Python 3.13+, the standard `queue.Queue` too, so the back-port is checked against the real
+Python 3.13, the standard `queue.Queue` too, so the back-port is checked against the real
 thing rule for rule wherever both exist.
 """
 
