@@ -10,7 +10,7 @@ drift in the machine's speed hits both alike:
 
 The table gives throughput in thousands of items per second (one item = one put plus one
 get): median, min and max over the runs, and the ratio of the medians against
-``queue.Queue`` (1.00 = the same; below 1 = slower). On Python 3.13+ ``ClosableQueue`` runs
+``queue.Queue`` (1.00 = the same; below 1 = slower). On Python 3.13 ``ClosableQueue`` runs
 the standard library's own methods, so the ratio there is noise. This is a measurement to
 read, not a test: nothing here asserts on a time.
 """

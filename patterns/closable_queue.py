@@ -13,7 +13,7 @@ Pitfall:
     overtakes its items (P11), and a pill is an item like any other, so ``put(PILL)`` on a
     full bounded queue blocks (P12). The producer's side has the mirror image: once the
     consumers are dead, ``put()`` on a full queue waits forever, and so does ``join()``
-    (P9, Q1).
+    (P9).
 
 Pattern:
     Close the queue itself. `ClosableQueue.shutdown` flips ``is_shutdown`` under the
@@ -37,12 +37,14 @@ Guarantees:
     * ``shutdown(immediate=True)`` counts a ``task_done()`` for every item it removes,
       never driving the count below zero, and wakes ``join()``; ``join()`` then returns
       unless an item taken before the shutdown is still waiting for its ``task_done()``.
+    * ``ConsumerPool.start()`` is all or nothing: if a consumer cannot be started, the
+      ones already running are stopped and the error propagates.
     * ``ConsumerPool.stop(timeout)`` and ``close(..., timeout=...)`` return within their
-      budget (plus scheduling noise) and are idempotent. Each `PoolReport` counts what
-      the handler processed and what failed, lists every discarded item, and names the
-      consumer threads still running at the deadline. Once every consumer has ended,
-      each item the pool accepted was processed, failed or discarded: none is lost
-      silently.
+      budget (plus scheduling noise), never raise, are idempotent, and are safe while
+      ``start()`` is still running. Each `PoolReport` counts what the handler processed
+      and what failed, lists every discarded item, and names the consumer threads still
+      running at the deadline. Once every consumer has ended, each item the pool
+      accepted was processed, failed or discarded: none is lost silently.
     * A handler's exception is logged with its traceback and the consumer goes on. A
       consumer killed by a `BaseException` (``sys.exit()`` in a handler) is logged at
       CRITICAL, and when the last consumer is gone the queue is shut down and what it
@@ -52,15 +54,15 @@ Python:
     3.11+, standard library only. Python 3.13 added ``queue.Queue.shutdown`` and
     ``queue.ShutDown`` (gh-96471), and ``asyncio.Queue.shutdown`` with
     ``asyncio.QueueShutDown`` in the same release; ``queue.SimpleQueue`` and
-    ``multiprocessing.Queue`` have none. On 3.13 and later this module does not
-    re-implement anything: `ShutDown` *is* ``queue.ShutDown`` and `ClosableQueue` is a
-    subclass of `queue.Queue` that adds nothing, so it behaves exactly like the standard
-    library. On 3.11 and 3.12 `ClosableQueue` overrides ``put`` and ``get`` and adds
+    ``multiprocessing.Queue`` have none (checked on 3.11, 3.12 and 3.13). On 3.13 this
+    module re-implements nothing: `ShutDown` *is* ``queue.ShutDown`` and `ClosableQueue`
+    is a subclass of `queue.Queue` that adds nothing, so it behaves exactly like the
+    standard library. On 3.11 and 3.12 `ClosableQueue` overrides ``put`` and ``get`` and adds
     ``shutdown`` with the same semantics, rule for rule, including the order in which
     errors win (`ShutDown` before `queue.Full`, `queue.Empty` or `ValueError`). The
     back-port uses `queue.Queue`'s undocumented internals (``mutex``, the three
-    conditions, ``unfinished_tasks``, ``_qsize``/``_put``/``_get``), which have kept their
-    meaning in every Python 3 release so far. It relies on locks only, never on the GIL.
+    conditions, ``unfinished_tasks``, ``_qsize``/``_put``/``_get``); its tests run on
+    3.11 and 3.12, the versions that use it. It relies on locks only, never on the GIL.
 
 Java:
     ``BlockingQueue`` has no close. Java consumers are stopped with a poison pill or by
@@ -116,7 +118,7 @@ else:
     class ShutDown(Exception):
         """Raised by ``put`` on a shut-down queue, and by ``get`` once it is also empty.
 
-        The same class as ``queue.ShutDown`` on Python 3.13+; here, a back-port.
+        The same class as ``queue.ShutDown`` on Python 3.13; here, a back-port.
         """
 
     def _deadline(timeout: float | None) -> float | None:
@@ -254,7 +256,7 @@ def produce(q: ClosableQueue[T], items: Iterable[T]) -> int:
     """Put every item of ``items`` on ``q``, stopping at `ShutDown`; return how many were put.
 
     A producer blocked in ``put()`` on a full queue whose consumers are gone is woken by
-    ``shutdown()`` and returns instead of waiting forever (Q1). The refused item and the
+    ``shutdown()`` and returns instead of waiting forever (P9). The refused item and the
     ones after it are not put; an iterator's later items stay unread.
     """
     delivered = 0
@@ -295,6 +297,21 @@ class PoolReport(Generic[T]):
         return not self.still_running
 
 
+class _Slot:
+    """The hand-shake between start() and one consumer whose Thread.start() may fail.
+
+    ``_launch`` holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
+    anything. So when start() sees ``Thread.start()`` fail, the consumer cannot have begun,
+    and setting ``cancelled`` makes it return at once if it runs at all.
+    """
+
+    __slots__ = ("cancelled", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+
+
 class ConsumerPool(Generic[T]):
     """Consumer threads that call ``handler(item)`` for each item, stopped by closing the queue.
 
@@ -327,12 +344,18 @@ class ConsumerPool(Generic[T]):
         self._stop_timeout = stop_timeout
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
         # Guards every field below. Held by consumers to count an item and to note their
-        # own exit, and by start(), close() and the report to read or change the state.
-        # Never held while a handler runs, while blocking on the queue, or while joining.
-        self._lock = threading.Lock()
+        # exit, by start() across each Thread.start() (so a close() from another thread
+        # sees a consumer either started and listed, or not launched at all), and by
+        # close() and the report. Never held while a handler runs, while blocking on the
+        # queue, or while joining. Reentrant so that a stop() from a signal handler that
+        # lands while the main thread holds it does not deadlock; such a stop() returns on
+        # its budget and names the consumers it could not wait for (they need this lock
+        # to count), and a later stop() joins them.
+        self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
-        self._alive = 0  # consumers started and not yet ended
+        self._alive = 0  # consumers launched and not yet ended
         self._started = False
+        self._starting = False  # start() is still launching consumers
         self._closed = False
         self._processed = 0
         self._failed = 0
@@ -359,20 +382,65 @@ class ConsumerPool(Generic[T]):
         self._queue.put(item, timeout=timeout)
 
     def start(self) -> Self:
-        """Start the consumer threads; return the pool. Raises `RuntimeError` if called twice."""
+        """Start the consumer threads; return the pool. All or nothing.
+
+        If a consumer cannot be started (``RuntimeError: can't start new thread``, or a
+        `KeyboardInterrupt` landing in here), the consumers already running are stopped
+        as by ``close(immediate=True, timeout=stop_timeout)`` and the error propagates;
+        the pool is then closed, and ``stop()`` reports what was discarded. A ``stop()``
+        or ``close()`` that arrives while this runs wins: no further consumer is started.
+
+        Raises:
+            RuntimeError: the pool was started or closed before.
+        """
         with self._lock:
             if self._started or self._closed:
                 raise RuntimeError(f"{self._name}: a pool can be started only once")
             self._started = True
-            self._alive = self._consumers
-            self._threads = [
-                threading.Thread(target=self._run, name=f"{self._name}-{i}")
-                for i in range(self._consumers)
-            ]
-            threads = list(self._threads)
-        for thread in threads:
-            thread.start()
+            self._starting = True
+        try:
+            for i in range(self._consumers):
+                if not self._launch(f"{self._name}-{i}"):
+                    break
+        except BaseException as exc:
+            self._starting_done()
+            logger.warning(
+                "%s: start() failed part-way (%r); stopping the consumers that started",
+                self._name,
+                exc,
+            )
+            self._close(True, time.monotonic() + self._stop_timeout, time.monotonic())
+            raise
+        self._starting_done()
         return self
+
+    def _launch(self, name: str) -> bool:
+        """Start one consumer and list it; False if the pool was closed meanwhile."""
+        slot = _Slot()
+        thread = threading.Thread(target=self._run, args=(slot,), name=name)
+        with self._lock, slot.lock:
+            if self._closed:
+                return False
+            self._alive += 1
+            self._threads.append(thread)
+            try:
+                thread.start()
+            except BaseException:
+                # The consumer has not begun (it needs slot.lock) and now never will.
+                slot.cancelled = True
+                self._alive -= 1
+                if not thread.is_alive():  # never started: nothing to join or report
+                    self._threads.remove(thread)
+                raise
+        return True
+
+    def _starting_done(self) -> None:
+        """End the launch phase; if every consumer already died, act as the last one would."""
+        with self._lock:
+            self._starting = False
+            nobody_left = self._alive == 0
+        if nobody_left:
+            self._discard()
 
     def close(self, immediate: bool = False, *, timeout: float = 5.0) -> PoolReport[T]:
         """Shut the queue down, wait up to ``timeout`` for the consumers to end, and report.
@@ -427,7 +495,8 @@ class ConsumerPool(Generic[T]):
             self._queue.shutdown()
         current = threading.current_thread()
         for thread in threads:
-            if thread is not current:
+            # A thread whose start() failed is listed too; only a started one can be joined.
+            if thread is not current and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             return PoolReport(
@@ -445,8 +514,11 @@ class ConsumerPool(Generic[T]):
                 self._discarded.extend(dropped)
             logger.warning("%s: discarded %d queued item(s)", self._name, len(dropped))
 
-    def _run(self) -> None:
+    def _run(self, slot: _Slot) -> None:
         """Consumer thread body: consume, and make sure the end of the last consumer is seen."""
+        with slot.lock:  # waits until start() knows whether Thread.start() succeeded
+            if slot.cancelled:
+                return
         try:
             self._consume()
         except BaseException:  # SystemExit and the like from a handler: never die silently
@@ -454,11 +526,11 @@ class ConsumerPool(Generic[T]):
         finally:
             with self._lock:
                 self._alive -= 1
-                last = self._alive == 0
+                last = self._alive == 0 and not self._starting
             if last:
                 # Normally the queue is already shut down and empty and this finds nothing.
                 # If the last consumer died instead, it shuts the queue so that producers
-                # blocked in put() wake with ShutDown, and reports what nobody will take (Q1).
+                # blocked in put() wake with ShutDown, and reports what nobody will take (P9).
                 self._discard()
 
     def _consume(self) -> None:
@@ -497,7 +569,7 @@ def naive_consume(q: queue.Queue[T], handler: Callable[[T], object], stop: threa
 
     Setting ``stop`` does nothing to a consumer blocked in ``q.get()``; only an item wakes
     it, and the item that does is then handled as if it were data (P14). A handler exception
-    ends the thread, and with it the queue's only reader (Q1).
+    ends the thread, and with it the queue's only reader (P9).
     """
     while not stop.is_set():
         item = q.get()
@@ -510,7 +582,7 @@ def naive_consume(q: queue.Queue[T], handler: Callable[[T], object], stop: threa
 def naive_produce(q: queue.Queue[T], items: Iterable[T]) -> int:
     """Broken on purpose: ``put()`` on a full queue waits forever once the consumers are gone.
 
-    This is the producer's side of a dead consumer (Q1, P9): nothing will ever make room.
+    This is the producer's side of a dead consumer (P9): nothing will ever make room.
     """
     delivered = 0
     for item in items:

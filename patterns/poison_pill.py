@@ -40,10 +40,11 @@ Guarantees:
       slice for `put_pill`), whatever the consumers do.
 
 Python:
-    3.11+. No version gives ``Queue.join()`` a timeout. 3.13 added
-    ``Queue.shutdown(immediate=False)``, which replaces the pills: blocked getters wake up
-    once the queue is empty, and blocked putters wake with ``queue.ShutDown``, so it also
-    fixes P12 (see the ``closable_queue`` module for the same idea on 3.11).
+    3.11+. None of 3.11, 3.12 and 3.13 gives ``Queue.join()`` a timeout. 3.13 added
+    ``Queue.shutdown(immediate=False)``, which replaces the pills: getters get what is
+    still queued and then ``queue.ShutDown`` instead of blocking, and blocked putters wake
+    with ``queue.ShutDown``, so it also fixes P12 (see the ``closable_queue`` module for
+    the same idea on 3.11).
     `queue.SimpleQueue` has no ``task_done()`` or ``join()`` and no shutdown. `PILL` is an
     ``enum.Enum`` member, so it keeps its identity through ``pickle`` (a
     ``multiprocessing.Queue`` pickles every item); a bare ``object()`` sentinel arrives as
@@ -150,7 +151,9 @@ class ProducerGroup:
     With ``stop`` left as None the pills are put with a plain ``put()``, which suits an
     unbounded queue. With a ``stop`` event, each pill goes through `put_pill`, sharing
     ``timeout`` (None: until ``stop`` is set), so a full queue cannot hang the last
-    producer; pills that could not be delivered are logged at ERROR.
+    producer; pills that could not be delivered are logged at ERROR. If sending is
+    interrupted (Ctrl-C while a ``put()`` waits for room), an ERROR says how many pills
+    went in, and the exception propagates: the caller must stop the rest some other way.
     """
 
     def __init__(
@@ -210,20 +213,35 @@ class ProducerGroup:
             self.done()
 
     def _send_pills(self) -> None:
-        if self._stop is None:
-            send_pills(self._queue, self._consumers)
-            return
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
-        for sent in range(self._consumers):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not put_pill(self._queue, self._stop, left):
-                logger.error(
-                    "ProducerGroup: %d of %d pill(s) not delivered; "
-                    "those consumers were not told to stop",
-                    self._consumers - sent,
-                    self._consumers,
-                )
-                return
+        sent = 0
+        try:
+            while sent < self._consumers:
+                if self._stop is None:
+                    self._queue.put(PILL)
+                else:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if not put_pill(self._queue, self._stop, left):
+                        logger.error(
+                            "ProducerGroup: %d of %d pill(s) not delivered; "
+                            "those consumers were not told to stop",
+                            self._consumers - sent,
+                            self._consumers,
+                        )
+                        return
+                sent += 1
+        except BaseException as exc:
+            # Ctrl-C in a put() that waits for room, or a queue that refuses items: the
+            # count is already zero, so nobody else will send the rest. Say so. (An
+            # interrupt just after a put() returned counts that pill as not delivered.)
+            logger.error(  # noqa: TRY400 - it propagates; its traceback is the caller's to show
+                "ProducerGroup: %r while sending pills: %d of %d pill(s) delivered; "
+                "the other consumers were not told to stop",
+                exc,
+                sent,
+                self._consumers,
+            )
+            raise
 
 
 def produce(q: queue.Queue[T | Pill], items: Iterable[T], group: ProducerGroup) -> int:

@@ -1,20 +1,26 @@
 """Closable queue: every rule of Queue.shutdown(), the consumer pool, and the races they fix.
 
 The semantic tests take the queue class as a parameter: `ClosableQueue` everywhere and, on
-Python 3.13+, the standard `queue.Queue` too, so the back-port is checked against the real
+Python 3.13, the standard `queue.Queue` too, so the back-port is checked against the real
 thing rule for rule wherever both exist.
 """
 
 from __future__ import annotations
 
+import _thread
+import asyncio
 import logging
+import multiprocessing.queues
 import queue
+import signal
 import sys
 import threading
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -27,19 +33,29 @@ from patterns.closable_queue import (
     produce,
     shutdown_now,
 )
-from tests.conftest import requires_py313
 from tests.support import (
     MUST_HAPPEN,
+    STAYS_BLOCKED,
     Gate,
     join_or_fail,
     run_in_thread,
     stays_blocked,
 )
 
-QUEUE_CLASSES = [
-    pytest.param(ClosableQueue, id="ClosableQueue"),
-    pytest.param(queue.Queue, id="stdlib", marks=requires_py313),
-]
+PY313 = sys.version_info >= (3, 13)
+
+P14 = ("P14", "consumers blocked in get() cannot be stopped without a pill")
+# The same pitfall, with the same title, as in test_thread_exceptions (the catalogue's P9);
+# there the cure is a producer that watches its consumer, here a queue the pool closes.
+P9 = ("P9", "a consumer thread dies and the producer blocks on a full queue forever")
+
+# The semantic tests run against the standard queue.Queue wherever it has shutdown(), that
+# is on 3.13+ (pinned by test_queue_shutdown_exists_exactly_from_3_13_on). Before 3.13 the
+# stdlib parameter is not generated rather than skipped: it would have nothing to test, and
+# 89 skips that always happen bury the one skip that would matter.
+QUEUE_CLASSES = [pytest.param(ClosableQueue, id="ClosableQueue")]
+if hasattr(queue.Queue, "shutdown"):
+    QUEUE_CLASSES.append(pytest.param(queue.Queue, id="stdlib"))
 
 PUTS: dict[str, Callable[[Any, object], None]] = {
     "put": lambda q, x: q.put(x),
@@ -66,7 +82,7 @@ both_ways = pytest.mark.parametrize("immediate", [False, True], ids=["graceful",
 
 @pytest.fixture(params=QUEUE_CLASSES)
 def make_queue(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """The queue class under test: ClosableQueue, and queue.Queue on 3.13+."""
+    """The queue class under test: ClosableQueue, and queue.Queue where it has shutdown()."""
     return request.param
 
 
@@ -151,12 +167,40 @@ def test_closable_queue_is_a_generic_queue_subclass() -> None:
     assert q.get() == 1
 
 
-@requires_py313
-def test_on_3_13_the_module_is_the_standard_library() -> None:
-    """On 3.13+ ShutDown is queue.ShutDown and ClosableQueue runs the standard methods."""
-    assert ShutDown is queue.ShutDown
-    for name in ("put", "get", "shutdown", "task_done", "join"):
-        assert getattr(ClosableQueue, name) is getattr(queue.Queue, name)
+def test_on_3_13_the_module_is_the_standard_library_and_before_it_a_back_port() -> None:
+    """3.13+: ShutDown is queue.ShutDown and the methods are the stdlib's; before: a back-port."""
+    if PY313:
+        assert ShutDown is queue.ShutDown
+        for name in ("put", "get", "shutdown", "task_done", "join"):
+            assert getattr(ClosableQueue, name) is getattr(queue.Queue, name)
+    else:
+        assert ShutDown.__module__ == "patterns.closable_queue"
+        for name in ("put", "get", "shutdown"):
+            assert name in vars(ClosableQueue)
+        for name in ("task_done", "join", "put_nowait", "get_nowait"):
+            assert getattr(ClosableQueue, name) is getattr(queue.Queue, name)
+
+
+# --- what each Python version has: the claims of the docs page, on the version that runs ---
+
+
+def test_queue_shutdown_exists_exactly_from_3_13_on() -> None:
+    """queue.Queue.shutdown, queue.ShutDown and asyncio's pair all exist on 3.13, none before."""
+    assert hasattr(queue.Queue, "shutdown") is PY313
+    assert hasattr(queue, "ShutDown") is PY313
+    assert hasattr(queue.Queue(), "is_shutdown") is PY313
+    assert hasattr(asyncio.Queue, "shutdown") is PY313
+    assert hasattr(asyncio, "QueueShutDown") is PY313
+    # so the stdlib parametrisation exists on exactly the versions that have something to test
+    expected = ["ClosableQueue", "stdlib"] if PY313 else ["ClosableQueue"]
+    assert [param.id for param in QUEUE_CLASSES] == expected
+
+
+def test_simple_queue_and_multiprocessing_queue_have_no_shutdown() -> None:
+    """Neither queue.SimpleQueue nor multiprocessing.Queue can be shut down on 3.11 to 3.13."""
+    assert not hasattr(queue.SimpleQueue, "shutdown")
+    assert not hasattr(multiprocessing.queues.Queue, "shutdown")
+    assert not hasattr(multiprocessing.queues.JoinableQueue, "shutdown")
 
 
 # --- put after shutdown ------------------------------------------------------------------------
@@ -266,7 +310,7 @@ def test_immediate_shutdown_wakes_join_which_returns_once_nothing_is_in_flight(
 
     assert q.unfinished_tasks == in_flight
     if in_flight:
-        assert stays_blocked(joiner)  # the 3.14 docs fix (gh-137088): join waits for these
+        assert stays_blocked(joiner)  # join() waits for these (python/cpython#137088 docs it)
         for _ in taken:
             q.task_done()
     join_or_fail(joiner)
@@ -430,7 +474,7 @@ def test_produce_stops_at_shutdown_and_leaves_the_rest_unread(
 # --- P14: consumers blocked in get() -----------------------------------------------------------
 
 
-@pytest.mark.race("P14", "consumers blocked in get() cannot be stopped without a pill")
+@pytest.mark.race(*P14)
 def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_pill() -> None:
     """A stop flag is read only between items, so consumers waiting in get() never see it."""
     q: queue.Queue[str] = queue.Queue()
@@ -454,7 +498,7 @@ def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_p
     assert handled == ["wake-up"] * 3  # and each wake-up was handled as if it were data
 
 
-@pytest.mark.race("P14", "consumers blocked in get() cannot be stopped without a pill")
+@pytest.mark.race(*P14)
 def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
     """shutdown() wakes every consumer blocked in get() at once; no pill is handled as data."""
     handled: list[str] = []
@@ -470,10 +514,10 @@ def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
     assert handled == []
 
 
-# --- Q1: a producer blocked in put() while its consumers are dead -------------------------------
+# --- P9: a producer blocked in put() while its consumers are dead -------------------------------
 
 
-@pytest.mark.race("Q1", "a producer blocked in put() on a full queue whose consumers died")
+@pytest.mark.race(*P9)
 def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> None:
     """Nothing ever makes room once the consumer is dead, so put() waits for as long as we look."""
     q: queue.Queue[int] = queue.Queue(maxsize=1)
@@ -497,7 +541,7 @@ def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> 
     assert q.get_nowait() == 2
 
 
-@pytest.mark.race("Q1", "a producer blocked in put() on a full queue whose consumers died")
+@pytest.mark.race(*P9)
 def test_when_the_last_consumer_dies_the_pool_shuts_the_queue_and_the_producer_wakes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -732,3 +776,236 @@ def test_a_bounded_pool_put_times_out_with_full() -> None:
     with pytest.raises(queue.Full):
         pool.put(2, timeout=0)
     assert pool.close().discarded == [1]
+
+
+# --- start() all-or-nothing, and stop() in every window of start() -------------------------------
+
+CONSUMERS = 3
+
+
+@contextmanager
+def thread_start_hook(
+    prefix: str, k: int, hook: Callable[[Callable[[], None]], None]
+) -> Iterator[None]:
+    """Run ``hook(real_start)`` instead of ``Thread.start`` for the k-th thread named ``prefix-*``.
+
+    The other threads start as usual. ``hook`` decides where, relative to the real start,
+    the failure or the checkpoint lands. It patches the standard library's ``Thread.start``,
+    never the pool, so the pool's own logic runs unchanged.
+    """
+    real_start = threading.Thread.start
+    calls = 0
+
+    def start(thread: threading.Thread) -> None:
+        nonlocal calls
+        if not thread.name.startswith(f"{prefix}-"):
+            real_start(thread)
+            return
+        calls += 1
+        if calls == k:
+            hook(lambda: real_start(thread))
+        else:
+            real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def cannot_start(real_start: Callable[[], None]) -> None:
+    """What ``Thread.start`` raises when the OS refuses a new thread; the thread never runs."""
+    raise RuntimeError("can't start new thread")
+
+
+def interrupt_here(real_start: Callable[[], None]) -> None:
+    """Deliver a KeyboardInterrupt to the main thread right here, before the thread starts."""
+    _thread.interrupt_main()
+    deliver_pending_interrupt()
+
+
+def interrupt_after_start(real_start: Callable[[], None]) -> None:
+    """Start the thread, then deliver a KeyboardInterrupt before Thread.start() returns."""
+    real_start()
+    _thread.interrupt_main()
+    deliver_pending_interrupt()
+
+
+def deliver_pending_interrupt() -> None:
+    """Run bytecode until the pending interrupt is raised; fail if it never comes.
+
+    ``interrupt_main()`` only sets a flag that the main thread's eval loop checks between
+    instructions, so the interrupt lands inside this loop, not at a random later point.
+    """
+    deadline = time.monotonic() + MUST_HAPPEN
+    while time.monotonic() < deadline:
+        pass
+    raise AssertionError("the KeyboardInterrupt was never delivered")
+
+
+def assert_pool_fully_stopped(pool: ConsumerPool[Any], queued: list[Any]) -> None:
+    """After a failed start: no consumer runs, stop() reports that, nothing queued is lost."""
+    for thread in pool.threads:
+        join_or_fail(thread)  # "what started is stopped": bounded, and nothing left running
+    report = pool.stop(timeout=MUST_HAPPEN)  # never raises, whatever start() left behind
+    assert report.terminated
+    assert report.still_running == []
+    assert report.processed + report.failed + len(report.discarded) == len(queued)
+    assert pool.queue.is_shutdown
+    with pytest.raises(ShutDown):
+        pool.put("after a failed start")
+    assert pool.stop(timeout=0).terminated  # idempotent
+
+
+@pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
+@pytest.mark.parametrize(
+    ("hook", "error"),
+    [
+        (cannot_start, RuntimeError),
+        (interrupt_here, KeyboardInterrupt),
+        (interrupt_after_start, KeyboardInterrupt),
+    ],
+    ids=["cannot-start", "interrupt-before-start", "interrupt-after-start"],
+)
+def test_a_start_failing_part_way_stops_what_started_and_re_raises(
+    k: int, hook: Callable[[Callable[[], None]], None], error: type[BaseException]
+) -> None:
+    """If the k-th consumer cannot start, start() stops the others and re-raises; stop() is safe."""
+    assert threading.current_thread() is threading.main_thread()  # interrupt_main's target
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="partial")
+    queued = list(range(20))
+    for item in queued:
+        pool.put(item)
+
+    with thread_start_hook("partial", k, hook), pytest.raises(error):
+        pool.start()
+
+    assert_pool_fully_stopped(pool, queued)
+    assert sorted(handled + pool.stop(timeout=0).discarded) == queued
+
+
+def test_a_producer_blocked_during_a_failed_start_wakes_with_shut_down() -> None:
+    """A failed start() closes the queue, so a producer waiting on a full queue does not hang."""
+    gate = Gate("first consumer's handler")
+    handled: list[int] = []
+
+    def handler(item: int) -> None:
+        gate.arrive()
+        handled.append(item)
+
+    pool: ConsumerPool[int] = ConsumerPool(
+        handler, consumers=CONSUMERS, maxsize=1, name="stranded", stop_timeout=0.05
+    )
+    producer, produced = run_in_thread(lambda: produce(pool.queue, range(5)), "producer")
+
+    def fail_while_the_queue_is_full(real_start: Callable[[], None]) -> None:
+        gate.wait_reached()  # consumer 0 holds item 0 ...
+        wait_for_waiters(pool.queue.not_full, 1)  # ... item 1 fills the queue, item 2 waits
+        raise RuntimeError("can't start new thread")
+
+    with (
+        thread_start_hook("stranded", 2, fail_while_the_queue_is_full),
+        pytest.raises(RuntimeError, match="can't start new thread"),
+    ):
+        pool.start()
+
+    join_or_fail(producer)  # woken by the closed queue, while consumer 0 is still busy
+    assert produced["result"] == 2  # item 2 was refused with ShutDown
+    gate.open()
+    assert_pool_fully_stopped(pool, [0, 1])
+    report = pool.stop(timeout=0)
+    assert (report.processed, report.discarded, handled) == (1, [1], [0])
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [
+        lambda pool: pool.stop(timeout=MUST_HAPPEN),
+        lambda pool: pool.close(timeout=MUST_HAPPEN),
+        lambda pool: pool.close(immediate=True, timeout=MUST_HAPPEN),
+    ],
+    ids=["stop", "close", "close-immediate"],
+)
+@pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
+def test_a_stop_from_another_thread_while_start_runs_is_bounded_and_never_raises(
+    k: int, stop: Callable[[ConsumerPool[int]], Any]
+) -> None:
+    """stop() or close() landing while start() is between consumers returns a report, no error."""
+    gate = Gate(f"start of consumer {k}")
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="racing")
+    queued = list(range(20))
+    for item in queued:
+        pool.put(item)
+
+    def park_then_start(real_start: Callable[[], None]) -> None:
+        gate.arrive()  # start() is here: consumers 0..k-2 started, consumer k-1 not yet
+        real_start()
+
+    with thread_start_hook("racing", k, park_then_start):
+        starter, started = run_in_thread(pool.start, "starter")
+        gate.wait_reached()
+        stopper, stopped = run_in_thread(lambda: stop(pool), "stopper")
+        stopper.join(STAYS_BLOCKED)  # a naive stop() fails at once; a correct one may wait
+        gate.open()
+        join_or_fail(starter)
+        join_or_fail(stopper)
+
+    assert "error" not in stopped, stopped
+    assert "error" not in started, started
+    report = stopped["result"]
+    assert report.terminated
+    final = pool.stop(timeout=MUST_HAPPEN)
+    assert final.terminated
+    assert not any(thread.is_alive() for thread in pool.threads)
+    assert sorted(handled + final.discarded) == queued
+
+
+def test_enter_failing_part_way_leaves_nothing_running() -> None:
+    """A with-block whose start() fails part-way raises, and no consumer is left running."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, consumers=CONSUMERS, name="enter")
+    pool.put(1)
+    entered = False
+
+    with thread_start_hook("enter", 2, cannot_start), pytest.raises(RuntimeError), pool:
+        entered = True
+
+    assert entered is False
+    assert_pool_fully_stopped(pool, [1])
+
+
+@pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
+def test_a_stop_from_a_signal_handler_inside_start_neither_deadlocks_nor_raises(k: int) -> None:
+    """A stop() in a signal handler inside start() returns on its budget; a later one joins all."""
+    assert threading.current_thread() is threading.main_thread()  # where handlers run
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="signal")
+    queued = list(range(20))
+    for item in queued:
+        pool.put(item)
+    reports: list[Any] = []
+
+    def handler(signum: int, frame: object) -> None:
+        reports.append(pool.stop(timeout=0.1))
+
+    def signal_then_start(real_start: Callable[[], None]) -> None:
+        _thread.interrupt_main(signal.SIGUSR1)  # start() holds the pool's lock right here
+        deadline = time.monotonic() + MUST_HAPPEN
+        while not reports:  # the handler runs between two bytecodes of this loop
+            assert time.monotonic() < deadline, "the signal handler never ran"
+        real_start()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with thread_start_hook("signal", k, signal_then_start):
+            pool.start()  # a plain Lock here would deadlock inside the handler
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+    [inside] = reports
+    # The running consumers wait for the lock start() holds, so they outlive this budget.
+    assert inside.still_running == [f"signal-{i}" for i in range(k - 1)]
+    final = pool.stop(timeout=MUST_HAPPEN)  # this one joins it
+    assert final.terminated
+    assert len(pool.threads) == k  # the stop won: no consumer after the k-th was started
+    assert not any(thread.is_alive() for thread in pool.threads)
+    assert sorted(handled + final.discarded) == queued

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
+import multiprocessing
+import multiprocessing.queues
 import pickle
 import queue
 import re
+import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,6 +41,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     stays_blocked,
+    wait_until,
     wait_until_blocked_in,
 )
 
@@ -114,11 +120,56 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 def test_pill_is_a_singleton_with_a_readable_repr_that_survives_copy_and_pickle() -> None:
     """PILL keeps its identity through pickling, so it works across a multiprocessing queue."""
     assert repr(PILL) == "<PILL>"
-    assert PILL is Pill.PILL
+    assert list(Pill) == [PILL]  # a single member: nothing else can be a pill
     assert pickle.loads(pickle.dumps(PILL)) is PILL
     assert copy.deepcopy(PILL) is PILL
     sentinel = object()
     assert pickle.loads(pickle.dumps(sentinel)) is not sentinel  # why a bare object() is not
+
+
+def test_pill_keeps_its_identity_through_a_multiprocessing_queue() -> None:
+    """multiprocessing.Queue pickles every item: PILL comes out as PILL, an object() does not."""
+    mq: multiprocessing.queues.Queue[object] = multiprocessing.Queue()
+    sentinel = object()
+    try:
+        mq.put(PILL)
+        mq.put(sentinel)
+        assert mq.get(timeout=MUST_HAPPEN) is PILL
+        assert mq.get(timeout=MUST_HAPPEN) is not sentinel
+    finally:
+        mq.close()
+        mq.join_thread()  # its feeder thread, so the test leaves nothing running
+
+
+# --- what each Python version has: the claims of the module and page ----------------------
+
+
+def test_no_supported_version_gives_queue_join_a_timeout() -> None:
+    """Queue.join() takes no argument on 3.11, 3.12 and 3.13: hence join_with_timeout."""
+    assert list(inspect.signature(queue.Queue.join).parameters) == ["self"]
+
+
+def test_simple_queue_has_no_task_done_join_or_shutdown() -> None:
+    """queue.SimpleQueue cannot count finished work or be closed, on any supported version."""
+    for name in ("task_done", "join", "shutdown"):
+        assert not hasattr(queue.SimpleQueue, name)
+
+
+def test_from_3_13_shutdown_wakes_a_put_pill_blocked_on_a_full_queue() -> None:
+    """3.13's Queue.shutdown() ends P12: a blocked put(PILL) raises ShutDown; 3.11/3.12 lack it."""
+    if sys.version_info < (3, 13):
+        assert not hasattr(queue.Queue, "shutdown")
+        return
+    q: queue.Queue[int | Pill] = queue.Queue(maxsize=1)
+    q.put(0)  # full, and no consumer will take it
+    sender, sent = run_in_thread(lambda: naive_put_pill(q), "pill sender")
+    wait_until_blocked_in(sender, "put")
+
+    q.shutdown()
+
+    join_or_fail(sender)
+    assert isinstance(sent.get("error"), queue.ShutDown)
+    assert q.get_nowait() == 0  # a graceful shutdown keeps what was queued
 
 
 def test_one_consumer_handles_every_item_before_the_pill_in_order_then_exits() -> None:
@@ -598,3 +649,29 @@ def test_consume_calls_task_done_in_finally_so_join_returns_after_a_failed_item(
     assert handled == ["a", "c"]
     [record] = errors(caplog)
     assert "'bad'" in record.getMessage()
+
+
+def test_an_interrupted_last_done_logs_how_many_pills_it_delivered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ctrl-C while the last producer waits to put a pill: an ERROR says who got no pill."""
+    main = threading.main_thread()
+    assert threading.current_thread() is main  # a SIGINT's KeyboardInterrupt lands here
+    q: queue.Queue[int | Pill] = queue.Queue(maxsize=2)
+    q.put(0)  # one free slot, and no consumer
+    group = ProducerGroup(q, producers=1, consumers=3)
+
+    def interrupt_once_blocked() -> None:
+        wait_until(q.full, "the first pill filled the queue")
+        wait_until_blocked_in(main, "wait")  # the second pill waits for room
+        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+
+    interrupter, _ = run_in_thread(interrupt_once_blocked, "interrupter")
+    with pytest.raises(KeyboardInterrupt):
+        group.done()
+    join_or_fail(interrupter)
+
+    assert drain(q) == [0, PILL]
+    [record] = errors(caplog)
+    assert "1 of 3 pill(s) delivered" in record.getMessage()
+    assert group.remaining == 0  # done() was counted; the caller must stop the rest itself
