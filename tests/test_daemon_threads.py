@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures.thread as pool_module
+import functools
 import gc
 import logging
 import queue
@@ -419,12 +420,27 @@ def test_cpython_detail_a_failing_register_atexit_hook_abandons_every_non_daemon
         assert "RuntimeError: hook failed" in child.stderr()
 
 
+def registered_function(call: Callable[[], object]) -> object:
+    """The function a `threading._register_atexit` entry will call, on this version.
+
+    3.11 and 3.12 store ``functools.partial(func, ...)``; 3.13 stores
+    ``lambda: func(*arg, **kwargs)`` (gh-109653 dropped the functools import to speed
+    up ``import threading``), so there ``func`` is found in the lambda's closure.
+    """
+    if sys.version_info < (3, 13):
+        assert isinstance(call, functools.partial)
+        return call.func
+    assert not isinstance(call, functools.partial)
+    assert call.__code__.co_name == "<lambda>"
+    closure = dict(zip(call.__code__.co_freevars, call.__closure__ or (), strict=True))
+    return closure["func"].cell_contents
+
+
 @cpython_detail
 def test_cpython_detail_concurrent_futures_joins_its_pools_through_register_atexit() -> None:
     """CPython detail: pool workers are joined by a _register_atexit hook, not by atexit."""
     registered = threading._threading_atexits  # the list _register_atexit appends to
-    hooks = [getattr(call, "func", None) for call in registered]
-    assert pool_module._python_exit in hooks
+    assert pool_module._python_exit in [registered_function(call) for call in registered]
 
 
 # --- the service's contract, in process ---------------------------------------------------
