@@ -368,6 +368,114 @@ def test_housekeeping_daemon_stuck_in_its_work_delays_exit_by_at_most_its_stop_t
     assert took() < budget + NOISE
 
 
+# --- what an atexit handler, and code run during finalization, may start -----------------
+
+# The handler forks first, while the child has no thread but its main one, so that 3.12+
+# has no reason to warn about forking a multi-threaded process; then it starts a
+# non-daemon thread that never ends. Had exit joined that thread, the child would hang.
+ATEXIT_START_CHILD = """
+import atexit, os, threading
+
+def report(what, outcome):
+    print(what + ": " + outcome, flush=True)
+
+def start_from_atexit():
+    try:
+        pid = os.fork()
+    except BaseException as exc:
+        report("fork", type(exc).__name__ + ": " + str(exc))
+    else:
+        if pid == 0:
+            os._exit(7)
+        report("fork", "child exited %d" % os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    ran = threading.Event()
+
+    def never_ends():
+        ran.set()
+        threading.Event().wait()
+
+    try:
+        threading.Thread(target=never_ends, name="late").start()
+    except BaseException as exc:
+        report("thread", type(exc).__name__ + ": " + str(exc))
+    else:
+        report("thread", "started, ran=%s" % ran.wait(30))
+
+atexit.register(start_from_atexit)
+print("main done", flush=True)
+"""
+
+
+def atexit_may_start_threads() -> bool:
+    """Whether this CPython lets an atexit handler start a thread or fork.
+
+    3.12.0 refused both (gh-104690 checked a flag set before the atexit handlers ran);
+    gh-113964 moved the check to after them, in 3.13.0 and, backported, in 3.12.3.
+    """
+    return not ((3, 12) <= sys.version_info[:3] < (3, 12, 3))
+
+
+def test_what_an_atexit_handler_may_start_depends_on_the_version() -> None:
+    """3.11 and 3.13 let an atexit handler fork and start a thread (not joined); 3.12.1 refuses."""
+    with Child(ATEXIT_START_CHILD) as child:
+        child.expect("main done")
+        assert child.exits() == 0  # a thread started there is not waited for
+        if atexit_may_start_threads():
+            assert child.rest() == ["fork: child exited 7", "thread: started, ran=True"]
+        else:
+            assert child.rest() == [
+                "fork: RuntimeError: can't fork at interpreter shutdown",
+                "thread: RuntimeError: can't create new thread at interpreter shutdown",
+            ]
+        assert child.stderr() == ""
+
+
+# A module global's __del__ runs while the interpreter finalizes its modules, after every
+# atexit handler: it tries to start a (daemon) thread and to fork from there.
+FINALIZING_CHILD = """
+import os, sys, threading
+
+class StartsAThreadWhenCollected:
+    def __del__(self):
+        os.write(1, b"finalizing: %s\\n" % str(sys.is_finalizing()).encode())
+        try:
+            threading.Thread(target=print, daemon=True).start()
+        except BaseException as exc:
+            os.write(1, ("thread: %s: %s\\n" % (type(exc).__name__, exc)).encode())
+        try:
+            pid = os.fork()
+        except BaseException as exc:
+            os.write(1, ("fork: %s: %s\\n" % (type(exc).__name__, exc)).encode())
+        else:
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            os.write(1, b"fork: forked\\n")
+
+collected_at_exit = StartsAThreadWhenCollected()
+print("main done", flush=True)
+"""
+
+
+def test_starting_a_thread_during_finalization_hangs_on_311_and_raises_since_312() -> None:
+    """Once finalization has begun, 3.11.7 hangs in Thread.start; 3.12 and 3.13 raise instead."""
+    with Child(FINALIZING_CHILD) as child:
+        child.expect("main done", "finalizing: True")
+        if sys.version_info < (3, 12):
+            # The new thread can never run, and start() waits for it to: the process
+            # hangs until the parent kills it (gh-104690 is the crash this became).
+            assert child.stays_alive()
+            return
+        error = "RuntimeError" if sys.version_info < (3, 13) else "PythonFinalizationError"
+        assert child.exits() == 0
+        assert child.rest() == [
+            f"thread: {error}: can't create new thread at interpreter shutdown",
+            f"fork: {error}: can't fork at interpreter shutdown",
+        ]
+        if sys.version_info >= (3, 13):
+            assert issubclass(PythonFinalizationError, RuntimeError)  # noqa: F821
+
+
 # --- threading._register_atexit: what it does, and why the project does not rely on it ----
 
 REGISTER_ATEXIT_CHILD = """
