@@ -7,6 +7,7 @@ import functools
 import gc
 import logging
 import queue
+import signal
 import subprocess
 import sys
 import textwrap
@@ -244,6 +245,46 @@ def test_a_non_daemon_thread_keeps_the_process_alive_after_main_returns() -> Non
         child.send("x")
         assert child.exits() == 0
         assert child.rest() == ["worker finished"]
+
+
+# The worker waits until the main thread is in threading._shutdown (step 2's join), says
+# so, and then blocks forever; the parent sends SIGINT only after reading that line.
+CTRL_C_IN_JOIN_CHILD = """
+import atexit, sys, threading
+
+atexit.register(print, "atexit ran", flush=True)
+main_ident = threading.get_ident()
+
+def worker():
+    try:
+        while True:
+            frame = sys._current_frames().get(main_ident)
+            if frame is not None and frame.f_code.co_name == "_shutdown":
+                break
+            threading.Event().wait(0.01)  # polling a condition, as wait_until does
+        print("main is joining", flush=True)
+        threading.Event().wait()
+    finally:
+        print("worker finished", flush=True)
+
+threading.Thread(target=worker, name="worker").start()
+print("main done", flush=True)
+"""
+
+
+def test_ctrl_c_during_the_join_at_exit_abandons_the_non_daemon_thread_and_runs_atexit() -> None:
+    """A KeyboardInterrupt in step 2 ends the join: atexit runs, the thread's finally never does."""
+    with Child(CTRL_C_IN_JOIN_CHILD) as child:
+        child.expect("main done", "main is joining")
+        child.process.send_signal(signal.SIGINT)
+        assert child.exits() == 0
+        assert child.rest() == ["atexit ran"]  # no "worker finished"
+        err = child.stderr()
+        assert err.rstrip().endswith("KeyboardInterrupt:")
+        assert "in _shutdown" in err
+        # 3.11 and 3.12 report it as "Exception ignored"; 3.13.0 prints a bare traceback.
+        ignored = "Exception ignored in: <module 'threading'"
+        assert (ignored in err) is (sys.version_info < (3, 13))
 
 
 # --- the exit-order deadlock (P16) --------------------------------------------------------
