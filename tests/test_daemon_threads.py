@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures.thread as pool_module
+import contextlib
 import functools
 import gc
+import itertools
 import logging
 import queue
 import signal
@@ -14,9 +17,10 @@ import textwrap
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from unittest import mock
 
 import pytest
 
@@ -773,3 +777,129 @@ def test_every_ticks_at_once_and_a_stop_cuts_the_interval_short() -> None:
 
     assert report.terminated
     assert time.monotonic() - started < NOISE  # far below the 600 s interval
+
+
+# --- start() is all or nothing, and stop() is bounded even while start() runs ---------------
+
+
+@contextlib.contextmanager
+def thread_start_patched(k: int, action: Callable[[threading.Thread], None]) -> Iterator[None]:
+    """Patch `threading.Thread.start` so that its ``k``-th call (from 1) runs ``action``.
+
+    ``action`` gets the thread and the real ``start`` is its to call (or not): it can fail
+    before starting, start and then be interrupted, or park at a gate first.
+    """
+    real_start = threading.Thread.start
+    calls = itertools.count(1)
+
+    def start(thread: threading.Thread) -> None:
+        if next(calls) == k:
+            action(thread)
+        else:
+            real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def cannot_start(thread: threading.Thread) -> None:
+    """What `Thread.start` raises when the system is out of threads."""
+    raise RuntimeError("can't start new thread")
+
+
+def start_then_interrupt(thread: threading.Thread) -> None:
+    """Start the thread for real, then let a Ctrl-C land before start() returns."""
+    real_start(thread)
+    _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
+    pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
+
+
+real_start = threading.Thread.start
+
+
+def pending_checkpoint() -> None:
+    """A Python-level call: the interpreter runs pending signal handlers on entering it."""
+
+
+def alive_named(name: str) -> list[threading.Thread]:
+    """Threads of that name still alive."""
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+@pytest.mark.parametrize("kind", [BackgroundService, HousekeepingDaemon])
+def test_a_thread_that_cannot_start_leaves_nothing_running_and_stop_reports_it(
+    kind: type[BackgroundService],
+) -> None:
+    """start() re-raises the failure; nothing runs and no atexit handler is left registered."""
+    service = kind(until_stopped(threading.Event()), name="unstartable")
+    with thread_start_patched(1, cannot_start), pytest.raises(RuntimeError, match="can't start"):
+        service.start()
+    assert alive_named("unstartable") == []
+    collected = weakref.ref(service)  # no atexit registration may keep it alive
+    del service
+    gc.collect()
+    assert collected() is None
+
+
+@pytest.mark.parametrize("kind", [BackgroundService, HousekeepingDaemon])
+def test_an_interrupt_landing_inside_start_stops_the_thread_that_did_start(
+    kind: type[BackgroundService],
+) -> None:
+    """A Ctrl-C after the thread began but before start() returned stops it before re-raising."""
+    started = threading.Event()
+    service = kind(until_stopped(started), name="interrupted", stop_timeout=MUST_HAPPEN)
+    with (
+        thread_start_patched(1, start_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        service.start()
+    assert alive_named("interrupted") == []  # the caller never got a service to stop
+    assert service.stop(0).terminated
+    collected = weakref.ref(service)  # no atexit registration may keep it alive
+    del service
+    gc.collect()
+    assert collected() is None
+
+
+def test_run_with_service_interrupted_while_starting_leaves_no_thread_behind() -> None:
+    """run_with_service has no service to stop if start() raised: start() must clean up."""
+    main_ran: list[bool] = []
+    with (
+        thread_start_patched(1, start_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        run_with_service(
+            lambda: main_ran.append(True),
+            until_stopped(threading.Event()),
+            name="background",
+            stop_timeout=MUST_HAPPEN,
+        )
+    assert main_ran == []
+    assert alive_named("background") == []
+
+
+def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None:
+    """A stop() while start() is still starting the thread keeps its budget and never raises."""
+    gate = Gate("Thread.start in progress")
+
+    def slow_start(thread: threading.Thread) -> None:
+        gate.arrive()
+        real_start(thread)
+
+    ran = threading.Event()
+    service = BackgroundService(until_stopped(ran), name="racing")
+    with thread_start_patched(1, slow_start):
+        starter, outcome = run_in_thread(service.start, "starter")
+        try:
+            gate.wait_reached()
+            with elapsed() as took:
+                report = service.stop(0.2)
+        finally:
+            gate.open()
+            join_or_fail(starter)
+    assert took() < 0.2 + NOISE
+    assert not report.terminated  # it could not know yet: the thread was being started
+    assert "error" not in outcome
+    final = service.stop(MUST_HAPPEN)
+    assert final.terminated
+    assert alive_named("racing") == []
