@@ -888,7 +888,7 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
 
     ran = threading.Event()
     service = BackgroundService(until_stopped(ran), name="racing")
-    with thread_start_patched(1, slow_start):
+    with thread_start_patched(2, slow_start):  # the 1st start is the starter thread's
         starter, outcome = run_in_thread(service.start, "starter")
         try:
             gate.wait_reached()
