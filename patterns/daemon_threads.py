@@ -159,22 +159,37 @@ class _ThreadService:
         # Set once, by the first stop() (from any thread); waited on by the work, which
         # must return soon after it is set. Never cleared.
         self._stopping = threading.Event()
-        # Guards _thread against a start() racing a stop(); never held while joining.
+        # Guards _thread and the check in start() against a racing stop(); held only for
+        # a few lines, never while a thread is being started or joined.
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Set by start() once Thread.start has returned or raised; waited on (within its
+        # budget) by a stop() that raced start(), since a thread cannot be joined before then.
+        self._start_settled = threading.Event()
         self._error: BaseException | None = None  # written by the thread before it ends
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
     def start(self) -> None:
-        """Start the thread; see `Service.start`."""
+        """Start the thread; see `Service.start`.
+
+        All or nothing: if starting fails part-way (no thread can be started, or a
+        Ctrl-C lands after the thread began), the service is stopped within its
+        ``stop_timeout`` and the error re-raised; it cannot be started again.
+        """
         with self._lock:
             if self._thread is not None or self._stopping.is_set():
                 raise RuntimeError(f"{self!r} can only be started once, and not after stop()")
             thread = threading.Thread(target=self._run, name=self.name, daemon=self._daemon)
-            thread.start()  # if this raises, the service stays unstarted
-            self._thread = thread
+            self._thread = thread  # published first, so a stop() racing us can find it
+        try:
+            thread.start()
+        except BaseException:
+            self._start_settled.set()
+            self.stop(self.stop_timeout)  # the caller gets no service to stop: we do it
+            raise
+        self._start_settled.set()
 
     def stop(self, timeout: float) -> StopReport:
         """Set the stop event and join for at most ``timeout`` seconds; see `Service.stop`."""
@@ -183,13 +198,19 @@ class _ThreadService:
         start = time.monotonic()
         with self._lock:
             thread = self._thread
-            self._stopping.set()  # from here on, start() refuses
+            self._stopping.set()  # from here on, start() refuses, and a new thread stops at once
         if thread is None:
             return StopReport(self.name, terminated=True, elapsed=time.monotonic() - start)
         if thread is threading.current_thread():
             raise RuntimeError(f"{self!r}: stop() called from its own thread; return instead")
-        thread.join(timeout)
-        report = StopReport(self.name, not thread.is_alive(), time.monotonic() - start, self._error)
+        # A start() in another thread may still be inside Thread.start: wait for it, within
+        # the budget, since a thread cannot be joined before Thread.start returns.
+        if self._start_settled.wait(timeout) and thread.ident is not None:
+            thread.join(max(0.0, start + timeout - time.monotonic()))
+        # ident None: Thread.start failed, so no thread ran (or, if a real signal cut
+        # start() short before the thread announced itself, it runs with stopping set).
+        terminated = self._start_settled.is_set() and not thread.is_alive()
+        report = StopReport(self.name, terminated, time.monotonic() - start, self._error)
         if not report.terminated:
             logger.log(self._late_level, "%s did not stop within %.3gs", self.name, timeout)
         return report
@@ -307,8 +328,8 @@ def run_with_service(
     is stopped by ``main``'s ``finally``, before the interpreter starts waiting for it.
     Returns what ``main`` returns; ``stop_timeout`` bounds the stop.
     """
-    service = BackgroundService(work, name=name)
-    service.start()
+    service = BackgroundService(work, name=name, stop_timeout=stop_timeout)
+    service.start()  # stops what it started if it fails part-way, so outside the try
     try:
         return main()
     finally:
