@@ -368,10 +368,16 @@ class Supervisor:
         # Set by the supervisor's thread when it gives up; waited on by wait_unhealthy().
         self._unhealthy = threading.Event()
         # Guards every field below. Notified by the worker's wrapper when the worker ends
-        # and by stop(); waited on by the supervisor's thread. A worker is started only
-        # while it is held and the stop request is not set, so once stop() has set the
-        # request and taken it, no worker can start any more.
+        # and by stop(); waited on by the supervisor's thread. A restart happens only
+        # while it is held and the stop request is not set, and start() publishes its two
+        # threads while holding it, so once stop() has set the request and taken it, the
+        # threads it reads are the last ones (any of them started later sees the request).
         self._changed = threading.Condition()
+        # Cleared by start() while it is starting its threads, set again once both
+        # Thread.start calls have returned or one raised; a racing stop() waits on it,
+        # within its budget, because a thread cannot be joined before it has started.
+        self._start_settled = threading.Event()
+        self._start_settled.set()
         self._worker: threading.Thread | None = None
         self._ended: list[ThreadFailure | None] = []  # one entry per worker end, not yet handled
         self._deaths: list[ThreadFailure] = []
@@ -382,15 +388,28 @@ class Supervisor:
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> Self:
-        """Start the worker and the supervisor's thread; raise if already started."""
+        """Start the worker and the supervisor's thread; raise if already started.
+
+        All or nothing: if either thread cannot be started, or a Ctrl-C lands part-way,
+        whatever started is stopped within ``stop_timeout`` and the error re-raised.
+        """
         with self._changed:
             if self._supervisor is not None or self._stop.is_set():
                 raise RuntimeError(f"supervisor {self.name!r} was already started or stopped")
-            self._start_worker()
+            self._worker = self._new_worker()
             self._supervisor = threading.Thread(
                 target=self._supervise, name=f"{self.name}-supervisor"
             )
-            self._supervisor.start()
+            threads = (self._worker, self._supervisor)
+            self._start_settled.clear()
+        try:
+            for thread in threads:
+                thread.start()
+        except BaseException:
+            self._start_settled.set()
+            self.stop(self.stop_timeout)  # the caller gets nothing to stop: we do it
+            raise
+        self._start_settled.set()
         return self
 
     def stop(self, timeout: float) -> SupervisorReport:
@@ -401,22 +420,35 @@ class Supervisor:
         """
         start = time.monotonic()
         deadline = start + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         if threading.current_thread() in (self._worker, self._supervisor):
             raise RuntimeError("stop() called from the supervised worker or a callback")
         self._stop.set()
-        with self._changed:
-            self._changed.notify_all()
-            # Final from here on: no worker starts once the request is set (see _changed).
+        # Timed, so that a restart holding the lock in Thread.start cannot hold stop().
+        locked_first = self._changed.acquire(timeout=left())
+        try:
+            if locked_first:
+                self._changed.notify_all()
+            # Final from here on when locked: no worker starts once the request is set.
             worker, supervisor = self._worker, self._supervisor
-        threads = [t for t in (supervisor, worker) if t is not None]
-        for (
-            thread
-        ) in threads:  # the supervisor's thread first: it ends at once unless in a callback
-            thread.join(max(0.0, deadline - time.monotonic()))
-        with self._changed:
-            self._collect_final_end()
+        finally:
+            if locked_first:
+                self._changed.release()
+        # A start() in another thread may still be inside Thread.start: wait, within budget.
+        settled = self._start_settled.wait(left()) and locked_first
+        # A thread with no ident never ran: its Thread.start failed.
+        threads = [t for t in (supervisor, worker) if t is not None and t.ident is not None]
+        for thread in threads:  # the supervisor's first: it ends at once unless in a callback
+            thread.join(left())
+        locked = self._changed.acquire(timeout=left())
+        try:
+            if locked:
+                self._collect_final_end()
             still_running = [t for t in threads if t.is_alive()]
-            terminated = not still_running
+            terminated = settled and locked and not still_running
             report = SupervisorReport(
                 terminated=terminated,
                 healthy=not self._unhealthy.is_set(),
@@ -425,6 +457,9 @@ class Supervisor:
                 still_running=still_running,
                 elapsed=time.monotonic() - start,
             )
+        finally:
+            if locked:
+                self._changed.release()
         if not terminated:
             logger.error(
                 "supervisor %r: worker still running %.3gs after stop was requested",
@@ -471,10 +506,8 @@ class Supervisor:
 
     # --- the worker's side ----------------------------------------------------------------
 
-    def _start_worker(self) -> None:
-        # Called with _changed held and the stop request not set.
-        self._worker = threading.Thread(target=self._run_worker, name=self.name)
-        self._worker.start()
+    def _new_worker(self) -> threading.Thread:
+        return threading.Thread(target=self._run_worker, name=self.name)
 
     def _run_worker(self) -> None:
         failure: ThreadFailure | None = None
@@ -531,10 +564,12 @@ class Supervisor:
             with self._changed:
                 if self._stop.is_set():
                     return
+                worker = self._new_worker()
+                worker.start()  # if it raises, _supervise gives up; _worker is the dead one
+                self._worker = worker
                 self._restart_times.append(time.monotonic())
                 self._restarts += 1
                 restarts = self._restarts
-                self._start_worker()
             logger.warning(
                 "supervisor %r: restarted the worker (restart %d, budget %d per %gs)",
                 self.name,
