@@ -42,19 +42,22 @@ Guarantees:
       by at most its own ``stop_timeout``.
 
 Python:
-    3.11+, standard library only. The exit order above holds from 3.11 to 3.14 (only
-    3.11 was run for this module; the rest is from CPython's sources and docs).
-    Since 3.12, starting a thread from an ``atexit`` handler raises `RuntimeError`
-    (gh-104690); the handler here only sets an event and joins. Since 3.14, an abandoned
-    daemon thread that wakes during finalization hangs instead of exiting (gh-87135);
-    either way its ``finally`` blocks do not run. ``threading._register_atexit`` is a
+    3.11+, standard library only. The exit order above was checked on 3.11.7, 3.12.1
+    and 3.13.0 (the tests run each step in a child process). What an ``atexit``
+    handler may start depends on the patch level: 3.11.7 and 3.13.0 let it start a
+    thread or fork (the thread is never joined), while 3.12.1 raises `RuntimeError`
+    for both (gh-104690; relaxed by gh-113964, which was backported to 3.12.3, not
+    run here). Once finalization has begun, 3.12.1 raises `RuntimeError` and 3.13.0
+    ``PythonFinalizationError``, where 3.11.7 hangs. The handler here only sets an
+    event and joins, so it works on all of them. ``threading._register_atexit`` is a
     private hook that runs *before* non-daemon threads are joined; `concurrent.futures`
     uses it (since 3.9, bpo-39812) to stop and join pool workers. It would fix P16, but
     this project does not rely on it: it is private and undocumented (gh-86128 asks to
     make it public); an exception in one hook skips the remaining hooks *and* the join
-    of every non-daemon thread, silently turning them into daemon threads (seen on
-    3.11.7); it still joins with no timeout; and it runs only at interpreter exit, while
-    a service must also stop when a test, a reload or an embedding application says so.
+    of every non-daemon thread, silently turning them into daemon threads (checked on
+    3.11.7, 3.12.1 and 3.13.0); it still joins with no timeout; and it runs only at
+    interpreter exit, while a service must also stop when a test, a reload or an
+    embedding application says so.
 
 Java:
     ``Thread.setDaemon(true)`` is ``daemon=True``, with the same abandonment. A JVM
@@ -123,7 +126,11 @@ class Service(Protocol):
     name: str
 
     def start(self) -> None:
-        """Start the background work; raise `RuntimeError` if started or stopped before."""
+        """Start the background work; raise `RuntimeError` if started or stopped before.
+
+        All or nothing: if it fails part-way, what it started is stopped and the error
+        re-raised, so a caller that got an exception has nothing to stop.
+        """
 
     def stop(self, timeout: float) -> StopReport:
         """Ask the work to stop and wait at most ``timeout`` seconds for it to end.
