@@ -9,6 +9,7 @@ import io
 import itertools
 import logging
 import queue
+import sys
 import textwrap
 import threading
 import time
@@ -435,13 +436,25 @@ def test_log_failure_on_an_already_failed_future_logs_in_the_calling_thread(
     assert record.threadName == threading.current_thread().name
 
 
-def test_a_system_exit_in_a_pool_task_is_logged_too(caplog: pytest.LogCaptureFixture) -> None:
-    """The pool catches every BaseException into the future, so log_failure sees SystemExit too."""
+def raise_keyboard_interrupt() -> None:
+    """A task that raises what Ctrl-C raises, from inside a pool thread."""
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("task", "summary"),
+    [(call_sys_exit, "SystemExit: 3"), (raise_keyboard_interrupt, "KeyboardInterrupt")],
+)
+def test_a_system_exit_or_keyboard_interrupt_in_a_pool_task_is_logged_too(
+    caplog: pytest.LogCaptureFixture, task: Callable[[], None], summary: str
+) -> None:
+    """The pool catches every BaseException into the future, so log_failure sees these too."""
     with LoggingExecutor(max_workers=1) as pool:
-        pool.submit(call_sys_exit)
+        future = pool.submit(task)
+    assert type(future.exception()).__name__ == summary.split(":", maxsplit=1)[0]
     [record] = module_records(caplog, logging.ERROR)
-    assert record.getMessage().endswith("failed: SystemExit: 3")
-    assert "in call_sys_exit" in traceback_of(record)
+    assert record.getMessage().endswith(f"failed: {summary}")
+    assert f"in {task.__name__}" in traceback_of(record)
 
 
 # --- the supervisor --------------------------------------------------------------------------
@@ -747,10 +760,26 @@ def test_naive_producer_blocks_forever_once_its_consumer_died() -> None:
         assert stays_blocked(producer)  # "a" filled the queue; "b" waits for nobody
         assert q.full()
     finally:
-        q.get_nowait()  # the test plays consumer for one item, so "b" gets in
+        assert q.get_nowait() == "a"  # the test plays consumer for one item...
         join_or_fail(producer)
-    assert outcome == {"result": None}
+    assert q.get_nowait() == "b"  # ...and only then could the blocked put() deliver "b"
+    assert "error" not in outcome
     assert handled == []
+
+
+def test_queue_shutdown_frees_a_blocked_producer_on_313_and_does_not_exist_before() -> None:
+    """3.13's Queue.shutdown(immediate=True) wakes a producer blocked on a full queue."""
+    q: queue.Queue[str] = queue.Queue(maxsize=1)
+    if sys.version_info < (3, 13):
+        assert not hasattr(q, "shutdown")  # on 3.11 and 3.12, produce() is the way out
+        return
+    q.put("a")
+    producer, outcome = run_in_thread(lambda: q.put("b"), "producer")
+    wait_until_blocked_in(producer, "put")
+    q.shutdown(immediate=True)  # what a dying consumer would call in its finally
+    join_or_fail(producer)
+    assert type(outcome["error"]).__name__ == "ShutDown"
+    assert q.empty()
 
 
 def supervised_consumer(
