@@ -42,8 +42,12 @@ Guarantees:
     * A supervised worker's end is never hidden: each one that was not asked for is
       logged, passed to ``on_death`` and kept in ``deaths``; it is noticed at once (the
       supervisor waits on a condition, it does not poll), so within one ``interval``.
-    * `Supervisor.stop` returns within ``timeout`` (plus scheduling noise), is idempotent,
-      and its `SupervisorReport` names a worker that is still running.
+    * `Supervisor.start` is all or nothing: if a thread cannot be started, or a Ctrl-C
+      lands part-way, what started is stopped and the error re-raised.
+    * `Supervisor.stop` returns within ``timeout`` (plus scheduling noise), even while
+      another thread is inside `Supervisor.start`, never raises for a thread that
+      never started, is idempotent, and its `SupervisorReport` names a worker that is
+      still running.
     * `produce` never blocks for longer than ``check_every`` after its consumer is gone;
       it returns the items it could not deliver.
 
@@ -53,9 +57,10 @@ Python:
     ignores it) but never a pool task's exception, because the pool's worker catches
     every `BaseException`, ``SystemExit`` included, and stores it in the future.
     `sys.excepthook` is only for the main thread, where an uncaught exception already
-    makes the exit status 1. All of this was run on 3.11 only. 3.13 adds
-    ``Queue.shutdown()``: a dying consumer can call ``q.shutdown(immediate=True)`` in
-    its ``finally``, so that blocked producers get ``queue.ShutDown`` instead of waiting.
+    makes the exit status 1. The tests check all of this on 3.11.7, 3.12.1 and 3.13.0.
+    3.13 adds ``Queue.shutdown()``: a dying consumer can call
+    ``q.shutdown(immediate=True)`` in its ``finally``, so that blocked producers get
+    ``queue.ShutDown`` instead of waiting; on 3.11 and 3.12, `produce` is the way out.
 
 Java:
     ``Thread.setDefaultUncaughtExceptionHandler`` is `LoggingExcepthook`.
