@@ -507,8 +507,8 @@ def test_starting_a_thread_during_finalization_hangs_on_311_and_raises_since_312
     with Child(FINALIZING_CHILD) as child:
         child.expect("main done", "finalizing: True")
         if sys.version_info < (3, 12):
-            # The new thread can never run, and start() waits for it to: the process
-            # hangs until the parent kills it (gh-104690 is the crash this became).
+            # The new thread never gets going and start() waits for it: the process
+            # hangs until the parent kills it. 3.12 refuses instead (gh-104690).
             assert child.stays_alive()
             return
         error = "RuntimeError" if sys.version_info < (3, 13) else "PythonFinalizationError"
