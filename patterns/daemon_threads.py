@@ -42,19 +42,22 @@ Guarantees:
       by at most its own ``stop_timeout``.
 
 Python:
-    3.11+, standard library only. The exit order above holds from 3.11 to 3.14 (only
-    3.11 was run for this module; the rest is from CPython's sources and docs).
-    Since 3.12, starting a thread from an ``atexit`` handler raises `RuntimeError`
-    (gh-104690); the handler here only sets an event and joins. Since 3.14, an abandoned
-    daemon thread that wakes during finalization hangs instead of exiting (gh-87135);
-    either way its ``finally`` blocks do not run. ``threading._register_atexit`` is a
+    3.11+, standard library only. The exit order above was checked on 3.11.7, 3.12.1
+    and 3.13.0 (the tests run each step in a child process). What an ``atexit``
+    handler may start depends on the patch level: 3.11.7 and 3.13.0 let it start a
+    thread or fork (the thread is never joined), while 3.12.1 raises `RuntimeError`
+    for both (gh-104690; relaxed by gh-113964, which was backported to 3.12.3, not
+    run here). Once finalization has begun, 3.12.1 raises `RuntimeError` and 3.13.0
+    ``PythonFinalizationError``, where 3.11.7 hangs. The handler here only sets an
+    event and joins, so it works on all of them. ``threading._register_atexit`` is a
     private hook that runs *before* non-daemon threads are joined; `concurrent.futures`
     uses it (since 3.9, bpo-39812) to stop and join pool workers. It would fix P16, but
     this project does not rely on it: it is private and undocumented (gh-86128 asks to
     make it public); an exception in one hook skips the remaining hooks *and* the join
-    of every non-daemon thread, silently turning them into daemon threads (seen on
-    3.11.7); it still joins with no timeout; and it runs only at interpreter exit, while
-    a service must also stop when a test, a reload or an embedding application says so.
+    of every non-daemon thread, silently turning them into daemon threads (checked on
+    3.11.7, 3.12.1 and 3.13.0); it still joins with no timeout; and it runs only at
+    interpreter exit, while a service must also stop when a test, a reload or an
+    embedding application says so.
 
 Java:
     ``Thread.setDaemon(true)`` is ``daemon=True``, with the same abandonment. A JVM
@@ -123,7 +126,11 @@ class Service(Protocol):
     name: str
 
     def start(self) -> None:
-        """Start the background work; raise `RuntimeError` if started or stopped before."""
+        """Start the background work; raise `RuntimeError` if started or stopped before.
+
+        All or nothing: if it fails part-way, what it started is stopped and the error
+        re-raised, so a caller that got an exception has nothing to stop.
+        """
 
     def stop(self, timeout: float) -> StopReport:
         """Ask the work to stop and wait at most ``timeout`` seconds for it to end.
@@ -159,22 +166,37 @@ class _ThreadService:
         # Set once, by the first stop() (from any thread); waited on by the work, which
         # must return soon after it is set. Never cleared.
         self._stopping = threading.Event()
-        # Guards _thread against a start() racing a stop(); never held while joining.
+        # Guards _thread and the check in start() against a racing stop(); held only for
+        # a few lines, never while a thread is being started or joined.
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Set by start() once Thread.start has returned or raised; waited on (within its
+        # budget) by a stop() that raced start(), since a thread cannot be joined before then.
+        self._start_settled = threading.Event()
         self._error: BaseException | None = None  # written by the thread before it ends
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
     def start(self) -> None:
-        """Start the thread; see `Service.start`."""
+        """Start the thread; see `Service.start`.
+
+        All or nothing: if starting fails part-way (no thread can be started, or a
+        Ctrl-C lands after the thread began), the service is stopped within its
+        ``stop_timeout`` and the error re-raised; it cannot be started again.
+        """
         with self._lock:
             if self._thread is not None or self._stopping.is_set():
                 raise RuntimeError(f"{self!r} can only be started once, and not after stop()")
             thread = threading.Thread(target=self._run, name=self.name, daemon=self._daemon)
-            thread.start()  # if this raises, the service stays unstarted
-            self._thread = thread
+            self._thread = thread  # published first, so a stop() racing us can find it
+        try:
+            thread.start()
+        except BaseException:
+            self._start_settled.set()
+            self.stop(self.stop_timeout)  # the caller gets no service to stop: we do it
+            raise
+        self._start_settled.set()
 
     def stop(self, timeout: float) -> StopReport:
         """Set the stop event and join for at most ``timeout`` seconds; see `Service.stop`."""
@@ -183,13 +205,19 @@ class _ThreadService:
         start = time.monotonic()
         with self._lock:
             thread = self._thread
-            self._stopping.set()  # from here on, start() refuses
+            self._stopping.set()  # from here on, start() refuses, and a new thread stops at once
         if thread is None:
             return StopReport(self.name, terminated=True, elapsed=time.monotonic() - start)
         if thread is threading.current_thread():
             raise RuntimeError(f"{self!r}: stop() called from its own thread; return instead")
-        thread.join(timeout)
-        report = StopReport(self.name, not thread.is_alive(), time.monotonic() - start, self._error)
+        # A start() in another thread may still be inside Thread.start: wait for it, within
+        # the budget, since a thread cannot be joined before Thread.start returns.
+        if self._start_settled.wait(timeout) and thread.ident is not None:
+            thread.join(max(0.0, start + timeout - time.monotonic()))
+        # ident None: Thread.start failed, so no thread ran (or, if a real signal cut
+        # start() short before the thread announced itself, it runs with stopping set).
+        terminated = self._start_settled.is_set() and not thread.is_alive()
+        report = StopReport(self.name, terminated, time.monotonic() - start, self._error)
         if not report.terminated:
             logger.log(self._late_level, "%s did not stop within %.3gs", self.name, timeout)
         return report
@@ -307,8 +335,8 @@ def run_with_service(
     is stopped by ``main``'s ``finally``, before the interpreter starts waiting for it.
     Returns what ``main`` returns; ``stop_timeout`` bounds the stop.
     """
-    service = BackgroundService(work, name=name)
-    service.start()
+    service = BackgroundService(work, name=name, stop_timeout=stop_timeout)
+    service.start()  # stops what it started if it fails part-way, so outside the try
     try:
         return main()
     finally:

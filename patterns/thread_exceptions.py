@@ -42,8 +42,12 @@ Guarantees:
     * A supervised worker's end is never hidden: each one that was not asked for is
       logged, passed to ``on_death`` and kept in ``deaths``; it is noticed at once (the
       supervisor waits on a condition, it does not poll), so within one ``interval``.
-    * `Supervisor.stop` returns within ``timeout`` (plus scheduling noise), is idempotent,
-      and its `SupervisorReport` names a worker that is still running.
+    * `Supervisor.start` is all or nothing: if a thread cannot be started, or a Ctrl-C
+      lands part-way, what started is stopped and the error re-raised.
+    * `Supervisor.stop` returns within ``timeout`` (plus scheduling noise), even while
+      another thread is inside `Supervisor.start`, never raises for a thread that
+      never started, is idempotent, and its `SupervisorReport` names a worker that is
+      still running.
     * `produce` never blocks for longer than ``check_every`` after its consumer is gone;
       it returns the items it could not deliver.
 
@@ -53,9 +57,10 @@ Python:
     ignores it) but never a pool task's exception, because the pool's worker catches
     every `BaseException`, ``SystemExit`` included, and stores it in the future.
     `sys.excepthook` is only for the main thread, where an uncaught exception already
-    makes the exit status 1. All of this was run on 3.11 only. 3.13 adds
-    ``Queue.shutdown()``: a dying consumer can call ``q.shutdown(immediate=True)`` in
-    its ``finally``, so that blocked producers get ``queue.ShutDown`` instead of waiting.
+    makes the exit status 1. The tests check all of this on 3.11.7, 3.12.1 and 3.13.0.
+    3.13 adds ``Queue.shutdown()``: a dying consumer can call
+    ``q.shutdown(immediate=True)`` in its ``finally``, so that blocked producers get
+    ``queue.ShutDown`` instead of waiting; on 3.11 and 3.12, `produce` is the way out.
 
 Java:
     ``Thread.setDefaultUncaughtExceptionHandler`` is `LoggingExcepthook`.
@@ -368,10 +373,16 @@ class Supervisor:
         # Set by the supervisor's thread when it gives up; waited on by wait_unhealthy().
         self._unhealthy = threading.Event()
         # Guards every field below. Notified by the worker's wrapper when the worker ends
-        # and by stop(); waited on by the supervisor's thread. A worker is started only
-        # while it is held and the stop request is not set, so once stop() has set the
-        # request and taken it, no worker can start any more.
+        # and by stop(); waited on by the supervisor's thread. A restart happens only
+        # while it is held and the stop request is not set, and start() publishes its two
+        # threads while holding it, so once stop() has set the request and taken it, the
+        # threads it reads are the last ones (any of them started later sees the request).
         self._changed = threading.Condition()
+        # Cleared by start() while it is starting its threads, set again once both
+        # Thread.start calls have returned or one raised; a racing stop() waits on it,
+        # within its budget, because a thread cannot be joined before it has started.
+        self._start_settled = threading.Event()
+        self._start_settled.set()
         self._worker: threading.Thread | None = None
         self._ended: list[ThreadFailure | None] = []  # one entry per worker end, not yet handled
         self._deaths: list[ThreadFailure] = []
@@ -382,15 +393,28 @@ class Supervisor:
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> Self:
-        """Start the worker and the supervisor's thread; raise if already started."""
+        """Start the worker and the supervisor's thread; raise if already started.
+
+        All or nothing: if either thread cannot be started, or a Ctrl-C lands part-way,
+        whatever started is stopped within ``stop_timeout`` and the error re-raised.
+        """
         with self._changed:
             if self._supervisor is not None or self._stop.is_set():
                 raise RuntimeError(f"supervisor {self.name!r} was already started or stopped")
-            self._start_worker()
+            self._worker = self._new_worker()
             self._supervisor = threading.Thread(
                 target=self._supervise, name=f"{self.name}-supervisor"
             )
-            self._supervisor.start()
+            threads = (self._worker, self._supervisor)
+            self._start_settled.clear()
+        try:
+            for thread in threads:
+                thread.start()
+        except BaseException:
+            self._start_settled.set()
+            self.stop(self.stop_timeout)  # the caller gets nothing to stop: we do it
+            raise
+        self._start_settled.set()
         return self
 
     def stop(self, timeout: float) -> SupervisorReport:
@@ -401,22 +425,35 @@ class Supervisor:
         """
         start = time.monotonic()
         deadline = start + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         if threading.current_thread() in (self._worker, self._supervisor):
             raise RuntimeError("stop() called from the supervised worker or a callback")
         self._stop.set()
-        with self._changed:
-            self._changed.notify_all()
-            # Final from here on: no worker starts once the request is set (see _changed).
+        # Timed, so that a restart holding the lock in Thread.start cannot hold stop().
+        locked_first = self._changed.acquire(timeout=left())
+        try:
+            if locked_first:
+                self._changed.notify_all()
+            # Final from here on when locked: no worker starts once the request is set.
             worker, supervisor = self._worker, self._supervisor
-        threads = [t for t in (supervisor, worker) if t is not None]
-        for (
-            thread
-        ) in threads:  # the supervisor's thread first: it ends at once unless in a callback
-            thread.join(max(0.0, deadline - time.monotonic()))
-        with self._changed:
-            self._collect_final_end()
+        finally:
+            if locked_first:
+                self._changed.release()
+        # A start() in another thread may still be inside Thread.start: wait, within budget.
+        settled = self._start_settled.wait(left()) and locked_first
+        # A thread with no ident never ran: its Thread.start failed.
+        threads = [t for t in (supervisor, worker) if t is not None and t.ident is not None]
+        for thread in threads:  # the supervisor's first: it ends at once unless in a callback
+            thread.join(left())
+        locked = self._changed.acquire(timeout=left())
+        try:
+            if locked:
+                self._collect_final_end()
             still_running = [t for t in threads if t.is_alive()]
-            terminated = not still_running
+            terminated = settled and locked and not still_running
             report = SupervisorReport(
                 terminated=terminated,
                 healthy=not self._unhealthy.is_set(),
@@ -425,6 +462,9 @@ class Supervisor:
                 still_running=still_running,
                 elapsed=time.monotonic() - start,
             )
+        finally:
+            if locked:
+                self._changed.release()
         if not terminated:
             logger.error(
                 "supervisor %r: worker still running %.3gs after stop was requested",
@@ -471,10 +511,8 @@ class Supervisor:
 
     # --- the worker's side ----------------------------------------------------------------
 
-    def _start_worker(self) -> None:
-        # Called with _changed held and the stop request not set.
-        self._worker = threading.Thread(target=self._run_worker, name=self.name)
-        self._worker.start()
+    def _new_worker(self) -> threading.Thread:
+        return threading.Thread(target=self._run_worker, name=self.name)
 
     def _run_worker(self) -> None:
         failure: ThreadFailure | None = None
@@ -531,10 +569,12 @@ class Supervisor:
             with self._changed:
                 if self._stop.is_set():
                     return
+                worker = self._new_worker()
+                worker.start()  # if it raises, _supervise gives up; _worker is the dead one
+                self._worker = worker
                 self._restart_times.append(time.monotonic())
                 self._restarts += 1
                 restarts = self._restarts
-                self._start_worker()
             logger.warning(
                 "supervisor %r: restarted the worker (restart %d, budget %d per %gs)",
                 self.name,

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures.thread as pool_module
+import contextlib
+import functools
 import gc
+import itertools
 import logging
 import queue
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
+from unittest import mock
 
 import pytest
 
@@ -245,6 +251,46 @@ def test_a_non_daemon_thread_keeps_the_process_alive_after_main_returns() -> Non
         assert child.rest() == ["worker finished"]
 
 
+# The worker waits until the main thread is in threading._shutdown (step 2's join), says
+# so, and then blocks forever; the parent sends SIGINT only after reading that line.
+CTRL_C_IN_JOIN_CHILD = """
+import atexit, sys, threading
+
+atexit.register(print, "atexit ran", flush=True)
+main_ident = threading.get_ident()
+
+def worker():
+    try:
+        while True:
+            frame = sys._current_frames().get(main_ident)
+            if frame is not None and frame.f_code.co_name == "_shutdown":
+                break
+            threading.Event().wait(0.01)  # polling a condition, as wait_until does
+        print("main is joining", flush=True)
+        threading.Event().wait()
+    finally:
+        print("worker finished", flush=True)
+
+threading.Thread(target=worker, name="worker").start()
+print("main done", flush=True)
+"""
+
+
+def test_ctrl_c_during_the_join_at_exit_abandons_the_non_daemon_thread_and_runs_atexit() -> None:
+    """A KeyboardInterrupt in step 2 ends the join: atexit runs, the thread's finally never does."""
+    with Child(CTRL_C_IN_JOIN_CHILD) as child:
+        child.expect("main done", "main is joining")
+        child.process.send_signal(signal.SIGINT)
+        assert child.exits() == 0
+        assert child.rest() == ["atexit ran"]  # no "worker finished"
+        err = child.stderr()
+        assert err.rstrip().endswith("KeyboardInterrupt:")
+        assert "in _shutdown" in err
+        # 3.11 and 3.12 report it as "Exception ignored"; 3.13.0 prints a bare traceback.
+        ignored = "Exception ignored in: <module 'threading'"
+        assert (ignored in err) is (sys.version_info < (3, 13))
+
+
 # --- the exit-order deadlock (P16) --------------------------------------------------------
 
 # The worker waits for its stop event. So that a hung child can be released without a
@@ -367,6 +413,114 @@ def test_housekeeping_daemon_stuck_in_its_work_delays_exit_by_at_most_its_stop_t
     assert took() < budget + NOISE
 
 
+# --- what an atexit handler, and code run during finalization, may start -----------------
+
+# The handler forks first, while the child has no thread but its main one, so that 3.12+
+# has no reason to warn about forking a multi-threaded process; then it starts a
+# non-daemon thread that never ends. Had exit joined that thread, the child would hang.
+ATEXIT_START_CHILD = """
+import atexit, os, threading
+
+def report(what, outcome):
+    print(what + ": " + outcome, flush=True)
+
+def start_from_atexit():
+    try:
+        pid = os.fork()
+    except BaseException as exc:
+        report("fork", type(exc).__name__ + ": " + str(exc))
+    else:
+        if pid == 0:
+            os._exit(7)
+        report("fork", "child exited %d" % os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    ran = threading.Event()
+
+    def never_ends():
+        ran.set()
+        threading.Event().wait()
+
+    try:
+        threading.Thread(target=never_ends, name="late").start()
+    except BaseException as exc:
+        report("thread", type(exc).__name__ + ": " + str(exc))
+    else:
+        report("thread", "started, ran=%s" % ran.wait(30))
+
+atexit.register(start_from_atexit)
+print("main done", flush=True)
+"""
+
+
+def atexit_may_start_threads() -> bool:
+    """Whether this CPython lets an atexit handler start a thread or fork.
+
+    3.12.0 refused both (gh-104690 checked a flag set before the atexit handlers ran);
+    gh-113964 moved the check to after them, in 3.13.0 and, backported, in 3.12.3.
+    """
+    return not ((3, 12) <= sys.version_info[:3] < (3, 12, 3))
+
+
+def test_what_an_atexit_handler_may_start_depends_on_the_version() -> None:
+    """3.11 and 3.13 let an atexit handler fork and start a thread (not joined); 3.12.1 refuses."""
+    with Child(ATEXIT_START_CHILD) as child:
+        child.expect("main done")
+        assert child.exits() == 0  # a thread started there is not waited for
+        if atexit_may_start_threads():
+            assert child.rest() == ["fork: child exited 7", "thread: started, ran=True"]
+        else:
+            assert child.rest() == [
+                "fork: RuntimeError: can't fork at interpreter shutdown",
+                "thread: RuntimeError: can't create new thread at interpreter shutdown",
+            ]
+        assert child.stderr() == ""
+
+
+# A module global's __del__ runs while the interpreter finalizes its modules, after every
+# atexit handler: it tries to start a (daemon) thread and to fork from there.
+FINALIZING_CHILD = """
+import os, sys, threading
+
+class StartsAThreadWhenCollected:
+    def __del__(self):
+        os.write(1, b"finalizing: %s\\n" % str(sys.is_finalizing()).encode())
+        try:
+            threading.Thread(target=print, daemon=True).start()
+        except BaseException as exc:
+            os.write(1, ("thread: %s: %s\\n" % (type(exc).__name__, exc)).encode())
+        try:
+            pid = os.fork()
+        except BaseException as exc:
+            os.write(1, ("fork: %s: %s\\n" % (type(exc).__name__, exc)).encode())
+        else:
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            os.write(1, b"fork: forked\\n")
+
+collected_at_exit = StartsAThreadWhenCollected()
+print("main done", flush=True)
+"""
+
+
+def test_starting_a_thread_during_finalization_hangs_on_311_and_raises_since_312() -> None:
+    """Once finalization has begun, 3.11.7 hangs in Thread.start; 3.12 and 3.13 raise instead."""
+    with Child(FINALIZING_CHILD) as child:
+        child.expect("main done", "finalizing: True")
+        if sys.version_info < (3, 12):
+            # The new thread never gets going and start() waits for it: the process
+            # hangs until the parent kills it. 3.12 refuses instead (gh-104690).
+            assert child.stays_alive()
+            return
+        error = "RuntimeError" if sys.version_info < (3, 13) else "PythonFinalizationError"
+        assert child.exits() == 0
+        assert child.rest() == [
+            f"thread: {error}: can't create new thread at interpreter shutdown",
+            f"fork: {error}: can't fork at interpreter shutdown",
+        ]
+        if sys.version_info >= (3, 13):
+            assert issubclass(PythonFinalizationError, RuntimeError)  # noqa: F821
+
+
 # --- threading._register_atexit: what it does, and why the project does not rely on it ----
 
 REGISTER_ATEXIT_CHILD = """
@@ -419,12 +573,27 @@ def test_cpython_detail_a_failing_register_atexit_hook_abandons_every_non_daemon
         assert "RuntimeError: hook failed" in child.stderr()
 
 
+def registered_function(call: Callable[[], object]) -> object:
+    """The function a `threading._register_atexit` entry will call, on this version.
+
+    3.11 and 3.12 store ``functools.partial(func, ...)``; 3.13 stores
+    ``lambda: func(*arg, **kwargs)`` (gh-109653 dropped the functools import to speed
+    up ``import threading``), so there ``func`` is found in the lambda's closure.
+    """
+    if sys.version_info < (3, 13):
+        assert isinstance(call, functools.partial)
+        return call.func
+    assert not isinstance(call, functools.partial)
+    assert call.__code__.co_name == "<lambda>"
+    closure = dict(zip(call.__code__.co_freevars, call.__closure__ or (), strict=True))
+    return closure["func"].cell_contents
+
+
 @cpython_detail
 def test_cpython_detail_concurrent_futures_joins_its_pools_through_register_atexit() -> None:
     """CPython detail: pool workers are joined by a _register_atexit hook, not by atexit."""
     registered = threading._threading_atexits  # the list _register_atexit appends to
-    hooks = [getattr(call, "func", None) for call in registered]
-    assert pool_module._python_exit in hooks
+    assert pool_module._python_exit in [registered_function(call) for call in registered]
 
 
 # --- the service's contract, in process ---------------------------------------------------
@@ -608,3 +777,129 @@ def test_every_ticks_at_once_and_a_stop_cuts_the_interval_short() -> None:
 
     assert report.terminated
     assert time.monotonic() - started < NOISE  # far below the 600 s interval
+
+
+# --- start() is all or nothing, and stop() is bounded even while start() runs ---------------
+
+
+@contextlib.contextmanager
+def thread_start_patched(k: int, action: Callable[[threading.Thread], None]) -> Iterator[None]:
+    """Patch `threading.Thread.start` so that its ``k``-th call (from 1) runs ``action``.
+
+    ``action`` gets the thread and the real ``start`` is its to call (or not): it can fail
+    before starting, start and then be interrupted, or park at a gate first.
+    """
+    real_start = threading.Thread.start
+    calls = itertools.count(1)
+
+    def start(thread: threading.Thread) -> None:
+        if next(calls) == k:
+            action(thread)
+        else:
+            real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def cannot_start(thread: threading.Thread) -> None:
+    """What `Thread.start` raises when the system is out of threads."""
+    raise RuntimeError("can't start new thread")
+
+
+def start_then_interrupt(thread: threading.Thread) -> None:
+    """Start the thread for real, then let a Ctrl-C land before start() returns."""
+    real_start(thread)
+    _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
+    pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
+
+
+real_start = threading.Thread.start
+
+
+def pending_checkpoint() -> None:
+    """A Python-level call: the interpreter runs pending signal handlers on entering it."""
+
+
+def alive_named(name: str) -> list[threading.Thread]:
+    """Threads of that name still alive."""
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+@pytest.mark.parametrize("kind", [BackgroundService, HousekeepingDaemon])
+def test_a_thread_that_cannot_start_leaves_nothing_running_and_stop_reports_it(
+    kind: type[BackgroundService],
+) -> None:
+    """start() re-raises the failure; nothing runs and no atexit handler is left registered."""
+    service = kind(until_stopped(threading.Event()), name="unstartable")
+    with thread_start_patched(1, cannot_start), pytest.raises(RuntimeError, match="can't start"):
+        service.start()
+    assert alive_named("unstartable") == []
+    collected = weakref.ref(service)  # no atexit registration may keep it alive
+    del service
+    gc.collect()
+    assert collected() is None
+
+
+@pytest.mark.parametrize("kind", [BackgroundService, HousekeepingDaemon])
+def test_an_interrupt_landing_inside_start_stops_the_thread_that_did_start(
+    kind: type[BackgroundService],
+) -> None:
+    """A Ctrl-C after the thread began but before start() returned stops it before re-raising."""
+    started = threading.Event()
+    service = kind(until_stopped(started), name="interrupted", stop_timeout=MUST_HAPPEN)
+    with (
+        thread_start_patched(1, start_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        service.start()
+    assert alive_named("interrupted") == []  # the caller never got a service to stop
+    assert service.stop(0).terminated
+    collected = weakref.ref(service)  # no atexit registration may keep it alive
+    del service
+    gc.collect()
+    assert collected() is None
+
+
+def test_run_with_service_interrupted_while_starting_leaves_no_thread_behind() -> None:
+    """run_with_service has no service to stop if start() raised: start() must clean up."""
+    main_ran: list[bool] = []
+    with (
+        thread_start_patched(1, start_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        run_with_service(
+            lambda: main_ran.append(True),
+            until_stopped(threading.Event()),
+            name="background",
+            stop_timeout=MUST_HAPPEN,
+        )
+    assert main_ran == []
+    assert alive_named("background") == []
+
+
+def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None:
+    """A stop() while start() is still starting the thread keeps its budget and never raises."""
+    gate = Gate("Thread.start in progress")
+
+    def slow_start(thread: threading.Thread) -> None:
+        gate.arrive()
+        real_start(thread)
+
+    ran = threading.Event()
+    service = BackgroundService(until_stopped(ran), name="racing")
+    with thread_start_patched(2, slow_start):  # the 1st start is the starter thread's
+        starter, outcome = run_in_thread(service.start, "starter")
+        try:
+            gate.wait_reached()
+            with elapsed() as took:
+                report = service.stop(0.2)
+        finally:
+            gate.open()
+            join_or_fail(starter)
+    assert took() < 0.2 + NOISE
+    assert not report.terminated  # it could not know yet: the thread was being started
+    assert "error" not in outcome
+    final = service.stop(MUST_HAPPEN)
+    assert final.terminated
+    assert alive_named("racing") == []

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import gc
 import io
+import itertools
 import logging
 import queue
+import sys
 import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 import pytest
 
@@ -432,13 +436,25 @@ def test_log_failure_on_an_already_failed_future_logs_in_the_calling_thread(
     assert record.threadName == threading.current_thread().name
 
 
-def test_a_system_exit_in_a_pool_task_is_logged_too(caplog: pytest.LogCaptureFixture) -> None:
-    """The pool catches every BaseException into the future, so log_failure sees SystemExit too."""
+def raise_keyboard_interrupt() -> None:
+    """A task that raises what Ctrl-C raises, from inside a pool thread."""
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("task", "summary"),
+    [(call_sys_exit, "SystemExit: 3"), (raise_keyboard_interrupt, "KeyboardInterrupt")],
+)
+def test_a_system_exit_or_keyboard_interrupt_in_a_pool_task_is_logged_too(
+    caplog: pytest.LogCaptureFixture, task: Callable[[], None], summary: str
+) -> None:
+    """The pool catches every BaseException into the future, so log_failure sees these too."""
     with LoggingExecutor(max_workers=1) as pool:
-        pool.submit(call_sys_exit)
+        future = pool.submit(task)
+    assert type(future.exception()).__name__ == summary.split(":", maxsplit=1)[0]
     [record] = module_records(caplog, logging.ERROR)
-    assert record.getMessage().endswith("failed: SystemExit: 3")
-    assert "in call_sys_exit" in traceback_of(record)
+    assert record.getMessage().endswith(f"failed: {summary}")
+    assert f"in {task.__name__}" in traceback_of(record)
 
 
 # --- the supervisor --------------------------------------------------------------------------
@@ -744,10 +760,26 @@ def test_naive_producer_blocks_forever_once_its_consumer_died() -> None:
         assert stays_blocked(producer)  # "a" filled the queue; "b" waits for nobody
         assert q.full()
     finally:
-        q.get_nowait()  # the test plays consumer for one item, so "b" gets in
+        assert q.get_nowait() == "a"  # the test plays consumer for one item...
         join_or_fail(producer)
-    assert outcome == {"result": None}
+    assert q.get_nowait() == "b"  # ...and only then could the blocked put() deliver "b"
+    assert "error" not in outcome
     assert handled == []
+
+
+def test_queue_shutdown_frees_a_blocked_producer_on_313_and_does_not_exist_before() -> None:
+    """3.13's Queue.shutdown(immediate=True) wakes a producer blocked on a full queue."""
+    q: queue.Queue[str] = queue.Queue(maxsize=1)
+    if sys.version_info < (3, 13):
+        assert not hasattr(q, "shutdown")  # on 3.11 and 3.12, produce() is the way out
+        return
+    q.put("a")
+    producer, outcome = run_in_thread(lambda: q.put("b"), "producer")
+    wait_until_blocked_in(producer, "put")
+    q.shutdown(immediate=True)  # what a dying consumer would call in its finally
+    join_or_fail(producer)
+    assert type(outcome["error"]).__name__ == "ShutDown"
+    assert q.empty()
 
 
 def supervised_consumer(
@@ -918,5 +950,138 @@ def test_an_exception_from_main_propagates_and_the_hook_is_restored() -> None:
             raise LookupError("main failed")
 
         with pytest.raises(LookupError):
+            run_main(main)
+        assert threading.excepthook is original
+
+
+# --- the supervisor's start() is all or nothing; stop() is bounded even while starting ------
+
+
+@contextlib.contextmanager
+def thread_start_patched(k: int, action: Callable[[threading.Thread], None]) -> Iterator[None]:
+    """Patch `threading.Thread.start` so that its ``k``-th call (from 1) runs ``action``."""
+    calls = itertools.count(1)
+
+    def start(thread: threading.Thread) -> None:
+        if next(calls) == k:
+            action(thread)
+        else:
+            REAL_START(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+REAL_START = threading.Thread.start
+
+
+def cannot_start(thread: threading.Thread) -> None:
+    """What `Thread.start` raises when the system is out of threads."""
+    raise RuntimeError("can't start new thread")
+
+
+def start_then_interrupt(thread: threading.Thread) -> None:
+    """Start the thread for real, then let a Ctrl-C land before start() returns."""
+    REAL_START(thread)
+    _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
+    pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
+
+
+def pending_checkpoint() -> None:
+    """A Python-level call: the interpreter runs pending signal handlers on entering it."""
+
+
+def alive_named(*names: str) -> list[str]:
+    """Which of these thread names are still alive."""
+    return [t.name for t in threading.enumerate() if t.name in names and t.is_alive()]
+
+
+@pytest.mark.parametrize(
+    ("k", "action", "error"),
+    [
+        (1, cannot_start, RuntimeError),
+        (2, cannot_start, RuntimeError),
+        (1, start_then_interrupt, KeyboardInterrupt),
+        (2, start_then_interrupt, KeyboardInterrupt),
+    ],
+    ids=[
+        "worker-cannot-start",
+        "supervisor-cannot-start",
+        "ctrl-c-after-worker",
+        "ctrl-c-after-both",
+    ],
+)
+def test_a_start_that_fails_part_way_stops_what_it_started_and_reraises(
+    k: int, action: Callable[[threading.Thread], None], error: type[BaseException]
+) -> None:
+    """Whichever thread start fails, the error propagates and no thread is left running."""
+    supervisor = Supervisor(stoppable(), name="half", stop_timeout=MUST_HAPPEN)
+    with thread_start_patched(k, action), pytest.raises(error):
+        supervisor.start()
+    assert alive_named("half", "half-supervisor") == []
+    report = supervisor.stop(0)  # the caller may still call stop(): it must not raise
+    assert report.terminated
+    assert report.deaths == []
+
+
+def test_a_restart_that_cannot_start_a_thread_makes_the_supervisor_unhealthy_and_stop_calm(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """If the restart's Thread.start fails, supervision gives up loudly; stop() still reports."""
+    died = threading.Event()
+
+    def worker(stop: threading.Event) -> None:
+        died.set()
+        raise ValueError("first death")
+
+    supervisor = Supervisor(worker, name="w", interval=0)
+    with thread_start_patched(3, cannot_start):  # worker, supervisor, then the restart
+        supervisor.start()
+        assert supervisor.wait_unhealthy(MUST_HAPPEN)
+    report = supervisor.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert not report.healthy
+    assert [d.summary for d in report.deaths] == ["ValueError: first death"]
+    assert any("gives up" in r.getMessage() for r in module_records(caplog, logging.ERROR))
+
+
+def test_stop_racing_start_returns_within_its_budget_and_nothing_is_left_running() -> None:
+    """A stop() while start() is still starting the worker keeps its budget and never raises."""
+    gate = Gate("Thread.start of the worker in progress")
+
+    def slow_start(thread: threading.Thread) -> None:
+        gate.arrive()
+        REAL_START(thread)
+
+    supervisor = Supervisor(stoppable(), name="racing")
+    with thread_start_patched(2, slow_start):  # the 1st start is the starter thread's
+        starter, outcome = run_in_thread(supervisor.start, "starter")
+        try:
+            gate.wait_reached()
+            started = time.monotonic()
+            report = supervisor.stop(0.2)
+            took = time.monotonic() - started
+        finally:
+            gate.open()
+            join_or_fail(starter)
+    assert took < 0.2 + NOISE
+    assert not report.terminated  # it could not know yet: a thread was being started
+    assert outcome == {"result": supervisor}  # its threads started, saw the stop, ended
+    final = supervisor.stop(MUST_HAPPEN)
+    assert final.terminated
+    assert final.deaths == []
+    assert alive_named("racing", "racing-supervisor") == []
+
+
+def test_an_interrupt_in_run_main_restores_the_hook_it_installed() -> None:
+    """A Ctrl-C landing in main propagates out of run_main and leaves no hook installed."""
+
+    def main() -> None:
+        _thread.interrupt_main()
+        pending_checkpoint()
+
+    with recording_hook():
+        original = threading.excepthook
+        with pytest.raises(KeyboardInterrupt):
             run_main(main)
         assert threading.excepthook is original
