@@ -245,13 +245,15 @@ def shutdown_and_await(
 ) -> ShutdownReport:
     """Shut down gracefully, wait up to ``timeout``, then force and wait ``force_timeout`` more.
 
-    ``on_force`` runs once, right after `shutdown_now`: the place to cancel the token
-    your running tasks watch (Java interrupts them at this point; Python cannot).
+    ``on_force`` runs at most once, right after `shutdown_now`: the place to cancel the
+    token your running tasks watch (Java interrupts them at this point; Python cannot).
     If the calling thread gets `KeyboardInterrupt` while waiting, the executor is forced
-    and the interrupt re-raised, as Java's idiom does on `InterruptedException`.
+    (``on_force`` runs then, unless it already has) and the interrupt re-raised, as
+    Java's idiom does on `InterruptedException`.
     """
     start = time.monotonic()
     forced = False
+    on_force_called = False  # set before the call: an interrupt inside it must not repeat it
     never_started: list[Callable[[], object]] = []
     try:
         executor.shutdown(wait=False)
@@ -260,14 +262,17 @@ def shutdown_and_await(
             forced = True
             never_started = shutdown_now(executor)
             if on_force is not None:
+                on_force_called = True
                 on_force()
             terminated = await_termination(executor, force_timeout)
     except KeyboardInterrupt:
         cancelled = shutdown_now(executor)
-        if on_force is not None:
+        if on_force is not None and not on_force_called:
+            on_force_called = True
             on_force()
         logger.warning(
-            "interrupted while awaiting termination: forced (%d never started)", len(cancelled)
+            "interrupted while awaiting termination: forced (%d never started)",
+            len(never_started) + len(cancelled),
         )
         raise
     still_running = [future for future, _ in executor.pending() if future.running()]

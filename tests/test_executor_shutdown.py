@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import gc
 import io
@@ -177,6 +178,42 @@ def test_keyboard_interrupt_while_awaiting_forces_the_executor_and_is_re_raised(
 
     assert queued.cancelled()
     finish(pool, gate)
+
+
+def test_keyboard_interrupt_during_the_forced_wait_calls_on_force_only_once() -> None:
+    """on_force runs once even when Ctrl-C lands in the forced wait, after on_force ran."""
+    assert threading.current_thread() is threading.main_thread()
+    pool = TrackingExecutor(max_workers=1)
+    forced = threading.Event()  # set by on_force: the forced wait is about to begin
+    calls: list[str] = []
+    started = threading.Event()
+
+    def on_force() -> None:
+        calls.append("on_force")
+        forced.set()
+
+    def interrupt_during_the_forced_wait() -> None:
+        started.set()
+        # Checkpoint: on_force has run, so the caller is in (or entering) the forced wait.
+        assert forced.wait(MUST_HAPPEN)
+        # Trips the SIGINT handler in the main thread; returning right after ends the
+        # forced wait, and the KeyboardInterrupt is raised at the caller's next bytecode.
+        _thread.interrupt_main()
+
+    pool.submit(interrupt_during_the_forced_wait)
+    assert started.wait(MUST_HAPPEN)  # running, so the graceful wait cannot succeed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            # timeout=0: the graceful wait gives up at once, so on_force runs at once;
+            # force_timeout is generous, the task ends the forced wait itself.
+            shutdown_and_await(pool, 0, force_timeout=MUST_HAPPEN, on_force=on_force)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        forced.set()  # only matters if on_force never ran: let the task end
+
+    assert calls == ["on_force"]
+    finish(pool)
 
 
 def test_a_failed_task_is_logged_when_it_fails_even_if_nobody_reads_its_future(
