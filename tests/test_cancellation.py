@@ -686,7 +686,9 @@ def test_cooperative_cancel_wakes_a_blocked_sleep_and_runs_finally_fully() -> No
         token.cancel("shutdown")
         assert in_cleanup.wait(PROMPTLY)  # woken at once, straight into its cleanup
         wait_until_blocked_in(thread, "wait")
-        assert token.cancel("forced") is False  # escalating cannot disturb the cleanup
+        # The supervisor loses patience, as in the naive test; the steps below show that
+        # this escalation lands nothing inside the cleanup.
+        token.cancel("forced")
     finally:
         flushed.set()
     join_or_fail(thread)
