@@ -70,6 +70,7 @@ import ctypes
 import functools
 import itertools
 import logging
+import queue
 import socket
 import threading
 import time
@@ -84,6 +85,7 @@ __all__ = [
     "Registration",
     "crunch",
     "receive",
+    "take",
 ]
 
 logger = logging.getLogger(__name__)
@@ -408,6 +410,32 @@ def _shut_down(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:  # already closed or never connected: nothing is blocked in it
         logger.debug("shutdown of %r on cancel failed", sock, exc_info=True)
+
+
+# --- a queue: poll with a timeout, never put a pill from a callback -------------------------
+
+
+def take(q: queue.Queue[T], token: CancelToken, *, poll_interval: float = 0.05) -> T:
+    """Get an item from ``q``, or raise `Cancelled` within ``poll_interval`` of a cancel.
+
+    Java's ``BlockingQueue.take()``, which throws on interrupt. A plain `queue.Queue`
+    has nothing a callback could close, so the wait is cut into ``get(timeout=...)``
+    slices with a checkpoint between them (each slice also ends at the token's
+    deadline). Do not make ``get()`` interruptible by putting a sentinel from an
+    `CancelToken.on_cancel` callback instead: callbacks run inside ``cancel()``, and a
+    blocking ``put`` on a full queue hangs the canceller.
+    """
+    if poll_interval <= 0:
+        raise ValueError("poll_interval must be positive")
+    while True:
+        token.check()
+        remaining = token.remaining()
+        try:
+            return q.get(
+                timeout=poll_interval if remaining is None else min(poll_interval, remaining)
+            )
+        except queue.Empty:
+            continue  # a slice ended: look at the token again
 
 
 # --- Last resort, fenced off: not part of the pattern (C3, P32) ----------------------------
