@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import _thread
+import asyncio
 import contextlib
 import gc
+import inspect
 import io
 import logging
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +42,7 @@ from tests.support import (
     run_in_thread,
     spawn_python,
     stays_blocked,
+    wait_until,
     wait_until_blocked_in,
 )
 
@@ -569,3 +574,84 @@ def test_rejected_is_a_runtime_error_that_names_the_task() -> None:
         pool.submit(returns("late"))
     assert isinstance(info.value, Rejected)
     assert info.value.task() == "late"
+
+
+# --- what each supported Python version does (checked on 3.11.7, 3.12.1 and 3.13.0) ------
+
+
+def test_no_form_of_thread_pool_shutdown_takes_a_timeout() -> None:
+    """ThreadPoolExecutor.shutdown has only wait and cancel_futures on every supported version."""
+    parameters = list(inspect.signature(ThreadPoolExecutor.shutdown).parameters)
+    assert parameters == ["self", "wait", "cancel_futures"]
+
+
+def test_pool_workers_are_the_non_daemon_threads_in_the_private_threads_set() -> None:
+    """await_termination may join ``_threads``: it holds the pool's workers, non-daemon threads."""
+    pool = TrackingExecutor(max_workers=1)
+    gate = Gate("task")
+    ran_in: list[threading.Thread] = []
+
+    def task() -> None:
+        ran_in.append(threading.current_thread())
+        gate.arrive()
+
+    pool.submit(task)
+    gate.wait_reached()
+    assert pool.worker_threads() == ran_in  # the set holds exactly the thread running the task
+    assert not ran_in[0].daemon  # so interpreter exit waits for it (the P4 tests show that)
+    finish(pool, gate)
+    assert not ran_in[0].is_alive()
+
+
+def test_asyncio_shutdown_default_executor_timeout_bounds_a_stuck_task_only_on_3_13() -> None:
+    """3.11 has no timeout; on 3.12.1 it does not bound a stuck task; on 3.13.0 it does."""
+    timeout = 0.1
+    gate = Gate("task in the default executor")
+    caught: list[str] = []
+    took: list[float] = []
+
+    async def shut_down_with_a_stuck_task() -> None:
+        loop = asyncio.get_running_loop()
+        task = loop.run_in_executor(None, gate.arrive)
+        with warnings.catch_warnings(record=True) as records:
+            # Only this thread touches the warning filters while the test waits on it.
+            warnings.simplefilter("always")
+            if sys.version_info < (3, 12):
+                with pytest.raises(TypeError, match="timeout"):
+                    await loop.shutdown_default_executor(timeout=timeout)  # type: ignore[call-arg]
+                gate.wait_reached()
+                gate.open()
+            else:
+                with elapsed() as seconds:
+                    await loop.shutdown_default_executor(timeout=timeout)
+                took.append(seconds())
+        caught.extend(str(r.message) for r in records if r.category is RuntimeWarning)
+        await task
+
+    def run_loop() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(shut_down_with_a_stuck_task())
+        finally:
+            loop.close()
+
+    runner, outcome = run_in_thread(run_loop, "event loop")
+    try:
+        gate.wait_reached()
+        if sys.version_info[:2] == (3, 12):
+            # 3.12.1 first awaits the pool's shutdown(wait=True) and applies the timeout
+            # only to a join after it, so a stuck task holds the call past any timeout.
+            assert stays_blocked(runner, timeout + NOISE)
+            assert took == []
+        elif sys.version_info >= (3, 13):
+            # 3.13.0 bounds the await itself: a warning, shutdown(wait=False), return.
+            wait_until(lambda: bool(took), "shutdown_default_executor returned")
+            assert took[0] < timeout + NOISE
+            assert "did not finishing joining its threads within 0.1 seconds" in caught[0]
+            assert not gate.opened.is_set()  # returned while the task is still stuck
+    finally:
+        gate.open()
+    join_or_fail(runner)
+    assert outcome == {"result": None}
+    if sys.version_info[:2] == (3, 12):
+        assert caught == []  # once released, the join inside finished in time: no warning
