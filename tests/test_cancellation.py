@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import queue
@@ -829,3 +830,56 @@ def test_async_raise_rejects_something_that_is_not_an_exception_class() -> None:
         async_raise(threading.current_thread(), ForcedStop("an instance"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="exception class"):
         async_raise(threading.current_thread(), int)  # type: ignore[arg-type]
+
+
+# --- what each supported Python version does (checked on 3.11.7, 3.12.1 and 3.13.0) ------
+
+
+def test_nothing_in_threading_or_futures_stops_a_running_thread() -> None:
+    """No stop or interrupt on Thread, and Future.cancel refuses a task that has started."""
+    public = {name for name in dir(threading.Thread) if not name.startswith("_")}
+    assert public == {
+        "daemon",
+        "getName",
+        "ident",
+        "isDaemon",
+        "is_alive",
+        "join",
+        "name",
+        "native_id",
+        "run",
+        "setDaemon",
+        "setName",
+        "start",
+    }
+    gate = Gate("running task")
+    pool = ThreadPoolExecutor(max_workers=1)
+    running = pool.submit(gate.arrive)
+    try:
+        gate.wait_reached()
+        assert not running.cancel()
+        assert running.running()
+    finally:
+        gate.open()
+        pool.shutdown(wait=True)
+    assert running.result() is None  # it ran to its end
+
+
+def test_asyncio_cancelled_error_is_a_base_exception_as_cancelled_is() -> None:
+    """Cancelled follows asyncio: except Exception catches neither."""
+    for cls in (asyncio.CancelledError, Cancelled):
+        assert issubclass(cls, BaseException)
+        assert not issubclass(cls, Exception)
+
+
+def test_asyncio_has_timeout_cancelling_and_uncancel() -> None:
+    """The cancellation tools the page names exist on every supported version."""
+    assert callable(asyncio.timeout)
+    assert callable(asyncio.Task.cancelling)
+    assert callable(asyncio.Task.uncancel)
+
+
+def test_a_socket_timeout_is_an_os_error() -> None:
+    """socket.timeout is TimeoutError, an OSError, so receive's except OSError covers it."""
+    assert socket.timeout is TimeoutError
+    assert issubclass(TimeoutError, OSError)
