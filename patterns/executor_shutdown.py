@@ -28,7 +28,9 @@ Guarantees:
     * A callable in ``report.never_started`` never ran and never will; every other
       submitted callable ran or is running (``report.still_running``).
     * Every task that fails is logged at ERROR when it fails, read or not.
-    * A submit that is refused raises `Rejected`, which carries the refused callable.
+    * A submit that is refused raises `Rejected`, which carries the refused callable;
+      a refused callable never runs, even when the refusal is a worker thread that
+      could not start.
 
 Python:
     3.11+. ``cancel_futures`` exists since 3.9. No Python version can interrupt a
@@ -58,6 +60,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -104,6 +107,10 @@ class TrackingExecutor(ThreadPoolExecutor):
     at the moment it fails, whether or not anyone ever calls ``result()``. A cancelled
     task is not an error and is not logged; a task ended by a `BaseException` that is
     not an `Exception` (a cooperative ``Cancelled``, say) is logged at WARNING.
+
+    Workers start lazily, in `submit`, and starting one can fail. If another worker is
+    running, the task is accepted and waits for it (a WARNING says so); if none is, the
+    task is withdrawn and `submit` raises `Rejected`, so a rejected task never runs.
     """
 
     def __init__(
@@ -133,6 +140,37 @@ class TrackingExecutor(ThreadPoolExecutor):
         # Outside the lock: if the task already finished, the callback runs right here.
         future.add_done_callback(self._on_done)
         return future
+
+    def _adjust_thread_count(self) -> None:
+        # The base class's submit() calls this after it has queued the work item, with
+        # its shutdown lock (and our _tracking_lock) held; it starts a worker lazily, and
+        # Thread.start() can fail ("can't start new thread"). The item is queued by then.
+        try:
+            super()._adjust_thread_count()
+        except RuntimeError:
+            if not self._threads:
+                # No worker could take the item: withdraw it, so that the Rejected that
+                # submit() raises is true and no later worker runs it behind our back.
+                self._withdraw_queued()
+                raise
+            # A worker is running and will take the item: the failure costs parallelism,
+            # not the task, so the submit succeeds.
+            logger.warning(
+                "could not start another worker thread (%d running); the task waits",
+                len(self._threads),
+                exc_info=True,
+            )
+
+    def _withdraw_queued(self) -> None:
+        # Only called with no worker thread alive, under the base class's shutdown lock:
+        # nothing else takes from the queue, so everything in it is ours to cancel.
+        while True:
+            try:
+                item = self._work_queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                item.future.cancel()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop accepting work, as `ThreadPoolExecutor.shutdown` does."""

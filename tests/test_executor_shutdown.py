@@ -17,6 +17,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from unittest import mock
 
 import pytest
 
@@ -252,6 +253,63 @@ def test_pending_forgets_finished_tasks() -> None:
         f.result(MUST_HAPPEN)
     pool.shutdown(wait=True)
     assert pool.pending() == []
+
+
+# --- a worker thread that cannot start (ThreadPoolExecutor starts them lazily, in submit) --
+
+
+@contextlib.contextmanager
+def worker_start_fails_on(k: int, prefix: str) -> Iterator[None]:
+    """Make the k-th start of a thread whose name begins with ``prefix`` fail.
+
+    It fails as CPython does when the OS refuses a thread; other threads start normally.
+    """
+    real_start = threading.Thread.start
+    calls = 0
+
+    def start(thread: threading.Thread) -> None:
+        nonlocal calls
+        if thread.name.startswith(prefix):
+            calls += 1
+            if calls == k:
+                raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def test_a_worker_that_cannot_start_does_not_turn_an_accepted_task_into_a_rejection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a worker running, a failed extra start costs parallelism, not the task."""
+    pool = TrackingExecutor(max_workers=2, thread_name_prefix="lazy")
+    gate = Gate("first task")
+    try:
+        with worker_start_fails_on(2, "lazy"):
+            pool.submit(gate.arrive)
+            gate.wait_reached()
+            second = pool.submit(returns("second"))  # the pool tries and fails to add a worker
+    finally:
+        gate.open()  # so no thread is left behind if submit raised
+    assert len(pool.worker_threads()) == 1
+    assert "could not start" in caplog.text
+    finish(pool, gate)
+    assert second.result(0) == "second"  # run by the one worker, once the first was done
+
+
+def test_a_task_rejected_because_no_worker_could_start_never_runs() -> None:
+    """Rejected means never run: the task is withdrawn, not left for a later worker."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="lazy")
+    ran: list[str] = []
+    with worker_start_fails_on(1, "lazy"), pytest.raises(Rejected, match="start") as info:
+        pool.submit(ran.append, "rejected")
+    later = pool.submit(ran.append, "later")  # this one starts a worker
+    assert later.result(MUST_HAPPEN) is None
+    finish(pool)
+    assert ran == ["later"]
+    info.value.task()  # the caller still holds the refused task
+    assert ran == ["later", "rejected"]
 
 
 # --- P1: shutdown(wait=False), then closing a resource the tasks still use ---------------
