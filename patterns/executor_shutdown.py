@@ -10,7 +10,8 @@ Pitfall:
     still using it (P1). ``wait=True`` (and leaving a ``with`` block) waits with no
     timeout, forever if one task is stuck (P3, P4). ``cancel_futures=True`` cancels only
     queued work, returns nothing you could resubmit or log, and leaves running tasks
-    running (P2). An exception in a task whose future nobody reads is never seen (P5),
+    running (P2). A task that waits for its own pool to terminate waits for itself (P6).
+    An exception in a task whose future nobody reads is never seen (P5),
     and a submit after shutdown raises a bare `RuntimeError` that takes the task with it
     (P7).
 
@@ -24,7 +25,9 @@ Pattern:
 
 Guarantees:
     * `shutdown_and_await` returns within ``timeout + force_timeout`` (plus scheduling
-      noise) whatever the tasks do, and never raises because a task is stuck.
+      noise) whatever the tasks do, and never raises because a task is stuck. Called
+      from one of the pool's own tasks, it raises `RuntimeError` at once instead of
+      waiting for itself (P6).
     * A callable in ``report.never_started`` never ran and never will; every other
       submitted callable ran or is running (``report.still_running``).
     * Every task that fails is logged at ERROR when it fails, read or not.
@@ -255,8 +258,10 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
 
     Returns True if the executor terminated within ``timeout`` seconds (None: no limit),
     False if the time ran out. Raises `RuntimeError` if the executor was never shut
-    down, since then it could only ever time out.
+    down, since then it could only ever time out, and if it is called from one of the
+    executor's own tasks, which would wait for itself (P6).
     """
+    _refuse_own_worker(executor)
     if not executor.is_shutdown:
         raise RuntimeError(
             "await_termination() needs an executor that was shut down: "
@@ -276,6 +281,16 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
     return True
 
 
+def _refuse_own_worker(executor: TrackingExecutor) -> None:
+    # A task waiting for its own pool to terminate waits for itself: raise before
+    # anything is changed, instead of spending the whole budget and reporting failure.
+    if threading.current_thread() in executor.worker_threads():
+        raise RuntimeError(
+            "cannot await termination from inside one of the executor's own tasks: "
+            "call shutdown_now(executor) there, and wait from outside the pool"
+        )
+
+
 def shutdown_and_await(
     executor: TrackingExecutor,
     timeout: float,
@@ -289,8 +304,10 @@ def shutdown_and_await(
     token your running tasks watch (Java interrupts them at this point; Python cannot).
     If the calling thread gets `KeyboardInterrupt` while waiting, the executor is forced
     (``on_force`` runs then, unless it already has) and the interrupt re-raised, as
-    Java's idiom does on `InterruptedException`.
+    Java's idiom does on `InterruptedException`. Called from one of the executor's own
+    tasks it raises `RuntimeError` at once, having changed nothing (P6).
     """
+    _refuse_own_worker(executor)
     start = time.monotonic()
     forced = False
     on_force_called = False  # set before the call: an interrupt inside it must not repeat it

@@ -565,6 +565,64 @@ def test_tracking_executor_logs_the_exception_nobody_reads(
     assert str(record.exc_info[1]) == "lost?"
 
 
+# --- P6: waiting for a pool from inside one of its own tasks -----------------------------
+
+
+@pytest.mark.race("P6", "waiting for a pool's termination from inside one of its tasks")
+def test_naive_shutdown_wait_inside_a_task_fails_and_skips_the_tasks_own_cleanup() -> None:
+    """A task that calls shutdown(wait=True) on its own pool cannot join itself, and fails."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    steps: list[str] = []
+
+    def finish_early() -> None:
+        steps.append("found the answer")
+        pool.shutdown(wait=True)  # stop the pool and wait for it: the pool includes us
+        steps.append("cleaned up")
+
+    future = pool.submit(finish_early)
+    error = future.exception(MUST_HAPPEN)
+    assert isinstance(error, RuntimeError)
+    assert str(error) == "cannot join current thread"
+    assert steps == ["found the answer"]  # the rest of the task never ran
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(returns("more"))  # and the pool is shut down all the same
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.race("P6", "waiting for a pool's termination from inside one of its tasks")
+def test_a_task_stops_its_own_pool_with_shutdown_now_and_the_caller_waits() -> None:
+    """Inside a task, shutdown_now; waiting is refused there at once and done from outside."""
+    pool = TrackingExecutor(max_workers=1)
+    gate = Gate("task, once the queue is filled")
+    steps: list[str] = []
+    refused: list[BaseException] = []
+
+    def finish_early() -> list[Callable[[], object]]:
+        gate.arrive()
+        steps.append("found the answer")
+        with elapsed() as took:
+            try:
+                shutdown_and_await(pool, 1.0, force_timeout=1.0)  # would wait for itself
+            except RuntimeError as exc:
+                refused.append(exc)
+        assert took() < NOISE  # refused at once, not after the 2 s budget
+        assert not pool.is_shutdown  # and refused before it changed anything
+        never_started = shutdown_now(pool)  # asks, does not wait: safe from inside
+        steps.append("cleaned up")
+        return never_started
+
+    future = pool.submit(finish_early)
+    pool.submit(returns("queued"))
+    gate.wait_reached()
+    gate.open()
+
+    never_started = future.result(MUST_HAPPEN)
+    assert await_termination(pool, MUST_HAPPEN)  # the waiting, done from outside
+    assert steps == ["found the answer", "cleaned up"]
+    assert "from inside one of the executor's own tasks" in str(refused[0])
+    assert [task() for task in never_started] == ["queued"]
+
+
 # --- P7: submitting after shutdown ----------------------------------------------------------
 
 
