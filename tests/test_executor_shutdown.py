@@ -16,7 +16,7 @@ import textwrap
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from unittest import mock
 
 import pytest
@@ -37,6 +37,7 @@ from patterns.executor_shutdown import (
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
+    STAYS_BLOCKED,
     Gate,
     elapsed,
     join_or_fail,
@@ -621,6 +622,22 @@ def test_a_task_stops_its_own_pool_with_shutdown_now_and_the_caller_waits() -> N
     assert steps == ["found the answer", "cleaned up"]
     assert "from inside one of the executor's own tasks" in str(refused[0])
     assert [task() for task in never_started] == ["queued"]
+
+
+def test_a_task_waiting_for_its_child_on_its_own_full_pool_starves() -> None:
+    """The other self-wait, with no guard here: the child cannot start while its parent waits."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    children: list[Future[object]] = []
+
+    def parent() -> object:
+        child = pool.submit(returns("child"))
+        children.append(child)
+        return child.result(timeout=STAYS_BLOCKED)  # the only worker is this one
+
+    with pytest.raises(TimeoutError):
+        pool.submit(parent).result(MUST_HAPPEN)
+    assert children[0].result(MUST_HAPPEN) == "child"  # it runs once the parent gave up
+    pool.shutdown(wait=True)
 
 
 # --- P7: submitting after shutdown ----------------------------------------------------------
