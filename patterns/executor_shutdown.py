@@ -10,10 +10,9 @@ Pitfall:
     still using it (P1). ``wait=True`` (and leaving a ``with`` block) waits with no
     timeout, forever if one task is stuck (P3, P4). ``cancel_futures=True`` cancels only
     queued work, returns nothing you could resubmit or log, and leaves running tasks
-    running (P2). A task that waits for its own pool to terminate waits for itself (P6).
-    An exception in a task whose future nobody reads is never seen (P5),
-    and a submit after shutdown raises a bare `RuntimeError` that takes the task with it
-    (P7).
+    running (P2). An exception in a task whose future nobody reads is never seen (P5).
+    A task that waits for its own pool to terminate waits for itself (P6). A submit
+    after shutdown raises a bare `RuntimeError` that takes the task with it (P7).
 
 Pattern:
     `TrackingExecutor` remembers every unfinished future and the callable behind it. On
@@ -325,7 +324,6 @@ def shutdown_and_await(
     except KeyboardInterrupt:
         cancelled = shutdown_now(executor)
         if on_force is not None and not on_force_called:
-            on_force_called = True
             on_force()
         logger.warning(
             "interrupted while awaiting termination: forced (%d never started)",
