@@ -313,6 +313,39 @@ def test_a_task_rejected_because_no_worker_could_start_never_runs() -> None:
     assert ran == ["later", "rejected"]
 
 
+def test_shutdown_and_await_racing_a_submit_waits_for_the_task_it_lets_in() -> None:
+    """A shutdown that arrives mid-submit lets that task in and waits for it: none slips past."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="racing")
+    in_submit = Gate("submit, starting the pool's first worker")
+    ran: list[str] = []
+    real_start = threading.Thread.start
+
+    def parked_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("racing"):
+            in_submit.arrive()  # the submit is half done: the task is queued, no worker yet
+        real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", parked_start):
+        submitter, submitted = run_in_thread(lambda: pool.submit(ran.append, "task"), "submitter")
+        in_submit.wait_reached()
+        stopper, stopped = run_in_thread(
+            lambda: shutdown_and_await(pool, MUST_HAPPEN, force_timeout=0), "stopper"
+        )
+        try:
+            wait_until_blocked_in(stopper, "shutdown")
+            assert stays_blocked(stopper)  # it waits for the submit in progress to finish
+        finally:
+            in_submit.open()
+        join_or_fail(submitter)
+        join_or_fail(stopper)
+
+    assert submitted["result"].result(0) is None  # accepted, not rejected
+    assert ran == ["task"]
+    report = stopped["result"]
+    assert report.terminated
+    assert report.never_started == []
+
+
 # --- P1: shutdown(wait=False), then closing a resource the tasks still use ---------------
 
 
