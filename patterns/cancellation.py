@@ -37,16 +37,17 @@ Guarantees:
     * A deadline needs no timer thread. It is checked lazily: ``sleep()`` and ``wait()``
       wake at the deadline, and any checkpoint or property that observes it first turns
       it into ``cancel("deadline exceeded")``, which runs the callbacks at that moment.
-    * `crunch` stops within one ``step`` of a cancel; `receive` returns at once.
+    * `crunch` stops within one ``step`` of a cancel; `receive` returns at once; `take`
+      returns within one ``poll_interval``.
 
 Python:
-    3.11+, standard library only. No Python version can interrupt a thread, and none of
-    3.12, 3.13 or 3.14 changed that. asyncio's ``Task.cancel`` is the built-in form of
-    the same idea for coroutines and is also delivered only at checkpoints (``await``,
-    P27); `Cancelled` derives from `BaseException` for the reason
-    ``asyncio.CancelledError`` has since 3.8. The token relies on locks and events
-    only, never on the GIL, so it works unchanged on the free-threaded build (3.13+).
-    The fenced-off ``async_raise`` uses a CPython C-API function through `ctypes`.
+    3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0, none of which
+    can stop a running thread from outside. asyncio's ``Task.cancel`` is the built-in
+    form of the same idea for coroutines and is also delivered only at checkpoints
+    (``await``, P27); `Cancelled` derives from `BaseException`, as
+    ``asyncio.CancelledError`` does. The token's thread safety rests on its lock and
+    events, not on the GIL, but it has not been run on the free-threaded build. The
+    fenced-off ``async_raise`` uses a CPython C-API function through `ctypes`.
 
 Java:
     ``Thread.interrupt()`` is `CancelToken.cancel`, ``isInterrupted()`` is
@@ -70,6 +71,7 @@ import ctypes
 import functools
 import itertools
 import logging
+import queue
 import socket
 import threading
 import time
@@ -84,6 +86,7 @@ __all__ = [
     "Registration",
     "crunch",
     "receive",
+    "take",
 ]
 
 logger = logging.getLogger(__name__)
@@ -96,8 +99,8 @@ DEADLINE_EXCEEDED = "deadline exceeded"
 class Cancelled(BaseException):
     """Raised at a checkpoint of a task whose token was cancelled (Java: InterruptedException).
 
-    It derives from `BaseException`, not `Exception`, as trio's ``Cancelled`` and (since
-    3.8) ``asyncio.CancelledError`` do: the ``except Exception:`` that a task uses to log
+    It derives from `BaseException`, not `Exception`, as trio's ``Cancelled`` and
+    ``asyncio.CancelledError`` do: the ``except Exception:`` that a task uses to log
     and skip a bad item must not swallow a request to stop. The consequence is that the
     task boundary, the code that runs the task, catches `Cancelled` explicitly (and
     usually reports the task as stopped, not failed). A
@@ -408,6 +411,32 @@ def _shut_down(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:  # already closed or never connected: nothing is blocked in it
         logger.debug("shutdown of %r on cancel failed", sock, exc_info=True)
+
+
+# --- a queue: poll with a timeout, never put a pill from a callback -------------------------
+
+
+def take(q: queue.Queue[T], token: CancelToken, *, poll_interval: float = 0.05) -> T:
+    """Get an item from ``q``, or raise `Cancelled` within ``poll_interval`` of a cancel.
+
+    Java's ``BlockingQueue.take()``, which throws on interrupt. A plain `queue.Queue`
+    has nothing a callback could close, so the wait is cut into ``get(timeout=...)``
+    slices with a checkpoint between them (each slice also ends at the token's
+    deadline). Do not make ``get()`` interruptible by putting a sentinel from an
+    `CancelToken.on_cancel` callback instead: callbacks run inside ``cancel()``, and a
+    blocking ``put`` on a full queue hangs the canceller.
+    """
+    if poll_interval <= 0:
+        raise ValueError("poll_interval must be positive")
+    while True:
+        token.check()
+        remaining = token.remaining()
+        try:
+            return q.get(
+                timeout=poll_interval if remaining is None else min(poll_interval, remaining)
+            )
+        except queue.Empty:
+            continue  # a slice ended: look at the token again
 
 
 # --- Last resort, fenced off: not part of the pattern (C3, P32) ----------------------------

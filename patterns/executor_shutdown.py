@@ -10,9 +10,9 @@ Pitfall:
     still using it (P1). ``wait=True`` (and leaving a ``with`` block) waits with no
     timeout, forever if one task is stuck (P3, P4). ``cancel_futures=True`` cancels only
     queued work, returns nothing you could resubmit or log, and leaves running tasks
-    running (P2). An exception in a task whose future nobody reads is never seen (P5),
-    and a submit after shutdown raises a bare `RuntimeError` that takes the task with it
-    (P7).
+    running (P2). An exception in a task whose future nobody reads is never seen (P5).
+    A task that waits for its own pool to terminate waits for itself (P6). A submit
+    after shutdown raises a bare `RuntimeError` that takes the task with it (P7).
 
 Pattern:
     `TrackingExecutor` remembers every unfinished future and the callable behind it. On
@@ -24,21 +24,27 @@ Pattern:
 
 Guarantees:
     * `shutdown_and_await` returns within ``timeout + force_timeout`` (plus scheduling
-      noise) whatever the tasks do, and never raises because a task is stuck.
+      noise) whatever the tasks do, and never raises because a task is stuck. Called
+      from one of the pool's own tasks, it raises `RuntimeError` at once instead of
+      waiting for itself (P6).
     * A callable in ``report.never_started`` never ran and never will; every other
       submitted callable ran or is running (``report.still_running``).
     * Every task that fails is logged at ERROR when it fails, read or not.
-    * A submit that is refused raises `Rejected`, which carries the refused callable.
+    * A submit that is refused raises `Rejected`, which carries the refused callable;
+      a refused callable never runs, even when the refusal is a worker thread that
+      could not start.
 
 Python:
-    3.11+. ``cancel_futures`` exists since 3.9. No Python version can interrupt a
-    running thread: a running task stops early only if it cooperates (see the
-    ``cancellation`` module) and ``on_force`` tells it to. Since 3.9 pool workers are
-    non-daemon threads joined at interpreter exit, so a task still running after
-    `shutdown_and_await` gave up keeps the process alive when ``main`` returns; a
-    program that must exit anyway escalates to `os._exit` after logging the report.
-    Waiting for the worker threads to end reads ``ThreadPoolExecutor._threads``, a
-    private attribute that has had the same meaning since 3.2.
+    3.11+; checked on 3.11.7, 3.12.1 and 3.13.0. None of them can stop a running
+    thread (`threading.Thread` has no stop or interrupt, `Future.cancel` refuses a
+    running task): a running task stops early only if it cooperates (see the
+    ``cancellation`` module) and ``on_force`` tells it to. ``shutdown()`` has no
+    timeout. Pool workers are non-daemon threads joined at interpreter exit, so a task
+    still running after `shutdown_and_await` gave up keeps the process alive when
+    ``main`` returns; a program that must exit anyway escalates to `os._exit` after
+    logging the report. Waiting for the worker threads to end reads the private
+    ``ThreadPoolExecutor._threads``; a test checks on each version that it holds the
+    workers.
 
 Java:
     ``shutdown()`` is ``shutdown(wait=False)``; ``shutdownNow()`` is `shutdown_now` minus
@@ -58,6 +64,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -104,6 +111,10 @@ class TrackingExecutor(ThreadPoolExecutor):
     at the moment it fails, whether or not anyone ever calls ``result()``. A cancelled
     task is not an error and is not logged; a task ended by a `BaseException` that is
     not an `Exception` (a cooperative ``Cancelled``, say) is logged at WARNING.
+
+    Workers start lazily, in `submit`, and starting one can fail. If another worker is
+    running, the task is accepted and waits for it (a WARNING says so); if none is, the
+    task is withdrawn and `submit` raises `Rejected`, so a rejected task never runs.
     """
 
     def __init__(
@@ -133,6 +144,37 @@ class TrackingExecutor(ThreadPoolExecutor):
         # Outside the lock: if the task already finished, the callback runs right here.
         future.add_done_callback(self._on_done)
         return future
+
+    def _adjust_thread_count(self) -> None:
+        # The base class's submit() calls this after it has queued the work item, with
+        # its shutdown lock (and our _tracking_lock) held; it starts a worker lazily, and
+        # Thread.start() can fail ("can't start new thread"). The item is queued by then.
+        try:
+            super()._adjust_thread_count()
+        except RuntimeError:
+            if not self._threads:
+                # No worker could take the item: withdraw it, so that the Rejected that
+                # submit() raises is true and no later worker runs it behind our back.
+                self._withdraw_queued()
+                raise
+            # A worker is running and will take the item: the failure costs parallelism,
+            # not the task, so the submit succeeds.
+            logger.warning(
+                "could not start another worker thread (%d running); the task waits",
+                len(self._threads),
+                exc_info=True,
+            )
+
+    def _withdraw_queued(self) -> None:
+        # Only called with no worker thread alive, under the base class's shutdown lock:
+        # nothing else takes from the queue, so everything in it is ours to cancel.
+        while True:
+            try:
+                item = self._work_queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                item.future.cancel()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop accepting work, as `ThreadPoolExecutor.shutdown` does."""
@@ -215,8 +257,10 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
 
     Returns True if the executor terminated within ``timeout`` seconds (None: no limit),
     False if the time ran out. Raises `RuntimeError` if the executor was never shut
-    down, since then it could only ever time out.
+    down, since then it could only ever time out, and if it is called from one of the
+    executor's own tasks, which would wait for itself (P6).
     """
+    _refuse_own_worker(executor)
     if not executor.is_shutdown:
         raise RuntimeError(
             "await_termination() needs an executor that was shut down: "
@@ -236,6 +280,16 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
     return True
 
 
+def _refuse_own_worker(executor: TrackingExecutor) -> None:
+    # A task waiting for its own pool to terminate waits for itself: raise before
+    # anything is changed, instead of spending the whole budget and reporting failure.
+    if threading.current_thread() in executor.worker_threads():
+        raise RuntimeError(
+            "cannot await termination from inside one of the executor's own tasks: "
+            "call shutdown_now(executor) there, and wait from outside the pool"
+        )
+
+
 def shutdown_and_await(
     executor: TrackingExecutor,
     timeout: float,
@@ -245,13 +299,17 @@ def shutdown_and_await(
 ) -> ShutdownReport:
     """Shut down gracefully, wait up to ``timeout``, then force and wait ``force_timeout`` more.
 
-    ``on_force`` runs once, right after `shutdown_now`: the place to cancel the token
-    your running tasks watch (Java interrupts them at this point; Python cannot).
+    ``on_force`` runs at most once, right after `shutdown_now`: the place to cancel the
+    token your running tasks watch (Java interrupts them at this point; Python cannot).
     If the calling thread gets `KeyboardInterrupt` while waiting, the executor is forced
-    and the interrupt re-raised, as Java's idiom does on `InterruptedException`.
+    (``on_force`` runs then, unless it already has) and the interrupt re-raised, as
+    Java's idiom does on `InterruptedException`. Called from one of the executor's own
+    tasks it raises `RuntimeError` at once, having changed nothing (P6).
     """
+    _refuse_own_worker(executor)
     start = time.monotonic()
     forced = False
+    on_force_called = False  # set before the call: an interrupt inside it must not repeat it
     never_started: list[Callable[[], object]] = []
     try:
         executor.shutdown(wait=False)
@@ -260,14 +318,16 @@ def shutdown_and_await(
             forced = True
             never_started = shutdown_now(executor)
             if on_force is not None:
+                on_force_called = True
                 on_force()
             terminated = await_termination(executor, force_timeout)
     except KeyboardInterrupt:
         cancelled = shutdown_now(executor)
-        if on_force is not None:
+        if on_force is not None and not on_force_called:
             on_force()
         logger.warning(
-            "interrupted while awaiting termination: forced (%d never started)", len(cancelled)
+            "interrupted while awaiting termination: forced (%d never started)",
+            len(never_started) + len(cancelled),
         )
         raise
     still_running = [future for future, _ in executor.pending() if future.running()]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
+import queue
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -21,6 +24,7 @@ from patterns.cancellation import (
     naive_crunch,
     naive_receive,
     receive,
+    take,
 )
 from tests.support import (
     MUST_HAPPEN,
@@ -230,10 +234,8 @@ def test_sleep_raises_cancelled_promptly_when_another_thread_cancels() -> None:
     token = CancelToken()
     thread, outcome = run_in_thread(lambda: token.sleep(60), "sleeper")
     wait_until_blocked_in(thread, "sleep")
-    with elapsed() as took:
-        token.cancel("shutdown")
-        join_or_fail(thread, PROMPTLY)
-    assert took() < PROMPTLY
+    token.cancel("shutdown")
+    join_or_fail(thread, PROMPTLY)  # ends at its current poll slice (0.05 s)
     assert isinstance(outcome.get("error"), Cancelled)
     assert outcome["error"].reason == "shutdown"
 
@@ -501,6 +503,91 @@ def test_receive_raises_cancelled_when_the_deadline_passes(
     assert a.gettimeout() == 30.0
 
 
+# --- a queue: take() instead of a pill from a callback -------------------------------------
+
+
+def test_take_returns_an_item_that_is_already_there() -> None:
+    """With an item waiting, take is a plain get."""
+    q: queue.Queue[str] = queue.Queue()
+    q.put("job")
+    assert take(q, CancelToken()) == "job"
+
+
+def test_take_returns_an_item_put_while_it_waits() -> None:
+    """An item put by another thread while take waits is returned, across poll slices."""
+    q: queue.Queue[str] = queue.Queue()
+    thread, outcome = run_in_thread(lambda: take(q, CancelToken(), poll_interval=0.01), "taker")
+    wait_until_blocked_in(thread, "take")
+    q.put("job")
+    join_or_fail(thread)
+    assert outcome == {"result": "job"}
+
+
+def test_take_raises_cancelled_promptly_when_cancelled_while_waiting() -> None:
+    """A cancel is seen at the end of the current poll slice, far sooner than PROMPTLY."""
+    q: queue.Queue[str] = queue.Queue()
+    token = CancelToken()
+    thread, outcome = run_in_thread(lambda: take(q, token), "taker")
+    wait_until_blocked_in(thread, "take")
+    token.cancel("shutdown")
+    join_or_fail(thread, PROMPTLY)  # ends at its current poll slice (0.05 s)
+    assert isinstance(outcome.get("error"), Cancelled)
+    assert outcome["error"].reason == "shutdown"
+    assert q.empty()  # nothing was put to wake it
+
+
+def test_take_raises_cancelled_when_the_deadline_passes() -> None:
+    """The token's deadline bounds the wait, even with a poll interval longer than it."""
+    q: queue.Queue[str] = queue.Queue()
+    with elapsed() as took, pytest.raises(Cancelled, match="deadline exceeded"):
+        take(q, CancelToken(timeout=SHORT), poll_interval=60)
+    assert took() < PROMPTLY
+
+
+def test_take_rejects_a_poll_interval_that_is_not_positive() -> None:
+    """A zero interval would spin; it is refused."""
+    with pytest.raises(ValueError, match="positive"):
+        take(queue.Queue(), CancelToken(), poll_interval=0)
+
+
+def test_a_blocking_put_in_an_on_cancel_callback_hangs_cancel_on_a_full_queue() -> None:
+    """Why take() polls: a sentinel put from a callback blocks cancel() while the queue is full."""
+    q: queue.Queue[str] = queue.Queue(maxsize=1)
+    q.put("backlog")  # full: the consumers are busy or gone
+    token = CancelToken()
+    token.on_cancel(lambda: q.put("STOP"))  # the tempting way to wake a consumer in get()
+    canceller, outcome = run_in_thread(lambda: token.cancel("shutdown"), "canceller")
+    try:
+        wait_until_blocked_in(canceller, "put")
+        assert stays_blocked(canceller)  # cancel() cannot return: its callback is stuck
+        assert token.cancelled  # the flag is set, yet the caller of cancel() is held
+    finally:
+        assert q.get_nowait() == "backlog"  # the release: make room for the sentinel
+    join_or_fail(canceller)
+    assert outcome == {"result": True}
+    assert q.get_nowait() == "STOP"
+
+
+def test_on_cancel_can_shut_down_a_queue_only_where_queue_has_shutdown() -> None:
+    """On 3.13+ a callback can call Queue.shutdown, which never blocks; 3.11 and 3.12 lack it."""
+    q: queue.Queue[str] = queue.Queue(maxsize=1)
+    if sys.version_info < (3, 13):
+        # Checked on 3.11.7 and 3.12.1: there is nothing to close, so take() polls.
+        assert not hasattr(q, "shutdown")
+        assert not hasattr(queue, "ShutDown")
+        return
+    q.put("backlog")
+    q.shutdown(immediate=True)  # on a full queue, where a put would block, it returns at once
+    q = queue.Queue()
+    token = CancelToken()
+    thread, outcome = run_in_thread(q.get, "consumer")
+    with token.on_cancel(lambda: q.shutdown(immediate=True)):
+        wait_until_blocked_in(thread, "get")
+        assert token.cancel("shutdown")
+        join_or_fail(thread, PROMPTLY)
+    assert isinstance(outcome.get("error"), queue.ShutDown)
+
+
 # --- C1: a CPU loop without checkpoints cannot be stopped ----------------------------------
 
 
@@ -686,7 +773,9 @@ def test_cooperative_cancel_wakes_a_blocked_sleep_and_runs_finally_fully() -> No
         token.cancel("shutdown")
         assert in_cleanup.wait(PROMPTLY)  # woken at once, straight into its cleanup
         wait_until_blocked_in(thread, "wait")
-        assert token.cancel("forced") is False  # escalating cannot disturb the cleanup
+        # The supervisor loses patience, as in the naive test; the steps below show that
+        # this escalation lands nothing inside the cleanup.
+        token.cancel("forced")
     finally:
         flushed.set()
     join_or_fail(thread)
@@ -741,3 +830,56 @@ def test_async_raise_rejects_something_that_is_not_an_exception_class() -> None:
         async_raise(threading.current_thread(), ForcedStop("an instance"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="exception class"):
         async_raise(threading.current_thread(), int)  # type: ignore[arg-type]
+
+
+# --- what each supported Python version does (checked on 3.11.7, 3.12.1 and 3.13.0) ------
+
+
+def test_nothing_in_threading_or_futures_stops_a_running_thread() -> None:
+    """No stop or interrupt on Thread, and Future.cancel refuses a task that has started."""
+    public = {name for name in dir(threading.Thread) if not name.startswith("_")}
+    assert public == {
+        "daemon",
+        "getName",
+        "ident",
+        "isDaemon",
+        "is_alive",
+        "join",
+        "name",
+        "native_id",
+        "run",
+        "setDaemon",
+        "setName",
+        "start",
+    }
+    gate = Gate("running task")
+    pool = ThreadPoolExecutor(max_workers=1)
+    running = pool.submit(gate.arrive)
+    try:
+        gate.wait_reached()
+        assert not running.cancel()
+        assert running.running()
+    finally:
+        gate.open()
+        pool.shutdown(wait=True)
+    assert running.result() is None  # it ran to its end
+
+
+def test_asyncio_cancelled_error_is_a_base_exception_as_cancelled_is() -> None:
+    """Cancelled follows asyncio: except Exception catches neither."""
+    for cls in (asyncio.CancelledError, Cancelled):
+        assert issubclass(cls, BaseException)
+        assert not issubclass(cls, Exception)
+
+
+def test_asyncio_has_timeout_cancelling_and_uncancel() -> None:
+    """The cancellation tools the page names exist on every supported version."""
+    assert callable(asyncio.timeout)
+    assert callable(asyncio.Task.cancelling)
+    assert callable(asyncio.Task.uncancel)
+
+
+def test_a_socket_timeout_is_an_os_error() -> None:
+    """socket.timeout is TimeoutError, an OSError, so receive's except OSError covers it."""
+    assert socket.timeout is TimeoutError
+    assert issubclass(TimeoutError, OSError)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import _thread
+import asyncio
 import contextlib
 import gc
+import inspect
 import io
 import logging
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
+import warnings
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from unittest import mock
 
 import pytest
 
@@ -31,12 +37,14 @@ from patterns.executor_shutdown import (
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
+    STAYS_BLOCKED,
     Gate,
     elapsed,
     join_or_fail,
     run_in_thread,
     spawn_python,
     stays_blocked,
+    wait_until,
     wait_until_blocked_in,
 )
 
@@ -179,6 +187,42 @@ def test_keyboard_interrupt_while_awaiting_forces_the_executor_and_is_re_raised(
     finish(pool, gate)
 
 
+def test_keyboard_interrupt_during_the_forced_wait_calls_on_force_only_once() -> None:
+    """on_force runs once even when Ctrl-C lands in the forced wait, after on_force ran."""
+    assert threading.current_thread() is threading.main_thread()
+    pool = TrackingExecutor(max_workers=1)
+    forced = threading.Event()  # set by on_force: the forced wait is about to begin
+    calls: list[str] = []
+    started = threading.Event()
+
+    def on_force() -> None:
+        calls.append("on_force")
+        forced.set()
+
+    def interrupt_during_the_forced_wait() -> None:
+        started.set()
+        # Checkpoint: on_force has run, so the caller is in (or entering) the forced wait.
+        assert forced.wait(MUST_HAPPEN)
+        # Trips the SIGINT handler in the main thread; returning right after ends the
+        # forced wait, and the KeyboardInterrupt is raised at the caller's next bytecode.
+        _thread.interrupt_main()
+
+    pool.submit(interrupt_during_the_forced_wait)
+    assert started.wait(MUST_HAPPEN)  # running, so the graceful wait cannot succeed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            # timeout=0: the graceful wait gives up at once, so on_force runs at once;
+            # force_timeout is generous, the task ends the forced wait itself.
+            shutdown_and_await(pool, 0, force_timeout=MUST_HAPPEN, on_force=on_force)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        forced.set()  # only matters if on_force never ran: let the task end
+
+    assert calls == ["on_force"]
+    finish(pool)
+
+
 def test_a_failed_task_is_logged_when_it_fails_even_if_nobody_reads_its_future(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -210,6 +254,96 @@ def test_pending_forgets_finished_tasks() -> None:
         f.result(MUST_HAPPEN)
     pool.shutdown(wait=True)
     assert pool.pending() == []
+
+
+# --- a worker thread that cannot start (ThreadPoolExecutor starts them lazily, in submit) --
+
+
+@contextlib.contextmanager
+def worker_start_fails_on(k: int, prefix: str) -> Iterator[None]:
+    """Make the k-th start of a thread whose name begins with ``prefix`` fail.
+
+    It fails as CPython does when the OS refuses a thread; other threads start normally.
+    """
+    real_start = threading.Thread.start
+    calls = 0
+
+    def start(thread: threading.Thread) -> None:
+        nonlocal calls
+        if thread.name.startswith(prefix):
+            calls += 1
+            if calls == k:
+                raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def test_a_worker_that_cannot_start_does_not_turn_an_accepted_task_into_a_rejection(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a worker running, a failed extra start costs parallelism, not the task."""
+    pool = TrackingExecutor(max_workers=2, thread_name_prefix="lazy")
+    gate = Gate("first task")
+    try:
+        with worker_start_fails_on(2, "lazy"):
+            pool.submit(gate.arrive)
+            gate.wait_reached()
+            second = pool.submit(returns("second"))  # the pool tries and fails to add a worker
+    finally:
+        gate.open()  # so no thread is left behind if submit raised
+    assert len(pool.worker_threads()) == 1
+    assert "could not start" in caplog.text
+    finish(pool, gate)
+    assert second.result(0) == "second"  # run by the one worker, once the first was done
+
+
+def test_a_task_rejected_because_no_worker_could_start_never_runs() -> None:
+    """Rejected means never run: the task is withdrawn, not left for a later worker."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="lazy")
+    ran: list[str] = []
+    with worker_start_fails_on(1, "lazy"), pytest.raises(Rejected, match="start") as info:
+        pool.submit(ran.append, "rejected")
+    later = pool.submit(ran.append, "later")  # this one starts a worker
+    assert later.result(MUST_HAPPEN) is None
+    finish(pool)
+    assert ran == ["later"]
+    info.value.task()  # the caller still holds the refused task
+    assert ran == ["later", "rejected"]
+
+
+def test_shutdown_and_await_racing_a_submit_waits_for_the_task_it_lets_in() -> None:
+    """A shutdown that arrives mid-submit lets that task in and waits for it: none slips past."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="racing")
+    in_submit = Gate("submit, starting the pool's first worker")
+    ran: list[str] = []
+    real_start = threading.Thread.start
+
+    def parked_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("racing"):
+            in_submit.arrive()  # the submit is half done: the task is queued, no worker yet
+        real_start(thread)
+
+    with mock.patch.object(threading.Thread, "start", parked_start):
+        submitter, submitted = run_in_thread(lambda: pool.submit(ran.append, "task"), "submitter")
+        in_submit.wait_reached()
+        stopper, stopped = run_in_thread(
+            lambda: shutdown_and_await(pool, MUST_HAPPEN, force_timeout=0), "stopper"
+        )
+        try:
+            wait_until_blocked_in(stopper, "shutdown")
+            assert stays_blocked(stopper)  # it waits for the submit in progress to finish
+        finally:
+            in_submit.open()
+        join_or_fail(submitter)
+        join_or_fail(stopper)
+
+    assert submitted["result"].result(0) is None  # accepted, not rejected
+    assert ran == ["task"]
+    report = stopped["result"]
+    assert report.terminated
+    assert report.never_started == []
 
 
 # --- P1: shutdown(wait=False), then closing a resource the tasks still use ---------------
@@ -283,29 +417,33 @@ def test_stop_then_close_leaves_the_resource_open_while_a_task_may_still_use_it(
 
 
 @pytest.mark.race("P2", "cancel_futures=True leaves running tasks running, returns nothing")
-def test_naive_shutdown_now_leaves_the_running_task_running_and_loses_the_queue() -> None:
+def test_naive_shutdown_now_leaves_the_running_task_running_and_loses_the_queue(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """After shutdown(cancel_futures=True) the running task goes on, and queued work is gone."""
     pool = ThreadPoolExecutor(max_workers=1)
     gate = Gate("long task")
-    ran_to_the_end: list[str] = []
+    ran: list[str] = []
 
     def long_task() -> None:
         gate.arrive()
-        ran_to_the_end.append("long task")
+        ran.append("long task")
 
     running = pool.submit(long_task)
-    queued = pool.submit(returns("queued"))
+    queued = pool.submit(lambda: ran.append("queued"))
     gate.wait_reached()
 
-    handed_back = naive_shutdown_now(pool)
+    naive_shutdown_now(pool)  # returns None: there is no list of what it cancelled
 
-    assert handed_back is None  # nothing to log or resubmit
     assert queued.cancelled()
     assert running.running()
     assert not running.cancel()  # nothing can stop it from outside
     gate.open()
     pool.shutdown(wait=True)
-    assert ran_to_the_end == ["long task"]
+    # The running task ran to its end; the queued one never ran, and nothing handed it
+    # back or even logged that it was dropped.
+    assert ran == ["long task"]
+    assert caplog.records == []
 
 
 @pytest.mark.race("P2", "cancel_futures=True leaves running tasks running, returns nothing")
@@ -461,6 +599,80 @@ def test_tracking_executor_logs_the_exception_nobody_reads(
     assert str(record.exc_info[1]) == "lost?"
 
 
+# --- P6: waiting for a pool from inside one of its own tasks -----------------------------
+
+
+@pytest.mark.race("P6", "waiting for a pool's termination from inside one of its tasks")
+def test_naive_shutdown_wait_inside_a_task_fails_and_skips_the_tasks_own_cleanup() -> None:
+    """A task that calls shutdown(wait=True) on its own pool cannot join itself, and fails."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    steps: list[str] = []
+
+    def finish_early() -> None:
+        steps.append("found the answer")
+        pool.shutdown(wait=True)  # stop the pool and wait for it: the pool includes us
+        steps.append("cleaned up")
+
+    future = pool.submit(finish_early)
+    error = future.exception(MUST_HAPPEN)
+    assert isinstance(error, RuntimeError)
+    assert str(error) == "cannot join current thread"
+    assert steps == ["found the answer"]  # the rest of the task never ran
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(returns("more"))  # and the pool is shut down all the same
+    pool.shutdown(wait=True)
+
+
+@pytest.mark.race("P6", "waiting for a pool's termination from inside one of its tasks")
+def test_a_task_stops_its_own_pool_with_shutdown_now_and_the_caller_waits() -> None:
+    """Inside a task, shutdown_now; waiting is refused there at once and done from outside."""
+    pool = TrackingExecutor(max_workers=1)
+    gate = Gate("task, once the queue is filled")
+    steps: list[str] = []
+    refused: list[BaseException] = []
+
+    def finish_early() -> list[Callable[[], object]]:
+        gate.arrive()
+        steps.append("found the answer")
+        with elapsed() as took:
+            try:
+                shutdown_and_await(pool, 1.0, force_timeout=1.0)  # would wait for itself
+            except RuntimeError as exc:
+                refused.append(exc)
+        assert took() < NOISE  # refused at once, not after the 2 s budget
+        assert not pool.is_shutdown  # and refused before it changed anything
+        never_started = shutdown_now(pool)  # asks, does not wait: safe from inside
+        steps.append("cleaned up")
+        return never_started
+
+    future = pool.submit(finish_early)
+    pool.submit(returns("queued"))
+    gate.wait_reached()
+    gate.open()
+
+    never_started = future.result(MUST_HAPPEN)
+    assert await_termination(pool, MUST_HAPPEN)  # the waiting, done from outside
+    assert steps == ["found the answer", "cleaned up"]
+    assert "from inside one of the executor's own tasks" in str(refused[0])
+    assert [task() for task in never_started] == ["queued"]
+
+
+def test_a_task_waiting_for_its_child_on_its_own_full_pool_starves() -> None:
+    """The other self-wait, with no guard here: the child cannot start while its parent waits."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    children: list[Future[object]] = []
+
+    def parent() -> object:
+        child = pool.submit(returns("child"))
+        children.append(child)
+        return child.result(timeout=STAYS_BLOCKED)  # the only worker is this one
+
+    with pytest.raises(TimeoutError):
+        pool.submit(parent).result(MUST_HAPPEN)
+    assert children[0].result(MUST_HAPPEN) == "child"  # it runs once the parent gave up
+    pool.shutdown(wait=True)
+
+
 # --- P7: submitting after shutdown ----------------------------------------------------------
 
 
@@ -494,7 +706,10 @@ def test_naive_feed_loses_the_task_it_held_when_the_executor_shuts_down() -> Non
     assert "cannot schedule new futures" in str(error)
     assert not hasattr(error, "task")
     assert ran == ["first"]
-    assert [name for name in ["second"] if name in ran] == []  # the second task is gone
+    # The producer had already taken the second task from the source when submit
+    # refused it: the source has moved on to the third, so the second is gone for good.
+    next(source)()
+    assert ran == ["first", "third"]
 
 
 @pytest.mark.race("P7", "submitting after shutdown loses the task in hand")
@@ -525,3 +740,84 @@ def test_rejected_is_a_runtime_error_that_names_the_task() -> None:
         pool.submit(returns("late"))
     assert isinstance(info.value, Rejected)
     assert info.value.task() == "late"
+
+
+# --- what each supported Python version does (checked on 3.11.7, 3.12.1 and 3.13.0) ------
+
+
+def test_no_form_of_thread_pool_shutdown_takes_a_timeout() -> None:
+    """ThreadPoolExecutor.shutdown has only wait and cancel_futures on every supported version."""
+    parameters = list(inspect.signature(ThreadPoolExecutor.shutdown).parameters)
+    assert parameters == ["self", "wait", "cancel_futures"]
+
+
+def test_pool_workers_are_the_non_daemon_threads_in_the_private_threads_set() -> None:
+    """await_termination may join ``_threads``: it holds the pool's workers, non-daemon threads."""
+    pool = TrackingExecutor(max_workers=1)
+    gate = Gate("task")
+    ran_in: list[threading.Thread] = []
+
+    def task() -> None:
+        ran_in.append(threading.current_thread())
+        gate.arrive()
+
+    pool.submit(task)
+    gate.wait_reached()
+    assert pool.worker_threads() == ran_in  # the set holds exactly the thread running the task
+    assert not ran_in[0].daemon  # so interpreter exit waits for it (the P4 tests show that)
+    finish(pool, gate)
+    assert not ran_in[0].is_alive()
+
+
+def test_asyncio_shutdown_default_executor_timeout_bounds_a_stuck_task_only_on_3_13() -> None:
+    """3.11 has no timeout; on 3.12.1 it does not bound a stuck task; on 3.13.0 it does."""
+    timeout = 0.1
+    gate = Gate("task in the default executor")
+    caught: list[str] = []
+    took: list[float] = []
+
+    async def shut_down_with_a_stuck_task() -> None:
+        loop = asyncio.get_running_loop()
+        task = loop.run_in_executor(None, gate.arrive)
+        with warnings.catch_warnings(record=True) as records:
+            # Only this thread touches the warning filters while the test waits on it.
+            warnings.simplefilter("always")
+            if sys.version_info < (3, 12):
+                with pytest.raises(TypeError, match="timeout"):
+                    await loop.shutdown_default_executor(timeout=timeout)  # type: ignore[call-arg]
+                gate.wait_reached()
+                gate.open()
+            else:
+                with elapsed() as seconds:
+                    await loop.shutdown_default_executor(timeout=timeout)
+                took.append(seconds())
+        caught.extend(str(r.message) for r in records if r.category is RuntimeWarning)
+        await task
+
+    def run_loop() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(shut_down_with_a_stuck_task())
+        finally:
+            loop.close()
+
+    runner, outcome = run_in_thread(run_loop, "event loop")
+    try:
+        gate.wait_reached()
+        if sys.version_info[:2] == (3, 12):
+            # 3.12.1 first awaits the pool's shutdown(wait=True) and applies the timeout
+            # only to a join after it, so a stuck task holds the call past any timeout.
+            assert stays_blocked(runner, timeout + NOISE)
+            assert took == []
+        elif sys.version_info >= (3, 13):
+            # 3.13.0 bounds the await itself: a warning, shutdown(wait=False), return.
+            wait_until(lambda: bool(took), "shutdown_default_executor returned")
+            assert took[0] < timeout + NOISE
+            assert "did not finishing joining its threads within 0.1 seconds" in caught[0]
+            assert not gate.opened.is_set()  # returned while the task is still stuck
+    finally:
+        gate.open()
+    join_or_fail(runner)
+    assert outcome == {"result": None}
+    if sys.version_info[:2] == (3, 12):
+        assert caught == []  # once released, the join inside finished in time: no warning
