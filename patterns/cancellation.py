@@ -12,7 +12,7 @@ Pitfall:
     blocked: ``sock.recv()`` or ``Event.wait()`` without a timeout waits for its data or
     its event, whatever the flag says (C2). The forced way out,
     ``PyThreadState_SetAsyncExc``, is no better: it waits for the blocking call too, and
-    then it can land inside a ``finally`` block and cut the cleanup short (C3, P32).
+    then it can land inside a ``finally`` block and cut the cleanup short (C3).
 
 Pattern:
     Cooperative cancellation, as in Java's interruption and asyncio's ``Task.cancel``.
@@ -44,7 +44,7 @@ Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0, none of which
     can stop a running thread from outside. asyncio's ``Task.cancel`` is the built-in
     form of the same idea for coroutines and is also delivered only at checkpoints
-    (``await``, P27); `Cancelled` derives from `BaseException`, as
+    (``await``); `Cancelled` derives from `BaseException`, as
     ``asyncio.CancelledError`` does. The token's thread safety rests on its lock and
     events, not on the GIL, but it has not been run on the free-threaded build. The
     fenced-off ``async_raise`` uses a CPython C-API function through `ctypes`.
@@ -439,11 +439,11 @@ def take(q: queue.Queue[T], token: CancelToken, *, poll_interval: float = 0.05) 
             continue  # a slice ended: look at the token again
 
 
-# --- Last resort, fenced off: not part of the pattern (C3, P32) ----------------------------
+# --- Last resort, fenced off: not part of the pattern (C3) ----------------------------
 
 
 def async_raise(thread: threading.Thread, exc_type: type[BaseException]) -> None:
-    """Dangerous: schedule ``exc_type`` to be raised in another thread (P32).
+    """Dangerous: schedule ``exc_type`` to be raised in another thread (C3).
 
     This calls CPython's ``PyThreadState_SetAsyncExc`` through `ctypes`, and it is the
     counterpart of Java's deprecated ``Thread.stop()``, with the same reasons to avoid

@@ -11,10 +11,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-requires_py313 = pytest.mark.skipif(
-    sys.version_info < (3, 13), reason="needs Python 3.13+ (queue.Queue.shutdown)"
-)
-
 # How long a finished test may take to let its own threads end before they count as leaked.
 THREAD_GRACE = 5.0
 

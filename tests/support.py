@@ -7,6 +7,8 @@ never wrong: the thing waited for is released by the test itself, after the chec
 
 from __future__ import annotations
 
+import _thread
+import itertools
 import os
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 # How long a test is willing to wait for something that *must* happen. Generous on
 # purpose: on a loaded 2-core CI machine a thread can be descheduled for a while, and
@@ -149,3 +152,43 @@ def spawn_python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
         env=child_env(),
         **kwargs,
     )
+
+
+# --- a start() that fails or is interrupted part-way ---------------------------------------
+
+REAL_START = threading.Thread.start
+
+
+@contextmanager
+def thread_start_patched(k: int, action: Callable[[threading.Thread], None]) -> Iterator[None]:
+    """Patch `threading.Thread.start` so that its ``k``-th call (from 1) runs ``action``.
+
+    ``action`` gets the thread and the real start (`REAL_START`) is its to call, or not: it
+    can fail before starting, start and then be interrupted, or park at a gate first.
+    """
+    calls = itertools.count(1)
+
+    def start(thread: threading.Thread) -> None:
+        if next(calls) == k:
+            action(thread)
+        else:
+            REAL_START(thread)
+
+    with mock.patch.object(threading.Thread, "start", start):
+        yield
+
+
+def cannot_start(thread: threading.Thread) -> None:
+    """What `Thread.start` raises when the system is out of threads."""
+    raise RuntimeError("can't start new thread")
+
+
+def start_then_interrupt(thread: threading.Thread) -> None:
+    """Start the thread for real, then let a Ctrl-C land before start() returns."""
+    REAL_START(thread)
+    _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
+    pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
+
+
+def pending_checkpoint() -> None:
+    """A Python-level call: the interpreter runs pending signal handlers on entering it."""

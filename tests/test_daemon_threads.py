@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import _thread
 import concurrent.futures.thread as pool_module
-import contextlib
 import functools
 import gc
-import itertools
 import logging
 import queue
 import signal
@@ -17,10 +14,9 @@ import textwrap
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from unittest import mock
 
 import pytest
 
@@ -33,11 +29,15 @@ from patterns.daemon_threads import (
 )
 from tests.support import (
     MUST_HAPPEN,
+    REAL_START,
     Gate,
+    cannot_start,
     elapsed,
     join_or_fail,
     run_in_thread,
     spawn_python,
+    start_then_interrupt,
+    thread_start_patched,
     wait_until_blocked_in,
 )
 
@@ -782,45 +782,6 @@ def test_every_ticks_at_once_and_a_stop_cuts_the_interval_short() -> None:
 # --- start() is all or nothing, and stop() is bounded even while start() runs ---------------
 
 
-@contextlib.contextmanager
-def thread_start_patched(k: int, action: Callable[[threading.Thread], None]) -> Iterator[None]:
-    """Patch `threading.Thread.start` so that its ``k``-th call (from 1) runs ``action``.
-
-    ``action`` gets the thread and the real ``start`` is its to call (or not): it can fail
-    before starting, start and then be interrupted, or park at a gate first.
-    """
-    real_start = threading.Thread.start
-    calls = itertools.count(1)
-
-    def start(thread: threading.Thread) -> None:
-        if next(calls) == k:
-            action(thread)
-        else:
-            real_start(thread)
-
-    with mock.patch.object(threading.Thread, "start", start):
-        yield
-
-
-def cannot_start(thread: threading.Thread) -> None:
-    """What `Thread.start` raises when the system is out of threads."""
-    raise RuntimeError("can't start new thread")
-
-
-def start_then_interrupt(thread: threading.Thread) -> None:
-    """Start the thread for real, then let a Ctrl-C land before start() returns."""
-    real_start(thread)
-    _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
-    pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
-
-
-real_start = threading.Thread.start
-
-
-def pending_checkpoint() -> None:
-    """A Python-level call: the interpreter runs pending signal handlers on entering it."""
-
-
 def alive_named(name: str) -> list[threading.Thread]:
     """Threads of that name still alive."""
     return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
@@ -884,7 +845,7 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
 
     def slow_start(thread: threading.Thread) -> None:
         gate.arrive()
-        real_start(thread)
+        REAL_START(thread)
 
     ran = threading.Event()
     service = BackgroundService(until_stopped(ran), name="racing")

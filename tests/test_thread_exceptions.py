@@ -6,7 +6,6 @@ import _thread
 import contextlib
 import gc
 import io
-import itertools
 import logging
 import queue
 import sys
@@ -15,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from unittest import mock
 
 import pytest
 
@@ -33,11 +31,16 @@ from patterns.thread_exceptions import (
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
+    REAL_START,
     Gate,
+    cannot_start,
     join_or_fail,
+    pending_checkpoint,
     run_in_thread,
     spawn_python,
+    start_then_interrupt,
     stays_blocked,
+    thread_start_patched,
     wait_until_blocked_in,
 )
 
@@ -955,40 +958,6 @@ def test_an_exception_from_main_propagates_and_the_hook_is_restored() -> None:
 
 
 # --- the supervisor's start() is all or nothing; stop() is bounded even while starting ------
-
-
-@contextlib.contextmanager
-def thread_start_patched(k: int, action: Callable[[threading.Thread], None]) -> Iterator[None]:
-    """Patch `threading.Thread.start` so that its ``k``-th call (from 1) runs ``action``."""
-    calls = itertools.count(1)
-
-    def start(thread: threading.Thread) -> None:
-        if next(calls) == k:
-            action(thread)
-        else:
-            REAL_START(thread)
-
-    with mock.patch.object(threading.Thread, "start", start):
-        yield
-
-
-REAL_START = threading.Thread.start
-
-
-def cannot_start(thread: threading.Thread) -> None:
-    """What `Thread.start` raises when the system is out of threads."""
-    raise RuntimeError("can't start new thread")
-
-
-def start_then_interrupt(thread: threading.Thread) -> None:
-    """Start the thread for real, then let a Ctrl-C land before start() returns."""
-    REAL_START(thread)
-    _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
-    pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
-
-
-def pending_checkpoint() -> None:
-    """A Python-level call: the interpreter runs pending signal handlers on entering it."""
 
 
 def alive_named(*names: str) -> list[str]:
