@@ -459,8 +459,16 @@ class Worker:
         self._log_transition(
             WorkerState.NEW, WorkerState.RUNNING, f"{self._concurrency} handler thread(s)"
         )
-        for _ in range(self._concurrency):
+        for started in range(1, self._concurrency + 1):
             self._executor.submit(self._consume)
+            # The pool queues the loop even when it cannot start a thread for it (it logs
+            # and goes on while other threads run); a loop that never ends would then wait
+            # forever for a thread. A handler slot needs its own thread, so that is a failure.
+            if len(self._executor.worker_threads()) < started:
+                raise RuntimeError(
+                    f"{self!r}: could not start a new thread for handler {started} "
+                    f"of {self._concurrency}"
+                )
         self._heartbeat.start()
         self._claimer.start()
 
@@ -765,7 +773,7 @@ class Worker:
                 self._waiting.update((claim.job.id, claim) for claim in claims)
             for index, claim in enumerate(claims):
                 try:
-                    self._hand_over(claim)
+                    self._hand_over(claim, stopping)
                 except ShutDown:  # the stop began while we were claiming: give them back
                     for late in claims[index:]:
                         self._settle_unstarted(late)
@@ -784,10 +792,14 @@ class Worker:
                 return
             self._wake.wait(wait)
 
-    def _hand_over(self, claim: Claim) -> None:
+    def _hand_over(self, claim: Claim, stopping: threading.Event) -> None:
         """Put one claim on the hand-off to the handler threads (`ShutDown` once stopping)."""
         if self._step_hook is not None:
             self._step_hook(Step.AFTER_CLAIM, claim, None)
+        if stopping.is_set():
+            # This thread's own service was stopped (a start that failed part-way stops
+            # what it started) before the worker's stop began: hand nothing more over.
+            raise ShutDown
         self._handoff.put(claim)
 
     def _next_wait(self, failures: int) -> float | None:
