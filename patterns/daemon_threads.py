@@ -72,29 +72,22 @@ class StopReport:
 class Service(Protocol):
     """The lifecycle contract of something that runs in the background.
 
-    ``start`` starts it, ``stop`` stops it within a budget and reports, and leaving a
-    ``with`` block calls ``stop()`` with the service's own budget, whether the block
-    raised or not.
+    ``start()`` starts it and returns it, all or nothing (what it started is stopped if it
+    fails part-way), and only once (`RuntimeError` after a first ``start()`` or a
+    ``stop()``). ``stop(timeout=None)`` asks the work to stop, waits at most ``timeout``
+    seconds (None: ``stop_timeout``) and reports; every later call (or one racing it)
+    returns the same report. Stopped before it started, it reports ``terminated``. Leaving
+    a ``with`` block calls ``stop()``, whether the block raised or not.
     """
 
     name: str
     stop_timeout: float
 
     def start(self) -> Self:
-        """Start the background work and return self; `RuntimeError` if started or stopped before.
-
-        All or nothing: if it fails part-way, what it started is stopped and the error
-        re-raised, so a caller that got an exception has nothing to stop.
-        """
+        """Start the background work and return self."""
 
     def stop(self, timeout: float | None = None) -> StopReport:
-        """Ask the work to stop and wait at most ``timeout`` (None: ``stop_timeout``) seconds.
-
-        Returns within the budget plus scheduling noise whatever the work does, and says in
-        the report whether it ended. Idempotent: every call returns the first call's report
-        (a call racing the first waits for it). Stopping a service that never started
-        reports it terminated, and it can then no longer be started.
-        """
+        """Stop within ``timeout`` (None: ``stop_timeout``) seconds; the first report, always."""
 
     def __enter__(self) -> Self: ...
 
@@ -140,12 +133,7 @@ class _ThreadService:
         return f"<{type(self).__name__} {self.name!r}>"
 
     def start(self) -> Self:
-        """Start the thread and return self; see `Service.start`.
-
-        If starting fails part-way (no thread can be started, or a Ctrl-C lands after the
-        thread began), the service is stopped within its ``stop_timeout`` and the error
-        re-raised.
-        """
+        """Start the thread and return self; see `Service.start`."""
         with self._lock:
             if self._thread is not None or self._stopping.is_set():
                 raise RuntimeError(f"{self!r} can only be started once, and not after stop()")
@@ -153,7 +141,7 @@ class _ThreadService:
             self._thread = thread  # published first, so a stop() racing us can find it
         try:
             thread.start()
-        except BaseException:
+        except BaseException:  # no thread, or a Ctrl-C after it began: stop it, re-raise
             self._start_settled.set()
             self.stop()  # the caller gets no service to stop: we do it
             raise
