@@ -156,7 +156,8 @@ class Child:
 # until both are on disk, and returns.
 EXPORT_CHILD = """
 import queue, threading
-from patterns.daemon_threads import {function}
+from patterns.daemon_threads import run_with_service
+from patterns.naive.daemon_threads import naive_run_with_daemon
 
 rows = queue.Queue()
 both_written = threading.Event()
@@ -298,7 +299,8 @@ def test_ctrl_c_during_the_join_at_exit_abandons_the_non_daemon_thread_and_runs_
 # lock that interpreter teardown would need, so the reader can be abandoned safely).
 STOP_CHILD = """
 import atexit, os, threading
-from patterns.daemon_threads import {function}
+from patterns.daemon_threads import run_with_service
+from patterns.naive.daemon_threads import naive_run_with_atexit_stop
 
 released = threading.Event()
 started = threading.Event()
@@ -622,34 +624,43 @@ def test_stop_returns_within_its_budget_and_reports_work_that_ignores_it(
         report = service.stop(0.2)
 
     assert took() < 0.2 + NOISE
-    assert report == StopReport("stuck", terminated=False, elapsed=report.elapsed)
+    assert report == StopReport(
+        terminated=False, still_running=("stuck",), name="stuck", elapsed=report.elapsed
+    )
     assert report.elapsed >= 0.15  # it did wait (a timed lock may wake a hair early)
     assert "stuck did not stop within 0.2s" in caplog.text
     gate.open()
-    assert service.stop(MUST_HAPPEN).terminated  # asking again, once it can end
+    assert service.stop(MUST_HAPPEN) is report  # asking again returns the first report
+    for thread in alive_named("stuck"):
+        join_or_fail(thread)  # it does end once it can
 
 
-def test_stop_is_idempotent_and_every_caller_gets_a_report() -> None:
-    """Concurrent and repeated stops all report the thread ended; none raises."""
+def test_stop_is_idempotent_and_every_caller_gets_the_same_report() -> None:
+    """Concurrent and repeated stops all return the one report, which says the thread ended."""
     started = threading.Event()
     service = BackgroundService(until_stopped(started), name="service")
-    service.start()
+    assert service.start() is service
     assert started.wait(MUST_HAPPEN)
 
     stoppers = [run_in_thread(lambda: service.stop(MUST_HAPPEN), f"stopper-{i}") for i in range(3)]
     for thread, _ in stoppers:
         join_or_fail(thread)
 
-    assert all(outcome["result"].terminated for _, outcome in stoppers)
+    [first, *others] = [outcome["result"] for _, outcome in stoppers]
+    assert all(other is first for other in others)
+    assert first.terminated
+    assert first.still_running == ()
     again = service.stop(0)
-    assert again.terminated
+    assert again is first
     assert again.error is None
 
 
 def test_stop_before_start_reports_terminated_and_then_start_is_refused() -> None:
     """A service that never ran has nothing to wait for, and cannot be started afterwards."""
     service = BackgroundService(until_stopped(threading.Event()), name="never")
-    assert service.stop(0).terminated
+    report = service.stop(0)
+    assert report.terminated
+    assert report.still_running == ()
     with pytest.raises(RuntimeError, match="only be started once"):
         service.start()
 
@@ -664,13 +675,26 @@ def test_start_twice_is_refused() -> None:
     assert service.stop(MUST_HAPPEN).terminated
 
 
-def test_stop_refuses_a_negative_or_missing_budget() -> None:
-    """A stop without a budget would be an unbounded join, so it is an error."""
+def test_stop_refuses_a_negative_budget_and_none_means_stop_timeout() -> None:
+    """A negative timeout is an error; None is the service's own budget, never "forever"."""
+    with pytest.raises(ValueError, match="stop_timeout"):
+        BackgroundService(until_stopped(threading.Event()), name="budget", stop_timeout=-1)
     service = BackgroundService(until_stopped(threading.Event()), name="budget")
-    with pytest.raises(ValueError, match="budget"):
+    with pytest.raises(ValueError, match="0 or more"):
         service.stop(-1)
-    with pytest.raises(ValueError, match="budget"):
-        service.stop(None)  # type: ignore[arg-type]
+    gate = Gate("work that ignores the stop")
+    deaf = BackgroundService(lambda stopping: gate.arrive(), name="deaf", stop_timeout=0.2)
+    deaf.start()
+    gate.wait_reached()
+    try:
+        with elapsed() as took:
+            report = deaf.stop(None)
+        assert took() < 0.2 + NOISE
+        assert report.still_running == ("deaf",)
+    finally:
+        gate.open()
+    for thread in alive_named("deaf"):
+        join_or_fail(thread)
 
 
 def test_work_that_raises_is_logged_and_returned_in_the_report(
@@ -860,7 +884,8 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
             join_or_fail(starter)
     assert took() < 0.2 + NOISE
     assert not report.terminated  # it could not know yet: the thread was being started
+    assert report.still_running == ("racing",)
     assert "error" not in outcome
-    final = service.stop(MUST_HAPPEN)
-    assert final.terminated
-    assert alive_named("racing") == []
+    assert service.stop(MUST_HAPPEN) is report
+    for thread in alive_named("racing"):
+        join_or_fail(thread)  # the work saw the stop event and ends

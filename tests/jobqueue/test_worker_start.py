@@ -277,9 +277,9 @@ def parked_before(where: str, gate: Gate) -> Any:
     service = HousekeepingDaemon if where == "heartbeat" else BackgroundService
     real_start = service.start
 
-    def start(self: Any) -> None:
+    def start(self: Any) -> Any:
         gate.arrive()
-        real_start(self)
+        return real_start(self)
 
     return mock.patch.object(service, "start", start)
 
