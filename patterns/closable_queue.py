@@ -402,6 +402,18 @@ class ConsumerPool(Generic[T]):
             if waits and self._stopped.wait(budget) and self._report is not None:
                 return self._report
             return self._snapshot(start, self.threads)
+        try:
+            report = self._stop_once(budget, start, immediate=immediate)
+        except BaseException:  # Ctrl-C mid-stop: let a later stop() do it all again
+            with self._lock:
+                self._stopper = None
+            raise
+        with self._lock:
+            self._report = report
+        self._stopped.set()
+        return report
+
+    def _stop_once(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
         deadline = start + budget
         threads = self._close(immediate=immediate, deadline=deadline)
         report = self._snapshot(start, threads)
@@ -415,9 +427,6 @@ class ConsumerPool(Generic[T]):
                 len(report.discarded),
                 ", ".join(report.still_running),
             )
-        with self._lock:
-            self._report = report
-        self._stopped.set()
         return report
 
     def __enter__(self) -> Self:

@@ -1088,3 +1088,21 @@ def test_a_stop_made_while_another_is_running_waits_for_it_and_returns_its_repor
     join_or_fail(second)
     assert second_outcome["result"] is first_outcome["result"]
     assert first_outcome["result"].terminated
+
+
+def test_a_stop_interrupted_by_ctrl_c_can_be_done_again_and_then_is_final() -> None:
+    """A KeyboardInterrupt inside stop() propagates; the next stop() does the stop and reports."""
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=1, name="ctrl-c").start()
+    pool.put(1)
+
+    with (
+        mock.patch.object(threading.Thread, "join", side_effect=KeyboardInterrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        pool.stop(MUST_HAPPEN)
+
+    report = pool.stop(MUST_HAPPEN)
+    assert (report.terminated, report.still_running) == (True, ())
+    assert pool.stop() is report
+    assert handled == [1]
