@@ -1,81 +1,30 @@
 """Close a queue instead of feeding it pills: every thread blocked in ``put`` or ``get`` wakes.
 
-TL;DR: ``q.shutdown()`` on a `ClosableQueue` (Python 3.13's ``Queue.shutdown``, back-ported
-to 3.11 and 3.12) makes ``put`` raise `ShutDown` at once and ``get`` raise it once the queue
-is empty; ``shutdown(immediate=True)`` also empties the queue. `ConsumerPool` is a set of
-consumer threads stopped that way, with a bounded ``stop(timeout)`` and a `PoolReport`.
-
-Pitfall:
-    A consumer blocked in `queue.Queue.get` has no way out but an item. A stop flag is
-    read only between items, so a consumer waiting in ``get()`` never sees it (P14), and
-    the usual cure, one poison pill per consumer, goes wrong in several ways: one pill
-    for N consumers stops one of them (P10), a pill sent before a slow producer is done
-    overtakes its items (P11), and a pill is an item like any other, so ``put(PILL)`` on a
-    full bounded queue blocks (P12). The producer's side has the mirror image: once the
-    consumers are dead, ``put()`` on a full queue waits forever, and so does ``join()``
-    (P9).
-
-Pattern:
-    Close the queue itself. `ClosableQueue.shutdown` flips ``is_shutdown`` under the
-    queue's lock and wakes every thread blocked in ``put`` or ``get``; from then on
-    ``put`` raises `ShutDown`, and ``get`` hands out what is left and then raises
-    `ShutDown` instead of blocking. With ``immediate=True`` what is left is dropped at
-    once and counted as done, and ``join()`` is woken, so it is not held up by items
-    nobody will ever take. `shutdown_now` does the
-    same and hands the dropped items back. `ConsumerPool` runs consumers that loop until
-    `ShutDown`: ``close()`` lets them drain the queue, ``close(immediate=True)`` stops them
-    after their current item, and ``stop(timeout)`` drains until the deadline and then
-    discards the rest. `produce` is the producer's side: it stops at `ShutDown` and says
-    how many items it delivered.
+TL;DR:
+    ``q.shutdown()`` on a `ClosableQueue` (3.13's ``Queue.shutdown``, back-ported to 3.11
+    and 3.12) makes ``put`` raise `ShutDown` at once and ``get`` raise it once the queue is
+    empty; ``shutdown(immediate=True)`` also empties it, and `shutdown_and_drain` empties it
+    and hands the items back. `ConsumerPool` runs consumer threads stopped that way:
+    ``start()``, then ``stop(timeout)`` (or a ``with`` block) returns a `PoolReport`.
 
 Guarantees:
-    * Once ``shutdown()`` returns, no ``put`` can succeed, and every thread that was
-      blocked in ``put`` has been woken and raises `ShutDown`.
-    * After ``shutdown(immediate=False)``, every item already queued is still handed out
-      by ``get``, in order; after that, and at once after ``shutdown(immediate=True)``,
-      every ``get``, blocked or not, raises `ShutDown`.
-    * ``shutdown(immediate=True)`` counts a ``task_done()`` for every item it removes,
-      never driving the count below zero, and wakes ``join()``; ``join()`` then returns
-      unless an item taken before the shutdown is still waiting for its ``task_done()``.
-    * ``ConsumerPool.start()`` is all or nothing: if a consumer cannot be started, the
-      ones already running are stopped and the error propagates.
-    * ``ConsumerPool.stop(timeout)`` and ``close(..., timeout=...)`` return within their
-      budget (plus scheduling noise), never raise, are idempotent, and are safe while
-      ``start()`` is still running. Each `PoolReport` counts what the handler processed
-      and what failed, lists every discarded item, and names the consumer threads still
-      running at the deadline. Once every consumer has ended, each item the pool
-      accepted was processed, failed or discarded: none is lost silently.
-    * A handler's exception is logged with its traceback and the consumer goes on. A
-      consumer killed by a `BaseException` (``sys.exit()`` in a handler) is logged at
-      CRITICAL, and when the last consumer is gone the queue is shut down and what it
-      held is discarded and reported, so producers get `ShutDown` instead of a hang.
+    * Once ``shutdown()`` returns, no ``put`` succeeds and every blocked putter raises
+      `ShutDown`; queued items are still handed out in order (not after ``immediate=True``),
+      then every ``get``, blocked or not, raises `ShutDown`.
+    * ``shutdown(immediate=True)`` counts a ``task_done()`` per removed item (never below
+      zero) and wakes ``join()``.
+    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing;
+      ``stop()`` is bounded by its budget, never raises for unfinished work, is safe from
+      any thread (a handler, a signal handler, while ``start()`` runs), and returns the
+      same report every time. Every item the pool accepted is processed, failed (logged)
+      or listed as discarded; a consumer killed by a `BaseException` is logged at CRITICAL,
+      and when the last one is gone the queue is shut so that no producer hangs.
 
 Python:
-    3.11+, standard library only. Python 3.13 added ``queue.Queue.shutdown`` and
-    ``queue.ShutDown`` (gh-96471), and ``asyncio.Queue.shutdown`` with
-    ``asyncio.QueueShutDown`` in the same release; ``queue.SimpleQueue`` and
-    ``multiprocessing.Queue`` have none (checked on 3.11, 3.12 and 3.13). On 3.13 this
-    module re-implements nothing: `ShutDown` *is* ``queue.ShutDown`` and `ClosableQueue`
-    is a subclass of `queue.Queue` that adds nothing, so it behaves exactly like the
-    standard library. On 3.11 and 3.12 `ClosableQueue` overrides ``put`` and ``get`` and adds
-    ``shutdown`` with the same semantics, rule for rule, including the order in which
-    errors win (`ShutDown` before `queue.Full`, `queue.Empty` or `ValueError`). The
-    back-port uses `queue.Queue`'s undocumented internals (``mutex``, the three
-    conditions, ``unfinished_tasks``, ``_qsize``/``_put``/``_get``); its tests run on
-    3.11 and 3.12, the versions that use it. It relies on locks only, never on the GIL.
+    3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`
+    *is* ``queue.ShutDown`` and `ClosableQueue` adds nothing to `queue.Queue`.
 
-Java:
-    ``BlockingQueue`` has no close. Java consumers are stopped with a poison pill or by
-    interrupting them (``ExecutorService.shutdownNow()``); ``drainTo(list)`` is the
-    nearest thing to `shutdown_now`, and a full queue's ``offer(e, timeout, unit)`` the
-    nearest thing to a ``put`` that cannot hang. `ConsumerPool` with ``stop(timeout)`` is
-    the ``shutdown()`` / ``awaitTermination()`` / ``shutdownNow()`` idiom for a hand-made
-    consumer pool.
-
-See also:
-    ``poison_pill`` (when a pill is still the right tool), ``executor_shutdown`` (the same
-    stop-on-a-deadline idiom for thread pools), ``thread_exceptions`` (why a dying
-    thread must be reported).
+Docs: docs/patterns/closable_queue.md
 """
 
 from __future__ import annotations
@@ -86,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Generic, Self, TypeVar
 
@@ -95,8 +44,8 @@ __all__ = [
     "ConsumerPool",
     "PoolReport",
     "ShutDown",
-    "produce",
-    "shutdown_now",
+    "put_until_shutdown",
+    "shutdown_and_drain",
 ]
 
 logger = logging.getLogger(__name__)
@@ -232,15 +181,13 @@ else:
                 self.not_full.notify_all()
 
 
-def shutdown_now(q: ClosableQueue[T]) -> list[T]:
+def shutdown_and_drain(q: ClosableQueue[T]) -> list[T]:
     """Shut ``q`` down and return the items it still held, each counted as done.
 
-    ``q.shutdown(immediate=True)`` drops the queued items without saying which; this
-    ends in the same state (shut down, empty, ``task_done()`` counted for every removed
-    item) and hands them back, in queue order, to be logged or stored. It closes the
-    queue first, so no ``put`` can slip in while it empties it. A consumer may still take
-    an item while it runs: each item is then either returned here or got by a consumer,
-    never both, never neither.
+    Ends in the state ``q.shutdown(immediate=True)`` leaves, but hands the dropped items
+    back, in queue order. It closes the queue first, so no ``put`` slips in while it
+    empties it; an item a consumer takes meanwhile is either returned here or got by the
+    consumer, never both, never neither.
     """
     q.shutdown()  # from here on nothing can be added, so the loop below ends
     removed: list[T] = []
@@ -252,12 +199,12 @@ def shutdown_now(q: ClosableQueue[T]) -> list[T]:
         q.task_done()
 
 
-def produce(q: ClosableQueue[T], items: Iterable[T]) -> int:
+def put_until_shutdown(q: ClosableQueue[T], items: Iterable[T]) -> int:
     """Put every item of ``items`` on ``q``, stopping at `ShutDown`; return how many were put.
 
-    A producer blocked in ``put()`` on a full queue whose consumers are gone is woken by
-    ``shutdown()`` and returns instead of waiting forever (P9). The refused item and the
-    ones after it are not put; an iterator's later items stay unread.
+    A producer blocked on a full queue whose consumers are gone is woken by ``shutdown()``
+    and returns instead of waiting forever. The refused item and the ones after it are not
+    put; an iterator's later items stay unread.
     """
     delivered = 0
     for item in items:
@@ -272,29 +219,23 @@ def produce(q: ClosableQueue[T], items: Iterable[T]) -> int:
 
 @dataclass(frozen=True)
 class PoolReport(Generic[T]):
-    """What a `ConsumerPool` did, as of a ``close()`` or ``stop()``.
-
-    Counts are cumulative over the pool's life, so a second call reports the first's work
-    too.
+    """What a `ConsumerPool` had done when its ``stop()`` returned.
 
     Attributes:
+        terminated: every consumer thread had ended.
+        still_running: names of the consumer threads still alive at the deadline.
         processed: items the handler returned from normally.
         failed: items the handler raised on (each one logged with its traceback).
-        discarded: items that were queued but never handed to the handler, in queue order.
-        still_running: names of the consumer threads still alive at the deadline.
-        elapsed: seconds the call took.
+        discarded: items queued but never handed to the handler, in queue order.
+        elapsed: seconds the stop took.
     """
 
+    terminated: bool
+    still_running: tuple[str, ...]
     processed: int
     failed: int
-    discarded: list[T] = field(default_factory=list)
-    still_running: list[str] = field(default_factory=list)
-    elapsed: float = 0.0
-
-    @property
-    def terminated(self) -> bool:
-        """Whether every consumer thread had ended when the call returned."""
-        return not self.still_running
+    discarded: tuple[T, ...]
+    elapsed: float
 
 
 class _Slot:
@@ -315,15 +256,7 @@ class _Slot:
 class ConsumerPool(Generic[T]):
     """Consumer threads that call ``handler(item)`` for each item, stopped by closing the queue.
 
-    The lifecycle is the project's contract: ``start()``, ``stop(timeout) -> report``, and
-    a context manager whose exit calls ``stop(stop_timeout)``. ``close()`` is the
-    finer-grained stop: graceful (consumers finish everything queued) or immediate
-    (consumers stop after their current item and the rest is discarded). Both are
-    idempotent, bounded by their timeout, and safe to call from any thread, a handler
-    included (that consumer is then reported as still running, since it cannot join
-    itself).
-
-    Items can be put before ``start()``; they wait for the consumers. Closing a pool that
+    Items can be put before ``start()``; they wait for the consumers. Stopping a pool that
     was never started discards what was queued, since no consumer will ever take it.
     """
 
@@ -337,20 +270,23 @@ class ConsumerPool(Generic[T]):
         stop_timeout: float = 5.0,
     ) -> None:
         if consumers < 1:
-            raise ValueError("a pool needs at least one consumer")
+            raise ValueError(f"consumers must be at least 1, got {consumers!r}")
+        if maxsize < 0:
+            raise ValueError(f"maxsize must be >= 0, got {maxsize!r}")
+        if stop_timeout < 0:
+            raise ValueError(f"stop_timeout must be >= 0, got {stop_timeout!r}")
         self._handler = handler
         self._consumers = consumers
         self._name = name
-        self._stop_timeout = stop_timeout
+        self.stop_timeout = stop_timeout
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
         # Guards every field below. Held by consumers to count an item and to note their
-        # exit, by start() across each Thread.start() (so a close() from another thread
-        # sees a consumer either started and listed, or not launched at all), and by
-        # close() and the report. Never held while a handler runs, while blocking on the
-        # queue, or while joining. Reentrant so that a stop() from a signal handler that
-        # lands while the main thread holds it does not deadlock; such a stop() returns on
-        # its budget and names the consumers it could not wait for (they need this lock
-        # to count), and a later stop() joins them.
+        # exit, by start() across each Thread.start() (so a stop() from another thread sees
+        # a consumer either started and listed, or not launched at all), and by stop().
+        # Never held while a handler runs, while blocking on the queue, or while joining.
+        # Reentrant so that a stop() from a signal handler landing while the main thread
+        # holds it does not deadlock; that stop() returns on its budget and names the
+        # consumers it could not wait for (they need this lock to count).
         self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
         self._alive = 0  # consumers launched and not yet ended
@@ -360,10 +296,13 @@ class ConsumerPool(Generic[T]):
         self._processed = 0
         self._failed = 0
         self._discarded: list[T] = []
+        self._stopper: threading.Thread | None = None  # the thread running the first stop()
+        self._stopped = threading.Event()  # set once _report is final
+        self._report: PoolReport[T] | None = None
 
     @property
     def queue(self) -> ClosableQueue[T]:
-        """The queue producers put on (see `produce`); ``put`` raises `ShutDown` once closed."""
+        """The queue producers put on; ``put`` raises `ShutDown` once the pool stops."""
         return self._queue
 
     @property
@@ -376,7 +315,7 @@ class ConsumerPool(Generic[T]):
         """Queue ``item`` for the consumers.
 
         Raises:
-            ShutDown: the pool is closing or closed.
+            ShutDown: the pool is stopping or stopped.
             queue.Full: the queue is bounded and stayed full for ``timeout`` seconds.
         """
         self._queue.put(item, timeout=timeout)
@@ -385,13 +324,12 @@ class ConsumerPool(Generic[T]):
         """Start the consumer threads; return the pool. All or nothing.
 
         If a consumer cannot be started (``RuntimeError: can't start new thread``, or a
-        `KeyboardInterrupt` landing in here), the consumers already running are stopped
-        as by ``close(immediate=True, timeout=stop_timeout)`` and the error propagates;
-        the pool is then closed, and ``stop()`` reports what was discarded. A ``stop()``
-        or ``close()`` that arrives while this runs wins: no further consumer is started.
+        `KeyboardInterrupt` landing in here), the consumers already running are stopped as
+        by ``stop(immediate=True)`` within ``stop_timeout`` and the error propagates. A
+        ``stop()`` that arrives while this runs wins: no further consumer is started.
 
         Raises:
-            RuntimeError: the pool was started or closed before.
+            RuntimeError: the pool was started or stopped before.
         """
         with self._lock:
             if self._started or self._closed:
@@ -404,18 +342,14 @@ class ConsumerPool(Generic[T]):
                     break
         except BaseException as exc:
             self._starting_done()
-            logger.warning(
-                "%s: start() failed part-way (%r); stopping the consumers that started",
-                self._name,
-                exc,
-            )
-            self._close(True, time.monotonic() + self._stop_timeout, time.monotonic())
+            logger.warning("%s: start() failed part-way (%r); stopping the rest", self._name, exc)
+            self._close(immediate=True, deadline=time.monotonic() + self.stop_timeout)
             raise
         self._starting_done()
         return self
 
     def _launch(self, name: str) -> bool:
-        """Start one consumer and list it; False if the pool was closed meanwhile."""
+        """Start one consumer and list it; False if the pool was stopped meanwhile."""
         slot = _Slot()
         thread = threading.Thread(target=self._run, args=(slot,), name=name)
         with self._lock, slot.lock:
@@ -442,40 +376,61 @@ class ConsumerPool(Generic[T]):
         if nobody_left:
             self._discard()
 
-    def close(self, immediate: bool = False, *, timeout: float = 5.0) -> PoolReport[T]:
-        """Shut the queue down, wait up to ``timeout`` for the consumers to end, and report.
+    def stop(self, timeout: float | None = None, *, immediate: bool = False) -> PoolReport[T]:
+        """Shut the queue down, wait up to ``timeout`` for the consumers, and report.
 
-        ``immediate=False``: the consumers finish everything already queued, then end.
-        ``immediate=True``: what is still queued is discarded (and listed in the report),
-        and each consumer ends once its current item is done.
+        ``immediate=False``: the consumers drain the queue until the deadline; what is
+        still queued then is discarded. ``immediate=True``: what is queued is discarded
+        now, and each consumer ends after its current item. ``timeout=None`` means
+        ``stop_timeout``. Idempotent: every later call returns the first call's report; a
+        call made while another thread is stopping the pool waits for it within its own
+        budget and returns a provisional report if that runs out.
         """
+        budget = self.stop_timeout if timeout is None else timeout
+        if budget < 0:
+            raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
         start = time.monotonic()
-        return self._close(immediate, start + timeout, start)
+        current = threading.current_thread()
+        with self._lock:
+            if self._report is not None:
+                return self._report
+            owner = self._stopper is None
+            if owner:
+                self._stopper = current
+            waits = self._stopper is not current
+        if not owner:  # another stop() is running; on this very thread, do not wait for it
+            if waits and self._stopped.wait(budget) and self._report is not None:
+                return self._report
+            return self._snapshot(start, self.threads)
+        try:
+            report = self._stop_once(budget, start, immediate=immediate)
+        except BaseException:  # Ctrl-C mid-stop: let a later stop() do it all again
+            with self._lock:
+                self._stopper = None
+            raise
+        with self._lock:
+            self._report = report
+        self._stopped.set()
+        return report
 
-    def stop(self, timeout: float = 5.0) -> PoolReport[T]:
-        """Graceful first, forced at the deadline: the lifecycle contract's ``stop``.
-
-        The consumers drain the queue for up to ``timeout`` seconds; whatever is still
-        queued then is discarded, and the report names the consumers still busy with an
-        item. Returns within ``timeout``.
-        """
-        start = time.monotonic()
-        report = self._close(False, start + timeout, start)
-        if not report.terminated:
-            report = self._close(True, start + timeout, start)
+    def _stop_once(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
+        deadline = start + budget
+        threads = self._close(immediate=immediate, deadline=deadline)
+        report = self._snapshot(start, threads)
+        if not report.terminated and not immediate:
+            self._close(immediate=True, deadline=deadline)
+            report = self._snapshot(start, threads)
             logger.error(
                 "%s: stop(%.3g) ran out of time: %d item(s) discarded, still running: %s",
                 self._name,
-                timeout,
+                budget,
                 len(report.discarded),
                 ", ".join(report.still_running),
             )
         return report
 
     def __enter__(self) -> Self:
-        with self._lock:
-            started = self._started
-        return self if started else self.start()
+        return self.start()
 
     def __exit__(
         self,
@@ -483,9 +438,10 @@ class ConsumerPool(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop(self._stop_timeout)
+        self.stop()
 
-    def _close(self, immediate: bool, deadline: float, start: float) -> PoolReport[T]:
+    def _close(self, *, immediate: bool, deadline: float) -> list[threading.Thread]:
+        """Refuse new work, discard or let drain, join until ``deadline``; return the threads."""
         with self._lock:
             self._closed = True
             threads = list(self._threads)
@@ -498,17 +454,22 @@ class ConsumerPool(Generic[T]):
             # A thread whose start() failed is listed too; only a started one can be joined.
             if thread is not current and thread.is_alive():
                 thread.join(max(0.0, deadline - time.monotonic()))
+        return threads
+
+    def _snapshot(self, start: float, threads: list[threading.Thread]) -> PoolReport[T]:
         with self._lock:
+            still_running = tuple(t.name for t in threads if t.is_alive())
             return PoolReport(
+                terminated=not still_running,
+                still_running=still_running,
                 processed=self._processed,
                 failed=self._failed,
-                discarded=list(self._discarded),
-                still_running=[t.name for t in threads if t.is_alive()],
+                discarded=tuple(self._discarded),
                 elapsed=time.monotonic() - start,
             )
 
     def _discard(self) -> None:
-        dropped = shutdown_now(self._queue)
+        dropped = shutdown_and_drain(self._queue)
         if dropped:
             with self._lock:
                 self._discarded.extend(dropped)
@@ -530,7 +491,7 @@ class ConsumerPool(Generic[T]):
             if last:
                 # Normally the queue is already shut down and empty and this finds nothing.
                 # If the last consumer died instead, it shuts the queue so that producers
-                # blocked in put() wake with ShutDown, and reports what nobody will take (P9).
+                # blocked in put() wake with ShutDown, and reports what nobody will take.
                 self._discard()
 
     def _consume(self) -> None:
@@ -559,33 +520,3 @@ class ConsumerPool(Generic[T]):
                     self._processed += 1
                 else:
                     self._failed += 1
-
-
-# --- Broken on purpose: the naive versions the tests and docs compare against ------------
-
-
-def naive_consume(q: queue.Queue[T], handler: Callable[[T], object], stop: threading.Event) -> None:
-    """Broken on purpose: the stop flag is read between items, but the consumer waits in get().
-
-    Setting ``stop`` does nothing to a consumer blocked in ``q.get()``; only an item wakes
-    it, and the item that does is then handled as if it were data (P14). A handler exception
-    ends the thread, and with it the queue's only reader (P9).
-    """
-    while not stop.is_set():
-        item = q.get()
-        try:
-            handler(item)
-        finally:
-            q.task_done()
-
-
-def naive_produce(q: queue.Queue[T], items: Iterable[T]) -> int:
-    """Broken on purpose: ``put()`` on a full queue waits forever once the consumers are gone.
-
-    This is the producer's side of a dead consumer (P9): nothing will ever make room.
-    """
-    delivered = 0
-    for item in items:
-        q.put(item)
-        delivered += 1
-    return delivered

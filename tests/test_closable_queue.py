@@ -28,11 +28,10 @@ from patterns.closable_queue import (
     ClosableQueue,
     ConsumerPool,
     ShutDown,
-    naive_consume,
-    naive_produce,
-    produce,
-    shutdown_now,
+    put_until_shutdown,
+    shutdown_and_drain,
 )
+from patterns.naive.closable_queue import naive_consume, naive_produce
 from tests.support import (
     MUST_HAPPEN,
     STAYS_BLOCKED,
@@ -433,10 +432,10 @@ def test_a_second_shutdown_is_harmless_and_an_immediate_one_empties_what_is_left
     assert drain(q) == left
 
 
-# --- shutdown_now and produce ------------------------------------------------------------------
+# --- shutdown_and_drain and put_until_shutdown -------------------------------------------------
 
 
-def test_shutdown_now_ends_like_an_immediate_shutdown_and_returns_what_it_dropped(
+def test_shutdown_and_drain_ends_like_an_immediate_shutdown_and_returns_what_it_dropped(
     make_queue: Callable[..., Any],
 ) -> None:
     """Same final state as shutdown(immediate=True), plus the list of what was dropped."""
@@ -446,22 +445,24 @@ def test_shutdown_now_ends_like_an_immediate_shutdown_and_returns_what_it_droppe
             q.put(item)
         q.get()  # one item in flight
 
-    dropped = shutdown_now(twins[0])
+    dropped = shutdown_and_drain(twins[0])
     twins[1].shutdown(immediate=True)
 
     assert dropped == [1, 2, 3]
     for q in twins:
         assert (q.is_shutdown, q.qsize(), q.unfinished_tasks) == (True, 0, 1)
-    assert shutdown_now(twins[0]) == []  # and again: nothing left
+    assert shutdown_and_drain(twins[0]) == []  # and again: nothing left
 
 
-def test_produce_stops_at_shutdown_and_leaves_the_rest_unread(
+def test_put_until_shutdown_stops_at_shutdown_and_leaves_the_rest_unread(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A producer blocked on a full queue returns how many it delivered; later items stay unread."""
     q: ClosableQueue[int] = ClosableQueue(maxsize=1)
     items = iter(range(5))
-    [(producer, outcome)] = start_blocked(lambda: produce(q, items), q.not_full, ["producer"])
+    [(producer, outcome)] = start_blocked(
+        lambda: put_until_shutdown(q, items), q.not_full, ["producer"]
+    )
 
     q.shutdown(immediate=True)
 
@@ -506,11 +507,11 @@ def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
     pool.start()
     wait_for_waiters(pool.queue.not_empty, 3)
 
-    report = pool.close(timeout=MUST_HAPPEN)
+    report = pool.stop(timeout=MUST_HAPPEN)
 
     assert report.terminated
     assert not any(thread.is_alive() for thread in pool.threads)
-    assert (report.processed, report.failed, report.discarded) == (0, 0, [])
+    assert (report.processed, report.failed, report.discarded) == (0, 0, ())
     assert handled == []
 
 
@@ -554,16 +555,16 @@ def test_when_the_last_consumer_dies_the_pool_shuts_the_queue_and_the_producer_w
 
     pool: ConsumerPool[int] = ConsumerPool(handler, consumers=1, maxsize=1, name="q1")
     pool.start()
-    producer, produced = run_in_thread(lambda: produce(pool.queue, range(5)), "producer")
+    producer, produced = run_in_thread(lambda: put_until_shutdown(pool.queue, range(5)), "producer")
     gate.wait_reached()  # the consumer holds item 0
     wait_for_waiters(pool.queue.not_full, 1)  # item 1 fills the queue; item 2 waits
 
     gate.open()  # the only consumer dies
 
     join_or_fail(producer)
-    report = pool.close(timeout=MUST_HAPPEN)
+    report = pool.stop(timeout=MUST_HAPPEN)
     assert produced["result"] == 2
-    assert (report.processed, report.failed, report.discarded) == (0, 1, [1])
+    assert (report.processed, report.failed, report.discarded) == (0, 1, (1,))
     assert report.terminated
     [critical] = [r for r in caplog.records if r.levelno == logging.CRITICAL]
     assert critical.exc_info is not None
@@ -573,25 +574,25 @@ def test_when_the_last_consumer_dies_the_pool_shuts_the_queue_and_the_producer_w
 # --- the consumer pool -------------------------------------------------------------------------
 
 
-def test_close_lets_the_consumers_finish_everything_queued() -> None:
-    """A graceful close hands every queued item to the handler, then every consumer ends."""
+def test_stop_lets_the_consumers_finish_everything_queued_within_the_budget() -> None:
+    """A graceful stop hands every queued item to the handler, then every consumer ends."""
     handled: list[int] = []
     pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=3, name="drain")
     for item in range(50):
         pool.put(item)
     pool.start()
 
-    report = pool.close(timeout=MUST_HAPPEN)
+    report = pool.stop(timeout=MUST_HAPPEN)
 
-    assert (report.processed, report.failed, report.discarded) == (50, 0, [])
+    assert (report.processed, report.failed, report.discarded) == (50, 0, ())
     assert report.terminated
     assert sorted(handled) == list(range(50))
     with pytest.raises(ShutDown):
         pool.put(50)
 
 
-def test_close_immediate_discards_exactly_what_was_still_queued() -> None:
-    """close(immediate=True) lists every item it dropped; the item being handled finishes."""
+def test_stop_immediate_discards_exactly_what_was_still_queued() -> None:
+    """stop(immediate=True) lists every item it dropped; the item being handled finishes."""
     gate = Gate("handler on item 0")
     handled: list[int] = []
 
@@ -606,15 +607,16 @@ def test_close_immediate_discards_exactly_what_was_still_queued() -> None:
     pool.start()
     gate.wait_reached()
 
-    first = pool.close(immediate=True, timeout=0)
+    first = pool.stop(immediate=True, timeout=0)
     gate.open()
-    second = pool.close(immediate=True, timeout=MUST_HAPPEN)
+    for thread in pool.threads:
+        join_or_fail(thread)  # the item in hand is finished, then the consumer ends
 
-    assert first.discarded == [1, 2, 3, 4, 5]
-    assert first.still_running == ["now-0"]
+    assert first.discarded == (1, 2, 3, 4, 5)
+    assert (first.terminated, first.still_running) == (False, ("now-0",))
     assert first.processed == 0
-    assert (second.processed, second.discarded, second.still_running) == (1, [1, 2, 3, 4, 5], [])
     assert handled == [0]
+    assert pool.stop(immediate=True, timeout=MUST_HAPPEN) is first  # the report is final
 
 
 def test_stop_drains_until_its_deadline_then_discards_the_rest(
@@ -637,29 +639,30 @@ def test_stop_drains_until_its_deadline_then_discards_the_rest(
 
     report = pool.stop(timeout=0.05)  # returns although the handler never will by itself
 
-    assert report.still_running == ["stuck-0"]
-    assert report.discarded == [1, 2, 3]
+    assert (report.terminated, report.still_running) == (False, ("stuck-0",))
+    assert report.discarded == (1, 2, 3)
     assert "ran out of time" in caplog.text
     gate.open()
-    final = pool.stop(timeout=MUST_HAPPEN)
-    assert (final.processed, final.discarded, final.terminated) == (1, [1, 2, 3], True)
+    for thread in pool.threads:
+        join_or_fail(thread)  # the stuck consumer finishes its item, then finds the queue shut
     assert handled == [0]
+    assert pool.stop(timeout=MUST_HAPPEN) is report
 
 
-def test_stop_is_idempotent() -> None:
-    """A second stop() finds nothing to do and reports the same totals."""
+def test_stop_is_idempotent_and_returns_the_first_report() -> None:
+    """A second stop(), whatever its arguments, returns the very report of the first."""
     pool: ConsumerPool[int] = ConsumerPool(lambda item: None, consumers=2, name="twice")
     pool.start()
     for item in range(10):
         pool.put(item)
 
     first = pool.stop(timeout=MUST_HAPPEN)
-    second = pool.stop(timeout=MUST_HAPPEN)
 
     assert first.terminated
-    assert second.terminated
-    assert (first.processed, first.failed, first.discarded) == (10, 0, [])
-    assert (second.processed, second.failed, second.discarded) == (10, 0, [])
+    assert (first.processed, first.failed, first.discarded) == (10, 0, ())
+    assert pool.stop(timeout=MUST_HAPPEN) is first
+    assert pool.stop(timeout=0, immediate=True) is first
+    assert pool.stop() is first
 
 
 def test_a_failing_handler_is_logged_and_its_consumer_goes_on(
@@ -677,7 +680,7 @@ def test_a_failing_handler_is_logged_and_its_consumer_goes_on(
     for item in range(6):
         pool.put(item)
     pool.start()
-    report = pool.close(timeout=MUST_HAPPEN)
+    report = pool.stop(timeout=MUST_HAPPEN)
 
     assert (report.processed, report.failed) == (3, 3)
     assert handled == [0, 2, 4]  # one consumer, so it survived every failure
@@ -706,8 +709,8 @@ def test_one_dead_consumer_is_logged_and_the_others_go_on(
     join_or_fail(joiner)  # every item handed out and done
 
     assert not pool.queue.is_shutdown  # one consumer is still there
-    report = pool.close(timeout=MUST_HAPPEN)
-    assert (report.processed, report.failed, report.discarded) == (10, 1, [])
+    report = pool.stop(timeout=MUST_HAPPEN)
+    assert (report.processed, report.failed, report.discarded) == (10, 1, ())
     assert report.terminated
     assert sorted(handled) == list(range(10))
     assert [r.levelno for r in caplog.records] == [logging.CRITICAL]
@@ -725,48 +728,51 @@ def test_the_context_manager_starts_and_stops_the_pool() -> None:
         pool.put(20)
 
 
-def test_a_pool_starts_once_and_never_after_close() -> None:
-    """start() twice, or after close(), is a RuntimeError rather than a second set of threads."""
+def test_a_pool_starts_once_and_never_after_stop() -> None:
+    """start() twice, or after stop(), is a RuntimeError rather than a second set of threads."""
     pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="once")
     pool.start()
     with pytest.raises(RuntimeError, match="only once"):
         pool.start()
-    assert pool.close(timeout=MUST_HAPPEN).terminated
+    assert pool.stop(timeout=MUST_HAPPEN).terminated
     with pytest.raises(RuntimeError, match="only once"):
         pool.start()
 
 
-def test_closing_a_pool_that_never_started_discards_what_was_queued() -> None:
-    """Without consumers nothing would ever take the queued items, so close() reports them."""
+def test_stopping_a_pool_that_never_started_discards_what_was_queued() -> None:
+    """Without consumers nothing would ever take the queued items, so stop() reports them."""
     pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="unstarted")
     pool.put(1)
     pool.put(2)
 
-    report = pool.close()
+    report = pool.stop()
 
-    assert (report.processed, report.discarded, report.terminated) == (0, [1, 2], True)
+    assert (report.processed, report.discarded) == (0, (1, 2))
+    assert (report.terminated, report.still_running) == (True, ())
     with pytest.raises(RuntimeError, match="only once"):
         pool.start()
 
 
-def test_a_handler_can_close_its_own_pool_without_deadlocking() -> None:
-    """close() from inside a handler does not join its own thread; it reports it as running."""
+def test_a_handler_can_stop_its_own_pool_without_deadlocking() -> None:
+    """stop() from inside a handler does not join its own thread; it reports it as running."""
     reports = []
 
     def handler(item: str) -> None:
         if item == "stop":
-            reports.append(pool.close(immediate=True, timeout=0))
+            reports.append(pool.stop(immediate=True, timeout=0))
 
     pool: ConsumerPool[str] = ConsumerPool(handler, consumers=1, name="self")
     for item in ["a", "stop", "b", "c"]:
         pool.put(item)
     pool.start()
 
-    final = pool.close(timeout=MUST_HAPPEN)
+    for thread in pool.threads:
+        join_or_fail(thread)  # the consumer finishes "stop", then finds the queue shut
 
     [inner] = reports
-    assert (inner.discarded, inner.still_running) == (["b", "c"], ["self-0"])
-    assert (final.processed, final.discarded, final.terminated) == (2, ["b", "c"], True)
+    assert (inner.discarded, inner.still_running) == (("b", "c"), ("self-0",))
+    assert (inner.processed, inner.terminated) == (1, False)
+    assert pool.stop(timeout=MUST_HAPPEN) is inner
 
 
 def test_a_bounded_pool_put_times_out_with_full() -> None:
@@ -775,7 +781,7 @@ def test_a_bounded_pool_put_times_out_with_full() -> None:
     pool.put(1)
     with pytest.raises(queue.Full):
         pool.put(2, timeout=0)
-    assert pool.close().discarded == [1]
+    assert pool.stop().discarded == (1,)
 
 
 # --- start() all-or-nothing, and stop() in every window of start() -------------------------------
@@ -847,12 +853,12 @@ def assert_pool_fully_stopped(pool: ConsumerPool[Any], queued: list[Any]) -> Non
         join_or_fail(thread)  # "what started is stopped": bounded, and nothing left running
     report = pool.stop(timeout=MUST_HAPPEN)  # never raises, whatever start() left behind
     assert report.terminated
-    assert report.still_running == []
+    assert report.still_running == ()
     assert report.processed + report.failed + len(report.discarded) == len(queued)
     assert pool.queue.is_shutdown
     with pytest.raises(ShutDown):
         pool.put("after a failed start")
-    assert pool.stop(timeout=0).terminated  # idempotent
+    assert pool.stop(timeout=0) is report  # idempotent
 
 
 @pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
@@ -880,7 +886,7 @@ def test_a_start_failing_part_way_stops_what_started_and_re_raises(
         pool.start()
 
     assert_pool_fully_stopped(pool, queued)
-    assert sorted(handled + pool.stop(timeout=0).discarded) == queued
+    assert sorted([*handled, *pool.stop(timeout=0).discarded]) == queued
 
 
 def test_a_producer_blocked_during_a_failed_start_wakes_with_shut_down() -> None:
@@ -895,7 +901,7 @@ def test_a_producer_blocked_during_a_failed_start_wakes_with_shut_down() -> None
     pool: ConsumerPool[int] = ConsumerPool(
         handler, consumers=CONSUMERS, maxsize=1, name="stranded", stop_timeout=0.05
     )
-    producer, produced = run_in_thread(lambda: produce(pool.queue, range(5)), "producer")
+    producer, produced = run_in_thread(lambda: put_until_shutdown(pool.queue, range(5)), "producer")
 
     def fail_while_the_queue_is_full(real_start: Callable[[], None]) -> None:
         gate.wait_reached()  # consumer 0 holds item 0 ...
@@ -913,23 +919,22 @@ def test_a_producer_blocked_during_a_failed_start_wakes_with_shut_down() -> None
     gate.open()
     assert_pool_fully_stopped(pool, [0, 1])
     report = pool.stop(timeout=0)
-    assert (report.processed, report.discarded, handled) == (1, [1], [0])
+    assert (report.processed, report.discarded, handled) == (1, (1,), [0])
 
 
 @pytest.mark.parametrize(
     "stop",
     [
         lambda pool: pool.stop(timeout=MUST_HAPPEN),
-        lambda pool: pool.close(timeout=MUST_HAPPEN),
-        lambda pool: pool.close(immediate=True, timeout=MUST_HAPPEN),
+        lambda pool: pool.stop(immediate=True, timeout=MUST_HAPPEN),
     ],
-    ids=["stop", "close", "close-immediate"],
+    ids=["stop", "stop-immediate"],
 )
 @pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
 def test_a_stop_from_another_thread_while_start_runs_is_bounded_and_never_raises(
     k: int, stop: Callable[[ConsumerPool[int]], Any]
 ) -> None:
-    """stop() or close() landing while start() is between consumers returns a report, no error."""
+    """A stop() landing while start() is between consumers returns a report, no error."""
     gate = Gate(f"start of consumer {k}")
     handled: list[int] = []
     pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="racing")
@@ -954,10 +959,9 @@ def test_a_stop_from_another_thread_while_start_runs_is_bounded_and_never_raises
     assert "error" not in started, started
     report = stopped["result"]
     assert report.terminated
-    final = pool.stop(timeout=MUST_HAPPEN)
-    assert final.terminated
+    assert pool.stop(timeout=MUST_HAPPEN) is report
     assert not any(thread.is_alive() for thread in pool.threads)
-    assert sorted(handled + final.discarded) == queued
+    assert sorted([*handled, *report.discarded]) == queued
 
 
 def test_enter_failing_part_way_leaves_nothing_running() -> None:
@@ -975,7 +979,7 @@ def test_enter_failing_part_way_leaves_nothing_running() -> None:
 
 @pytest.mark.parametrize("k", range(1, CONSUMERS + 1))
 def test_a_stop_from_a_signal_handler_inside_start_neither_deadlocks_nor_raises(k: int) -> None:
-    """A stop() in a signal handler inside start() returns on its budget; a later one joins all."""
+    """A stop() in a signal handler inside start() returns on its budget; the consumers then end."""
     assert threading.current_thread() is threading.main_thread()  # where handlers run
     handled: list[int] = []
     pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=CONSUMERS, name="signal")
@@ -1003,9 +1007,102 @@ def test_a_stop_from_a_signal_handler_inside_start_neither_deadlocks_nor_raises(
 
     [inside] = reports
     # The running consumers wait for the lock start() holds, so they outlive this budget.
-    assert inside.still_running == [f"signal-{i}" for i in range(k - 1)]
-    final = pool.stop(timeout=MUST_HAPPEN)  # this one joins it
-    assert final.terminated
+    assert inside.still_running == tuple(f"signal-{i}" for i in range(k - 1))
     assert len(pool.threads) == k  # the stop won: no consumer after the k-th was started
-    assert not any(thread.is_alive() for thread in pool.threads)
-    assert sorted(handled + final.discarded) == queued
+    for thread in pool.threads:
+        join_or_fail(thread)  # once start() lets go of the lock, each finds the queue shut
+    assert pool.stop(timeout=MUST_HAPPEN) is inside
+    assert sorted([*handled, *inside.discarded]) == queued
+
+
+# --- the lifecycle contract's details ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "bad"),
+    [
+        ({"consumers": 0}, "consumers"),
+        ({"maxsize": -1}, "maxsize"),
+        ({"stop_timeout": -1}, "stop_timeout"),
+    ],
+)
+def test_the_constructor_names_a_bad_option_and_starts_nothing(
+    options: dict[str, Any], bad: str
+) -> None:
+    """A bad option is a ValueError that names it; a good constructor starts no thread."""
+    with pytest.raises(ValueError, match=bad):
+        ConsumerPool(lambda item: None, **options)
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, stop_timeout=0.5)
+    assert (pool.threads, pool.stop_timeout) == ([], 0.5)
+
+
+def test_stop_refuses_a_negative_timeout() -> None:
+    """stop(-1) is a ValueError, and the pool can still be stopped properly afterwards."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="negative").start()
+    with pytest.raises(ValueError, match="timeout"):
+        pool.stop(-1)
+    assert pool.stop(MUST_HAPPEN).terminated
+
+
+def test_stop_without_a_timeout_uses_stop_timeout_not_forever() -> None:
+    """stop() with no argument is bounded by stop_timeout, even when a handler never returns."""
+    gate = Gate("stuck handler")
+    pool: ConsumerPool[int] = ConsumerPool(
+        lambda item: gate.arrive(), consumers=1, name="budget", stop_timeout=0.05
+    )
+    pool.put(1)
+    pool.start()
+    gate.wait_reached()
+
+    report = pool.stop()
+
+    assert (report.terminated, report.still_running) == (False, ("budget-0",))
+    gate.open()
+    join_or_fail(pool.threads[0])
+
+
+def test_entering_a_started_pool_raises() -> None:
+    """__enter__ is start(), so a second start through a with-block is refused too."""
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="entered").start()
+    with pytest.raises(RuntimeError, match="only once"), pool:
+        pass
+    assert pool.stop(MUST_HAPPEN).terminated
+
+
+def test_a_stop_made_while_another_is_running_waits_for_it_and_returns_its_report() -> None:
+    """A second, concurrent stop() waits within its budget and returns the first's report."""
+    gate = Gate("handler during the first stop")
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: gate.arrive(), consumers=1, name="two")
+    pool.put(1)
+    pool.start()
+    gate.wait_reached()
+    first, first_outcome = run_in_thread(lambda: pool.stop(MUST_HAPPEN), "first stopper")
+    wait_for_joiners = time.monotonic() + MUST_HAPPEN
+    while pool.queue.is_shutdown is False:  # the first stop() has begun
+        assert time.monotonic() < wait_for_joiners
+    second, second_outcome = run_in_thread(lambda: pool.stop(MUST_HAPPEN), "second stopper")
+
+    assert stays_blocked(second)  # it waits for the first instead of reporting half-way
+    gate.open()
+    join_or_fail(first)
+    join_or_fail(second)
+    assert second_outcome["result"] is first_outcome["result"]
+    assert first_outcome["result"].terminated
+
+
+def test_a_stop_interrupted_by_ctrl_c_can_be_done_again_and_then_is_final() -> None:
+    """A KeyboardInterrupt inside stop() propagates; the next stop() does the stop and reports."""
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, consumers=1, name="ctrl-c").start()
+    pool.put(1)
+
+    with (
+        mock.patch.object(threading.Thread, "join", side_effect=KeyboardInterrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        pool.stop(MUST_HAPPEN)
+
+    report = pool.stop(MUST_HAPPEN)
+    assert (report.terminated, report.still_running) == (True, ())
+    assert pool.stop() is report
+    assert handled == [1]

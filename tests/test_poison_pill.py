@@ -19,17 +19,19 @@ from typing import Any
 
 import pytest
 
+from patterns.naive.poison_pill import (
+    naive_consume,
+    naive_produce,
+    naive_put_pill,
+    naive_send_pills,
+)
 from patterns.poison_pill import (
     PILL,
     Pill,
     ProducerGroup,
     consume,
     join_with_timeout,
-    naive_consume,
-    naive_produce,
-    naive_put_pill,
-    naive_send_pills,
-    produce,
+    produce_and_count_down,
     put_pill,
     send_pills,
 )
@@ -110,7 +112,10 @@ def start_consumers(
 def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     """The ERROR records logged by the module under test."""
     return [
-        r for r in caplog.records if r.name == "patterns.poison_pill" and r.levelno == logging.ERROR
+        r
+        for r in caplog.records
+        if r.name in {"patterns.poison_pill", "patterns.naive.poison_pill"}
+        and r.levelno == logging.ERROR
     ]
 
 
@@ -294,9 +299,11 @@ def test_a_crashed_producer_still_counts_down_so_the_consumer_stops(rescue) -> N
         yield "c1"
         raise OSError("source went away")
 
-    crashed, crash = run_in_thread(lambda: produce(q, crashing_items(), group), "crashing")
+    crashed, crash = run_in_thread(
+        lambda: produce_and_count_down(q, crashing_items(), group), "crashing"
+    )
     join_or_fail(crashed)
-    fine, ok = run_in_thread(lambda: produce(q, ["f1", "f2"], group), "fine")
+    fine, ok = run_in_thread(lambda: produce_and_count_down(q, ["f1", "f2"], group), "fine")
     join_or_fail(fine)
     join_or_fail(consumer)
 
@@ -472,11 +479,11 @@ def test_producer_group_sends_the_pills_only_after_the_last_producer_finishes(re
     [(consumer, outcome)], _ = start_consumers(q, "A", handled.append)
     gate = Gate("slow producer between items")
     rescue(gate.open)
-    slow, _ = run_in_thread(lambda: produce(q, slow_items(gate), group), "slow")
+    slow, _ = run_in_thread(lambda: produce_and_count_down(q, slow_items(gate), group), "slow")
     rescue(lambda: unblock(q, [consumer, slow]))
     gate.wait_reached()
 
-    fast, _ = run_in_thread(lambda: produce(q, ["a1", "a2"], group), "fast")
+    fast, _ = run_in_thread(lambda: produce_and_count_down(q, ["a1", "a2"], group), "fast")
     join_or_fail(fast)
     assert group.remaining == 1
     wait_until_blocked_in(consumer, "get")

@@ -28,7 +28,7 @@ Pattern:
       (``executor_shutdown``): its graceful wait is DRAINING, its ``on_force`` starts
       CANCELLING;
     * the claiming thread hands claims to the handler threads through a
-      ``ClosableQueue`` (``closable_queue``); ``shutdown_now`` closes it and hands back
+      ``ClosableQueue`` (``closable_queue``); ``shutdown_and_drain`` closes it and hands back
       the claims no handler took;
     * each job's token is a child of the worker's ``CancelToken`` (``cancellation``), so
       one ``cancel()`` reaches every running job;
@@ -103,7 +103,7 @@ from types import MappingProxyType, TracebackType
 from typing import Self
 
 from patterns.cancellation import Cancelled, CancelToken
-from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_now
+from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
@@ -503,7 +503,7 @@ class Worker:
         self._log_transition(
             WorkerState.RUNNING, WorkerState.DRAINING, f"{reason}; running: {in_hand}"
         )
-        for claim in shutdown_now(self._handoff):  # claims no handler took yet
+        for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
             self._settle_unstarted(claim)
 
     def wait_stop_requested(self, timeout: float | None = None) -> bool:
