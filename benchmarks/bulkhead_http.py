@@ -285,7 +285,7 @@ def one_run(mode: str, s: Settings) -> RunResult:
         if executor is not None:
             executor.shutdown(wait=True)
         if bulkhead is not None:
-            bulkhead.close(10.0)
+            bulkhead.stop(10.0)
     return RunResult(light, statuses)
 
 
