@@ -42,7 +42,9 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from patterns.bulkhead import Bulkhead, BulkheadMiddleware, naive_offload
+from examples.bulkhead_wsgi import BulkheadMiddleware
+from patterns.bulkhead import Bulkhead
+from patterns.naive.bulkhead import naive_offload
 
 logger = logging.getLogger(__name__)
 

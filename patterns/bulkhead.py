@@ -83,14 +83,12 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
-import json
 import logging
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -98,7 +96,6 @@ from typing import Any, Self, TypeVar
 __all__ = [
     "Bulkhead",
     "BulkheadFull",
-    "BulkheadMiddleware",
     "BulkheadRejected",
     "BulkheadReport",
     "BulkheadStats",
@@ -111,11 +108,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# WSGI shapes (``wsgiref.types`` has the full ones), for the private helpers; the public
-# signatures spell them out, so that the generated docs have nothing left to resolve.
-StartResponse = Callable[..., Callable[[bytes], object]]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 _names = itertools.count(1)
 
@@ -173,8 +165,7 @@ class BulkheadTimeout(TimeoutError):
 class JobToken:
     """A one-way "your caller is gone, stop if you can" flag for the function a worker runs.
 
-    The function gets it from `current_token` (a WSGI app behind `BulkheadMiddleware`
-    also finds it in ``environ["bulkhead.token"]``). The bulkhead cancels it when the
+    The function gets it from `current_token`. The bulkhead cancels it when the
     caller's timeout passes while the function runs, and when ``stop(cancel_running=True)``
     is called; only the bulkhead can cancel it. Nothing is interrupted: the function
     looks at `cancelled`, waits with `wait` instead of `time.sleep`, or registers a
@@ -771,198 +762,3 @@ class Bulkhead:
             queued=len(self._pending),
             **self._counts,
         )
-
-
-# --- WSGI --------------------------------------------------------------------------------
-
-
-def _run_wsgi_app(app: WSGIApp, environ: dict[str, Any]) -> tuple[str, list[Any], list[bytes]]:
-    """Run ``app`` to the end of its body; return its status, headers and body chunks.
-
-    The whole response is produced here, so all the work a route does happens on the
-    thread that calls this (a bulkhead worker), not later while the server writes it out.
-    """
-    captured: dict[str, Any] = {}
-    body: list[bytes] = []
-
-    def start_response(
-        status: str, headers: list[Any], exc_info: Any = None
-    ) -> Callable[[bytes], object]:
-        # Nothing has been sent yet, so a second call (with exc_info, after an error)
-        # simply replaces the first, as PEP 3333 allows before the headers are sent.
-        captured.update(status=status, headers=list(headers))
-        return body.append  # the legacy write() callable
-
-    result = app(environ, start_response)
-    try:
-        body.extend(result)
-    finally:
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-    if "status" not in captured:
-        raise RuntimeError(f"WSGI app {app!r} returned without calling start_response")
-    return captured["status"], captured["headers"], body
-
-
-class BulkheadMiddleware:
-    """WSGI middleware that runs ``app`` inside ``bulkhead``: wrap a whole app or one route.
-
-    The app runs on a bulkhead worker, body included (it is collected there, so do not
-    wrap a route that streams), while the server's request thread waits up to
-    ``timeout`` seconds. Its response is passed on unchanged; an exception it raises is
-    re-raised in the request thread, where the server turns it into a 500. When the
-    bulkhead is full or stopped the answer is 503 with a ``Retry-After`` header, and when
-    the timeout passes it is 504; both have a small JSON body. Inside the app,
-    ``environ["bulkhead.token"]`` is the call's `JobToken`.
-
-    Sizing: each waiting request holds a server thread, so keep ``max_concurrent +
-    queue_size`` below the server's thread limit, leaving threads for other routes.
-
-    Building the middleware starts nothing. Start the bulkhead before the server takes
-    requests, with ``middleware.start()`` (or the bulkhead's own ``start()``), and stop
-    it when the server has stopped, with ``middleware.stop()``; as a context manager the
-    middleware does both. A request that reaches a bulkhead never started fails with
-    `RuntimeError` (a 500: a deployment bug, not a load condition).
-
-    Raises:
-        ValueError: ``timeout`` or ``retry_after`` is negative, or not a number.
-    """
-
-    def __init__(
-        self,
-        app: Callable[..., Iterable[bytes]],
-        bulkhead: Bulkhead,
-        *,
-        timeout: float = 30.0,
-        retry_after: int = 1,
-    ) -> None:
-        self.app = app
-        self.bulkhead = bulkhead
-        self.timeout = _check_seconds("timeout", timeout)
-        self.retry_after = _check_count("retry_after", retry_after, 0)
-
-    def start(self) -> Self:
-        """Start the bulkhead (see `Bulkhead.start`) and return the middleware."""
-        self.bulkhead.start()
-        return self
-
-    def stop(self, timeout: float | None = None) -> BulkheadReport:
-        """Stop the bulkhead (see `Bulkhead.stop`); later requests get a 503."""
-        return self.bulkhead.stop(timeout)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __call__(
-        self, environ: dict[str, Any], start_response: Callable[..., Any]
-    ) -> Iterable[bytes]:
-        """Serve one request through the bulkhead (the WSGI entry point)."""
-        try:
-            status, headers, body = self.bulkhead.call(
-                self._in_worker, environ, timeout=self.timeout
-            )
-        except BulkheadRejected as exc:
-            message = (
-                "The bulkhead is stopped."
-                if isinstance(exc, BulkheadStopped)
-                else "The bulkhead is at capacity. Please try again later."
-            )
-            extra = [("Retry-After", str(self.retry_after))]
-            return self._error(start_response, "503 Service Unavailable", message, extra)
-        except BulkheadTimeout:
-            message = "The request took too long to process."
-            return self._error(start_response, "504 Gateway Timeout", message, [])
-        start_response(status, headers)
-        return body
-
-    def _in_worker(self, environ: dict[str, Any]) -> tuple[str, list[Any], list[bytes]]:
-        environ["bulkhead.token"] = current_token()
-        return _run_wsgi_app(self.app, environ)
-
-    def _error(
-        self,
-        start_response: StartResponse,
-        status: str,
-        message: str,
-        extra: list[tuple[str, str]],
-    ) -> list[bytes]:
-        payload = {"error": status[4:], "message": message, "bulkhead": self.bulkhead.name}
-        body = json.dumps(payload).encode()
-        headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            *extra,
-        ]
-        start_response(status, headers)
-        return [body]
-
-
-# --- Broken on purpose: the naive versions the tests and docs compare against ------------
-
-
-def naive_offload(app: WSGIApp, executor: ThreadPoolExecutor) -> WSGIApp:
-    """Broken on purpose: an unbounded executor lets a burst take every server thread (B1).
-
-    The executor bounds how many requests run, not how many wait: its queue has no limit,
-    so each request thread parks in ``result()``, with no timeout, until a pool worker is
-    free. During a burst on this route no thread is left for any other route.
-    """
-
-    def offloaded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        status, headers, body = executor.submit(_run_wsgi_app, app, environ).result()
-        start_response(status, headers)
-        return body
-
-    return offloaded
-
-
-def naive_call_with_timeout(executor: ThreadPoolExecutor, fn: Callable[[], T], timeout: float) -> T:
-    """Broken on purpose: the caller leaves at its timeout, but its job stays (B2).
-
-    A job still queued runs later anyway, for nobody; one already running keeps its
-    worker, and if it fails no one sees it. Nothing records either.
-    """
-    return executor.submit(fn).result(timeout)
-
-
-def naive_try_enqueue(jobs: queue.Queue[T], job: T) -> bool:
-    """Broken on purpose: ``queue.Queue(maxsize=0)`` is unbounded, so it never refuses (B3).
-
-    Bounded admission through ``put_nowait`` works for a size of 1 or more; for a "size 0"
-    hand-off it accepts every job, however busy the workers are.
-    """
-    try:
-        jobs.put_nowait(job)
-    except queue.Full:
-        return False
-    return True
-
-
-def naive_close(executor: ThreadPoolExecutor) -> None:
-    """Broken on purpose: ``shutdown(wait=False)`` leaves queued callers waiting (B4).
-
-    Their work is not released: it still runs after the "close", and their callers wait
-    until it has, or until their own timeout.
-    """
-    executor.shutdown(wait=False)
-
-
-def naive_run_and_count(fn: Callable[[], T], future: Future[T], counts: dict[str, int]) -> None:
-    """Broken on purpose: the result is released before it is counted (B5).
-
-    This is the seed's order. Whoever wakes on the future (its done-callbacks, a caller
-    in ``result()``) can read the counter before the increment and not find its own call.
-    """
-    try:
-        future.set_result(fn())
-    finally:
-        counts["processed"] += 1

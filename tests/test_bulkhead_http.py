@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
@@ -19,12 +19,9 @@ from typing import Any
 import pytest
 
 from benchmarks.bulkhead_http import Reply, http_get, router, serving, text
-from patterns.bulkhead import (
-    Bulkhead,
-    BulkheadMiddleware,
-    JobToken,
-    naive_offload,
-)
+from examples.bulkhead_wsgi import BulkheadMiddleware
+from patterns.bulkhead import Bulkhead, JobToken
+from patterns.naive.bulkhead import naive_offload
 from tests.support import MUST_HAPPEN, Gate, join_or_fail, run_in_thread, stays_blocked
 
 # --- helpers ------------------------------------------------------------------------------
@@ -236,6 +233,30 @@ def test_middleware_re_raises_the_apps_exception_in_the_request_thread() -> None
         BulkheadMiddleware(broken, bulkhead)(environ(), StartResponse())
     assert bulkhead.stats().errors == 1
     assert bulkhead.stop(MUST_HAPPEN).terminated
+
+
+def empty_app(environ, start_response):
+    """A WSGI app that is never called: the middleware must refuse its options first."""
+    raise AssertionError("called")
+
+
+@pytest.mark.parametrize(
+    ("build", "option"),
+    [
+        (lambda: BulkheadMiddleware(empty_app, None, timeout=-1), "timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, timeout=None), "timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, retry_after=-1), "retry_after"),
+        (lambda: BulkheadMiddleware(empty_app, None, retry_after=0.5), "retry_after"),
+    ],
+)
+def test_invalid_middleware_options_are_refused_when_built_with_a_value_error_naming_them(
+    build: Callable[[], Any], option: str
+) -> None:
+    """A bad option fails at construction, naming itself, before any thread starts."""
+    before = threading.active_count()
+    with pytest.raises(ValueError, match=f"^{option} must be"):
+        build()
+    assert threading.active_count() == before
 
 
 # --- B1: over real HTTP, a burst on the heavy route and the light route --------------------
