@@ -1,81 +1,31 @@
-"""Fence off expensive work: a fixed pool of workers, a bounded wait, and a fast "no".
+"""A bulkhead: a fixed pool of worker threads, a bounded wait, and a fast "no".
 
-TL;DR: ``with Bulkhead(n, q) as bulkhead:`` starts ``n`` worker threads (building it
-starts none); ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of them, lets at
-most ``q`` callers wait for one, and refuses everyone else at once with `BulkheadFull`;
-`BulkheadMiddleware` puts a WSGI route behind a bulkhead and answers 503 when it is full
-or closed and 504 when a caller's timeout passes.
+TL;DR::
 
-Pitfall:
-    A server that hands heavy work to a `ThreadPoolExecutor` and waits for the result has
-    bounded the work but not the waiting: the executor's queue is unbounded, so a burst on
-    the heavy route is accepted whole, every request thread ends up parked in
-    ``future.result()``, and the light routes find no thread to run on (B1). A caller that
-    gives up with ``future.result(timeout)`` leaves its job behind: a queued job still runs
-    later for nobody, a running one keeps its worker and fails unseen, and nothing counts
-    either (B2). `queue.Queue` looks like the bounded queue to admit through, but
-    ``Queue(maxsize=0)`` means *unbounded*, so a "size 0" queue never refuses (B3).
-    ``shutdown(wait=False)`` leaves the callers whose work is queued waiting, and still
-    runs that work after the "stop" (B4). And a counter bumped after the result is handed
-    over is read too early by the very caller that got the result (B5).
+    with Bulkhead(max_concurrent=4, queue_size=8, name="db") as db:
+        rows = db.call(query, sql, timeout=2.0)  # BulkheadFull at once when full
 
-Pattern:
-    A bulkhead: ``max_concurrent`` worker threads, started by ``start()`` (all, or none: a
-    failure part-way stops those started and re-raises), and a wait queue with room for
-    ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
-    jobs running plus the jobs waiting are fewer than ``max_concurrent + queue_size``;
-    otherwise `BulkheadFull` is raised at once (the seed's 503). With ``queue_size=0``
-    that is a true hand-off: accepted only if some worker is free. A caller's ``timeout``
-    counts from admission. When it passes the caller gets `BulkheadTimeout` at once, but
-    the job is not cancelled: a queued one is skipped when a worker reaches it (the
-    `concurrent.futures.Future` state machine decides, under its own lock, whether the
-    caller's ``cancel()`` or the worker's start wins), and a running one finishes in the
-    background, keeping its worker; its `JobToken` is cancelled so that cooperative
-    code can stop early. Every counter is updated under one lock, before the result is
-    released. `Bulkhead.stop` is permanent: it releases queued callers with
-    `BulkheadStopped` at once, refuses every later caller, leaves running handlers alone
-    (or cancels their tokens), waits up to its ``timeout`` for them and reports the ones
-    still running.
+``start()`` starts the workers (building one starts none); ``call`` and ``submit`` run a
+function on one of them; ``stop()`` releases the queued callers and reports what still runs.
 
 Guarantees:
-    * No constructor starts a thread; ``start()`` starts every worker or none.
-    * ``call``, ``submit`` and admission never block: a refused caller learns it at once.
-    * At most ``max_concurrent`` handlers run at a time, and at most
-      ``max_concurrent + queue_size`` jobs are running or waiting.
-    * Every accepted ``call`` ends exactly one way: the handler's result, the handler's
-      exception (re-raised with its original traceback), `BulkheadTimeout`, or
-      `BulkheadStopped` (released from the queue by ``stop``).
-    * A caller that has its result, or its handler's exception, sees it counted in
-      `Bulkhead.stats`; `BulkheadStats` lists the invariants every snapshot keeps.
-    * ``stop(timeout)`` returns within ``timeout`` (plus scheduling noise), is idempotent,
-      never raises for a bulkhead never started or still starting, and its `BulkheadReport`
-      names every handler still running at the deadline.
-    * A handler that fails after its caller left is logged at ERROR with its traceback.
+    * No constructor starts a thread; ``start()`` starts every worker or none, once.
+    * Admission never blocks: at most ``max_concurrent`` handlers run and at most
+      ``max_concurrent + queue_size`` jobs run or wait; anyone else gets `BulkheadFull`.
+    * Every accepted call ends one way: the result, the handler's exception (with its
+      traceback), `BulkheadTimeout` (nothing is cancelled: a queued job is skipped, a
+      running one finishes and its `JobToken` is cancelled) or `BulkheadStopped`.
+    * A caller that has its result, or its handler's exception, finds it in `stats`.
+    * ``stop()`` keeps to its budget, returns the same report every time and names the
+      handlers still running; a handler that fails after its caller left is logged.
 
 Python:
-    3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0, standard
-    (GIL) builds. Since 3.11 `concurrent.futures.TimeoutError` is the builtin
-    `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never reads
-    ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too) as its
-    own timeout. No version can stop a running thread, so a timed-out handler
-    holds its worker until it returns. The workers are threads: under the GIL a
-    bulkhead bounds how many CPU-bound handlers run at once but does not run them in
-    parallel. The free-threaded build and 3.14 were not checked.
+    3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0 (GIL
+    builds). `BulkheadTimeout` is a `TimeoutError`, which ``concurrent.futures`` uses
+    since 3.11. No version can stop a running thread: a timed-out handler keeps its worker.
 
-Java:
-    Resilience4j's ``ThreadPoolBulkhead`` (``maxThreadPoolSize``, ``queueCapacity``,
-    ``BulkheadFullException``) is the same shape. In the JDK alone it is a
-    ``ThreadPoolExecutor`` with a bounded ``ArrayBlockingQueue`` and the
-    ``AbortPolicy`` (``RejectedExecutionException`` is `BulkheadFull`), or a
-    ``SynchronousQueue`` for ``queue_size=0``; ``Executors.newFixedThreadPool`` has the
-    unbounded queue of B1. ``Future.get(timeout)`` throws ``TimeoutException`` and, like
-    ``call``, cancels nothing; ``cancel(true)`` interrupts the worker, which Python cannot
-    do, hence the `JobToken`.
-
-See also:
-    ``executor_shutdown`` (stopping a pool on a deadline), ``cancellation`` (a fuller
-    token, for handlers that block), ``closable_queue`` (closing a queue so that no
-    waiter is left behind).
+Docs: docs/patterns/bulkhead.md (the pitfalls B1 to B5, the counting rules, Java's
+counterpart); the naive code is in ``patterns/naive/bulkhead.py``.
 """
 
 from __future__ import annotations
@@ -142,11 +92,10 @@ class BulkheadStopped(BulkheadRejected):
 
 
 class BulkheadTimeout(TimeoutError):
-    """The caller's timeout passed before the result arrived (HTTP 504).
+    """The caller's timeout passed before the result arrived (HTTP 504); nothing is cancelled.
 
-    The work was not cancelled. If it had not started (``started`` is False) a worker
-    will skip it; if it had, it runs to its end on its worker, and its `JobToken` is
-    cancelled.
+    A job not yet started is skipped by its worker; a running one runs to its end, and
+    its `JobToken` is cancelled.
 
     Attributes:
         bulkhead: the name of the bulkhead.
@@ -249,40 +198,16 @@ def current_token() -> JobToken:
 class BulkheadStats:
     """A snapshot of a bulkhead's counters and gauges, all read under one lock.
 
-    Counters (they only grow):
-
-    * ``accepted``: calls admitted (by ``call`` or ``submit``).
-    * ``processed``: handlers that completed, by returning **or raising**, including those
-      whose caller had already timed out (the seed's rule). Counted before the result is
-      released.
-    * ``errors``: handlers that raised, including after their caller timed out (the
-      seed's rule); a subset of ``processed``. Counted before the error is released.
-    * ``timeouts``: calls whose timeout passed before their result arrived, queued or
-      running.
-    * ``skipped``: accepted jobs dropped without running because their caller had left
-      (it timed out while queued, or cancelled its future): by the worker that reached
-      them, or by ``stop``.
-    * ``rejections``: calls refused because the bulkhead was full (saturation only).
-    * ``shutdown_rejections``: calls refused because the bulkhead was stopped, plus queued
-      calls released by ``stop``. The seed's ``:rejections`` is this plus ``rejections``.
-    * ``drained``: the queued calls released by ``stop`` (part of
-      ``shutdown_rejections``).
-
-    Gauges (current values):
-
-    * ``active``: handlers running now, abandoned ones included.
-    * ``queued``: accepted jobs not yet taken by a worker, including those whose caller
-      has left (each still holds its queue slot until a worker reaches it).
-    * ``abandoned``: handlers still running although their caller timed out.
-
-    Invariants (every snapshot):
-
-    * ``accepted == processed + skipped + drained + active + queued``
-    * ``calls made == accepted + rejections + shutdown_rejections - drained``
-    * ``errors <= processed``, ``abandoned <= active <= max_concurrent`` and
-      ``active + queued <= max_concurrent + queue_size``
-    * ``skipped <= timeouts``, as long as nobody cancels a future that ``submit``
-      returned or interrupts a waiting ``call`` (each can add a skip but no timeout)
+    Counters only grow: ``accepted`` (admitted), ``processed`` (handlers that returned or
+    raised, caller or no caller; counted before the result is released), ``errors`` (the
+    ones that raised), ``timeouts`` (callers whose timeout passed), ``skipped`` (accepted
+    jobs dropped unrun because their caller left), ``rejections`` (refused: full) and
+    ``shutdown_rejections`` (refused: stopped, plus ``drained``, the queued calls that
+    ``stop`` released). Gauges: ``active`` (handlers running), ``queued`` (jobs waiting,
+    skipped ones included until a worker reaches them) and ``abandoned`` (handlers still
+    running after their caller timed out). Every snapshot keeps
+    ``accepted == processed + skipped + drained + active + queued``; the docs page lists
+    the other invariants.
     """
 
     name: str
@@ -381,11 +306,10 @@ class Bulkhead:
 
     Building one starts no thread: `start` starts the workers, all of them or none, and
     a call before it is a `RuntimeError`. The workers are non-daemon threads, so stop
-    the bulkhead (or use it in a ``with`` block, which calls ``start()`` on entry and
-    ``stop(stop_timeout)`` on exit): an idle worker left running keeps the process
-    alive after ``main`` returns. Several bulkheads in one process are independent; give
-    each the resource it protects as its ``name``, which also names its threads and
-    appears in every exception and log line.
+    the bulkhead (a ``with`` block calls ``start()`` and ``stop()``), or its idle workers
+    keep the process alive. ``stop_timeout`` is the budget of ``stop()`` without an
+    argument. Give each bulkhead the resource it protects as its ``name``: it names its
+    threads, exceptions and log lines.
 
     Raises:
         ValueError: ``max_concurrent`` is not a positive integer, ``queue_size`` is not
@@ -571,16 +495,12 @@ class Bulkhead:
     def stop(self, timeout: float | None = None, *, cancel_running: bool = False) -> BulkheadReport:
         """Stop for good: release queued callers, refuse later ones, report what still runs.
 
-        Queued callers get `BulkheadStopped` at once and every later call is refused with
-        it. Running handlers are not interrupted; ``cancel_running=True`` cancels their
-        tokens, which only cooperative handlers notice. It waits up to ``timeout``
-        seconds (None: ``stop_timeout``; 0: not at all) for the workers to end. A second
-        call returns the first call's report (waiting for that call if it is still
-        running), whatever its arguments. It may be called from any thread; from a
-        handler, that worker is reported as still running, as it cannot wait for itself.
-        Stopping a bulkhead never started just marks it stopped; stopping one while
-        another thread is in `start` makes that start stop starting workers and fail,
-        and waits for it within the same budget.
+        Queued callers get `BulkheadStopped` at once, and so does every later call.
+        Running handlers are not interrupted (``cancel_running=True`` cancels their
+        tokens); it waits up to ``timeout`` seconds (None: ``stop_timeout``) for them. A
+        second call returns the first call's report, waiting for that call if it still
+        runs. From a handler, that worker is reported as still running. A `start` in
+        progress in another thread stops starting workers and fails.
 
         Raises:
             ValueError: ``timeout`` is negative.
