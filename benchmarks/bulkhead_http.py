@@ -42,7 +42,9 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from patterns.bulkhead import Bulkhead, BulkheadMiddleware, naive_offload
+from examples.bulkhead_wsgi import BulkheadMiddleware
+from patterns.bulkhead import Bulkhead
+from patterns.naive.bulkhead import naive_offload
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +287,7 @@ def one_run(mode: str, s: Settings) -> RunResult:
         if executor is not None:
             executor.shutdown(wait=True)
         if bulkhead is not None:
-            bulkhead.close(10.0)
+            bulkhead.stop(10.0)
     return RunResult(light, statuses)
 
 

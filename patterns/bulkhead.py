@@ -1,81 +1,31 @@
-"""Fence off expensive work: a fixed pool of workers, a bounded wait, and a fast "no".
+"""A bulkhead: a fixed pool of worker threads, a bounded wait, and a fast "no".
 
-TL;DR: ``with Bulkhead(n, q) as bulkhead:`` starts ``n`` worker threads (building it
-starts none); ``bulkhead.call(fn, *args, timeout=t)`` runs ``fn`` on one of them, lets at
-most ``q`` callers wait for one, and refuses everyone else at once with `BulkheadFull`;
-`BulkheadMiddleware` puts a WSGI route behind a bulkhead and answers 503 when it is full
-or closed and 504 when a caller's timeout passes.
+TL;DR::
 
-Pitfall:
-    A server that hands heavy work to a `ThreadPoolExecutor` and waits for the result has
-    bounded the work but not the waiting: the executor's queue is unbounded, so a burst on
-    the heavy route is accepted whole, every request thread ends up parked in
-    ``future.result()``, and the light routes find no thread to run on (B1). A caller that
-    gives up with ``future.result(timeout)`` leaves its job behind: a queued job still runs
-    later for nobody, a running one keeps its worker and fails unseen, and nothing counts
-    either (B2). `queue.Queue` looks like the bounded queue to admit through, but
-    ``Queue(maxsize=0)`` means *unbounded*, so a "size 0" queue never refuses (B3).
-    ``shutdown(wait=False)`` leaves the callers whose work is queued waiting, and still
-    runs that work after the "stop" (B4). And a counter bumped after the result is handed
-    over is read too early by the very caller that got the result (B5).
+    with Bulkhead(max_concurrent=4, queue_size=8, name="db") as db:
+        rows = db.call(query, sql, timeout=2.0)  # BulkheadFull at once when full
 
-Pattern:
-    A bulkhead: ``max_concurrent`` worker threads, started by ``start()`` (all, or none: a
-    failure part-way stops those started and re-raises), and a wait queue with room for
-    ``queue_size`` jobs. Admission never blocks: a job is accepted only while the
-    jobs running plus the jobs waiting are fewer than ``max_concurrent + queue_size``;
-    otherwise `BulkheadFull` is raised at once (the seed's 503). With ``queue_size=0``
-    that is a true hand-off: accepted only if some worker is free. A caller's ``timeout``
-    counts from admission. When it passes the caller gets `BulkheadTimeout` at once, but
-    the job is not cancelled: a queued one is skipped when a worker reaches it (the
-    `concurrent.futures.Future` state machine decides, under its own lock, whether the
-    caller's ``cancel()`` or the worker's start wins), and a running one finishes in the
-    background, keeping its worker; its `CancelToken` is cancelled so that cooperative
-    code can stop early. Every counter is updated under one lock, before the result is
-    released. `Bulkhead.close` is permanent: it releases queued callers with
-    `BulkheadClosed` at once, refuses every later caller, leaves running handlers alone
-    (or cancels their tokens), waits up to its ``timeout`` for them and reports the ones
-    still running.
+``start()`` starts the workers (building one starts none); ``call`` and ``submit`` run a
+function on one of them; ``stop()`` releases the queued callers and reports what still runs.
 
 Guarantees:
-    * No constructor starts a thread; ``start()`` starts every worker or none.
-    * ``call``, ``submit`` and admission never block: a refused caller learns it at once.
-    * At most ``max_concurrent`` handlers run at a time, and at most
-      ``max_concurrent + queue_size`` jobs are running or waiting.
-    * Every accepted ``call`` ends exactly one way: the handler's result, the handler's
-      exception (re-raised with its original traceback), `BulkheadTimeout`, or
-      `BulkheadClosed` (released from the queue by ``close``).
-    * A caller that has its result, or its handler's exception, sees it counted in
-      `Bulkhead.stats`; `BulkheadStats` lists the invariants every snapshot keeps.
-    * ``close(timeout)`` returns within ``timeout`` (plus scheduling noise), is idempotent,
-      never raises for a bulkhead never started or still starting, and its `CloseReport`
-      names every handler still running at the deadline.
-    * A handler that fails after its caller left is logged at ERROR with its traceback.
+    * No constructor starts a thread; ``start()`` starts every worker or none, once.
+    * Admission never blocks: at most ``max_concurrent`` handlers run and at most
+      ``max_concurrent + queue_size`` jobs run or wait; anyone else gets `BulkheadFull`.
+    * Every accepted call ends one way: the result, the handler's exception (with its
+      traceback), `BulkheadTimeout` (nothing is cancelled: a queued job is skipped, a
+      running one finishes and its `JobToken` is cancelled) or `BulkheadStopped`.
+    * A caller that has its result, or its handler's exception, finds it in `stats`.
+    * ``stop()`` keeps to its budget, returns the same report every time and names the
+      handlers still running; a handler that fails after its caller left is logged.
 
 Python:
-    3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0, standard
-    (GIL) builds. Since 3.11 `concurrent.futures.TimeoutError` is the builtin
-    `TimeoutError`, so `BulkheadTimeout` derives from it, and a bulkhead never reads
-    ``future.result(timeout)``'s `TimeoutError` (which a handler could raise too) as its
-    own timeout. No version can stop a running thread, so a timed-out handler
-    holds its worker until it returns. The workers are threads: under the GIL a
-    bulkhead bounds how many CPU-bound handlers run at once but does not run them in
-    parallel. The free-threaded build and 3.14 were not checked.
+    3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0 (GIL
+    builds). `BulkheadTimeout` is a `TimeoutError`, which ``concurrent.futures`` uses
+    since 3.11. No version can stop a running thread: a timed-out handler keeps its worker.
 
-Java:
-    Resilience4j's ``ThreadPoolBulkhead`` (``maxThreadPoolSize``, ``queueCapacity``,
-    ``BulkheadFullException``) is the same shape. In the JDK alone it is a
-    ``ThreadPoolExecutor`` with a bounded ``ArrayBlockingQueue`` and the
-    ``AbortPolicy`` (``RejectedExecutionException`` is `BulkheadFull`), or a
-    ``SynchronousQueue`` for ``queue_size=0``; ``Executors.newFixedThreadPool`` has the
-    unbounded queue of B1. ``Future.get(timeout)`` throws ``TimeoutException`` and, like
-    ``call``, cancels nothing; ``cancel(true)`` interrupts the worker, which Python cannot
-    do, hence the `CancelToken`.
-
-See also:
-    ``executor_shutdown`` (stopping a pool on a deadline), ``cancellation`` (a fuller
-    token, for handlers that block), ``closable_queue`` (closing a queue so that no
-    waiter is left behind).
+Docs: docs/patterns/bulkhead.md (the pitfalls B1 to B5, the counting rules, Java's
+counterpart); the naive code is in ``patterns/naive/bulkhead.py``.
 """
 
 from __future__ import annotations
@@ -83,39 +33,31 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
-import json
 import logging
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 __all__ = [
     "Bulkhead",
-    "BulkheadClosed",
     "BulkheadFull",
-    "BulkheadMiddleware",
     "BulkheadRejected",
+    "BulkheadReport",
     "BulkheadStats",
+    "BulkheadStopped",
     "BulkheadTimeout",
-    "CancelToken",
-    "CloseReport",
+    "JobToken",
     "current_token",
 ]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# WSGI shapes (``wsgiref.types`` has the full ones), for the private helpers; the public
-# signatures spell them out, so that the generated docs have nothing left to resolve.
-StartResponse = Callable[..., Callable[[bytes], object]]
-WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 _names = itertools.count(1)
 
@@ -136,12 +78,12 @@ class BulkheadFull(BulkheadRejected):
     """Every worker was busy and the wait queue was full (or ``queue_size`` is 0)."""
 
 
-class BulkheadClosed(BulkheadRejected):
-    """The bulkhead is closed: refused at admission, or released from the queue by ``close``.
+class BulkheadStopped(BulkheadRejected):
+    """The bulkhead is stopped: refused at admission, or released from the queue by ``stop``.
 
     Attributes:
         drained: True if the call had been accepted and was waiting in the queue when
-            ``close`` released it; False if it was refused at admission.
+            ``stop`` released it; False if it was refused at admission.
     """
 
     def __init__(self, bulkhead: str, message: str, *, drained: bool) -> None:
@@ -150,11 +92,10 @@ class BulkheadClosed(BulkheadRejected):
 
 
 class BulkheadTimeout(TimeoutError):
-    """The caller's timeout passed before the result arrived (HTTP 504).
+    """The caller's timeout passed before the result arrived (HTTP 504); nothing is cancelled.
 
-    The work was not cancelled. If it had not started (``started`` is False) a worker
-    will skip it; if it had, it runs to its end on its worker, and its `CancelToken` is
-    cancelled.
+    A job not yet started is skipped by its worker; a running one runs to its end, and
+    its `JobToken` is cancelled.
 
     Attributes:
         bulkhead: the name of the bulkhead.
@@ -170,12 +111,11 @@ class BulkheadTimeout(TimeoutError):
         self.timeout = timeout
 
 
-class CancelToken:
+class JobToken:
     """A one-way "your caller is gone, stop if you can" flag for the function a worker runs.
 
-    The function gets it from `current_token` (a WSGI app behind `BulkheadMiddleware`
-    also finds it in ``environ["bulkhead.token"]``). The bulkhead cancels it when the
-    caller's timeout passes while the function runs, and when ``close(cancel_running=True)``
+    The function gets it from `current_token`. The bulkhead cancels it when the
+    caller's timeout passes while the function runs, and when ``stop(cancel_running=True)``
     is called; only the bulkhead can cancel it. Nothing is interrupted: the function
     looks at `cancelled`, waits with `wait` instead of `time.sleep`, or registers a
     callback with `on_cancel` that closes whatever it is blocked on.
@@ -185,7 +125,7 @@ class CancelToken:
         # Guards _reason and _callbacks; held by _cancel() and on_cancel(), never while a
         # callback runs.
         self._lock = threading.Lock()
-        # Set once, by _cancel(), in the thread of the caller that timed out or of close();
+        # Set once, by _cancel(), in the thread of the caller that timed out or of stop();
         # waited on by the running function through wait().
         self._event = threading.Event()
         self._reason: str | None = None
@@ -198,7 +138,7 @@ class CancelToken:
 
     @property
     def reason(self) -> str | None:
-        """Why it was cancelled (``"caller timed out"``, ``"bulkhead closed"``), or None."""
+        """Why it was cancelled (``"caller timed out"``, ``"bulkhead stopped"``), or None."""
         with self._lock:
             return self._reason
 
@@ -242,13 +182,13 @@ class CancelToken:
 _current = threading.local()
 
 
-def current_token() -> CancelToken:
-    """The `CancelToken` of the job this thread is running for a `Bulkhead`.
+def current_token() -> JobToken:
+    """The `JobToken` of the job this thread is running for a `Bulkhead`.
 
     Raises:
         RuntimeError: the calling thread is not running a bulkhead job.
     """
-    token: CancelToken | None = getattr(_current, "token", None)
+    token: JobToken | None = getattr(_current, "token", None)
     if token is None:
         raise RuntimeError("current_token() called outside a function run by a Bulkhead")
     return token
@@ -258,40 +198,16 @@ def current_token() -> CancelToken:
 class BulkheadStats:
     """A snapshot of a bulkhead's counters and gauges, all read under one lock.
 
-    Counters (they only grow):
-
-    * ``accepted``: calls admitted (by ``call`` or ``submit``).
-    * ``processed``: handlers that completed, by returning **or raising**, including those
-      whose caller had already timed out (the seed's rule). Counted before the result is
-      released.
-    * ``errors``: handlers that raised, including after their caller timed out (the
-      seed's rule); a subset of ``processed``. Counted before the error is released.
-    * ``timeouts``: calls whose timeout passed before their result arrived, queued or
-      running.
-    * ``skipped``: accepted jobs dropped without running because their caller had left
-      (it timed out while queued, or cancelled its future): by the worker that reached
-      them, or by ``close``.
-    * ``rejections``: calls refused because the bulkhead was full (saturation only).
-    * ``shutdown_rejections``: calls refused because the bulkhead was closed, plus queued
-      calls released by ``close``. The seed's ``:rejections`` is this plus ``rejections``.
-    * ``drained``: the queued calls released by ``close`` (part of
-      ``shutdown_rejections``).
-
-    Gauges (current values):
-
-    * ``active``: handlers running now, abandoned ones included.
-    * ``queued``: accepted jobs not yet taken by a worker, including those whose caller
-      has left (each still holds its queue slot until a worker reaches it).
-    * ``abandoned``: handlers still running although their caller timed out.
-
-    Invariants (every snapshot):
-
-    * ``accepted == processed + skipped + drained + active + queued``
-    * ``calls made == accepted + rejections + shutdown_rejections - drained``
-    * ``errors <= processed``, ``abandoned <= active <= max_concurrent`` and
-      ``active + queued <= max_concurrent + queue_size``
-    * ``skipped <= timeouts``, as long as nobody cancels a future that ``submit``
-      returned or interrupts a waiting ``call`` (each can add a skip but no timeout)
+    Counters only grow: ``accepted`` (admitted), ``processed`` (handlers that returned or
+    raised, caller or no caller; counted before the result is released), ``errors`` (the
+    ones that raised), ``timeouts`` (callers whose timeout passed), ``skipped`` (accepted
+    jobs dropped unrun because their caller left), ``rejections`` (refused: full) and
+    ``shutdown_rejections`` (refused: stopped, plus ``drained``, the queued calls that
+    ``stop`` released). Gauges: ``active`` (handlers running), ``queued`` (jobs waiting,
+    skipped ones included until a worker reaches them) and ``abandoned`` (handlers still
+    running after their caller timed out). Every snapshot keeps
+    ``accepted == processed + skipped + drained + active + queued``; the docs page lists
+    the other invariants.
     """
 
     name: str
@@ -309,25 +225,25 @@ class BulkheadStats:
 
 
 @dataclass(frozen=True)
-class CloseReport:
-    """What a ``close`` call did and found.
+class BulkheadReport:
+    """What the first ``stop`` call did and found (every later call returns it too).
 
     Attributes:
-        name: the bulkhead's name.
         terminated: every worker thread had ended when the call returned, and no
             ``start`` was still starting one.
-        drained: queued callers this call released with `BulkheadClosed`.
         still_running: one line per handler still running at the deadline:
             ``"<worker thread>: <function>"``, with ``" (abandoned)"`` if its caller had
             timed out.
+        name: the bulkhead's name.
+        drained: queued callers the call released with `BulkheadStopped`.
         stats: the counters as the call returned.
         elapsed: seconds the call took.
     """
 
-    name: str
     terminated: bool
-    drained: int
     still_running: tuple[str, ...]
+    name: str
+    drained: int
     stats: BulkheadStats
     elapsed: float
 
@@ -347,9 +263,9 @@ class _Job:
         self.args = args
         self.kwargs = kwargs
         self.future: Future[Any] = Future()
-        self.token = CancelToken()
+        self.token = JobToken()
         # The next three are written under the bulkhead's lock only.
-        self.settled = False  # its outcome is decided: finished, or drained by close()
+        self.settled = False  # its outcome is decided: finished, or drained by stop()
         self.abandoned = False  # its caller timed out while it was running
         self.thread = ""  # the worker running it
 
@@ -366,9 +282,7 @@ def _check_count(option: str, value: object, minimum: int) -> int:
     return value
 
 
-def _check_seconds(option: str, value: object, *, allow_none: bool) -> float | None:
-    if value is None and allow_none:
-        return None
+def _check_seconds(option: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ValueError(f"{option} must be a number of seconds, 0 or more, got {value!r}")
     return float(value)
@@ -378,7 +292,7 @@ def _join_started(thread: threading.Thread, deadline: float) -> None:
     """Join ``thread`` until ``deadline``; skip it if it has not started (yet, or ever).
 
     `threading.Thread.join` raises `RuntimeError` on a thread that is not started, and
-    a worker is listed before start() starts it, so close() may meet one in that state.
+    a worker is listed before start() starts it, so stop() may meet one in that state.
     """
     if thread.ident is None:  # never started, or start() has not got that far
         return
@@ -391,16 +305,15 @@ class Bulkhead:
     """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
 
     Building one starts no thread: `start` starts the workers, all of them or none, and
-    a call before it is a `RuntimeError`. The workers are non-daemon threads, so close
-    the bulkhead (or use it in a ``with`` block, which calls ``start()`` on entry and
-    ``close(close_timeout)`` on exit): an idle worker left running keeps the process
-    alive after ``main`` returns. Several bulkheads in one process are independent; give
-    each the resource it protects as its ``name``, which also names its threads and
-    appears in every exception and log line.
+    a call before it is a `RuntimeError`. The workers are non-daemon threads, so stop
+    the bulkhead (a ``with`` block calls ``start()`` and ``stop()``), or its idle workers
+    keep the process alive. ``stop_timeout`` is the budget of ``stop()`` without an
+    argument. Give each bulkhead the resource it protects as its ``name``: it names its
+    threads, exceptions and log lines.
 
     Raises:
         ValueError: ``max_concurrent`` is not a positive integer, ``queue_size`` is not
-            an integer of 0 or more, or ``close_timeout`` is negative.
+            an integer of 0 or more, or ``stop_timeout`` is negative.
     """
 
     def __init__(
@@ -409,38 +322,42 @@ class Bulkhead:
         queue_size: int,
         *,
         name: str | None = None,
-        close_timeout: float = 5.0,
+        stop_timeout: float = 5.0,
     ) -> None:
         self._max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
         self._queue_size = _check_count("queue_size", queue_size, 0)
-        self.close_timeout = _check_seconds("close_timeout", close_timeout, allow_none=False)
+        self.stop_timeout = _check_seconds("stop_timeout", stop_timeout)
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
         # Guards every field below and every _Job's settled/abandoned/thread. Held by
         # callers to admit and to time out, by workers to take a job and to count it, by
-        # close() to drain, and by stats(). Never held while a handler, a token callback
+        # stop() to drain, and by stats(). Never held while a handler, a token callback
         # or a future's done-callback runs.
         self._lock = threading.Lock()
-        # Idle workers wait on it for a job or for close(); admission notifies one,
-        # close() notifies all.
+        # Idle workers wait on it for a job or for stop(); admission notifies one,
+        # stop() notifies all.
         self._wakeup = threading.Condition(self._lock)
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
         self._running: set[_Job] = set()
-        self._closed = False
+        self._stopped = False
         # Every BulkheadStats field but the name and the two gauges read off the containers.
         self._counts = dict.fromkeys(_COUNTS, 0)
-        # "new" -> "starting" -> "running"; a failed start() ends in _closed instead.
+        # "new" -> "starting" -> "running"; a failed start() ends in _stopped instead.
         self._state = "new"
         # Each worker is listed here before its start() is called, so that a failure or a
         # KeyboardInterrupt in the middle of start() cannot leave a worker nobody knows of.
         self._threads: list[threading.Thread] = []
-        # Clear while a start() is in progress; close() waits on it (within its budget)
+        # Clear while a start() is in progress; stop() waits on it (within its budget)
         # before it joins the workers, so that it sees every worker start() will make.
         self._not_starting = threading.Event()
         self._not_starting.set()
+        # Held for the whole of a stop() call, so that a second call waits for the first
+        # and returns its report, kept in _report.
+        self._stop_lock = threading.Lock()
+        self._report: BulkheadReport | None = None
 
     def __repr__(self) -> str:
         with self._lock:
-            state = "closed" if self._closed else self._state
+            state = "stopped" if self._stopped else self._state
         return (
             f"<Bulkhead {self.name!r} max_concurrent={self._max_concurrent} "
             f"queue_size={self._queue_size} {state}>"
@@ -457,14 +374,14 @@ class Bulkhead:
         return self._queue_size
 
     @property
-    def closed(self) -> bool:
-        """Whether ``close`` was called; a closed bulkhead never opens again."""
+    def stopped(self) -> bool:
+        """Whether ``stop`` was called (or a ``start`` failed); it never runs again."""
         with self._lock:
-            return self._closed
+            return self._stopped
 
     @property
     def started(self) -> bool:
-        """Whether `start` has succeeded (the bulkhead may have been closed since)."""
+        """Whether `start` has succeeded (the bulkhead may have been stopped since)."""
         with self._lock:
             return self._state == "running"
 
@@ -478,20 +395,18 @@ class Bulkhead:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
 
         If a thread fails to start, or the caller is interrupted (KeyboardInterrupt)
-        part-way, the workers already started are stopped, the bulkhead is left closed,
-        and the error propagates. Calling it on a running bulkhead does nothing.
+        part-way, the workers already started are stopped, the bulkhead is left stopped,
+        and the error propagates.
 
         Raises:
-            RuntimeError: the bulkhead is closed (``close`` ran before this call, or
-                while it was starting the workers), or another thread is starting it.
+            RuntimeError: ``start`` was already called, or the bulkhead is stopped
+                (``stop`` ran before this call, or while it was starting the workers).
         """
         with self._lock:
-            if self._closed:
-                raise RuntimeError(f"{self.name}: closed; a closed bulkhead cannot start")
-            if self._state == "running":
-                return self
-            if self._state == "starting":
-                raise RuntimeError(f"{self.name}: start() is already running in another thread")
+            if self._stopped:
+                raise RuntimeError(f"{self.name}: stopped; a stopped bulkhead cannot start")
+            if self._state != "new":
+                raise RuntimeError(f"{self.name}: start() was already called")
             self._state = "starting"
             self._not_starting.clear()
         try:
@@ -504,27 +419,27 @@ class Bulkhead:
         return self
 
     def _start_workers(self) -> None:
-        """Start every worker, then mark the bulkhead running; raise if close() came first."""
+        """Start every worker, then mark the bulkhead running; raise if stop() came first."""
         for i in range(self._max_concurrent):
             with self._lock:
-                if self._closed:  # close() ran while we were starting: give up
+                if self._stopped:  # stop() ran while we were starting: give up
                     break
                 thread = threading.Thread(target=self._work, name=f"{self.name}-worker-{i}")
                 self._threads.append(thread)  # listed first: see __init__
             thread.start()
         with self._lock:
-            if not self._closed:
+            if not self._stopped:
                 self._state = "running"
                 return
-        raise RuntimeError(f"{self.name}: closed while start() was starting the workers")
+        raise RuntimeError(f"{self.name}: stopped while start() was starting the workers")
 
     def _abort_start(self) -> None:
-        """Stop the workers a failed or overtaken `start` began; bounded by close_timeout."""
+        """Stop the workers a failed or overtaken `start` began; bounded by stop_timeout."""
         with self._lock:
-            self._closed = True
+            self._stopped = True
             self._wakeup.notify_all()  # no job was ever admitted: each worker just ends
             threads = list(self._threads)
-        deadline = time.monotonic() + (self.close_timeout or 0.0)
+        deadline = time.monotonic() + self.stop_timeout
         for thread in threads:
             _join_started(thread, deadline)
         started = sum(1 for thread in threads if thread.ident is not None)
@@ -538,14 +453,14 @@ class Bulkhead:
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         """Admit ``fn(*args, **kwargs)`` and return its `concurrent.futures.Future` at once.
 
-        The future ends with the function's result or exception, or with `BulkheadClosed`
-        if ``close`` releases the job from the queue. Cancelling it while the job is
+        The future ends with the function's result or exception, or with `BulkheadStopped`
+        if ``stop`` releases the job from the queue. Cancelling it while the job is
         queued withdraws the job (a worker skips it); a running job cannot be cancelled.
         A submit has no timeout: wait on the future with one, or use `call`.
 
         Raises:
             BulkheadFull: every worker is busy and the queue is full.
-            BulkheadClosed: the bulkhead is closed.
+            BulkheadStopped: the bulkhead is stopped.
         """
         return self._admit(fn, args, kwargs).future
 
@@ -561,11 +476,11 @@ class Bulkhead:
 
         Raises:
             BulkheadFull: refused at once: every worker busy and the queue full.
-            BulkheadClosed: refused at once, or released from the queue by ``close``.
+            BulkheadStopped: refused at once, or released from the queue by ``stop``.
             BulkheadTimeout: the timeout passed first; the work was not cancelled.
             ValueError: ``timeout`` is negative (checked before admission).
         """
-        limit = _check_seconds("timeout", timeout, allow_none=True)
+        limit = None if timeout is None else _check_seconds("timeout", timeout)
         job = self._admit(fn, args, kwargs)
         try:
             done, _ = concurrent.futures.wait([job.future], limit)
@@ -574,33 +489,35 @@ class Bulkhead:
             raise
         if not done:
             self._leave(job, timed_out=True, limit=limit)
-        result: T = job.future.result()  # settled by now: a result, an error, BulkheadClosed
+        result: T = job.future.result()  # settled by now: a result, an error, BulkheadStopped
         return result
 
-    def close(self, timeout: float | None = None, *, cancel_running: bool = False) -> CloseReport:
-        """Close for good: release queued callers, refuse later ones, report what still runs.
+    def stop(self, timeout: float | None = None, *, cancel_running: bool = False) -> BulkheadReport:
+        """Stop for good: release queued callers, refuse later ones, report what still runs.
 
-        Queued callers get `BulkheadClosed` at once and every later call is refused with
-        it. Running handlers are not interrupted; ``cancel_running=True`` cancels their
-        tokens, which only cooperative handlers notice. With a ``timeout`` the call waits
-        up to that many seconds for the workers to end; with None it does not wait. It
-        is idempotent (a later call releases nothing, waits again within its own budget
-        and reports again) and may be called from any thread, a handler's included (that
-        worker is then reported as still running, as it cannot wait for itself). Closing
-        a bulkhead that was never started just marks it closed; closing one while
-        another thread is in `start` makes that start stop starting workers and fail,
-        and waits for it within the same budget.
+        Queued callers get `BulkheadStopped` at once, and so does every later call.
+        Running handlers are not interrupted (``cancel_running=True`` cancels their
+        tokens); it waits up to ``timeout`` seconds (None: ``stop_timeout``) for them. A
+        second call returns the first call's report, waiting for that call if it still
+        runs. From a handler, that worker is reported as still running. A `start` in
+        progress in another thread stops starting workers and fails.
 
         Raises:
             ValueError: ``timeout`` is negative.
         """
-        limit = _check_seconds("timeout", timeout, allow_none=True)
+        limit = self.stop_timeout if timeout is None else _check_seconds("timeout", timeout)
+        with self._stop_lock:
+            if self._report is None:
+                self._report = self._stop(limit, cancel_running=cancel_running)
+            return self._report
+
+    def _stop(self, limit: float, *, cancel_running: bool) -> BulkheadReport:
+        """The first `stop`: drain, refuse, wait up to ``limit`` seconds, report."""
         start = time.monotonic()
-        deadline = start + (limit or 0.0)
+        deadline = start + limit
         released: list[_Job] = []
         with self._lock:
-            first = not self._closed
-            self._closed = True
+            self._stopped = True
             while self._pending:
                 job = self._pending.popleft()
                 # Same lock as the caller's cancel(): each job is drained or skipped, once.
@@ -612,34 +529,33 @@ class Bulkhead:
             self._counts["drained"] += len(released)
             self._counts["shutdown_rejections"] += len(released)
             running = list(self._running)
-            self._wakeup.notify_all()  # idle workers see _closed and end
+            self._wakeup.notify_all()  # idle workers see _stopped and end
         for job in released:
             job.future.set_exception(
-                BulkheadClosed(self.name, "closed while the call was queued", drained=True)
+                BulkheadStopped(self.name, "stopped while the call was queued", drained=True)
             )
         if cancel_running:
             for job in running:
-                job.token._cancel("bulkhead closed")
-        if first:
-            logger.info(
-                "%s: closed; %d queued caller(s) released, %d handler(s) running",
-                self.name,
-                len(released),
-                len(running),
-            )
-        if limit is not None:  # a start() in progress sees _closed and stops starting
-            self._not_starting.wait(max(0.0, deadline - time.monotonic()))
+                job.token._cancel("bulkhead stopped")
+        logger.info(
+            "%s: stopped; %d queued caller(s) released, %d handler(s) running",
+            self.name,
+            len(released),
+            len(running),
+        )
+        # A start() in progress sees _stopped and stops starting: wait for it.
+        self._not_starting.wait(max(0.0, deadline - time.monotonic()))
         current = threading.current_thread()
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            if thread is not current and limit is not None:
+            if thread is not current:
                 _join_started(thread, deadline)
         with self._lock:
             still_running = tuple(sorted(job.describe() for job in self._running))
             stats = self._snapshot()
         terminated = self._not_starting.is_set() and not any(t.is_alive() for t in threads)
-        if limit is not None and still_running:
+        if still_running:
             logger.warning(
                 "%s: %d handler(s) still running after %.3gs: %s",
                 self.name,
@@ -647,8 +563,8 @@ class Bulkhead:
                 limit,
                 "; ".join(still_running),
             )
-        return CloseReport(
-            self.name, terminated, len(released), still_running, stats, time.monotonic() - start
+        return BulkheadReport(
+            terminated, still_running, self.name, len(released), stats, time.monotonic() - start
         )
 
     def __enter__(self) -> Self:
@@ -660,16 +576,16 @@ class Bulkhead:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close(self.close_timeout)
+        self.stop()
 
     # --- the caller's side ----------------------------------------------------------------
 
     def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
         """Accept the job or raise at once; never waits."""
         with self._lock:
-            if self._closed:
+            if self._stopped:
                 self._counts["shutdown_rejections"] += 1
-                raise BulkheadClosed(self.name, "closed", drained=False)
+                raise BulkheadStopped(self.name, "stopped", drained=False)
             if self._state != "running":  # a bug in the caller, not a load condition
                 raise RuntimeError(f"{self.name}: not started; call start() or use a with block")
             # Running plus waiting, including jobs whose caller left: a skipped job holds
@@ -692,7 +608,7 @@ class Bulkhead:
         """The caller stops waiting; raise `BulkheadTimeout`, or return if it just settled."""
         with self._lock:
             # cancel() succeeds only while the job is queued; a worker's start and
-            # close()'s drain go through the same future lock, so exactly one wins.
+            # stop()'s drain go through the same future lock, so exactly one wins.
             if job.future.cancel():
                 started = False
             elif job.settled:
@@ -712,12 +628,12 @@ class Bulkhead:
     # --- the worker's side ----------------------------------------------------------------
 
     def _work(self) -> None:
-        """Worker thread body: take jobs until closed; skip those whose caller left."""
+        """Worker thread body: take jobs until stopped; skip those whose caller left."""
         while True:
             with self._lock:
-                while not self._pending and not self._closed:
+                while not self._pending and not self._stopped:
                     self._wakeup.wait()
-                if not self._pending:  # closed: close() drained the queue
+                if not self._pending:  # stopped: stop() drained the queue
                     return
                 job = self._pending.popleft()
                 if not job.future.set_running_or_notify_cancel():
@@ -766,198 +682,3 @@ class Bulkhead:
             queued=len(self._pending),
             **self._counts,
         )
-
-
-# --- WSGI --------------------------------------------------------------------------------
-
-
-def _run_wsgi_app(app: WSGIApp, environ: dict[str, Any]) -> tuple[str, list[Any], list[bytes]]:
-    """Run ``app`` to the end of its body; return its status, headers and body chunks.
-
-    The whole response is produced here, so all the work a route does happens on the
-    thread that calls this (a bulkhead worker), not later while the server writes it out.
-    """
-    captured: dict[str, Any] = {}
-    body: list[bytes] = []
-
-    def start_response(
-        status: str, headers: list[Any], exc_info: Any = None
-    ) -> Callable[[bytes], object]:
-        # Nothing has been sent yet, so a second call (with exc_info, after an error)
-        # simply replaces the first, as PEP 3333 allows before the headers are sent.
-        captured.update(status=status, headers=list(headers))
-        return body.append  # the legacy write() callable
-
-    result = app(environ, start_response)
-    try:
-        body.extend(result)
-    finally:
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-    if "status" not in captured:
-        raise RuntimeError(f"WSGI app {app!r} returned without calling start_response")
-    return captured["status"], captured["headers"], body
-
-
-class BulkheadMiddleware:
-    """WSGI middleware that runs ``app`` inside ``bulkhead``: wrap a whole app or one route.
-
-    The app runs on a bulkhead worker, body included (it is collected there, so do not
-    wrap a route that streams), while the server's request thread waits up to
-    ``timeout`` seconds. Its response is passed on unchanged; an exception it raises is
-    re-raised in the request thread, where the server turns it into a 500. When the
-    bulkhead is full or closed the answer is 503 with a ``Retry-After`` header, and when
-    the timeout passes it is 504; both have a small JSON body. Inside the app,
-    ``environ["bulkhead.token"]`` is the call's `CancelToken`.
-
-    Sizing: each waiting request holds a server thread, so keep ``max_concurrent +
-    queue_size`` below the server's thread limit, leaving threads for other routes.
-
-    Building the middleware starts nothing. Start the bulkhead before the server takes
-    requests, with ``middleware.start()`` (or the bulkhead's own ``start()``), and close
-    it when the server has stopped, with ``middleware.close()``; as a context manager the
-    middleware does both. A request that reaches a bulkhead never started fails with
-    `RuntimeError` (a 500: a deployment bug, not a load condition).
-
-    Raises:
-        ValueError: ``timeout`` or ``retry_after`` is negative, or not a number.
-    """
-
-    def __init__(
-        self,
-        app: Callable[..., Iterable[bytes]],
-        bulkhead: Bulkhead,
-        *,
-        timeout: float = 30.0,
-        retry_after: int = 1,
-    ) -> None:
-        self.app = app
-        self.bulkhead = bulkhead
-        self.timeout = _check_seconds("timeout", timeout, allow_none=False)
-        self.retry_after = _check_count("retry_after", retry_after, 0)
-
-    def start(self) -> Self:
-        """Start the bulkhead (see `Bulkhead.start`; nothing happens if it runs already)."""
-        self.bulkhead.start()
-        return self
-
-    def close(self, timeout: float | None = None) -> CloseReport:
-        """Close the bulkhead (see `Bulkhead.close`); later requests get a 503."""
-        return self.bulkhead.close(timeout)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close(self.bulkhead.close_timeout)
-
-    def __call__(
-        self, environ: dict[str, Any], start_response: Callable[..., Any]
-    ) -> Iterable[bytes]:
-        """Serve one request through the bulkhead (the WSGI entry point)."""
-        try:
-            status, headers, body = self.bulkhead.call(
-                self._in_worker, environ, timeout=self.timeout
-            )
-        except BulkheadRejected as exc:
-            message = (
-                "The bulkhead is closed."
-                if isinstance(exc, BulkheadClosed)
-                else "The bulkhead is at capacity. Please try again later."
-            )
-            extra = [("Retry-After", str(self.retry_after))]
-            return self._error(start_response, "503 Service Unavailable", message, extra)
-        except BulkheadTimeout:
-            message = "The request took too long to process."
-            return self._error(start_response, "504 Gateway Timeout", message, [])
-        start_response(status, headers)
-        return body
-
-    def _in_worker(self, environ: dict[str, Any]) -> tuple[str, list[Any], list[bytes]]:
-        environ["bulkhead.token"] = current_token()
-        return _run_wsgi_app(self.app, environ)
-
-    def _error(
-        self,
-        start_response: StartResponse,
-        status: str,
-        message: str,
-        extra: list[tuple[str, str]],
-    ) -> list[bytes]:
-        payload = {"error": status[4:], "message": message, "bulkhead": self.bulkhead.name}
-        body = json.dumps(payload).encode()
-        headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            *extra,
-        ]
-        start_response(status, headers)
-        return [body]
-
-
-# --- Broken on purpose: the naive versions the tests and docs compare against ------------
-
-
-def naive_offload(app: WSGIApp, executor: ThreadPoolExecutor) -> WSGIApp:
-    """Broken on purpose: an unbounded executor lets a burst take every server thread (B1).
-
-    The executor bounds how many requests run, not how many wait: its queue has no limit,
-    so each request thread parks in ``result()``, with no timeout, until a pool worker is
-    free. During a burst on this route no thread is left for any other route.
-    """
-
-    def offloaded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        status, headers, body = executor.submit(_run_wsgi_app, app, environ).result()
-        start_response(status, headers)
-        return body
-
-    return offloaded
-
-
-def naive_call_with_timeout(executor: ThreadPoolExecutor, fn: Callable[[], T], timeout: float) -> T:
-    """Broken on purpose: the caller leaves at its timeout, but its job stays (B2).
-
-    A job still queued runs later anyway, for nobody; one already running keeps its
-    worker, and if it fails no one sees it. Nothing records either.
-    """
-    return executor.submit(fn).result(timeout)
-
-
-def naive_try_enqueue(jobs: queue.Queue[T], job: T) -> bool:
-    """Broken on purpose: ``queue.Queue(maxsize=0)`` is unbounded, so it never refuses (B3).
-
-    Bounded admission through ``put_nowait`` works for a size of 1 or more; for a "size 0"
-    hand-off it accepts every job, however busy the workers are.
-    """
-    try:
-        jobs.put_nowait(job)
-    except queue.Full:
-        return False
-    return True
-
-
-def naive_close(executor: ThreadPoolExecutor) -> None:
-    """Broken on purpose: ``shutdown(wait=False)`` leaves queued callers waiting (B4).
-
-    Their work is not released: it still runs after the "close", and their callers wait
-    until it has, or until their own timeout.
-    """
-    executor.shutdown(wait=False)
-
-
-def naive_run_and_count(fn: Callable[[], T], future: Future[T], counts: dict[str, int]) -> None:
-    """Broken on purpose: the result is released before it is counted (B5).
-
-    This is the seed's order. Whoever wakes on the future (its done-callbacks, a caller
-    in ``result()``) can read the counter before the increment and not find its own call.
-    """
-    try:
-        future.set_result(fn())
-    finally:
-        counts["processed"] += 1

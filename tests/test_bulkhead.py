@@ -21,13 +21,14 @@ import pytest
 
 from patterns.bulkhead import (
     Bulkhead,
-    BulkheadClosed,
     BulkheadFull,
-    BulkheadMiddleware,
     BulkheadStats,
+    BulkheadStopped,
     BulkheadTimeout,
-    CancelToken,
+    JobToken,
     current_token,
+)
+from patterns.naive.bulkhead import (
     naive_call_with_timeout,
     naive_close,
     naive_run_and_count,
@@ -55,11 +56,16 @@ WORKER_STARTS_WITHIN = 1.0
 
 
 def finish(bulkhead: Bulkhead, *gates: Gate) -> None:
-    """Open every gate, close the bulkhead and make sure every worker thread has ended."""
+    """Open every gate, stop the bulkhead and make sure every worker thread has ended.
+
+    The bulkhead may have been stopped already (`stop` then returns that first
+    report), so the workers are joined here.
+    """
     for gate in gates:
         gate.open()
-    report = bulkhead.close(MUST_HAPPEN)
-    assert report.terminated, report.still_running
+    bulkhead.stop(MUST_HAPPEN)
+    for thread in bulkhead.threads:
+        join_or_fail(thread)
 
 
 def hold(gate: Gate, value: object = "held") -> Callable[[], object]:
@@ -331,15 +337,15 @@ def test_a_call_that_times_out_while_running_finishes_later_and_its_error_is_cou
     assert logged.exc_info[0] is ValueError
 
 
-def test_a_closed_bulkhead_reports_an_abandoned_handler_still_running() -> None:
-    """close() names a handler whose caller timed out and that is still holding its worker."""
+def test_a_stopped_bulkhead_reports_an_abandoned_handler_still_running() -> None:
+    """stop() names a handler whose caller timed out and that is still holding its worker."""
     bulkhead = Bulkhead(1, 0, name="slow").start()
     gate = Gate("running job")
 
     with pytest.raises(BulkheadTimeout):
         bulkhead.call(hold(gate), timeout=WORKER_STARTS_WITHIN)
     gate.wait_reached()
-    report = bulkhead.close(0.05)
+    report = bulkhead.stop(0.05)
 
     assert not report.terminated
     assert report.still_running == ("slow-worker-0: hold.<locals>.held (abandoned)",)
@@ -351,7 +357,7 @@ def test_a_caller_interrupted_while_waiting_leaves_its_job_running_without_a_tim
     assert threading.current_thread() is threading.main_thread()
     bulkhead = Bulkhead(1, 0).start()
     gate = Gate("running job")
-    tokens: list[CancelToken] = []
+    tokens: list[JobToken] = []
 
     def job() -> None:
         tokens.append(current_token())
@@ -419,8 +425,8 @@ def test_naive_close_leaves_the_queued_caller_waiting_and_still_runs_its_job() -
 
 
 @pytest.mark.race("B4", "a close that leaves queued callers waiting and still runs their work")
-def test_close_releases_queued_callers_at_once_and_refuses_every_later_one() -> None:
-    """The queued caller gets BulkheadClosed before the running job ends; its job never runs."""
+def test_stop_releases_queued_callers_at_once_and_refuses_every_later_one() -> None:
+    """The queued caller gets BulkheadStopped before the running job ends; its job never runs."""
     bulkhead = Bulkhead(1, 2, name="export").start()
     gate = Gate("running job")
     running = busy(bulkhead, gate)
@@ -428,14 +434,14 @@ def test_close_releases_queued_callers_at_once_and_refuses_every_later_one() -> 
     caller, outcome = run_in_thread(lambda: bulkhead.call(record(ran, "queued")), "caller")
     wait_until_blocked_in(caller, "wait")
 
-    report = bulkhead.close()
+    report = bulkhead.stop(0)  # no wait for the handler held at its gate
 
     join_or_fail(caller)  # released while the running job is still held at its gate
-    assert isinstance(outcome["error"], BulkheadClosed)
+    assert isinstance(outcome["error"], BulkheadStopped)
     assert outcome["error"].drained
     assert report.drained == 1
     assert report.still_running == ("export-worker-0: hold.<locals>.held",)
-    with pytest.raises(BulkheadClosed) as later:
+    with pytest.raises(BulkheadStopped) as later:
         bulkhead.call(record(ran, "later"))
     assert not later.value.drained
     assert not running.done()  # running handlers are not interrupted
@@ -447,16 +453,16 @@ def test_close_releases_queued_callers_at_once_and_refuses_every_later_one() -> 
     assert stats.processed == 1
 
 
-def test_close_with_a_timeout_returns_on_time_and_names_the_handler_still_running(
+def test_stop_with_a_timeout_returns_on_time_and_names_the_handler_still_running(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A stuck handler cannot hold close() past its timeout; the report names it."""
+    """A stuck handler cannot hold stop() past its timeout; the report names it."""
     bulkhead = Bulkhead(2, 0, name="pdf").start()
     gate = Gate("stuck job")
     busy(bulkhead, gate)
 
     with elapsed() as took:
-        report = bulkhead.close(0.2)
+        report = bulkhead.stop(0.2)
 
     assert took() < 0.2 + NOISE
     assert not report.terminated
@@ -464,14 +470,33 @@ def test_close_with_a_timeout_returns_on_time_and_names_the_handler_still_runnin
     assert report.still_running[0].endswith(": hold.<locals>.held")
     assert "still running after" in caplog.text
     gate.open()
-    again = bulkhead.close(MUST_HAPPEN)
-    assert again.terminated
-    assert again.still_running == ()
-    assert again.drained == 0
-    assert again.stats.processed == 1
+    assert bulkhead.stop(MUST_HAPPEN) is report  # idempotent: the first report, unchanged
+    assert report.stats.processed == 0
+    finish(bulkhead)
+    assert bulkhead.stats().processed == 1
 
 
-def test_close_with_cancel_running_lets_a_cooperative_handler_stop_early() -> None:
+def test_a_second_stop_while_the_first_waits_gets_the_first_report_when_it_ends() -> None:
+    """stop() is idempotent across threads: a second call waits for the first, same report."""
+    bulkhead = Bulkhead(1, 0, name="twice").start()
+    gate = Gate("running job")
+    busy(bulkhead, gate)
+    first, first_outcome = run_in_thread(lambda: bulkhead.stop(MUST_HAPPEN), "first-stop")
+    wait_until_blocked_in(first, "_join_started")  # waiting for the held handler
+    second, second_outcome = run_in_thread(lambda: bulkhead.stop(0), "second-stop")
+
+    assert stays_blocked(second)  # its own budget of 0 does not start a second stop
+    gate.open()
+    join_or_fail(first)
+    join_or_fail(second)
+
+    report = first_outcome["result"]
+    assert second_outcome["result"] is report
+    assert report.terminated
+    assert bulkhead.stop() is report
+
+
+def test_stop_with_cancel_running_lets_a_cooperative_handler_stop_early() -> None:
     """cancel_running=True cancels the running handlers' tokens; one that waits on it returns."""
     bulkhead = Bulkhead(1, 0).start()
     started = threading.Event()
@@ -484,17 +509,17 @@ def test_close_with_cancel_running_lets_a_cooperative_handler_stop_early() -> No
     future = bulkhead.submit(cooperative)
     assert started.wait(MUST_HAPPEN)
 
-    report = bulkhead.close(MUST_HAPPEN, cancel_running=True)
+    report = bulkhead.stop(MUST_HAPPEN, cancel_running=True)
 
     assert report.terminated
     assert future.result() == "stopped early"
 
 
-def test_a_bulkhead_in_a_with_block_is_closed_on_exit() -> None:
-    """Leaving the block closes the bulkhead and its workers end within close_timeout."""
-    with Bulkhead(2, 1, close_timeout=MUST_HAPPEN) as bulkhead:
+def test_a_bulkhead_in_a_with_block_is_stopped_on_exit() -> None:
+    """Leaving the block stops the bulkhead and its workers end within stop_timeout."""
+    with Bulkhead(2, 1, stop_timeout=MUST_HAPPEN) as bulkhead:
         assert bulkhead.call(lambda: 42) == 42
-    assert bulkhead.closed
+    assert bulkhead.stopped
     assert not any(thread.is_alive() for thread in bulkhead.threads)
 
 
@@ -507,7 +532,7 @@ def test_token_callbacks_run_once_each_and_one_registered_late_runs_at_once(
     """Each callback runs exactly once; a failing one is logged and the others still run."""
     bulkhead = Bulkhead(1, 0).start()
     calls: list[str] = []
-    token_box: list[CancelToken] = []
+    token_box: list[JobToken] = []
     registered = threading.Event()
 
     def job() -> None:
@@ -521,13 +546,13 @@ def test_token_callbacks_run_once_each_and_one_registered_late_runs_at_once(
 
     bulkhead.submit(job)
     assert registered.wait(MUST_HAPPEN)
-    bulkhead.close(MUST_HAPPEN, cancel_running=True)
-    bulkhead.close(MUST_HAPPEN, cancel_running=True)  # a second cancel runs nothing again
+    report = bulkhead.stop(MUST_HAPPEN, cancel_running=True)
+    assert bulkhead.stop(MUST_HAPPEN, cancel_running=True) is report  # runs nothing again
     token_box[0].on_cancel(lambda: calls.append("late"))
 
     assert calls == ["first", "third", "late"]
     assert token_box[0].cancelled
-    assert token_box[0].reason == "bulkhead closed"
+    assert token_box[0].reason == "bulkhead stopped"
     assert "cancel callback" in caplog.text
     finish(bulkhead)
 
@@ -541,11 +566,6 @@ def test_current_token_outside_a_bulkhead_job_is_an_error() -> None:
 # --- options and independence --------------------------------------------------------------
 
 
-def empty_app(environ, start_response):
-    """A WSGI app that is never called: the middleware must refuse its options first."""
-    raise AssertionError("called")
-
-
 @pytest.mark.parametrize(
     ("build", "option"),
     [
@@ -556,11 +576,7 @@ def empty_app(environ, start_response):
         (lambda: Bulkhead("2", 1), "max_concurrent"),
         (lambda: Bulkhead(1, -1), "queue_size"),
         (lambda: Bulkhead(1, 0.5), "queue_size"),
-        (lambda: Bulkhead(1, 0, close_timeout=-1), "close_timeout"),
-        (lambda: BulkheadMiddleware(empty_app, None, timeout=-1), "timeout"),
-        (lambda: BulkheadMiddleware(empty_app, None, timeout=None), "timeout"),
-        (lambda: BulkheadMiddleware(empty_app, None, retry_after=-1), "retry_after"),
-        (lambda: BulkheadMiddleware(empty_app, None, retry_after=0.5), "retry_after"),
+        (lambda: Bulkhead(1, 0, stop_timeout=-1), "stop_timeout"),
     ],
 )
 def test_invalid_options_are_refused_when_built_with_a_value_error_naming_them(
@@ -579,7 +595,7 @@ def test_a_negative_caller_timeout_is_refused_before_admission() -> None:
     with pytest.raises(ValueError, match=r"^timeout must be"):
         bulkhead.call(lambda: None, timeout=-1)
     with pytest.raises(ValueError, match=r"^timeout must be"):
-        bulkhead.close(-1)
+        bulkhead.stop(-1)
     assert bulkhead.stats().accepted == 0
     finish(bulkhead)
 
@@ -656,7 +672,7 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
 
     def job(job_id: int, kind: str, pause: float) -> int:
         if pause:
-            current_token().wait(pause)  # cut short if the caller leaves or close cancels
+            current_token().wait(pause)  # cut short if the caller leaves or stop cancels
         with lock:
             ran[job_id] = "raised" if kind == "fail" else "returned"
         if kind == "fail":
@@ -684,8 +700,8 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
                 seen = "error"
             except BulkheadFull:
                 seen = "full"
-            except BulkheadClosed as exc:
-                seen = "drained" if exc.drained else "closed"
+            except BulkheadStopped as exc:
+                seen = "drained" if exc.drained else "stopped"
             except BulkheadTimeout as exc:
                 seen = "timeout-running" if exc.started else "timeout-queued"
             with lock:
@@ -706,7 +722,7 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
     sampling, _ = run_in_thread(sampler, "sampler")
     threads = [run_in_thread(lambda i=i: caller(i), f"caller-{i}") for i in range(callers)]
     assert halfway.wait(MUST_HAPPEN)
-    report = bulkhead.close(MUST_HAPPEN)  # the second half meets a closed bulkhead
+    report = bulkhead.stop(MUST_HAPPEN)  # the second half meets a stopped bulkhead
     for thread, outcome in threads:
         join_or_fail(thread)
         assert "error" not in outcome, outcome
@@ -724,7 +740,7 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
     assert (s.active, s.queued, s.abandoned) == (0, 0, 0)
     assert s.accepted == s.processed + s.skipped + s.drained
     assert s.rejections == seen.count("full")
-    assert s.shutdown_rejections == seen.count("closed") + seen.count("drained")
+    assert s.shutdown_rejections == seen.count("stopped") + seen.count("drained")
     assert s.drained == seen.count("drained")
     assert s.timeouts == seen.count("timeout-running") + seen.count("timeout-queued")
     assert s.skipped == seen.count("timeout-queued") + seen.count("withdrawn")
@@ -736,7 +752,7 @@ def test_stats_invariants_hold_under_a_randomised_concurrent_workload() -> None:
             assert job_id in ran, (job_id, what)
         else:
             assert job_id not in ran, (job_id, what)
-    assert "closed" in seen  # the close did happen halfway
+    assert "stopped" in seen  # the stop did happen halfway
 
 
 # --- the lifecycle: no thread in the constructor, start() all or nothing -------------------
@@ -784,7 +800,7 @@ def test_building_a_bulkhead_starts_no_thread() -> None:
         assert workers_named("idle-worker-") == []
         assert bulkhead.threads == []
     finally:
-        bulkhead.close(MUST_HAPPEN)
+        bulkhead.stop(MUST_HAPPEN)
 
 
 def test_when_the_kth_worker_fails_to_start_none_is_left_running_and_the_error_propagates(
@@ -834,30 +850,31 @@ def test_a_call_before_start_is_a_clear_error_and_counts_nothing() -> None:
     assert bulkhead.stats() == BulkheadStats("early")
     assert not bulkhead.started
     assert bulkhead.start() is bulkhead
-    assert bulkhead.start() is bulkhead  # a second start() changes nothing
+    with pytest.raises(RuntimeError, match=r"^early: start\(\) was already called"):
+        bulkhead.start()  # a second start() is a bug in the caller: it raises
     assert [t.name for t in bulkhead.threads] == ["early-worker-0"]
     assert bulkhead.call(lambda: "now", timeout=MUST_HAPPEN) == "now"
     finish(bulkhead)
 
 
-def test_closing_a_bulkhead_never_started_reports_terminated_and_it_can_never_start() -> None:
-    """close() before start() marks it closed without error; start() then refuses."""
+def test_stopping_a_bulkhead_never_started_reports_terminated_and_it_can_never_start() -> None:
+    """stop() before start() marks it stopped without error; start() then refuses."""
     bulkhead = Bulkhead(2, 1, name="never")
 
-    report = bulkhead.close(MUST_HAPPEN)
+    report = bulkhead.stop(MUST_HAPPEN)
 
     assert report.terminated
     assert (report.drained, report.still_running) == (0, ())
-    assert bulkhead.close().terminated  # idempotent, with or without a budget
-    with pytest.raises(RuntimeError, match=r"^never: closed; a closed bulkhead cannot start"):
+    assert bulkhead.stop() is report  # idempotent, whatever the budget
+    with pytest.raises(RuntimeError, match=r"^never: stopped; a stopped bulkhead cannot start"):
         bulkhead.start()
-    with pytest.raises(BulkheadClosed):
+    with pytest.raises(BulkheadStopped):
         bulkhead.call(lambda: "refused")
     assert workers_named("never-worker-") == []
 
 
-def test_close_racing_a_stuck_start_returns_within_its_budget_and_start_then_gives_up() -> None:
-    """close() during start() neither raises nor waits past its timeout; start() then stops."""
+def test_stop_racing_a_stuck_start_returns_within_its_budget_and_start_then_gives_up() -> None:
+    """stop() during start() neither raises nor waits past its timeout; start() then stops."""
     parked = Gate("second worker's start")
 
     def park_then_start(
@@ -872,7 +889,7 @@ def test_close_racing_a_stuck_start_returns_within_its_budget_and_start_then_giv
         parked.wait_reached()
 
         with elapsed() as took:
-            report = bulkhead.close(0.1)  # a listed, unstarted thread must not be joined
+            report = bulkhead.stop(0.1)  # a listed, unstarted thread must not be joined
 
         assert took() < 0.1 + NOISE
         assert not report.terminated  # a start() was still in progress
@@ -880,14 +897,14 @@ def test_close_racing_a_stuck_start_returns_within_its_budget_and_start_then_giv
         join_or_fail(starter)
 
     assert isinstance(started["error"], RuntimeError)
-    assert "closed while start() was starting the workers" in str(started["error"])
+    assert "stopped while start() was starting the workers" in str(started["error"])
     assert workers_named("racing-worker-") == []  # the two it started were stopped
     assert len(bulkhead.threads) == 2  # the third was never even made
-    assert bulkhead.close(MUST_HAPPEN).terminated
+    assert bulkhead.stop(MUST_HAPPEN) is report
 
 
-def test_close_racing_start_waits_for_it_within_its_budget_and_reports_every_worker() -> None:
-    """With a budget that lasts, close() waits for the start() it overtook, then joins all."""
+def test_stop_racing_start_waits_for_it_within_its_budget_and_reports_every_worker() -> None:
+    """With a budget that lasts, stop() waits for the start() it overtook, then joins all."""
     parked = Gate("second worker's start")
 
     def park_then_start(
@@ -900,15 +917,15 @@ def test_close_racing_start_waits_for_it_within_its_budget_and_reports_every_wor
     with on_kth_start("overtaken-worker-", 2, park_then_start):
         starter, started = run_in_thread(bulkhead.start, "starter")
         parked.wait_reached()
-        closer, closed = run_in_thread(lambda: bulkhead.close(MUST_HAPPEN), "closer")
-        wait_until_blocked_in(closer, "wait")  # waiting for the start() in progress
-        assert stays_blocked(closer)
+        stopper, stopped = run_in_thread(lambda: bulkhead.stop(MUST_HAPPEN), "stopper")
+        wait_until_blocked_in(stopper, "wait")  # waiting for the start() in progress
+        assert stays_blocked(stopper)
         parked.open()
         join_or_fail(starter)
-        join_or_fail(closer)
+        join_or_fail(stopper)
 
     assert isinstance(started["error"], RuntimeError)
-    report = closed["result"]
+    report = stopped["result"]
     assert report.terminated
     assert [t.name for t in bulkhead.threads] == ["overtaken-worker-0", "overtaken-worker-1"]
     assert not any(t.is_alive() for t in bulkhead.threads)
@@ -940,7 +957,7 @@ def test_a_handlers_own_timeout_error_is_its_error_not_the_callers_timeout() -> 
     finish(bulkhead)
 
 
-def test_joining_a_thread_that_never_started_raises_so_close_must_skip_it() -> None:
+def test_joining_a_thread_that_never_started_raises_so_stop_must_skip_it() -> None:
     """Thread.join() on an unstarted thread raises RuntimeError; its ident is None until start."""
     thread = threading.Thread(target=lambda: None, name="never-started")
     assert thread.ident is None

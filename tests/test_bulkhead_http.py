@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
@@ -19,12 +19,9 @@ from typing import Any
 import pytest
 
 from benchmarks.bulkhead_http import Reply, http_get, router, serving, text
-from patterns.bulkhead import (
-    Bulkhead,
-    BulkheadMiddleware,
-    CancelToken,
-    naive_offload,
-)
+from examples.bulkhead_wsgi import BulkheadMiddleware
+from patterns.bulkhead import Bulkhead, JobToken
+from patterns.naive.bulkhead import naive_offload
 from tests.support import MUST_HAPPEN, Gate, join_or_fail, run_in_thread, stays_blocked
 
 # --- helpers ------------------------------------------------------------------------------
@@ -150,14 +147,14 @@ def test_middleware_passes_the_apps_response_through_unchanged() -> None:
     with BulkheadMiddleware(app, bulkhead) as middleware:
         assert bulkhead.started
         body = middleware(environ(), recorder)
-    assert bulkhead.closed
+    assert bulkhead.stopped
 
     assert recorder.status == "201 Created"
     assert recorder.headers == {"X-Custom": "yes", "Content-Type": "a/b"}
     assert b"".join(body) == b"first,second,third"
     assert Body.closed  # close() ran in the worker, with the rest of the app's work
     assert seen["thread"] == "pages-worker-0"
-    assert isinstance(seen["token"], CancelToken)
+    assert isinstance(seen["token"], JobToken)
     assert not any(thread.is_alive() for thread in bulkhead.threads)
 
 
@@ -174,10 +171,10 @@ def test_middleware_starts_nothing_when_built_and_fails_loudly_if_never_started(
     recorder = StartResponse()
     assert b"".join(middleware(environ(), recorder)) == b"never"
     assert recorder.status == "200 OK"
-    assert middleware.close(MUST_HAPPEN).terminated
+    assert middleware.stop(MUST_HAPPEN).terminated
 
 
-def test_middleware_answers_503_with_retry_after_when_full_and_when_closed() -> None:
+def test_middleware_answers_503_with_retry_after_when_full_and_when_stopped() -> None:
     """A refused request gets 503, Retry-After and a JSON body saying why; the app never runs."""
     bulkhead = Bulkhead(1, 0, name="search").start()
     gate = Gate("running request")
@@ -196,12 +193,12 @@ def test_middleware_answers_503_with_retry_after_when_full_and_when_closed() -> 
     }
 
     gate.open()
-    assert bulkhead.close(MUST_HAPPEN).terminated
-    closed = StartResponse()
-    body = json.loads(b"".join(middleware(environ(), closed)))
-    assert closed.status == "503 Service Unavailable"
-    assert closed.headers["Retry-After"] == "7"
-    assert body["message"] == "The bulkhead is closed."
+    assert bulkhead.stop(MUST_HAPPEN).terminated
+    stopped = StartResponse()
+    body = json.loads(b"".join(middleware(environ(), stopped)))
+    assert stopped.status == "503 Service Unavailable"
+    assert stopped.headers["Retry-After"] == "7"
+    assert body["message"] == "The bulkhead is stopped."
     stats = bulkhead.stats()
     assert (stats.rejections, stats.shutdown_rejections) == (1, 1)
 
@@ -221,7 +218,7 @@ def test_middleware_answers_504_when_the_timeout_passes() -> None:
     assert "Retry-After" not in recorder.headers
     assert body["error"] == "Gateway Timeout"
     gate.open()
-    assert bulkhead.close(MUST_HAPPEN).terminated
+    assert bulkhead.stop(MUST_HAPPEN).terminated
     assert bulkhead.stats().timeouts == 1
 
 
@@ -235,7 +232,31 @@ def test_middleware_re_raises_the_apps_exception_in_the_request_thread() -> None
     with pytest.raises(KeyError, match="missing"):
         BulkheadMiddleware(broken, bulkhead)(environ(), StartResponse())
     assert bulkhead.stats().errors == 1
-    assert bulkhead.close(MUST_HAPPEN).terminated
+    assert bulkhead.stop(MUST_HAPPEN).terminated
+
+
+def empty_app(environ, start_response):
+    """A WSGI app that is never called: the middleware must refuse its options first."""
+    raise AssertionError("called")
+
+
+@pytest.mark.parametrize(
+    ("build", "option"),
+    [
+        (lambda: BulkheadMiddleware(empty_app, None, timeout=-1), "timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, timeout=None), "timeout"),
+        (lambda: BulkheadMiddleware(empty_app, None, retry_after=-1), "retry_after"),
+        (lambda: BulkheadMiddleware(empty_app, None, retry_after=0.5), "retry_after"),
+    ],
+)
+def test_invalid_middleware_options_are_refused_when_built_with_a_value_error_naming_them(
+    build: Callable[[], Any], option: str
+) -> None:
+    """A bad option fails at construction, naming itself, before any thread starts."""
+    before = threading.active_count()
+    with pytest.raises(ValueError, match=f"^{option} must be"):
+        build()
+    assert threading.active_count() == before
 
 
 # --- B1: over real HTTP, a burst on the heavy route and the light route --------------------
@@ -274,7 +295,7 @@ def test_bulkhead_sheds_the_heavy_overflow_with_503_and_the_light_route_keeps_an
 ) -> None:
     """With workers + queue below the thread limit, heavy overflow gets 503 and light gets 200."""
     bulkhead = Bulkhead(2, 1, name="heavy").start()  # 2 + 1 = 3 < 4 server threads
-    stack.callback(lambda: bulkhead.close(MUST_HAPPEN))
+    stack.callback(lambda: bulkhead.stop(MUST_HAPPEN))
     held = HeldRoute()
     heavy_route = BulkheadMiddleware(held, bulkhead, timeout=MUST_HAPPEN, retry_after=1)
     app = router({"/heavy": heavy_route, "/light": text("200 OK", "light result")})
@@ -301,14 +322,14 @@ def test_bulkhead_sheds_the_heavy_overflow_with_503_and_the_light_route_keeps_an
         join_or_fail(thread)
     statuses = sorted(outcome["result"].status for _, outcome in heavy)
     assert statuses == [200, 200, 200, 503, 503, 503]
-    assert bulkhead.close(MUST_HAPPEN).terminated
+    assert bulkhead.stop(MUST_HAPPEN).terminated
     assert bulkhead.stats().processed == 3
 
 
-def test_the_wire_carries_504_on_timeout_and_503_once_closed(stack: ExitStack) -> None:
-    """A caller's timeout is a 504 on the socket; after close() every request is a 503."""
+def test_the_wire_carries_504_on_timeout_and_503_once_stopped(stack: ExitStack) -> None:
+    """A caller's timeout is a 504 on the socket; after stop() every request is a 503."""
     bulkhead = Bulkhead(1, 0, name="slow").start()
-    stack.callback(lambda: bulkhead.close(MUST_HAPPEN))
+    stack.callback(lambda: bulkhead.stop(MUST_HAPPEN))
     held = HeldRoute()
     app = router({"/slow": BulkheadMiddleware(held, bulkhead, timeout=0.1, retry_after=5)})
     server = stack.enter_context(serving(app, threads=2))
@@ -320,12 +341,12 @@ def test_the_wire_carries_504_on_timeout_and_503_once_closed(stack: ExitStack) -
     assert timed_out.headers["content-type"] == "application/json"
     assert json.loads(timed_out.body)["error"] == "Gateway Timeout"
     held.release.set()
-    assert bulkhead.close(MUST_HAPPEN).terminated
+    assert bulkhead.stop(MUST_HAPPEN).terminated
     stats = bulkhead.stats()
     assert stats.timeouts == 1
     assert stats.processed + stats.skipped == 1  # it ran to its end, or never started
 
-    closed = http_get(server.port, "/slow", timeout=MUST_HAPPEN)
-    assert closed.status == 503
-    assert closed.headers["retry-after"] == "5"
-    assert json.loads(closed.body)["message"] == "The bulkhead is closed."
+    stopped = http_get(server.port, "/slow", timeout=MUST_HAPPEN)
+    assert stopped.status == 503
+    assert stopped.headers["retry-after"] == "5"
+    assert json.loads(stopped.body)["message"] == "The bulkhead is stopped."
