@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar
 
 __all__ = [
@@ -58,15 +57,14 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 # The share of a stop() budget kept for the forced phase; the graceful wait gets the rest.
-FORCE_SHARE = 0.25
+_FORCE_SHARE = 0.25
 
 
 class Rejected(RuntimeError):
     """A task was refused because the executor is shut down (Java: RejectedExecutionException).
 
-    It derives from `RuntimeError`, which is what `ThreadPoolExecutor.submit` raises, so
-    existing ``except RuntimeError`` code keeps working; ``task`` is the refused work,
-    ready to be logged, stored or handed to another executor.
+    A `RuntimeError`, as ``ThreadPoolExecutor.submit`` raises, that carries the refused
+    work as ``task``, ready to be logged, stored or handed to another executor.
     """
 
     def __init__(self, task: Callable[[], object], reason: str) -> None:
@@ -98,18 +96,10 @@ class ShutdownReport:
 class TrackingExecutor(ThreadPoolExecutor):
     """A `ThreadPoolExecutor` that remembers its unfinished futures, with a bounded `stop`.
 
-    Lifecycle: ``start()`` (or ``with``) marks it started, ``stop(timeout)`` stops it
-    within the budget (``stop_timeout`` by default) and returns the same `ShutdownReport`
-    on every call. Worker threads start lazily, in `submit`, as in the base class, which
-    also accepts work before ``start()``; ``start()`` after ``stop()`` or ``shutdown()``
-    raises `RuntimeError`. ``stop`` keeps the last `FORCE_SHARE` of its budget for the
-    forced phase, which begins by calling ``on_force`` (cancel your tasks' token there).
-
-    Finished futures are forgotten at once. Every task that fails is logged at ERROR
-    when it fails; a task ended by a `BaseException` that is not an `Exception` (a
-    cooperative ``Cancelled``, say) at WARNING; a cancelled task not at all. If a worker
-    thread cannot start and another is running, the task waits for it (a WARNING says
-    so); if none is, the task is withdrawn and `submit` raises `Rejected`.
+    ``start()`` (or ``with``) marks it started; workers still start lazily, in `submit`,
+    which also accepts work before ``start()``, as the base class does. ``stop()`` ends it
+    within ``stop_timeout``, the last quarter forced, beginning with ``on_force``.
+    Failed tasks are logged at ERROR when they fail; finished futures are forgotten.
     """
 
     def __init__(
@@ -152,14 +142,15 @@ class TrackingExecutor(ThreadPoolExecutor):
 
         Raises `ValueError` for a negative timeout and `RuntimeError` when called from
         one of the pool's own tasks; never for a task that is stuck (the report names it).
+        A call made while the first one runs waits for it and returns its report.
         """
         budget = self.stop_timeout if timeout is None else timeout
-        if budget < 0:
+        if not budget >= 0:  # NaN too
             raise ValueError(f"timeout must be >= 0, got {timeout!r}")
         _refuse_own_worker(self)
         with self._stop_lock:
             if self._report is None:
-                force = budget * FORCE_SHARE
+                force = budget * _FORCE_SHARE
                 self._report = shutdown_and_await(
                     self, budget - force, force_timeout=force, on_force=self._on_force
                 )
@@ -168,12 +159,7 @@ class TrackingExecutor(ThreadPoolExecutor):
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()  # the base class would wait with no timeout
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
