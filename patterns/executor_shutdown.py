@@ -1,62 +1,28 @@
 """Stop a thread pool on a deadline: graceful first, then forced, and say what was left.
 
-TL;DR: ``shutdown_and_await(executor, timeout, force_timeout=...)`` is Java's
-"shutdown, awaitTermination, shutdownNow, awaitTermination" idiom for a
-`concurrent.futures.ThreadPoolExecutor`, bounded by ``timeout + force_timeout``.
-
-Pitfall:
-    `ThreadPoolExecutor.shutdown` has two modes and neither is bounded. ``wait=False``
-    returns at once, so code that goes on to close a file or connection races the tasks
-    still using it (P1). ``wait=True`` (and leaving a ``with`` block) waits with no
-    timeout, forever if one task is stuck (P3, P4). ``cancel_futures=True`` cancels only
-    queued work, returns nothing you could resubmit or log, and leaves running tasks
-    running (P2). An exception in a task whose future nobody reads is never seen (P5).
-    A task that waits for its own pool to terminate waits for itself (P6). A submit
-    after shutdown raises a bare `RuntimeError` that takes the task with it (P7).
-
-Pattern:
-    `TrackingExecutor` remembers every unfinished future and the callable behind it. On
-    top of it, `shutdown_now` returns the never-started callables in submission order,
-    `await_termination` waits with a timeout, and `shutdown_and_await` combines them:
-    stop accepting work, wait up to ``timeout`` for everything to finish, then cancel
-    what never started, ask running tasks to stop (``on_force``), wait up to
-    ``force_timeout`` more, and return a `ShutdownReport` of what was left.
+TL;DR: ``with TrackingExecutor(max_workers=4, on_force=token.cancel) as pool:`` submits
+as usual; leaving the block calls `TrackingExecutor.stop`, which returns a
+`ShutdownReport` within ``stop_timeout`` instead of waiting forever. For any
+`TrackingExecutor`, ``shutdown_and_await(pool, timeout, force_timeout=...)`` is Java's
+"shutdown, awaitTermination, shutdownNow, awaitTermination" idiom.
 
 Guarantees:
-    * `shutdown_and_await` returns within ``timeout + force_timeout`` (plus scheduling
-      noise) whatever the tasks do, and never raises because a task is stuck. Called
-      from one of the pool's own tasks, it raises `RuntimeError` at once instead of
-      waiting for itself (P6).
+    * `TrackingExecutor.stop` returns within its budget and `shutdown_and_await` within
+      ``timeout + force_timeout`` (plus scheduling noise), whatever the tasks do, and
+      neither raises because a task is stuck. Called from one of the pool's own tasks,
+      they raise `RuntimeError` at once instead of waiting for themselves.
     * A callable in ``report.never_started`` never ran and never will; every other
-      submitted callable ran or is running (``report.still_running``).
+      accepted callable ran, or its thread is named in ``report.still_running``.
     * Every task that fails is logged at ERROR when it fails, read or not.
-    * A submit that is refused raises `Rejected`, which carries the refused callable;
-      a refused callable never runs, even when the refusal is a worker thread that
-      could not start.
+    * A refused submit raises `Rejected`, which carries the callable; it never runs.
 
 Python:
-    3.11+; checked on 3.11.7, 3.12.1 and 3.13.0. None of them can stop a running
-    thread (`threading.Thread` has no stop or interrupt, `Future.cancel` refuses a
-    running task): a running task stops early only if it cooperates (see the
-    ``cancellation`` module) and ``on_force`` tells it to. ``shutdown()`` has no
-    timeout. Pool workers are non-daemon threads joined at interpreter exit, so a task
-    still running after `shutdown_and_await` gave up keeps the process alive when
-    ``main`` returns; a program that must exit anyway escalates to `os._exit` after
-    logging the report. Waiting for the worker threads to end reads the private
-    ``ThreadPoolExecutor._threads``; a test checks on each version that it holds the
-    workers.
+    3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. None of them can
+    stop a running thread: a task stops early only if it cooperates (``on_force`` is
+    where to tell it). Waiting for the workers reads the private
+    ``ThreadPoolExecutor._threads``; a test checks it on each version.
 
-Java:
-    ``shutdown()`` is ``shutdown(wait=False)``; ``shutdownNow()`` is `shutdown_now` minus
-    the interrupt (pass ``on_force`` to signal your own cancellation token instead);
-    ``awaitTermination`` is `await_termination`; the ``catch (InterruptedException)``
-    branch of the idiom is the `KeyboardInterrupt` branch of `shutdown_and_await`;
-    ``RejectedExecutionException`` is `Rejected`.
-
-See also:
-    ``cancellation`` (cooperative stop for running tasks), ``thread_exceptions``
-    (logging every thread's and task's failure), ``daemon_threads`` (what interpreter
-    exit waits for).
+Docs: docs/patterns/executor_shutdown.md
 """
 
 from __future__ import annotations
@@ -64,13 +30,14 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import math
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import Any, ParamSpec, Self, TypeVar
 
 __all__ = [
     "Rejected",
@@ -89,13 +56,15 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
+# The share of a stop() budget kept for the forced phase; the graceful wait gets the rest.
+_FORCE_SHARE = 0.25
+
 
 class Rejected(RuntimeError):
     """A task was refused because the executor is shut down (Java: RejectedExecutionException).
 
-    It derives from `RuntimeError`, which is what `ThreadPoolExecutor.submit` raises, so
-    existing ``except RuntimeError`` code keeps working; ``task`` is the refused work,
-    ready to be logged, stored or handed to another executor.
+    A `RuntimeError`, as ``ThreadPoolExecutor.submit`` raises, that carries the refused
+    work as ``task``, ready to be logged, stored or handed to another executor.
     """
 
     def __init__(self, task: Callable[[], object], reason: str) -> None:
@@ -103,30 +72,95 @@ class Rejected(RuntimeError):
         self.task = task
 
 
+@dataclass(frozen=True)
+class ShutdownReport:
+    """What `TrackingExecutor.stop` or `shutdown_and_await` achieved.
+
+    Attributes:
+        terminated: every task finished and every worker thread ended in time.
+        still_running: names of the worker threads still alive at the deadline.
+        forced: the graceful wait ran out and `shutdown_now` was used.
+        never_started: callables cancelled before they ran, in submission order.
+        running_futures: futures whose tasks were still running at the deadline.
+        elapsed: seconds the whole call took.
+    """
+
+    terminated: bool
+    still_running: tuple[str, ...]
+    forced: bool = False
+    never_started: tuple[Callable[[], object], ...] = ()
+    running_futures: tuple[Future[Any], ...] = ()
+    elapsed: float = 0.0
+
+
 class TrackingExecutor(ThreadPoolExecutor):
-    """A `ThreadPoolExecutor` that remembers its unfinished futures and their callables.
+    """A `ThreadPoolExecutor` that remembers its unfinished futures, with a bounded `stop`.
 
-    Finished futures are forgotten at once, so memory stays proportional to the work
-    still queued or running. Every task that fails is logged at ERROR with its traceback
-    at the moment it fails, whether or not anyone ever calls ``result()``. A cancelled
-    task is not an error and is not logged; a task ended by a `BaseException` that is
-    not an `Exception` (a cooperative ``Cancelled``, say) is logged at WARNING.
-
-    Workers start lazily, in `submit`, and starting one can fail. If another worker is
-    running, the task is accepted and waits for it (a WARNING says so); if none is, the
-    task is withdrawn and `submit` raises `Rejected`, so a rejected task never runs.
+    ``start()`` (or ``with``) marks it started; workers still start lazily, in `submit`,
+    which also accepts work before ``start()``, as the base class does. ``stop()`` ends it
+    within ``stop_timeout``, the last quarter forced, beginning with ``on_force``.
+    Failed tasks are logged at ERROR when they fail; finished futures are forgotten.
     """
 
     def __init__(
-        self, max_workers: int | None = None, thread_name_prefix: str = "", **kwargs: Any
+        self,
+        max_workers: int | None = None,
+        thread_name_prefix: str = "",
+        *,
+        stop_timeout: float = 10.0,
+        on_force: Callable[[], object] | None = None,
+        **kwargs: Any,
     ) -> None:
+        if not (isinstance(stop_timeout, int | float) and 0 <= stop_timeout < math.inf):
+            raise ValueError(f"stop_timeout must be a finite number >= 0, got {stop_timeout!r}")
         super().__init__(max_workers, thread_name_prefix, **kwargs)
-        # Guards _pending and _shutdown_requested. Held by submit() around the base
-        # class's submit, so a snapshot taken under it after shutdown() sees every
+        self.stop_timeout = float(stop_timeout)
+        self._on_force = on_force
+        # Guards _pending, _shutdown_requested and _started. Held by submit() around the
+        # base class's submit, so a snapshot taken under it after shutdown() sees every
         # task the executor accepted. Never held while user code runs.
         self._tracking_lock = threading.Lock()
         self._pending: dict[Future[Any], Callable[[], object]] = {}  # insertion = submission order
         self._shutdown_requested = False
+        self._started = False
+        # Held for the whole of the first stop(), so a concurrent stop() waits for its
+        # report instead of starting a second shutdown.
+        self._stop_lock = threading.Lock()
+        self._report: ShutdownReport | None = None
+
+    def start(self) -> Self:
+        """Mark the executor started; `RuntimeError` if it was started or shut down before."""
+        with self._tracking_lock:
+            if self._started or self._shutdown_requested:
+                state = "shut down" if self._shutdown_requested else "started"
+                raise RuntimeError(f"start() on an executor that was already {state}")
+            self._started = True
+        return self
+
+    def stop(self, timeout: float | None = None) -> ShutdownReport:
+        """`shutdown_and_await` within ``timeout`` (None: ``stop_timeout``); same report each call.
+
+        Raises `ValueError` for a negative timeout and `RuntimeError` when called from
+        one of the pool's own tasks; never for a task that is stuck (the report names it).
+        A call made while the first one runs waits for it and returns its report.
+        """
+        budget = self.stop_timeout if timeout is None else timeout
+        if not budget >= 0:  # NaN too
+            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        _refuse_own_worker(self)
+        with self._stop_lock:
+            if self._report is None:
+                force = budget * _FORCE_SHARE
+                self._report = shutdown_and_await(
+                    self, budget - force, force_timeout=force, on_force=self._on_force
+                )
+            return self._report
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()  # the base class would wait with no timeout
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Submit ``fn(*args, **kwargs)``; raise `Rejected` after shutdown."""
@@ -136,9 +170,7 @@ class TrackingExecutor(ThreadPoolExecutor):
         with self._tracking_lock:
             try:
                 future = super().submit(fn, *args, **kwargs)
-            except (
-                RuntimeError
-            ) as exc:  # "cannot schedule new futures after (interpreter) shutdown"
+            except RuntimeError as exc:  # "cannot schedule new futures after shutdown"
                 raise Rejected(task, str(exc)) from exc
             self._pending[future] = task
         # Outside the lock: if the task already finished, the callback runs right here.
@@ -177,14 +209,14 @@ class TrackingExecutor(ThreadPoolExecutor):
                 item.future.cancel()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop accepting work, as `ThreadPoolExecutor.shutdown` does."""
+        """Stop accepting work, as `ThreadPoolExecutor.shutdown` does (``wait`` is unbounded)."""
         with self._tracking_lock:
             self._shutdown_requested = True
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
 
     @property
     def is_shutdown(self) -> bool:
-        """Whether `shutdown` (in any form) has been called."""
+        """Whether `shutdown` (in any form, `stop` included) has been called."""
         with self._tracking_lock:
             return self._shutdown_requested
 
@@ -212,25 +244,6 @@ class TrackingExecutor(ThreadPoolExecutor):
             # A BaseException that is not an Exception (a cooperative Cancelled, a
             # KeyboardInterrupt) ended the task on purpose: worth a record, not an error.
             logger.warning("task %r ended by %s", task, type(exc).__name__, exc_info=info)
-
-
-@dataclass(frozen=True)
-class ShutdownReport:
-    """What `shutdown_and_await` achieved.
-
-    Attributes:
-        terminated: every task finished and every worker thread ended in time.
-        forced: the graceful wait ran out and `shutdown_now` was used.
-        never_started: callables that were cancelled before they ran, in submission order.
-        still_running: futures whose tasks were still running when the deadline passed.
-        elapsed: seconds the whole call took.
-    """
-
-    terminated: bool
-    forced: bool
-    never_started: list[Callable[[], object]] = field(default_factory=list)
-    still_running: list[Future[Any]] = field(default_factory=list)
-    elapsed: float = 0.0
 
 
 def shutdown_now(executor: TrackingExecutor) -> list[Callable[[], object]]:
@@ -283,7 +296,11 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
 def _refuse_own_worker(executor: TrackingExecutor) -> None:
     # A task waiting for its own pool to terminate waits for itself: raise before
     # anything is changed, instead of spending the whole budget and reporting failure.
-    if threading.current_thread() in executor.worker_threads():
+    # submit() adds a worker to _threads only after starting it, and its task may run
+    # first; submit holds _tracking_lock throughout, so under the lock the set is whole.
+    with executor._tracking_lock:
+        own = threading.current_thread() in executor.worker_threads()
+    if own:
         raise RuntimeError(
             "cannot await termination from inside one of the executor's own tasks: "
             "call shutdown_now(executor) there, and wait from outside the pool"
@@ -330,26 +347,27 @@ def shutdown_and_await(
             len(never_started) + len(cancelled),
         )
         raise
-    still_running = [future for future, _ in executor.pending() if future.running()]
+    running = tuple(future for future, _ in executor.pending() if future.running())
+    threads = tuple(t.name for t in executor.worker_threads() if t.is_alive())
     report = ShutdownReport(
-        terminated, forced, never_started, still_running, time.monotonic() - start
+        terminated=terminated,
+        still_running=() if terminated else threads,
+        forced=forced,
+        never_started=tuple(never_started),
+        running_futures=running,
+        elapsed=time.monotonic() - start,
     )
     if not terminated:
         logger.error(
-            "executor did not terminate within %.3gs: %d task(s) still running",
+            "executor did not terminate within %.3gs: %d task(s) still running in %s",
             timeout + force_timeout,
-            len(still_running),
+            len(running),
+            ", ".join(report.still_running) or "no thread",
         )
     return report
 
 
-# --- Broken on purpose: the naive versions the tests and docs compare against ------------
-
-
-def naive_stop_then_close(executor: ThreadPoolExecutor, resource: Any) -> None:
-    """Broken on purpose: `shutdown(wait=False)` does not wait, so closing races the tasks (P1)."""
-    executor.shutdown(wait=False)
-    resource.close()
+# --- The fixes for the naive code in patterns/naive/executor_shutdown.py ------------------
 
 
 def stop_then_close(
@@ -365,28 +383,9 @@ def stop_then_close(
         resource.close()
     else:
         logger.error(
-            "leaving %r open: %d task(s) may still use it", resource, len(report.still_running)
+            "leaving %r open: %d task(s) may still use it", resource, len(report.running_futures)
         )
     return report
-
-
-def naive_shutdown_now(executor: ThreadPoolExecutor) -> None:
-    """Broken on purpose: ``cancel_futures=True`` is not Java's ``shutdownNow()`` (P2).
-
-    Running tasks go on running, and the cancelled tasks are not returned, so nobody can
-    log or resubmit them.
-    """
-    executor.shutdown(wait=False, cancel_futures=True)
-
-
-def naive_run_all(tasks: list[Callable[[], object]]) -> None:
-    """Broken on purpose: the ``with`` block waits forever on a stuck task (P4).
-
-    And the futures it drops hide every exception (P5).
-    """
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for task in tasks:
-            pool.submit(task)
 
 
 def run_all(
@@ -401,19 +400,6 @@ def run_all(
     for task in tasks:
         pool.submit(task)
     return shutdown_and_await(pool, timeout, force_timeout=force_timeout, on_force=on_force)
-
-
-def naive_feed(executor: ThreadPoolExecutor, source: Iterator[Callable[[], object]]) -> int:
-    """Broken on purpose: a submit after shutdown loses the task in hand (P7).
-
-    The bare `RuntimeError` ends the loop, and the task is gone: not run, not returned,
-    not logged.
-    """
-    submitted = 0
-    for task in source:
-        executor.submit(task)
-        submitted += 1
-    return submitted
 
 
 def feed(

@@ -19,13 +19,11 @@ import pytest
 from patterns.cancellation import (
     Cancelled,
     CancelToken,
-    async_raise,
     crunch,
-    naive_crunch,
-    naive_receive,
     receive,
     take,
 )
+from patterns.naive.cancellation import async_raise, naive_crunch, naive_receive
 from tests.support import (
     MUST_HAPPEN,
     Gate,

@@ -26,14 +26,12 @@ from patterns.executor_shutdown import (
     TrackingExecutor,
     await_termination,
     feed,
-    naive_feed,
-    naive_shutdown_now,
-    naive_stop_then_close,
     run_all,
     shutdown_and_await,
     shutdown_now,
     stop_then_close,
 )
+from patterns.naive.executor_shutdown import naive_feed, naive_shutdown_now, naive_stop_then_close
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
@@ -109,7 +107,9 @@ def test_shutdown_and_await_returns_within_budget_and_names_a_stuck_task() -> No
     assert took() < 0.2 + 0.3 + NOISE
     assert not report.terminated
     assert report.forced
-    assert report.still_running == [stuck]
+    assert report.running_futures == (stuck,)
+    assert report.still_running == tuple(t.name for t in pool.worker_threads())
+    assert len(report.still_running) == 1
     assert [task() for task in report.never_started] == ["never"]
     assert queued.cancelled()
     finish(pool, gate)
@@ -124,8 +124,9 @@ def test_shutdown_and_await_lets_queued_work_finish_when_there_is_time() -> None
 
     assert report.terminated
     assert not report.forced
-    assert report.never_started == []
-    assert report.still_running == []
+    assert report.never_started == ()
+    assert report.still_running == ()
+    assert report.running_futures == ()
     assert [f.result() for f in futures] == list(range(20))
     assert not any(t.is_alive() for t in pool.worker_threads())
 
@@ -256,6 +257,122 @@ def test_pending_forgets_finished_tasks() -> None:
     assert pool.pending() == []
 
 
+# --- the lifecycle contract: start(), stop(timeout), the with block ----------------------
+
+
+def test_the_constructor_validates_stop_timeout_and_starts_no_thread() -> None:
+    """A bad budget is a ValueError naming the option; a good one starts nothing."""
+    before = threading.active_count()
+    for bad in (-1.0, float("nan"), float("inf"), "5"):
+        with pytest.raises(ValueError, match="stop_timeout"):
+            TrackingExecutor(max_workers=1, stop_timeout=bad)  # type: ignore[arg-type]
+    pool = TrackingExecutor(max_workers=1, stop_timeout=2.5)
+    assert pool.stop_timeout == 2.5
+    assert pool.start() is pool
+    assert threading.active_count() == before  # workers start lazily, in submit
+    assert pool.stop().terminated
+
+
+def test_start_twice_or_after_stop_raises() -> None:
+    """start() never silently skips: a second start, or a start after stop, raises."""
+    pool = TrackingExecutor(max_workers=1).start()
+    with pytest.raises(RuntimeError, match="already started"):
+        pool.start()
+    pool.stop()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.start()
+
+
+def test_stop_on_a_never_started_executor_reports_termination_and_forbids_start() -> None:
+    """Stopping what never ran is a clean, terminated stop, and the executor stays stopped."""
+    pool = TrackingExecutor(max_workers=1)
+    report = pool.stop()
+    assert report.terminated
+    assert report.still_running == ()
+    with pytest.raises(RuntimeError):
+        pool.start()
+    with pytest.raises(Rejected):
+        pool.submit(returns(1))
+
+
+def test_a_submit_before_start_is_accepted_as_thread_pool_executor_does() -> None:
+    """start() only marks the lifecycle: work submitted before it runs, as in the base class."""
+    pool = TrackingExecutor(max_workers=1)
+    assert pool.submit(returns("early")).result(MUST_HAPPEN) == "early"
+    pool.start()
+    assert pool.stop().terminated
+
+
+def test_stop_returns_the_very_same_report_whatever_the_second_timeout() -> None:
+    """stop() is idempotent: the first report is the answer for every later call."""
+    pool = TrackingExecutor(max_workers=1).start()
+    pool.submit(returns(1))
+    first = pool.stop(MUST_HAPPEN)
+    assert pool.stop() is first
+    assert pool.stop(0) is first
+
+
+def test_stop_refuses_a_negative_timeout() -> None:
+    """A negative budget is a ValueError, before and after the executor stopped."""
+    pool = TrackingExecutor(max_workers=1).start()
+    with pytest.raises(ValueError, match="timeout"):
+        pool.stop(-1)
+    pool.stop()
+    with pytest.raises(ValueError, match="timeout"):
+        pool.stop(-0.5)
+
+
+def test_stop_without_a_timeout_is_bounded_by_stop_timeout_and_forces_with_on_force() -> None:
+    """stop() uses stop_timeout, not forever: a stuck task is named, on_force runs once."""
+    gate = Gate("stuck task")
+    forced: list[str] = []
+    pool = TrackingExecutor(max_workers=1, stop_timeout=0.4, on_force=lambda: forced.append("on"))
+    pool.start()
+    pool.submit(gate.arrive)
+    queued = pool.submit(returns("never"))
+    gate.wait_reached()
+
+    with elapsed() as took:
+        report = pool.stop()
+
+    assert took() < 0.4 + NOISE
+    assert not report.terminated
+    assert report.forced
+    assert forced == ["on"]
+    assert report.still_running == tuple(t.name for t in pool.worker_threads())
+    assert [task() for task in report.never_started] == ["never"]
+    assert queued.cancelled()
+    finish(pool, gate)
+
+
+def test_leaving_a_with_block_stops_within_the_budget_instead_of_waiting_forever() -> None:
+    """ThreadPoolExecutor's __exit__ waits without a limit; TrackingExecutor's calls stop()."""
+    gate = Gate("stuck task")
+    with elapsed() as took, TrackingExecutor(max_workers=1, stop_timeout=0.3) as pool:
+        pool.submit(gate.arrive)
+        gate.wait_reached()
+    assert took() < 0.3 + NOISE
+    report = pool.stop()  # the report the with block produced
+    assert not report.terminated
+    assert len(report.still_running) == 1
+    finish(pool, gate)
+
+
+def test_stop_from_one_of_the_pools_own_tasks_raises_at_once() -> None:
+    """A task stopping its own pool would wait for itself, so stop() refuses there.
+
+    The task calls stop() as soon as it runs, possibly before its submit has recorded the
+    new worker thread: the guard must see the worker all the same.
+    """
+    pool = TrackingExecutor(max_workers=1).start()
+    future = pool.submit(pool.stop)
+    error = future.exception(MUST_HAPPEN)
+    assert isinstance(error, RuntimeError)
+    assert "own tasks" in str(error)
+    assert not pool.is_shutdown  # refused before anything changed
+    assert pool.stop(MUST_HAPPEN).terminated
+
+
 # --- a worker thread that cannot start (ThreadPoolExecutor starts them lazily, in submit) --
 
 
@@ -332,7 +449,8 @@ def test_shutdown_and_await_racing_a_submit_waits_for_the_task_it_lets_in() -> N
             lambda: shutdown_and_await(pool, MUST_HAPPEN, force_timeout=0), "stopper"
         )
         try:
-            wait_until_blocked_in(stopper, "shutdown")
+            # It waits for the submit's lock first, in the self-wait guard (P6).
+            wait_until_blocked_in(stopper, "_refuse_own_worker")
             assert stays_blocked(stopper)  # it waits for the submit in progress to finish
         finally:
             in_submit.open()
@@ -343,7 +461,7 @@ def test_shutdown_and_await_racing_a_submit_waits_for_the_task_it_lets_in() -> N
     assert ran == ["task"]
     report = stopped["result"]
     assert report.terminated
-    assert report.never_started == []
+    assert report.never_started == ()
 
 
 # --- P1: shutdown(wait=False), then closing a resource the tasks still use ---------------
@@ -507,7 +625,7 @@ def test_await_termination_gives_up_after_its_timeout() -> None:
 
 STUCK_CHILD = """
 import sys
-from patterns.executor_shutdown import {function}
+from {module} import {function}
 
 def stuck_on_stdin():
     sys.stdin.readline()  # a blocking call with no timeout: only the parent can end it
@@ -522,6 +640,7 @@ print("calling", flush=True)
 def test_naive_with_block_keeps_the_process_alive_until_the_stuck_task_ends() -> None:
     """The process cannot leave the with-block, so it outlives main until the task is released."""
     code = STUCK_CHILD.format(
+        module="patterns.naive.executor_shutdown",
         function="naive_run_all",
         call="naive_run_all([stuck_on_stdin])\nprint('returned', flush=True)",
     )
@@ -549,7 +668,7 @@ report = run_all([stuck_on_stdin], 0.2, force_timeout=0.2)
 print("returned", report.terminated, len(report.still_running), flush=True)
 os._exit(0 if report.terminated else 3)  # must exit: the stuck thread would block a normal exit
 """
-    code = STUCK_CHILD.format(function="run_all", call=call)
+    code = STUCK_CHILD.format(module="patterns.executor_shutdown", function="run_all", call=call)
     child = spawn_python(textwrap.dedent(code))
     try:
         assert child.stdout is not None
