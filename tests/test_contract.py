@@ -63,7 +63,7 @@ def _consumer_pool() -> Any:
 def _bulkhead() -> Any:
     from patterns.bulkhead import Bulkhead  # noqa: PLC0415
 
-    return Bulkhead("contract-bulkhead", max_concurrent=2, queue_size=2, stop_timeout=5.0)
+    return Bulkhead(max_concurrent=2, queue_size=2, name="contract-bulkhead", stop_timeout=5.0)
 
 
 def _tracking_executor() -> Any:
