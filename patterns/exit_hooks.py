@@ -449,14 +449,10 @@ def install_signal_handlers(
 ) -> SignalHandlers:
     """Make the first of ``signals`` call ``on_stop`` once, and the second force the exit.
 
-    ``on_stop`` runs in a thread of its own (never the main thread), so it may take
-    locks; it typically sets an event that the main thread and the workers watch. The
-    second signal calls `force_exit` with status ``128 + signum`` (143 for SIGTERM, 130
-    for SIGINT). While started, SIGINT raises no `KeyboardInterrupt`.
-
-    Returns the started `SignalHandlers`: call its ``stop()`` to put everything back. For a
-    ``with`` block use ``SignalHandlers(on_stop, ...)`` itself, which starts on entry.
-    Raises as `SignalHandlers.start` does, having changed nothing.
+    ``on_stop`` runs in a thread of its own, so it may take locks; the second signal calls
+    `force_exit` with status ``128 + signum``. Returns the started `SignalHandlers`: call
+    its ``stop()`` to put everything back (for a ``with`` block use ``SignalHandlers``
+    itself, which starts on entry). Raises as `SignalHandlers.start` does.
     """
     return SignalHandlers(on_stop, signals, stop_timeout=stop_timeout).start()
 
@@ -466,12 +462,9 @@ def force_exit(
 ) -> NoReturn:
     """Log ``reason``, flush logging and stdio for at most ``flush_timeout`` s, `os._exit`.
 
-    `os._exit` skips ``finally`` blocks, `atexit` handlers and the join of non-daemon
-    threads, which is the point when one of them is stuck, and drops unflushed output,
-    which is why this flushes first (P19). The log line and the flush run in a helper
-    thread, because a stream can block (another thread may hold its lock while it waits
-    on a full pipe), and the exit must not wait for it. Where no thread can be started
-    (during finalization; in an `atexit` handler on 3.12.1) it exits without the flush.
+    The flush runs in a helper thread, because a stream can block and the exit must not
+    wait for it (P19). Where no thread can be started (during finalization; in an `atexit`
+    handler on 3.12.1) it exits without the flush.
     """
     if sys.is_finalizing():
         # No thread can start now: 3.12+ raise, and on 3.11 Thread.start() waits forever
