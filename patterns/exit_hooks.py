@@ -1,91 +1,34 @@
 """Stop on SIGTERM or Ctrl-C the orderly way: drain, clean up, exit; a second signal exits now.
 
-TL;DR: ``with install_signal_handlers(stop.set):`` turns the first SIGTERM or SIGINT into
-one call of ``on_stop`` (set an event your main thread waits on), so the program leaves
-through its ``finally`` blocks and `atexit` handlers and exits 0; a second signal ends the
-process within a second with status ``128 + signum``, even if a thread is stuck.
+TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, which
+starts it for you) turns the first SIGTERM or SIGINT into one call of ``on_stop`` in a
+thread of its own; a second signal ends the process at once with status ``128 + signum``.
 `run_until_signalled` is the whole shape of a worker process: run, drain within a budget,
 clean up. `register_exit_hook` registers an `atexit` handler that still has logging.
 
-Pitfall:
-    Python installs no SIGTERM handler, so ``kill``, ``docker stop``, systemd and
-    Kubernetes end the process on the spot: no ``finally``, no `atexit`, no flush (P18).
-    The textbook fix, a handler that calls ``stop.set()``, has three traps of its own.
-    Python runs it in the main thread between two bytecodes; if those bytecodes are
-    inside ``stop.wait()``, which holds the event's internal lock for a moment, the
-    handler waits for a lock its own thread holds, forever (E1). It runs only when the
-    main thread runs bytecode, so a signal taken by another thread leaves a main thread
-    blocked in ``Event.wait()`` asleep (P22); on Linux that needs a signal aimed at a
-    thread (``signal.pthread_kill``) or a main thread that blocks it, because a
-    process-wide signal goes to an unblocked main thread. And every signal calls it
-    again: the impatient second Ctrl-C does nothing, or, with the default
-    `KeyboardInterrupt`, lands inside the graceful shutdown and abandons it, while a stuck
-    non-daemon thread still holds the exit (P24). At exit, `atexit` handlers registered
-    before `logging` was imported run after `logging.shutdown`; a line they log to a
-    ``FileHandler`` opened with mode ``'w'`` is dropped, silently (P21).
-
-Pattern:
-    The Python-level handler does nothing. `signal.set_wakeup_fd` makes CPython's
-    C-level handler write each signal's number to a pipe at once, from whichever thread
-    the kernel chose, and a dispatcher thread reads the pipe. The first of our signals
-    starts ``on_stop`` in a thread of its own, where it may take locks and log; the
-    second calls `force_exit`, which flushes logging and stdio for at most half a second
-    and then calls `os._exit`. `SignalHandlers.close`, or leaving the ``with`` block,
-    puts back the previous handlers and wakeup fd. A child forked while they are
-    installed gets the previous handlers and no wakeup fd at once (`os.register_at_fork`):
-    it has none of the parent's threads, and the pipe is the parent's.
-
 Guarantees:
-    * Once `install_signal_handlers` returns, the first of ``signals`` calls
-      ``on_stop`` exactly once, promptly, in a thread that is not the main thread, even
-      while the main thread is blocked in ``Event.wait()`` with no timeout, in a lock,
-      or in I/O. No further signal calls it again.
+    * Once `SignalHandlers.start` returns, the first of its signals calls ``on_stop``
+      exactly once, promptly, in a thread that is not the main thread, even while the
+      main thread is blocked in ``Event.wait()``; later signals never call it again.
     * A second signal ends the process with status ``128 + signum`` within
-      ``FORCE_FLUSH_TIMEOUT`` (0.5 s) plus scheduling noise, whatever other threads do;
-      ``finally`` blocks and `atexit` handlers are skipped on that path, on purpose.
-    * After ``close()`` every handled signal has exactly the handler object it had
-      before (``SIG_DFL``, ``SIG_IGN`` or the same callable), and the wakeup fd is what
-      it was, even if a handler put back raises on the way (``close()`` re-raises that
-      afterwards). Installing is all or nothing: if it raises, nothing was changed and
-      ``on_stop`` is never called.
-    * A child forked after install (``os.fork``, multiprocessing's ``fork`` method) has
-      the handlers it had before install and no wakeup fd; its signals never reach the
-      parent's ``on_stop``.
-    * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and
-      its failure is logged with its traceback.
+      ``FORCE_FLUSH_TIMEOUT`` (0.5 s) plus scheduling noise, whatever other threads do.
+    * ``start()`` is all or nothing: if it raises, handlers, wakeup fd and file descriptors
+      are as they were and ``on_stop`` is never called.
+    * After ``stop()`` every handled signal has exactly the handler object it had before,
+      and the wakeup fd is what it was, even if a handler put back raises on the way
+      (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``.
+    * A child forked while started gets the handlers it had before and no wakeup fd.
+    * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and its
+      failure is logged with its traceback.
 
 Python:
-    3.11+, POSIX (the wakeup fd is a pipe; Windows would need a socket); checked on
-    3.11.7, 3.12.1 and 3.13.0. On 3.11.7 and 3.12.1 a `KeyboardInterrupt` that
-    interrupts ``Thread.join()`` marks the thread finished while it still runs
-    (gh-90882); 3.13.0 keeps it alive. With these handlers installed no exception is
-    ever raised into a wait. A C call that holds the GIL (a huge integer power, some C
-    extensions) delays the handlers and every other thread, this module's dispatcher
-    included; only SIGKILL ends such a process. 3.12.1 refuses to start a thread in an
-    `atexit` handler (3.13.0 allows it again, gh-113964), so there `force_exit` exits
-    without its flush; during finalization (after the `atexit` handlers) 3.12+ refuse
-    and 3.11 hangs in ``Thread.start()``, so `force_exit` checks `sys.is_finalizing`
-    and exits at once. The dispatcher is a thread, so forking after install forks a
-    multi-threaded process, which 3.12+ warn about (`DeprecationWarning`). asyncio
-    installs its own handlers (``asyncio.Runner`` already has a two-stage Ctrl-C) and
-    its ``add_signal_handler`` takes the wakeup fd, so `install_signal_handlers` refuses
-    to run while a wakeup fd is set.
+    3.11+, POSIX (the wakeup fd is a pipe); checked on 3.11.7, 3.12.1 and 3.13.0. 3.12.1
+    refuses to start a thread in an `atexit` handler (gh-113964), so there `force_exit`
+    exits without its flush. Forking after ``start()`` forks a multi-threaded process,
+    which 3.12+ warn about. An asyncio loop's ``add_signal_handler`` takes the wakeup fd,
+    so ``start()`` refuses to run while one is set.
 
-Java:
-    The JVM starts its shutdown hooks on SIGTERM, SIGINT and SIGHUP; Python needs
-    `install_signal_handlers` for that. ``Runtime.addShutdownHook`` is close to
-    `register_exit_hook`, but JVM hooks are threads started together, in no order, while
-    other threads still run; `atexit` handlers run one at a time, newest first, in the
-    main thread, and only after every non-daemon thread has ended. ``Runtime.halt`` is
-    `os._exit`, and `force_exit` adds the flush. Once the JVM runs its hooks, only
-    ``halt`` or SIGKILL cut them short; there is no "second signal" rule to copy.
-    Proletarian's opt-in shutdown hook with its await-termination timeout is
-    `run_until_signalled` with ``drain_timeout``.
-
-See also:
-    ``daemon_threads`` (what the interpreter waits for at exit, and why an `atexit`
-    handler cannot stop a non-daemon thread), ``cancellation`` (making blocked work
-    notice the stop), ``executor_shutdown`` (draining a pool within a budget).
+Docs: docs/patterns/exit_hooks.md (the pitfalls, the Java counterpart, budgets, forking).
 """
 
 from __future__ import annotations
@@ -97,14 +40,18 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, NoReturn, Self
 
 __all__ = [
     "DEFAULT_SIGNALS",
+    "DEFAULT_STOP_TIMEOUT",
     "FORCE_FLUSH_TIMEOUT",
     "SignalHandlers",
+    "SignalHandlersReport",
     "force_exit",
     "install_signal_handlers",
     "register_exit_hook",
@@ -113,21 +60,28 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The signals a service stops on, SIGTERM (sent by ``kill``, Docker, systemd and
-#: Kubernetes) and SIGINT (Ctrl-C).
+#: The signals a service stops on, SIGTERM (``kill``, Docker, systemd, Kubernetes) and SIGINT.
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+#: Seconds `SignalHandlers.stop` waits, in all, for its helper threads (a slow ``on_stop``).
+DEFAULT_STOP_TIMEOUT = 1.0
 
 #: Seconds `force_exit` spends flushing logging and stdio before it calls `os._exit`.
 FORCE_FLUSH_TIMEOUT = 0.5
 
-# How long close() waits for its own helper threads, which only ever read a pipe or run
-# on_stop; a bound, so a slow on_stop cannot hold close() forever.
-_HELPER_JOIN_TIMEOUT = 1.0
-
-# The byte close() writes to the pipe to end the dispatcher; no signal has number 0.
+# The byte stop() writes to the pipe to end the dispatcher; no signal has number 0.
 _CLOSE = 0
 
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+@dataclass(frozen=True)
+class SignalHandlersReport:
+    """What `SignalHandlers.stop` left behind."""
+
+    terminated: bool  # the dispatcher and on_stop's thread ended within the budget
+    still_running: tuple[str, ...]  # the names of those that had not
+    first_signal: signal.Signals | None  # the signal that called on_stop, if one came
 
 
 def _wake_only(signum: int, frame: FrameType | None) -> None:
@@ -148,55 +102,58 @@ def _require_main_thread(what: str) -> None:
         )
 
 
-class SignalHandlers:
-    """Installed by `install_signal_handlers`: stop on the first signal, exit on the second.
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
-    Use it as a context manager, or call `close` yourself (from the main thread); either
-    puts back exactly what was there before. Do not create it directly.
+
+class SignalHandlers:
+    """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
+
+    The constructor only checks its options. `start` (main thread only) takes the wakeup
+    fd, starts the dispatcher thread and installs the handlers, all or nothing; `stop`
+    (main thread, or any thread if never started) puts back exactly what was there, within
+    ``stop_timeout``, and returns the same `SignalHandlersReport` every time. Neither can
+    run twice: ``start()`` after ``start()`` or ``stop()`` raises `RuntimeError`.
     """
 
-    def __init__(self, on_stop: Callable[[], object], signals: Iterable[int]) -> None:
-        _require_main_thread("install_signal_handlers()")
+    def __init__(
+        self,
+        on_stop: Callable[[], object],
+        signals: Iterable[int] = DEFAULT_SIGNALS,
+        *,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+    ) -> None:
+        try:
+            self._signals = tuple(dict.fromkeys(signal.Signals(s) for s in signals))
+        except ValueError as exc:
+            raise ValueError(f"signals: {exc}") from None
+        if not self._signals:
+            raise ValueError("signals must name at least one signal")
+        if stop_timeout < 0:
+            raise ValueError(f"stop_timeout must be >= 0, got {stop_timeout!r}")
         self._on_stop = on_stop
-        self._signals = tuple(dict.fromkeys(signal.Signals(s) for s in signals))
-        foreign = [s.name for s in self._signals if signal.getsignal(s) is None]
-        if foreign:
-            raise ValueError(
-                f"{', '.join(foreign)} has a handler installed outside Python "
-                "(signal.getsignal() returns None); it could not be put back after close(), "
-                "so install_signal_handlers() leaves it alone: leave it out of signals="
-            )
-        # Guards _armed, _held, _closed, _received and _on_stop_thread. Taken by the
-        # dispatcher thread for each signal, by the end of installing and by close(); never
-        # held while on_stop runs, and never taken by a Python-level signal handler, which
-        # could deadlock on it (E1).
+        self.stop_timeout = stop_timeout
+        # Guards _started, _armed, _held, _closed, _received, _on_stop_thread and _report.
+        # Taken by the dispatcher thread for each signal, by start() and stop(); never held
+        # while on_stop runs, never taken by a Python-level signal handler (E1).
         self._lock = threading.Lock()
-        self._armed = False  # set once installing has succeeded; signals before it wait in _held
+        self._started = False
+        self._armed = False  # set once start() has succeeded; signals before it wait in _held
         self._held: list[signal.Signals] = []
-        self._closed = False
+        self._closed = False  # set by stop() or a failed start(): no signal is acted on after
         self._received: list[signal.Signals] = []
         self._on_stop_thread: threading.Thread | None = None
+        self._report: SignalHandlersReport | None = None
         # What _install changed, each undone by _restore and then marked undone, so that a
         # _restore interrupted half-way (a KeyboardInterrupt from a handler already put back)
         # can be called again and finish.
         self._previous: dict[signal.Signals, _Handler] = {}
         self._wakeup_installed = False
+        self._dispatcher: threading.Thread | None = None
         self._dispatcher_running = False
-        # The C-level handler writes signal numbers to _write_fd; the dispatcher reads
-        # _read_fd. set_wakeup_fd needs a non-blocking write end, so that a full pipe
-        # drops a byte instead of blocking inside a signal handler. -1 once closed.
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, name="signal-dispatcher", daemon=True
-        )
-        try:
-            self._install()
-        except BaseException:
-            with self._lock:
-                self._closed = True  # a signal already in the pipe must not call on_stop now
-            self._restore_all()
-            raise
+        # The C-level handler writes signal numbers to _write_fd (non-blocking: a full pipe
+        # drops a byte rather than block in a signal handler); the dispatcher reads _read_fd.
+        self._read_fd = self._write_fd = -1
 
     @property
     def signals(self) -> tuple[signal.Signals, ...]:
@@ -210,35 +167,74 @@ class SignalHandlers:
             return self._received[0] if self._received else None
 
     @property
-    def closed(self) -> bool:
-        """Whether `close` has been called."""
+    def stopped(self) -> bool:
+        """Whether `stop` has been called (or `start` failed)."""
         with self._lock:
             return self._closed
 
-    def close(self) -> None:
-        """Put back the previous handlers and wakeup fd; stop the helper threads.
+    def start(self) -> Self:
+        """Take the wakeup fd, start the dispatcher, install the handlers; all or nothing.
 
-        Idempotent, bounded (it waits at most a second for each helper thread). Main thread
-        only, like `signal.signal`. A signal that arrives once ``close()`` has started is no
-        longer acted on here; from the moment its previous handler is back, that handler
-        gets it, and if that handler raises (a second Ctrl-C meeting
-        `signal.default_int_handler`), ``close()`` still puts everything back and then
-        re-raises it.
+        Raises `RuntimeError` outside the main thread, when called twice or after `stop`,
+        or when a wakeup fd is already set; `ValueError` for a signal whose handler was
+        installed outside Python (it could not be put back). Nothing is changed then.
         """
-        _require_main_thread("SignalHandlers.close()")
+        _require_main_thread("SignalHandlers.start()")
         with self._lock:
-            if self._closed:
-                return
+            if self._started or self._closed:
+                raise RuntimeError("SignalHandlers.start() can be called once, before stop()")
+            self._started = True
+        try:
+            self._install()
+        except BaseException as exc:
+            with self._lock:
+                self._closed = True  # a signal already in the pipe must not call on_stop now
+            failure = self._restore_all(time.monotonic() + self.stop_timeout)
+            if failure is not None:
+                raise failure from exc
+            raise
+        return self
+
+    def stop(self, timeout: float | None = None) -> SignalHandlersReport:
+        """Put back the previous handlers and wakeup fd; wait for the helper threads.
+
+        Bounded by ``timeout`` (None: ``stop_timeout``). A signal that arrives once
+        ``stop()`` has begun is no longer acted on; from the moment its previous handler
+        is back, that handler gets it, and if it raises (a second Ctrl-C meeting
+        `signal.default_int_handler`), ``stop()`` still puts everything back, records its
+        report and then re-raises it.
+        """
+        budget = self.stop_timeout if timeout is None else timeout
+        if budget < 0:
+            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        with self._lock:
+            if self._report is not None:
+                return self._report
+            started = self._started
+        if started:
+            _require_main_thread("SignalHandlers.stop()")
+        deadline = time.monotonic() + budget
+        with self._lock:
             self._closed = True
             on_stop_thread = self._on_stop_thread
-        self._restore_all()
+        failure = self._restore_all(deadline)
         if on_stop_thread is not None:
-            on_stop_thread.join(_HELPER_JOIN_TIMEOUT)
+            on_stop_thread.join(_remaining(deadline))
             if on_stop_thread.is_alive():
-                logger.warning("on_stop is still running %.3gs after close()", _HELPER_JOIN_TIMEOUT)
+                logger.warning("on_stop is still running %.3gs after stop()", budget)
+        threads = (self._dispatcher, on_stop_thread)
+        alive = tuple(t.name for t in threads if t is not None and t.is_alive())
+        with self._lock:
+            first = self._received[0] if self._received else None
+            if self._report is None:
+                self._report = SignalHandlersReport(not alive, alive, first)
+            report = self._report
+        if failure is not None:
+            raise failure
+        return report
 
     def __enter__(self) -> Self:
-        return self
+        return self.start()
 
     def __exit__(
         self,
@@ -246,20 +242,31 @@ class SignalHandlers:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.stop()
 
     def _install(self) -> None:
-        """Take the wakeup fd, start the dispatcher, install the handlers, then arm."""
         global _installed  # noqa: PLW0603 - the one handle the fork hooks must know about
+        foreign = [s.name for s in self._signals if signal.getsignal(s) is None]
+        if foreign:
+            raise ValueError(
+                f"{', '.join(foreign)} has a handler installed outside Python "
+                "(signal.getsignal() returns None); it could not be put back after stop(), "
+                "so SignalHandlers leaves it alone: leave it out of signals="
+            )
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
         previous_fd = signal.set_wakeup_fd(self._write_fd)
         if previous_fd != -1:
             signal.set_wakeup_fd(previous_fd)
             raise RuntimeError(
                 "a signal wakeup fd is already set (by another SignalHandlers, or by an "
-                "asyncio event loop's add_signal_handler): close that first"
+                "asyncio event loop's add_signal_handler): stop that first"
             )
         self._wakeup_installed = True
         _installed = self
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="signal-dispatcher", daemon=True
+        )
         self._dispatcher.start()
         self._dispatcher_running = True
         for signum in self._signals:
@@ -277,22 +284,21 @@ class SignalHandlers:
         for signum in held:  # arrived while installing, after our handler was in place
             self._on_signal(signum)
 
-    def _restore_all(self) -> None:
-        """Undo everything _install did, even if a handler put back raises on the way."""
+    def _restore_all(self, deadline: float) -> BaseException | None:
+        """Undo everything _install did; return what a handler put back raised on the way."""
         failure: BaseException | None = None
         # Each call makes progress (every step is marked done once done), so a few calls
         # always suffice; the bound only guards against a step that fails every time.
         for _ in range(len(self._previous) + 4):
             try:
-                self._restore()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the rest is undone
+                self._restore(deadline)
+            except BaseException as exc:  # noqa: BLE001 - returned, raised by the caller
                 failure = failure or exc
             else:
                 break
-        if failure is not None:
-            raise failure
+        return failure
 
-    def _restore(self) -> None:
+    def _restore(self, deadline: float) -> None:
         """Handlers (Python callables last), wakeup fd, dispatcher, pipe; each step once."""
         global _installed  # noqa: PLW0603 - see _install
         # A previous handler that is a Python callable can raise (default_int_handler raises
@@ -310,8 +316,9 @@ class SignalHandlers:
         if self._dispatcher_running:
             os.write(self._write_fd, bytes([_CLOSE]))
             self._dispatcher_running = False
-            self._dispatcher.join(_HELPER_JOIN_TIMEOUT)
-        if not self._dispatcher.is_alive():
+        if self._dispatcher is not None and self._dispatcher.is_alive():
+            self._dispatcher.join(_remaining(deadline))
+        if self._dispatcher is None or not self._dispatcher.is_alive():
             self._close_pipe()
         if _installed is self:
             _installed = None
@@ -324,11 +331,11 @@ class SignalHandlers:
         self._read_fd = self._write_fd = -1
 
     def _forget_after_fork(self) -> None:
-        """In a child forked while installed: put back the previous handlers, let go of the pipe.
+        """In a child forked while started: put back the previous handlers, let go of the pipe.
 
         The child has none of the parent's threads, so nothing would read the pipe, and
         the pipe is the parent's: a signal written there would stop the parent, and a
-        ``close()`` in the child would end the parent's dispatcher. The child gets the
+        ``stop()`` in the child would end the parent's dispatcher. The child gets the
         handlers it would have had without us, as a process of its own.
         """
         self._lock = threading.Lock()  # the dispatcher may have held it at the fork
@@ -344,7 +351,7 @@ class SignalHandlers:
         self._close_pipe()
 
     def _dispatch(self) -> None:
-        """Read signal numbers from the pipe until close() writes _CLOSE."""
+        """Read signal numbers from the pipe until stop() writes _CLOSE."""
         while True:
             for signum in os.read(self._read_fd, 64):
                 if signum == _CLOSE:
@@ -435,21 +442,19 @@ os.register_at_fork(
 
 
 def install_signal_handlers(
-    on_stop: Callable[[], object], *, signals: Iterable[int] = DEFAULT_SIGNALS
+    on_stop: Callable[[], object],
+    *,
+    signals: Iterable[int] = DEFAULT_SIGNALS,
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT,
 ) -> SignalHandlers:
     """Make the first of ``signals`` call ``on_stop`` once, and the second force the exit.
 
-    ``on_stop`` runs in a thread of its own (never the main thread), so it may take
-    locks; it typically sets an event that the main thread and the workers watch. The
-    second signal calls `force_exit` with status ``128 + signum`` (143 for SIGTERM, 130
-    for SIGINT). While installed, SIGINT raises no `KeyboardInterrupt`.
-
-    Must be called from the main thread (`RuntimeError` otherwise). Raises `ValueError`
-    for a signal whose current handler was installed outside Python (it could not be put
-    back), and `RuntimeError` if a signal wakeup fd is already set; nothing is changed
-    when it raises.
+    ``on_stop`` runs in a thread of its own, so it may take locks; the second signal calls
+    `force_exit` with status ``128 + signum``. Returns the started `SignalHandlers`: call
+    its ``stop()`` to put everything back (for a ``with`` block use ``SignalHandlers``
+    itself, which starts on entry). Raises as `SignalHandlers.start` does.
     """
-    return SignalHandlers(on_stop, signals)
+    return SignalHandlers(on_stop, signals, stop_timeout=stop_timeout).start()
 
 
 def force_exit(
@@ -457,12 +462,9 @@ def force_exit(
 ) -> NoReturn:
     """Log ``reason``, flush logging and stdio for at most ``flush_timeout`` s, `os._exit`.
 
-    `os._exit` skips ``finally`` blocks, `atexit` handlers and the join of non-daemon
-    threads, which is the point when one of them is stuck, and drops unflushed output,
-    which is why this flushes first (P19). The log line and the flush run in a helper
-    thread, because a stream can block (another thread may hold its lock while it waits
-    on a full pipe), and the exit must not wait for it. Where no thread can be started
-    (during finalization; in an `atexit` handler on 3.12.1) it exits without the flush.
+    The flush runs in a helper thread, because a stream can block and the exit must not
+    wait for it (P19). Where no thread can be started (during finalization; in an `atexit`
+    handler on 3.12.1) it exits without the flush.
     """
     if sys.is_finalizing():
         # No thread can start now: 3.12+ raise, and on 3.11 Thread.start() waits forever
@@ -532,7 +534,7 @@ def run_until_signalled(
             wake.set()
 
     worker = threading.Thread(target=body, name="worker")
-    with install_signal_handlers(on_stop, signals=signals):
+    with SignalHandlers(on_stop, signals):
         worker.start()
         try:
             wake.wait()  # safe without a timeout: on_stop never runs in this thread
@@ -569,56 +571,3 @@ def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
 
     atexit.register(run_hook)
     return run_hook
-
-
-# --- Broken on purpose: the naive versions the tests and docs compare against ------------
-
-
-def naive_install_stop_handler(on_stop: Callable[[], object]) -> None:
-    """Broken on purpose: the textbook handler calls ``on_stop`` in the main thread (E1, P22, P24).
-
-    It runs between two bytecodes of whatever the main thread is doing: if that is
-    ``stop.wait()`` and ``on_stop`` is ``stop.set``, it waits forever for the event's
-    lock, which its own thread holds (E1). It runs only when the main thread runs
-    bytecode, so a signal taken by another thread (aimed at it with
-    ``signal.pthread_kill``, or handed to it because the main thread blocks the signal)
-    leaves a main thread blocked in ``Event.wait()`` asleep (P22). Every signal calls
-    ``on_stop`` again, and nothing forces the exit (P24). The previous handlers are lost.
-    """
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        on_stop()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
-def naive_run_until_interrupted(
-    work: Callable[[threading.Event], object], *, cleanup: Callable[[], object] | None = None
-) -> None:
-    """Broken on purpose: the textbook Ctrl-C loop (P18, P24).
-
-    SIGTERM is not handled, so ``docker stop`` or Kubernetes ends the process with no
-    cleanup at all (P18). Ctrl-C raises `KeyboardInterrupt` in the main thread and starts
-    the graceful path; a second Ctrl-C raises again inside the drain, so the cleanup is
-    skipped, and a stuck non-daemon worker then holds interpreter exit (P24). (It waits on
-    an event rather than ``worker.join()``: before 3.13 a Ctrl-C that interrupts
-    ``join()`` marks the thread as finished while it still runs, gh-90882.)
-    """
-    stop = threading.Event()  # set on the first Ctrl-C; work watches it
-    done = threading.Event()  # set by the worker when work returns; the main thread waits on it
-
-    def body() -> None:
-        work(stop)
-        done.set()
-
-    worker = threading.Thread(target=body, name="worker")
-    worker.start()
-    try:
-        done.wait()
-    except KeyboardInterrupt:
-        logger.warning("interrupted: stopping gracefully")
-        stop.set()
-        done.wait()  # the graceful drain: where the second Ctrl-C lands
-    if cleanup is not None:
-        cleanup()

@@ -24,7 +24,7 @@ from unittest import mock
 
 import pytest
 
-from patterns.exit_hooks import install_signal_handlers
+from patterns.exit_hooks import SignalHandlers, SignalHandlersReport, install_signal_handlers
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
@@ -508,7 +508,7 @@ def noop(signum: int, frame: FrameType | None) -> None:
 
 @pytest.mark.usefixtures("saved_handlers")
 def test_closing_the_handle_restores_the_previous_handlers_exactly():
-    """After close() each signal has its previous handler object: SIG_DFL, SIG_IGN or a callable."""
+    """After stop() each signal has its previous handler object: SIG_DFL, SIG_IGN or a callable."""
     signal.signal(signal.SIGUSR1, noop)
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
@@ -518,16 +518,67 @@ def test_closing_the_handle_restores_the_previous_handlers_exactly():
 
     handlers = install_signal_handlers(lambda: None, signals=sigs)
     assert all(signal.getsignal(s) is not before[s] for s in sigs)
-    handlers.close()
+    handlers.stop()
     assert {s: signal.getsignal(s) for s in sigs} == before
     assert all(signal.getsignal(s) is before[s] for s in sigs)
     assert signal.set_wakeup_fd(-1) == -1  # no wakeup fd left behind
 
-    with install_signal_handlers(lambda: None, signals=sigs) as again:
+    with SignalHandlers(lambda: None, signals=sigs) as again:
         assert again.signals == sigs
     assert all(signal.getsignal(s) is before[s] for s in sigs)
-    again.close()  # closing twice is harmless
-    assert again.closed
+    again.stop()  # closing twice is harmless
+    assert again.stopped
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_the_constructor_checks_its_options_and_starts_nothing():
+    """No thread, no pipe, no handler until start(); a bad option is a ValueError naming it."""
+    threads, fds = set(threading.enumerate()), open_fds()
+    handlers = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,), stop_timeout=2.5)
+    assert handlers.stop_timeout == 2.5
+    assert set(threading.enumerate()) == threads
+    assert open_fds() == fds
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
+    for bad, name in [({"stop_timeout": -1}, "stop_timeout"), ({"signals": ()}, "signals")]:
+        with pytest.raises(ValueError, match=name):
+            SignalHandlers(lambda: None, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="signals"):
+        SignalHandlers(lambda: None, signals=(999,))
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_start_runs_once_and_stop_returns_the_same_report_every_time():
+    """start() twice or after stop() raises; stop() wants the main thread, then is idempotent."""
+    handlers = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,)).start()
+    with pytest.raises(RuntimeError, match="once"):
+        handlers.start()
+    thread, outcome = run_in_thread(handlers.stop, "not-main")
+    join_or_fail(thread)
+    assert isinstance(outcome["error"], RuntimeError)
+    assert signal.getsignal(signal.SIGUSR1) is not signal.SIG_DFL  # still ours
+    with pytest.raises(ValueError, match="timeout"):
+        handlers.stop(-1)
+    report = handlers.stop()
+    assert report == SignalHandlersReport(terminated=True, still_running=(), first_signal=None)
+    assert handlers.stop() is report
+    assert handlers.stop(0) is report
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+    with pytest.raises(RuntimeError, match="once"):
+        handlers.start()
+
+
+def test_stop_before_start_reports_terminated_and_start_is_then_refused():
+    """A never-started handle stops from any thread, changes nothing, and cannot start later."""
+    handlers = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,))
+    thread, outcome = run_in_thread(handlers.stop, "not-main")
+    join_or_fail(thread)
+    report = outcome["result"]
+    assert report == SignalHandlersReport(terminated=True, still_running=(), first_signal=None)
+    assert handlers.stop() is report
+    with pytest.raises(RuntimeError, match="once"):
+        handlers.start()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
 
 
 @pytest.mark.usefixtures("saved_handlers")
@@ -542,11 +593,13 @@ def test_the_first_signal_calls_on_stop_once_in_a_thread_other_than_main():
         calls.append(threading.current_thread().name)
         called.set()
 
-    with install_signal_handlers(on_stop, signals=(signal.SIGUSR1,)) as handlers:
+    with SignalHandlers(on_stop, signals=(signal.SIGUSR1,)) as handlers:
         signal.raise_signal(signal.SIGUSR2)  # also written to the wakeup fd; must be ignored
         signal.raise_signal(signal.SIGUSR1)
         assert called.wait(MUST_HAPPEN)
         assert handlers.first_signal == signal.SIGUSR1
+    report = handlers.stop()  # the report of the stop() that leaving the block made
+    assert (report.terminated, report.first_signal) == (True, signal.SIGUSR1)
     assert others == [signal.SIGUSR2]  # the other handler still ran, in the main thread
     assert calls == ["on-stop"]
 
@@ -578,7 +631,7 @@ def test_installing_is_all_or_nothing():
 @pytest.mark.usefixtures("saved_handlers")
 def test_a_second_install_is_refused_while_the_first_is_open():
     """Only one handle can own the wakeup fd; the second install says so and changes nothing."""
-    with install_signal_handlers(lambda: None, signals=(signal.SIGUSR1,)):
+    with SignalHandlers(lambda: None, signals=(signal.SIGUSR1,)):
         installed = signal.getsignal(signal.SIGUSR1)
         with pytest.raises(RuntimeError, match="wakeup fd is already set"):
             install_signal_handlers(lambda: None, signals=(signal.SIGUSR1, signal.SIGUSR2))
@@ -678,7 +731,7 @@ def test_a_ctrl_c_before_install_took_sigint_raises_and_leaves_nothing_behind():
 
 @pytest.mark.usefixtures("saved_handlers")
 def test_a_second_ctrl_c_while_closing_still_puts_everything_back_then_raises():
-    """Once SIGINT's old handler is back it may raise; close() finishes first, then re-raises."""
+    """Once SIGINT's old handler is back it may raise; stop() finishes first, then re-raises."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, noop)
     fds = open_fds()
@@ -698,21 +751,21 @@ def test_a_second_ctrl_c_while_closing_still_puts_everything_back_then_raises():
         mock.patch.object(signal, "signal", ctrl_c_once_sigint_is_back),
         pytest.raises(KeyboardInterrupt),
     ):
-        handlers.close()
-    assert handlers.closed
+        handlers.stop()
+    assert handlers.stopped
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert signal.getsignal(signal.SIGUSR1) is noop
     assert signal.set_wakeup_fd(-1) == -1
     assert not [t for t in threading.enumerate() if t.name == "signal-dispatcher"]
     assert open_fds() == fds
-    handlers.close()  # and a second close is a no-op
+    assert handlers.stop().terminated  # a second stop returns the report the first made
 
 
 @pytest.mark.usefixtures("saved_handlers")
-def test_a_signal_that_lands_while_installing_is_acted_on_and_close_stays_bounded(
+def test_a_signal_that_lands_while_installing_is_acted_on_and_stop_stays_bounded(
     caplog: pytest.LogCaptureFixture,
 ):
-    """Caught by our handler mid-install, it calls on_stop once; close() waits at most 1 s."""
+    """Caught by our handler mid-install, it calls on_stop once; stop() waits at most 1 s."""
     real = signal.signal
 
     def signal_after_first(signum: int, handler: object) -> object:
@@ -734,9 +787,10 @@ def test_a_signal_that_lands_while_installing_is_acted_on_and_close_stays_bounde
         gate.wait_reached()
         assert handlers.first_signal == signal.SIGUSR1
         with elapsed() as took:
-            handlers.close()  # on_stop is stuck at the gate: close() gives up waiting on it
+            report = handlers.stop()  # on_stop is stuck at the gate: stop() gives up on it
         assert took() < 1.0 + NOISE
-        assert "on_stop is still running 1s after close()" in caplog.text
+        assert report == SignalHandlersReport(False, ("on-stop",), signal.SIGUSR1)
+        assert "on_stop is still running 1s after stop()" in caplog.text
     finally:
         gate.open()
     for thread in threading.enumerate():
@@ -758,7 +812,7 @@ def test_on_stop_still_runs_when_no_thread_can_be_started_for_it(caplog: pytest.
     flaky = fail_on_call(2, threading.Thread.start, RuntimeError("can't start new thread"))
     with (
         mock.patch.object(threading.Thread, "start", flaky),  # 1: dispatcher, 2: on-stop
-        install_signal_handlers(on_stop, signals=(signal.SIGUSR1,)) as handlers,
+        SignalHandlers(on_stop, signals=(signal.SIGUSR1,)) as handlers,
     ):
         signal.raise_signal(signal.SIGUSR1)
         assert called.wait(MUST_HAPPEN)
@@ -792,7 +846,7 @@ def test_a_handler_installed_outside_python_is_left_alone():
 
 NAIVE_SERVICE = """
 import atexit, sys
-from patterns.exit_hooks import naive_run_until_interrupted
+from patterns.naive.exit_hooks import naive_run_until_interrupted
 atexit.register(print, "atexit ran", flush=True)
 
 def work(stop):
@@ -822,7 +876,7 @@ def test_first_sigterm_calls_on_stop_once_and_the_process_exits_0_after_its_clea
     """With the handlers, SIGTERM calls on_stop once; main's finally, then atexit run; status 0."""
     code = """
         import atexit, threading
-        from patterns.exit_hooks import install_signal_handlers
+        from patterns.exit_hooks import SignalHandlers
         atexit.register(print, "atexit ran", flush=True)
         stop = threading.Event()
 
@@ -830,7 +884,7 @@ def test_first_sigterm_calls_on_stop_once_and_the_process_exits_0_after_its_clea
             print("on_stop called", flush=True)
             stop.set()
 
-        with install_signal_handlers(on_stop):
+        with SignalHandlers(on_stop):
             try:
                 print("ready", flush=True)
                 stop.wait()
@@ -853,7 +907,8 @@ WORKER_GETS_THE_SIGNAL = (
     WATCH_MAIN
     + """
 import signal
-from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+from patterns.exit_hooks import install_signal_handlers
+from patterns.naive.exit_hooks import naive_install_stop_handler
 stop = threading.Event()
 {install}(stop.set)
 
@@ -902,7 +957,8 @@ MASKED = (
     WATCH_MAIN
     + """
 import signal
-from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+from patterns.exit_hooks import install_signal_handlers
+from patterns.naive.exit_hooks import naive_install_stop_handler
 stop = threading.Event()
 {install}(stop.set)
 worker_ready = threading.Event()
@@ -982,7 +1038,8 @@ def test_on_linux_a_process_signal_reaches_a_main_thread_that_does_not_block_it(
 
 SIGNAL_INSIDE_WAIT = """
 import faulthandler, signal, sys, threading
-from patterns.exit_hooks import install_signal_handlers, naive_install_stop_handler
+from patterns.exit_hooks import install_signal_handlers
+from patterns.naive.exit_hooks import naive_install_stop_handler
 faulthandler.register(signal.SIGUSR1)  # lets the parent see where the child is stuck
 stop = threading.Event()
 {install}(stop.set)
@@ -1037,7 +1094,7 @@ NAIVE_CTRL_C = (
     WATCH_MAIN
     + """
 import logging, signal
-from patterns.exit_hooks import naive_run_until_interrupted
+from patterns.naive.exit_hooks import naive_run_until_interrupted
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 logging.basicConfig(stream=sys.stdout, format="log: %(message)s")
 
@@ -1068,7 +1125,7 @@ def test_naive_second_ctrl_c_abandons_the_cleanup_and_the_stuck_worker_holds_the
 
 SECOND_SIGNAL = """
 import sys, threading
-from patterns.exit_hooks import install_signal_handlers
+from patterns.exit_hooks import SignalHandlers
 stop = threading.Event()
 
 def on_stop():
@@ -1076,7 +1133,7 @@ def on_stop():
     stop.set()
 
 worker = threading.Thread(target=sys.stdin.readline, name="stuck-worker")  # non-daemon
-with install_signal_handlers(on_stop):
+with SignalHandlers(on_stop):
     worker.start()
     print("ready", flush=True)
     stop.wait()
@@ -1112,12 +1169,12 @@ def test_an_on_stop_that_raises_is_logged_and_the_second_signal_still_forces_the
     """A failing on_stop is logged with its traceback; the second signal still exits with 143."""
     code = """
         import threading
-        from patterns.exit_hooks import install_signal_handlers
+        from patterns.exit_hooks import SignalHandlers
 
         def on_stop():
             raise RuntimeError("on_stop broke")
 
-        with install_signal_handlers(on_stop):
+        with SignalHandlers(on_stop):
             print("ready", flush=True)
             threading.Event().wait()  # never set: only the second signal ends this
     """
@@ -1259,7 +1316,7 @@ print("child status:", wait_for_exit(pid, {timeout}), flush=True)
 signal.raise_signal(signal.SIGINT)  # the parent's own signal, after the child's is over
 print("on_stop called:", called.wait({timeout}), flush=True)
 print("first signal:", handlers.first_signal.name, flush=True)
-handlers.close()
+handlers.stop()
 """
 )
 
@@ -1288,9 +1345,9 @@ def test_a_child_forked_after_install_dies_on_sigterm_and_its_signal_never_reach
 
 
 def test_a_forked_child_closing_its_copy_of_the_handle_leaves_the_parents_handlers_working():
-    """The child's close() must not stop the parent's dispatcher through the shared pipe."""
+    """The child's stop() must not stop the parent's dispatcher through the shared pipe."""
     code = FORK_AFTER_INSTALL.format(
-        child_then="handlers.close()  # forked code that leaves the with-block does this",
+        child_then="handlers.stop()  # forked code that leaves the with-block does this",
         parent_then="",
         timeout=MUST_HAPPEN,
     )
@@ -1309,10 +1366,10 @@ def test_a_child_forked_from_a_worker_thread_gets_its_handlers_back_too():
     """The at-fork hook runs in the forking thread, the child's main thread, whichever it was."""
     code = """
         import os, signal, threading, warnings
-        from patterns.exit_hooks import install_signal_handlers
+        from patterns.exit_hooks import SignalHandlers
         # 3.12+ warn about forking with threads running; the fork is the point of the test.
         warnings.simplefilter("ignore", DeprecationWarning)
-        with install_signal_handlers(lambda: None):
+        with SignalHandlers(lambda: None):
             def fork_here():
                 pid = os.fork()
                 if pid == 0:
@@ -1333,8 +1390,8 @@ def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pi
     """A subprocess execs: handled signals are back to SIG_DFL, and the pipe is not inherited."""
     code = """
         import signal, subprocess, sys
-        from patterns.exit_hooks import install_signal_handlers
-        with install_signal_handlers(lambda: None) as handlers:
+        from patterns.exit_hooks import SignalHandlers
+        with SignalHandlers(lambda: None) as handlers:
             write_fd = signal.set_wakeup_fd(-1)
             signal.set_wakeup_fd(write_fd)  # only looking: put it back
             child = (
@@ -1354,7 +1411,7 @@ def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pi
 
 MULTIPROCESSING_FORK = """
 import multiprocessing, os, signal, sys, threading, warnings
-from patterns.exit_hooks import install_signal_handlers
+from patterns.exit_hooks import SignalHandlers
 
 def child(ready):
     ready.set()
@@ -1363,7 +1420,7 @@ def child(ready):
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
 ctx = multiprocessing.get_context("fork")
 called = threading.Event()
-with install_signal_handlers(called.set) as handlers:
+with SignalHandlers(called.set) as handlers:
     ready = ctx.Event()
     process = ctx.Process(target=child, args=(ready,), name="forked-child")
     with warnings.catch_warnings(record=True) as caught:

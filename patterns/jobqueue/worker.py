@@ -684,7 +684,7 @@ class Worker:
                 self.name,
             )
             return
-        self._signals.close()
+        self._signals.stop()
         self._signals = None
 
     def _build_report(self, start: float, *, terminated: bool) -> ShutdownReport:

@@ -262,13 +262,13 @@ where = sys.argv.pop(1)
 if where == "after-handlers-closed":
     from patterns.exit_hooks import SignalHandlers
 
-    real_close = SignalHandlers.close
+    real_stop = SignalHandlers.stop
 
-    def close(handlers):
-        real_close(handlers)
+    def stop(handlers):
+        real_stop(handlers)
         signal.raise_signal(signal.SIGINT)  # a second Ctrl-C, just too late for the handlers
 
-    SignalHandlers.close = close
+    SignalHandlers.stop = stop
     sys.argv.append("--exit-when-empty")
 elif where == "before-handlers":
     real_install = worker.install_signal_handlers

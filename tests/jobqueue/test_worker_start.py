@@ -352,15 +352,15 @@ def test_a_ctrl_c_just_after_the_stop_put_the_signal_handlers_back_keeps_the_fin
     before = signal.getsignal(signal.SIGINT)
     reports: list[ShutdownReport] = []
     worker = make_worker(store, install_signal_handlers=True, on_shutdown=reports.append)
-    real_close = SignalHandlers.close
+    real_stop = SignalHandlers.stop
 
-    def close(handlers: SignalHandlers) -> None:
-        real_close(handlers)
+    def stop(handlers: SignalHandlers) -> None:
+        real_stop(handlers)
         signal.raise_signal(signal.SIGINT)  # Python's own handler is back: KeyboardInterrupt
 
     try:
         worker.start()
-        with mock.patch.object(SignalHandlers, "close", close), pytest.raises(KeyboardInterrupt):
+        with mock.patch.object(SignalHandlers, "stop", stop), pytest.raises(KeyboardInterrupt):
             worker.stop()
         assert signal.getsignal(signal.SIGINT) == before
         assert_nothing_left(worker, store, None)
