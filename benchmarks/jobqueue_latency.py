@@ -374,7 +374,7 @@ def stop_worker(path: Path) -> float:
     report = worker.stop()
     seconds = time.monotonic() - start
     store.close()
-    if not report.finished:
+    if not report.terminated:
         raise RuntimeError(f"idle stop did not finish: {report.summary()}")
     return seconds
 

@@ -124,7 +124,7 @@ def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
     report = worker.stop(10.0)
     done = store.counts()["done"]
     store.close()
-    if not finished or not report.finished or done != jobs:
+    if not finished or not report.terminated or done != jobs:
         raise RuntimeError(f"project drain: {counter.count} counted, {done} done of {jobs}")
     return seconds
 

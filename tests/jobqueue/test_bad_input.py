@@ -66,7 +66,7 @@ def run_until_empty(worker: Worker) -> None:
     thread, outcome = run_in_thread(worker.run, "worker-main")
     join_or_fail(thread)
     assert "error" not in outcome, outcome
-    assert outcome["result"].finished, outcome["result"].summary()
+    assert outcome["result"].terminated, outcome["result"].summary()
 
 
 def quick_worker(store: Store, tasks: TaskRegistry) -> Worker:

@@ -380,7 +380,7 @@ def test_an_idle_worker_runs_a_job_enqueued_elsewhere_long_before_its_poll_inter
             other.enqueue("note")  # another "machine": this worker is not told directly
             assert started.wait(MUST_HAPPEN)  # not after an hour: the NOTIFY woke it
             report = worker.stop()
-        assert report.finished
+        assert report.terminated
     finally:
         other.close()
 
@@ -456,7 +456,7 @@ def test_a_worker_loses_nothing_when_every_connection_is_killed_mid_job(
             done.wait_for(4)
             report = worker.stop()
         assert made.counts() == {"queued": 0, "running": 0, "done": 4, "failed": 0}
-        assert report.finished
+        assert report.terminated
         assert not report.thread_failures
         stats = worker.stats()
         assert (stats.done, stats.released, stats.lost, stats.unsettled) == (4, 0, 0, 0)
