@@ -1,4 +1,4 @@
-"""Job queue latencies next to the peers: wake-up, stop, and stop accuracy (issue 9, 3-5).
+"""Job queue latencies next to the peers: wake-up, stop, and stop accuracy (tables 3-5).
 
 Run it with ``python -m benchmarks.jobqueue_latency`` (``--help`` for the knobs). huey
 is the peer where it has the same operation; without it installed its rows are left
@@ -374,7 +374,7 @@ def stop_worker(path: Path) -> float:
     report = worker.stop()
     seconds = time.monotonic() - start
     store.close()
-    if not report.finished:
+    if not report.terminated:
         raise RuntimeError(f"idle stop did not finish: {report.summary()}")
     return seconds
 

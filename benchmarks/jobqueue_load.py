@@ -79,7 +79,7 @@ def drain(db: str, concurrency: int, synchronous: str) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     counts = store.counts()
     store.close()
-    return {"seconds": seconds, "done": counts["done"], "finished": report.finished}
+    return {"seconds": seconds, "done": counts["done"], "finished": report.terminated}
 
 
 def child(args: argparse.Namespace) -> int:

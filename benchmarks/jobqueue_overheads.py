@@ -1,7 +1,7 @@
 """What the pattern modules add per call or per job, next to the bare standard library (7).
 
 Run it with ``python -m benchmarks.jobqueue_overheads`` (``--help`` for the knobs).
-Part 7 of issue 9; the closable queue's own overhead is ``benchmarks.closable_queue``.
+Table 7; the closable queue's own overhead is ``benchmarks.closable_queue``.
 
 * Bulkhead: ``--calls`` (10,000) no-op calls through ``Bulkhead(4, 4).call(f)`` and
   ``Bulkhead(4, 4).submit(f).result()``, next to ``ThreadPoolExecutor(4).submit(f)

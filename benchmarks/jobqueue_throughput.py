@@ -1,4 +1,4 @@
-"""Job queue throughput next to the peers: drain with 4 threads, and enqueue (issue 9, 1-2).
+"""Job queue throughput next to the peers: drain with 4 threads, and enqueue (tables 1-2).
 
 Run it with ``python -m benchmarks.jobqueue_throughput`` (``--help`` for the knobs).
 Needs the peers of the ``bench`` extra (huey, persist-queue); a peer that is not
@@ -35,7 +35,7 @@ jobs (2,000) one per call for each system, and ``--jobs`` in one batch for this
 project's ``enqueue_many`` and for a raw ``executemany`` in one transaction.
 
 Ratios are medians divided by huey's median at the same ``synchronous`` setting. The
-targets of issue 9 are printed under each table with met or not met. This is a
+performance targets are printed under each table with met or not met. This is a
 measurement to read, not a test: nothing here asserts on a time.
 """
 
@@ -124,7 +124,7 @@ def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
     report = worker.stop(10.0)
     done = store.counts()["done"]
     store.close()
-    if not finished or not report.finished or done != jobs:
+    if not finished or not report.terminated or done != jobs:
         raise RuntimeError(f"project drain: {counter.count} counted, {done} done of {jobs}")
     return seconds
 

@@ -27,7 +27,7 @@ from patterns.jobqueue.tasks import (
     Retry,
     TaskRegistry,
 )
-from patterns.jobqueue.worker import Outcome, ShutdownReport, Worker, WorkerState, WorkerStats
+from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState, WorkerStats
 
 __all__ = [
     "Backoff",
@@ -43,10 +43,10 @@ __all__ = [
     "PhaseError",
     "Retry",
     "SQLiteStore",
-    "ShutdownReport",
     "Store",
     "TaskRegistry",
     "Worker",
+    "WorkerReport",
     "WorkerState",
     "WorkerStats",
 ]

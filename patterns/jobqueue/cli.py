@@ -4,7 +4,7 @@ Usage::
 
     python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD] [--delay S] [--max-attempts N]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
-        [--shutdown-timeout S] [--poll-interval S] [--lease S] [--exit-when-empty]
+        [--stop-timeout S] [--poll-interval S] [--lease S] [--exit-when-empty]
     python -m patterns.jobqueue --db PATH status [--json]
     python -m patterns.jobqueue demo
 
@@ -13,7 +13,7 @@ Usage::
 ``worker`` runs a ``Worker`` on the SQLite file with the handlers of the ``TaskRegistry``
 named by ``MODULE:ATTRIBUTE`` (importable from the current directory or ``PYTHONPATH``),
 logging to stderr. The first SIGTERM or SIGINT starts the graceful stop (DRAINING, then
-CANCELLING, within ``--shutdown-timeout``); a second one exits at once. ``demo`` runs a
+CANCELLING, within ``--stop-timeout``); a second one exits at once. ``demo`` runs a
 self-contained walkthrough on a temporary database.
 
 ``--db`` may also be a ``postgresql://`` URL: the queue then lives in that database's
@@ -64,7 +64,7 @@ from patterns.jobqueue.postgres import (
 from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
 from patterns.jobqueue.store import JobState, encode_payload
 from patterns.jobqueue.tasks import TaskRegistry
-from patterns.jobqueue.worker import ShutdownReport, Worker
+from patterns.jobqueue.worker import Worker, WorkerReport
 from patterns.thread_exceptions import LoggingExcepthook
 
 __all__ = [
@@ -146,8 +146,8 @@ def _parser() -> _Parser:
     worker.add_argument("--tasks", required=True, metavar="MODULE:ATTRIBUTE")
     worker.add_argument("--concurrency", type=_positive_int, default=4)
     worker.add_argument(
-        "--shutdown-timeout",
-        type=_number("shutdown-timeout", minimum=0, inclusive=True),
+        "--stop-timeout",
+        type=_number("stop-timeout", minimum=0, inclusive=True),
         default=10.0,
     )
     worker.add_argument(
@@ -283,7 +283,7 @@ def _run_worker(
             registry,
             concurrency=args.concurrency,
             poll_interval=args.poll_interval,
-            shutdown_timeout=args.shutdown_timeout,
+            stop_timeout=args.stop_timeout,
             lease=args.lease,
             install_signal_handlers=True,
             exit_when_empty=args.exit_when_empty,
@@ -291,7 +291,7 @@ def _run_worker(
             clock=store.clock if isinstance(store, PostgresStore) else time.time,
         )
         report = worker.run()
-        if not report.finished:
+        if not report.terminated:
             logger.error("%s", report.summary())
             # Threads still run jobs that ignored their token; a normal exit would join
             # them forever. Their leases make the jobs run again after they expire.
@@ -423,9 +423,7 @@ def _stop_in_the_middle(screen: _Screen, store: SQLiteStore, ids: dict[int, str]
         f"2. Start a worker: 4 threads, a {_DEMO_BUDGET:g} s shutdown budget "
         f"({_DEMO_BUDGET * 0.75:g} s draining, {_DEMO_BUDGET * 0.25:g} s cancelling)."
     )
-    worker = Worker(
-        store, demo_tasks, concurrency=4, poll_interval=0.05, shutdown_timeout=_DEMO_BUDGET
-    )
+    worker = Worker(store, demo_tasks, concurrency=4, poll_interval=0.05, stop_timeout=_DEMO_BUDGET)
     started = time.monotonic()
     worker.start()
     while time.monotonic() - started < _DEMO_STOP_AFTER:  # a demo paces itself for the reader
@@ -451,9 +449,7 @@ def _stop_in_the_middle(screen: _Screen, store: SQLiteStore, ids: dict[int, str]
 def _restart(screen: _Screen, store: SQLiteStore) -> None:
     screen.say()
     screen.say("4. Restart: a new worker on the same file finishes the rest.")
-    worker = Worker(
-        store, demo_tasks, concurrency=4, poll_interval=0.05, shutdown_timeout=_DEMO_BUDGET
-    )
+    worker = Worker(store, demo_tasks, concurrency=4, poll_interval=0.05, stop_timeout=_DEMO_BUDGET)
     started = time.monotonic()
     worker.start()
     deadline = started + 30.0
@@ -472,15 +468,15 @@ def _restart(screen: _Screen, store: SQLiteStore) -> None:
     )
 
 
-def _show_report(screen: _Screen, report: ShutdownReport, ids: dict[int, str]) -> None:
+def _show_report(screen: _Screen, report: WorkerReport, ids: dict[int, str]) -> None:
     def named(job_ids: Sequence[int]) -> str:
         return ", ".join(f"{i} {ids[i]}" for i in job_ids) or "none"
 
     phases = ", ".join(f"{s.value} {t:.2f}s" for s, t in report.phases.items())
-    screen.say(f"   report: finished={report.finished} ({phases}, total {report.elapsed:.2f}s)")
+    screen.say(f"   report: terminated={report.terminated} ({phases}, total {report.elapsed:.2f}s)")
     screen.say(f"     completed during the stop: {named(report.completed)}")
     screen.say(f"     released (back in the queue, unchanged): {named(report.released)}")
-    screen.say(f"     still running at the deadline: {named(report.still_running)}")
+    screen.say(f"     still running at the deadline: {named(report.still_running_ids)}")
 
 
 def _counts_text(counts: dict[str, int]) -> str:

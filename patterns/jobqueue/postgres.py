@@ -133,7 +133,6 @@ RETRIES = 5
 
 _BACKOFF = 0.1  # seconds before the first retry; doubles each time, plus jitter
 _LISTEN_BACKOFF_MAX = 5.0  # the listener's longest wait between reconnection attempts
-_LISTENER_JOIN = 5.0  # seconds close() waits for the listener thread to end
 _MAX_ATTEMPTS = 2**31 - 1  # the integer column's range
 # timestamptz covers 4713 BC to 294276 AD; refuse what to_timestamp() would reject.
 _MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
@@ -382,6 +381,8 @@ class PostgresStore:
             statement (the SQL is unchanged, only a parameter differs), so a test can move
             time without sleeping, as with the other stores. A store given a clock is
             only as right as that clock: never use one with workers on several machines.
+        stop_timeout: `close`'s default budget, in seconds, for the listener thread to end
+            (5 s: longer than a connection attempt to an unreachable server takes).
 
     The constructor connects, checks or creates the schema, and raises
     `StoreUnavailable` if the server cannot be reached within ``RETRIES`` attempts,
@@ -392,6 +393,11 @@ class PostgresStore:
     is one short transaction, so a connection per thread would mostly add connections to
     the server's limit. Subscribers add a second connection, for ``LISTEN``, read by a
     daemon thread (`PostgresStore.subscribe`).
+
+    The store is a resource, not a service: the constructor opens it and `close` releases
+    it, as with a file or a connection, and as every ``Store`` does. It has no life of its
+    own to start: the one thread it owns, the listener, starts with the first subscriber,
+    and `close` stops it within ``stop_timeout``.
     """
 
     def __init__(
@@ -400,7 +406,11 @@ class PostgresStore:
         *,
         schema: str = "jobqueue",
         clock: Callable[[], float] | None = None,
+        stop_timeout: float = 5.0,
     ) -> None:
+        if stop_timeout < 0:
+            raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
+        self.stop_timeout = stop_timeout
         self._pg = _import_psycopg()
         from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
 
@@ -460,14 +470,16 @@ class PostgresStore:
         self._connects = 0
         self._offset = 0.0  # database clock minus time.time(), from the last reading
 
-        # Guards _subscribers, _listener and _stopping. Held briefly by subscribe(), the
-        # unsubscribe functions, close() and the listener thread (to copy the subscribers
-        # before calling them, never while calling them).
+        # Guards _subscribers, _listener, _stopping, _listener_ended and _orphaned. Held
+        # briefly by subscribe(), the unsubscribe functions, close() and the listener thread
+        # (to copy the subscribers before calling them, never while calling them).
         self._sub_lock = threading.Lock()
         self._subscribers: dict[int, Callable[[], object]] = {}
         self._keys = itertools.count()
         self._listener: threading.Thread | None = None
         self._stopping = False
+        self._listener_ended = False  # set by the listener thread as it ends
+        self._orphaned = False  # set by close() when the listener outlived its budget
         # close() writes a byte to _wakeup_w; the listener selects on _wakeup_r next to its
         # connection's socket, so close() ends its wait (or its backoff) at once.
         self._wakeup_r, self._wakeup_w = socket.socketpair()
@@ -1005,6 +1017,16 @@ class PostgresStore:
             return self._stopping
 
     def _listen_loop(self) -> None:
+        try:
+            self._listen_until_closed()
+        finally:
+            with self._sub_lock:
+                self._listener_ended = True
+                orphaned = self._orphaned
+            if orphaned:  # close() gave up waiting and left the wake-up sockets to us
+                self._close_wakeup()
+
+    def _listen_until_closed(self) -> None:
         from psycopg import pq, sql  # noqa: PLC0415 - psycopg is optional: imported on use
 
         failures = 0
@@ -1055,8 +1077,21 @@ class PostgresStore:
 
     # --- closing ------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Release the store's resources (connections, listener thread); idempotent."""
+    def _close_wakeup(self) -> None:
+        self._wakeup_r.close()
+        self._wakeup_w.close()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Release the store's resources (connections, listener thread); idempotent.
+
+        Waits up to ``timeout`` seconds (default ``stop_timeout``) for the listener thread
+        to end; one still running then (a connection attempt, or a subscriber that does
+        not return) is logged and left to end by itself: it is a daemon thread that only
+        reads notifications. A negative ``timeout`` is a `ValueError`.
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must not be negative, got {timeout}")
+        budget = self.stop_timeout if timeout is None else timeout
         with self._lock:
             if self._closed:
                 return
@@ -1068,14 +1103,15 @@ class PostgresStore:
             self._subscribers.clear()
         self._wakeup_w.send(b"x")  # ends the listener's select at once
         if listener is not None:
-            listener.join(_LISTENER_JOIN)
-        if listener is not None and listener.is_alive():
-            # Stuck in a connection attempt (connect_timeout): it ends after that, by itself,
-            # and still needs its wake-up socket until then.
-            logger.warning("%s: the listener thread did not end in time", self._where)
+            listener.join(budget)
+        with self._sub_lock:
+            # A listener still in a connection attempt (connect_timeout) or a subscriber's
+            # call ends after that, by itself, and needs its wake-up socket until then.
+            orphaned = self._orphaned = listener is not None and not self._listener_ended
+        if orphaned:
+            logger.warning("%s: the listener thread did not end within %.2f s", self._where, budget)
         else:
-            self._wakeup_r.close()
-            self._wakeup_w.close()
+            self._close_wakeup()
         if conn is not None:
             conn.close()
 

@@ -2,18 +2,8 @@
 
 TL;DR: ``Worker(store, tasks, concurrency=4).start()`` claims due jobs and runs their
 handlers on a pool of threads; `Worker.stop` walks one explicit state machine, RUNNING ->
-DRAINING -> CANCELLING -> STOPPED, within ``shutdown_timeout`` and returns a
-`ShutdownReport` of the jobs it completed, released and left running.
-
-Pitfall:
-    Proletarian's worker stops on the JVM interrupt flag alone: a handler that catches
-    the interrupt clears the flag, and its thread goes on claiming jobs after the stop
-    until the queue is empty. Its stop interrupts at once instead of draining, throws
-    after the timeout without saying which jobs were still running, skips
-    ``on-shutdown`` then, and runs it again on a second stop. qdolor's worker loses a
-    task when a hook or a backend call throws after the dequeue, waits its poll interval
-    even while tasks are due, and its stop waits forever for a hung task. Every queue
-    that keeps a heartbeat only while "running" declares live jobs dead during the drain.
+DRAINING -> CANCELLING -> STOPPED, within ``stop_timeout`` and returns a
+`WorkerReport` of the jobs it completed, released and left running.
 
 Pattern:
     One state machine, each transition logged as ``worker.<state>``. ``request_stop``
@@ -76,13 +66,10 @@ Python:
     ``tests/jobqueue/test_python_claims.py``): a program that must exit then calls
     ``os._exit`` after logging the report, as the CLI does. A worker must be stopped
     (``with``, `Worker.run` or `Worker.stop`): an ``atexit`` handler runs too late to do it.
+    Checked on CPython 3.11.7, 3.12.1 and 3.13.0.
 
-Java:
-    Proletarian's ``stop!`` is `Worker.stop`; ``:proletarian/await-termination-timeout-ms``
-    is ``shutdown_timeout``; ``:proletarian/on-shutdown`` is ``on_shutdown`` (called once,
-    with the report); ``:proletarian/install-jvm-shutdown-hook?`` is
-    ``install_signal_handlers``. ``Thread.interrupt()`` on a worker thread is the job
-    token's ``cancel()`` in CANCELLING, and ``InterruptedException`` is ``Interrupted``.
+Docs: docs/jobqueue/design.md (the pitfalls of Proletarian's and qdolor's workers, and
+the map from Proletarian's names to these).
 
 See also:
     ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.store``
@@ -124,9 +111,9 @@ from patterns.thread_exceptions import ThreadFailure
 
 __all__ = [
     "Outcome",
-    "ShutdownReport",
     "Step",
     "Worker",
+    "WorkerReport",
     "WorkerState",
     "WorkerStats",
 ]
@@ -192,28 +179,30 @@ class Step(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class ShutdownReport:
+class WorkerReport:
     """What `Worker.stop` achieved.
 
     Attributes:
-        worker: the worker's name.
-        finished: True when every job in hand was settled and every thread the worker
+        terminated: True when every job in hand was settled and every thread the worker
             started has ended, within the budget.
+        still_running: the jobs whose handler was still running at the deadline, named
+            ``"job <id>"``. They keep their lease (not released, no longer renewed): if
+            the process exits, each runs again once its lease expires.
+        worker: the worker's name.
+        still_running_ids: the ids of those jobs, in the same order.
         outcomes: for each job the worker held when the stop began (running, or handed
             off but not started), how it was settled during the stop.
-        still_running: jobs whose handler was still running at the deadline. They keep
-            their lease (not released, no longer renewed): if the process exits, each
-            runs again once its lease expires.
         errors: the `PhaseError` records of the worker's life (the most recent 100).
         thread_failures: worker threads that died (each also stopped the worker).
         phases: seconds spent in DRAINING and, if it was entered, CANCELLING.
         elapsed: seconds the `Worker.stop` call took.
     """
 
+    terminated: bool
+    still_running: tuple[str, ...]
     worker: str
-    finished: bool
+    still_running_ids: tuple[int, ...] = ()
     outcomes: Mapping[int, Outcome] = field(default_factory=dict)
-    still_running: tuple[int, ...] = ()
     errors: tuple[PhaseError, ...] = ()
     thread_failures: tuple[ThreadFailure, ...] = ()
     phases: Mapping[WorkerState, float] = field(default_factory=dict)
@@ -238,7 +227,7 @@ class ShutdownReport:
             f"{len(self.still_running)} still running"
         )
         if self.still_running:
-            text += f" {list(self.still_running)} (they keep their lease)"
+            text += f" {list(self.still_running_ids)} (they keep their lease)"
         if self.errors or self.thread_failures:
             text += f"; {len(self.errors)} error(s), {len(self.thread_failures)} dead thread(s)"
         return text
@@ -292,13 +281,13 @@ class Worker:
             job.
         poll_interval: how long an idle worker waits before claiming again; the wait ends
             at once on `wake`, `enqueue`, `request_stop` and when a job finishes.
-        shutdown_timeout: `stop`'s default budget, in seconds.
+        stop_timeout: `stop`'s default budget, in seconds.
         cancel_timeout: the part of the budget kept for CANCELLING (default: a quarter);
-            DRAINING gets the rest. ``cancel_timeout=shutdown_timeout`` cancels at once.
+            DRAINING gets the rest. ``cancel_timeout=stop_timeout`` cancels at once.
         lease: seconds each claim holds its job; renewed every ``heartbeat_interval``
             (default: a third of the lease) while the handler runs, draining included.
-        on_shutdown: called exactly once, with the final `ShutdownReport`, when the
-            worker reaches STOPPED (``report.finished`` says whether everything ended).
+        on_shutdown: called exactly once, with the final `WorkerReport`, when the
+            worker reaches STOPPED (``report.terminated`` says whether everything ended).
         install_signal_handlers: make the first SIGTERM/SIGINT call `request_stop` and a
             second force the exit; `start` and `stop` must then run in the main thread.
         exit_when_empty: request a stop once no job is due or running anywhere.
@@ -321,11 +310,11 @@ class Worker:
         concurrency: int = 4,
         prefetch: int = 0,
         poll_interval: float = 1.0,
-        shutdown_timeout: float = 10.0,
+        stop_timeout: float = 10.0,
         cancel_timeout: float | None = None,
         lease: float = 30.0,
         heartbeat_interval: float | None = None,
-        on_shutdown: Callable[[ShutdownReport], object] | None = None,
+        on_shutdown: Callable[[WorkerReport], object] | None = None,
         install_signal_handlers: bool = False,
         exit_when_empty: bool = False,
         name: str | None = None,
@@ -333,15 +322,15 @@ class Worker:
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         _check_counts(concurrency, prefetch)
-        _check_times(poll_interval, shutdown_timeout, cancel_timeout, lease)
+        _check_times(poll_interval, stop_timeout, cancel_timeout, lease)
         self.name = name or f"worker-{os.getpid()}-{next(_names)}"
         self._store = store
         self._tasks = tasks
         self._concurrency = concurrency
         self._poll_interval = poll_interval
-        self.shutdown_timeout = shutdown_timeout
+        self.stop_timeout = stop_timeout
         self._cancel_share = (
-            None if cancel_timeout is None else cancel_timeout / max(shutdown_timeout, 1e-9)
+            None if cancel_timeout is None else cancel_timeout / max(stop_timeout, 1e-9)
         )
         self._lease = lease
         self._on_shutdown = on_shutdown
@@ -375,7 +364,7 @@ class Worker:
         self._thread_failures: list[ThreadFailure] = []
         self._start_called = False  # set by the first start(), so a second one refuses
         self._stop_owner: threading.Thread | None = None  # the thread running stop()
-        self._report: ShutdownReport | None = None
+        self._report: WorkerReport | None = None
 
         # Set by wake(), enqueue(), request_stop() and each handler thread when it frees
         # its slot; cleared by the claiming thread just before each claim; waited on by
@@ -403,7 +392,7 @@ class Worker:
             max_workers=concurrency, thread_name_prefix=f"{self.name}-job"
         )
         self._claimer = BackgroundService(
-            self._claim_loop, name=f"{self.name}-claimer", stop_timeout=shutdown_timeout
+            self._claim_loop, name=f"{self.name}-claimer", stop_timeout=stop_timeout
         )
         self._heartbeat = HousekeepingDaemon(
             self._reporting_death(every(heartbeat_interval or lease / 3, self._renew_leases)),
@@ -510,20 +499,24 @@ class Worker:
         """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
         return self._stop_requested.wait(timeout)
 
-    def stop(self, timeout: float | None = None) -> ShutdownReport:
-        """Drain, cancel, and report, within ``timeout`` (default ``shutdown_timeout``).
+    def stop(self, timeout: float | None = None) -> WorkerReport:
+        """Drain, cancel, and report, within ``timeout`` (default ``stop_timeout``).
 
         DRAINING lasts until every running job has ended or the budget minus the cancel
         share is spent; then CANCELLING cancels every running job's token and waits for
         the rest of the budget; then STOPPED: ``on_shutdown(report)`` is called once and
         the report returned. Never blocks past its budget (plus scheduling noise).
 
-        Idempotent: later calls return the first call's report; a call made while another
-        thread is stopping the worker waits for it within its own budget, and returns a
-        provisional, unfinished report if that runs out. Raises `RuntimeError` when called
-        from one of the worker's own threads (a handler): use `request_stop` there.
+        Idempotent: later calls return the first call's report object, whatever their
+        timeout; a call made while another thread is stopping the worker waits for it
+        within its own budget, and returns a provisional, unfinished report if that runs
+        out. A stop before `start` returns a terminated report, and `start` then raises.
+        Raises `ValueError` for a negative ``timeout``, and `RuntimeError` when called from
+        one of the worker's own threads (a handler): use `request_stop` there.
         """
-        budget = self.shutdown_timeout if timeout is None else timeout
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must not be negative, got {timeout}")
+        budget = self.stop_timeout if timeout is None else timeout
         start = time.monotonic()
         if self._is_own_thread():
             raise RuntimeError(f"{self!r}: stop() from the worker's own thread; use request_stop()")
@@ -542,7 +535,7 @@ class Worker:
             self._stopped.set()
         return report
 
-    def run(self) -> ShutdownReport:
+    def run(self) -> WorkerReport:
         """Start, wait until a stop is requested, then `stop`: a worker process's whole life."""
         self.start()
         try:
@@ -607,7 +600,7 @@ class Worker:
 
     # --- the shutdown ------------------------------------------------------------------------
 
-    def _shut_down(self, budget: float, start: float) -> ShutdownReport:
+    def _shut_down(self, budget: float, start: float) -> WorkerReport:
         deadline = start + budget
         with self._cond:
             never_started = self._state is WorkerState.NEW
@@ -655,7 +648,7 @@ class Worker:
         )
         self._root.cancel("worker shutting down")  # reaches every job's child token
 
-    def _finish(self, report: ShutdownReport) -> ShutdownReport:
+    def _finish(self, report: WorkerReport) -> WorkerReport:
         if self._on_shutdown is not None:
             try:
                 self._on_shutdown(report)
@@ -687,23 +680,24 @@ class Worker:
         self._signals.stop()
         self._signals = None
 
-    def _build_report(self, start: float, *, terminated: bool) -> ShutdownReport:
+    def _build_report(self, start: float, *, terminated: bool) -> WorkerReport:
         now = time.monotonic()
         with self._cond:
             still_running = tuple(sorted(self._running))
             entered = dict(self._entered)
-            return ShutdownReport(
+            return WorkerReport(
+                terminated=terminated and not still_running,
+                still_running=tuple(f"job {job_id}" for job_id in still_running),
                 worker=self.name,
-                finished=terminated and not still_running,
+                still_running_ids=still_running,
                 outcomes=MappingProxyType(dict(self._late)),
-                still_running=still_running,
                 errors=tuple(self._errors),
                 thread_failures=tuple(self._thread_failures),
                 phases=MappingProxyType(_phase_durations(entered, now)),
                 elapsed=now - start,
             )
 
-    def _provisional_report(self, start: float) -> ShutdownReport:
+    def _provisional_report(self, start: float) -> WorkerReport:
         return self._build_report(start, terminated=False)
 
     def _set_state(self, new: WorkerState) -> WorkerState:
@@ -1195,14 +1189,14 @@ def _check_counts(concurrency: int, prefetch: int) -> None:
 
 
 def _check_times(
-    poll_interval: float, shutdown_timeout: float, cancel_timeout: float | None, lease: float
+    poll_interval: float, stop_timeout: float, cancel_timeout: float | None, lease: float
 ) -> None:
     if poll_interval <= 0:
         raise ValueError(f"poll_interval must be positive, got {poll_interval}")
-    if shutdown_timeout < 0:
-        raise ValueError(f"shutdown_timeout must not be negative, got {shutdown_timeout}")
-    if cancel_timeout is not None and not 0 <= cancel_timeout <= shutdown_timeout:
-        raise ValueError("cancel_timeout must be between 0 and shutdown_timeout")
+    if stop_timeout < 0:
+        raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
+    if cancel_timeout is not None and not 0 <= cancel_timeout <= stop_timeout:
+        raise ValueError("cancel_timeout must be between 0 and stop_timeout")
     if lease <= 0:
         raise ValueError(f"lease must be positive, got {lease}")
 

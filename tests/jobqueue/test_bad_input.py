@@ -66,7 +66,7 @@ def run_until_empty(worker: Worker) -> None:
     thread, outcome = run_in_thread(worker.run, "worker-main")
     join_or_fail(thread)
     assert "error" not in outcome, outcome
-    assert outcome["result"].finished, outcome["result"].summary()
+    assert outcome["result"].terminated, outcome["result"].summary()
 
 
 def quick_worker(store: Store, tasks: TaskRegistry) -> Worker:
@@ -181,12 +181,15 @@ def test_the_registry_refuses_max_attempts_below_one_and_unknown_tasks(store: St
         (["enqueue", "t", "--delay", "-1"], "delay must be >= 0, got -1"),
         (["enqueue", "t", "--delay", "nan"], "delay must be >= 0, got nan"),
         (["enqueue", "t", "--delay", "soon"], "'soon' is not a number of seconds"),
+        (["worker", "--tasks", "m:t", "--stop-timeout", "-1"], "stop-timeout must be >= 0"),
+        # One name for the budget: the old spelling is not an alias.
+        (["worker", "--tasks", "m:t", "--shutdown-timeout", "5"], "unrecognized arguments"),
     ],
 )
 def test_bad_command_line_input_exits_2_and_does_not_even_create_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
 ) -> None:
-    """Invalid JSON, max-attempts <= 0, a negative delay: one line, status 2, no file made."""
+    """Invalid JSON, max-attempts <= 0, a negative delay or budget: one line, status 2, no file."""
     db = tmp_path / "q.db"
     assert_refused(run_cli(capsys, "--db", str(db), *args), needle)
     assert not db.exists()

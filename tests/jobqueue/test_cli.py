@@ -188,7 +188,7 @@ def test_sigterm_drains_the_running_job_and_exits_zero(workdir: Path) -> None:
     """The first SIGTERM stops claiming; the running job finishes within the budget; status 0."""
     run_cli(["--db", "q.db", "enqueue", "blocks"], workdir)
     run_cli(["--db", "q.db", "enqueue", "echo", '"never run"'], workdir)
-    child = Child([*WORKER, "--concurrency", "1", "--shutdown-timeout", "60"], workdir)
+    child = Child([*WORKER, "--concurrency", "1", "--stop-timeout", "60"], workdir)
     try:
         child.expect("out", "started 1")
         child.proc.send_signal(signal.SIGTERM)
@@ -209,7 +209,7 @@ def test_a_second_signal_forces_the_exit_at_once(
 ) -> None:
     """While the drain waits for a stuck job, a second signal exits with 128 + signum."""
     run_cli(["--db", "q.db", "enqueue", "blocks"], workdir)
-    child = Child([*WORKER, "--shutdown-timeout", "60"], workdir)
+    child = Child([*WORKER, "--stop-timeout", "60"], workdir)
     try:
         child.expect("out", "started 1")
         child.proc.send_signal(sig)
@@ -228,7 +228,7 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_runs_agai
 ) -> None:
     """Past the budget the process exits 3 at once; the job keeps its lease and reruns after it."""
     run_cli(["--db", "q.db", "enqueue", "blocks"], workdir)
-    child = Child([*WORKER, "--shutdown-timeout", "0.5", "--lease", "1"], workdir)
+    child = Child([*WORKER, "--stop-timeout", "0.5", "--lease", "1"], workdir)
     try:
         child.expect("out", "started 1 attempt 1")
         with elapsed() as took:

@@ -210,7 +210,7 @@ def test_workers_and_a_producer_on_one_file_run_every_job_once_and_survive_busy_
                 "2",
                 "--poll-interval",
                 "0.02",
-                "--shutdown-timeout",
+                "--stop-timeout",
                 "5",
             ],
             tmp_path,

@@ -221,7 +221,7 @@ class Queue:
         *,
         concurrency: int = 1,
         lease: float = 1.0,
-        shutdown_timeout: float = 10.0,
+        stop_timeout: float = 10.0,
         exit_when_empty: bool = False,
     ) -> Child:
         """Start ``python -m patterns.jobqueue ... worker`` on the queue."""
@@ -237,8 +237,8 @@ class Queue:
             str(concurrency),
             "--lease",
             str(lease),
-            "--shutdown-timeout",
-            str(shutdown_timeout),
+            "--stop-timeout",
+            str(stop_timeout),
         ]
         if exit_when_empty:
             args.append("--exit-when-empty")
@@ -311,7 +311,7 @@ def test_a_signal_drains_then_cancels_exits_0_and_a_restart_finishes_the_rest(
     """One signal: the job that can finish is done, the one that cannot is released; exit 0."""
     ids = q.enqueue(("waits", "go-a"), ("waits", "go-b"), ("work", 0), ("work", 0))
     a, b, _, _ = ids
-    child = q.worker(concurrency=2, shutdown_timeout=2.0)
+    child = q.worker(concurrency=2, stop_timeout=2.0)
     child.expect_out(f"start {a} ")
     child.expect_out(f"start {b} ")
     with elapsed() as took:
@@ -342,7 +342,7 @@ def test_a_second_signal_exits_at_once_and_the_running_job_runs_again_after_its_
     """Two signals: exit 128 + signal at once; the running job keeps its lease and reruns."""
     ids = q.enqueue(("waits", "go-a"), ("work", 0))
     a, _ = ids
-    child = q.worker(shutdown_timeout=60.0)
+    child = q.worker(stop_timeout=60.0)
     child.expect_out(f"start {a} ")
     child.proc.send_signal(first)
     child.expect_log("RUNNING -> DRAINING")
@@ -414,7 +414,7 @@ def test_a_handler_hanging_past_the_budget_exits_3_and_runs_again_after_its_leas
     """A job ignoring its token past the budget: exit 3 on time; it keeps its lease, reruns."""
     ids = q.enqueue(("stubborn", None), ("work", 0))
     s = ids[0]
-    child = q.worker(shutdown_timeout=0.5)
+    child = q.worker(stop_timeout=0.5)
     child.expect_out(f"start {s} ")
     with elapsed() as took:
         child.proc.send_signal(signal.SIGTERM)

@@ -82,7 +82,7 @@ def run_until_empty(worker: Worker) -> None:
     thread, outcome = run_in_thread(worker.run, "worker-main")
     join_or_fail(thread)
     assert "error" not in outcome, outcome
-    assert outcome["result"].finished
+    assert outcome["result"].terminated
 
 
 def schema(db: Path) -> list[tuple[str, str]]:

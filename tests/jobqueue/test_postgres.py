@@ -38,9 +38,11 @@ from patterns.jobqueue.worker import Worker
 from tests.jobqueue.conftest import admin_execute
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     STAYS_BLOCKED,
     Gate,
     child_env,
+    elapsed,
     join_or_fail,
     run_in_thread,
     spawn_python,
@@ -349,6 +351,36 @@ def test_a_listener_that_cannot_start_leaves_the_store_usable_and_closable(
     assert listeners == []
 
 
+def test_close_waits_for_a_busy_listener_only_within_its_budget(
+    pg_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close(timeout) returns on its budget while a subscriber holds the listener, and says so."""
+    made = PostgresStore(pg_dsn, schema=pg_schema, stop_timeout=MUST_HAPPEN)
+    gate = Gate("subscriber holding the listener")
+    made.subscribe(gate.arrive)  # called from the listener thread once it listens
+    gate.wait_reached()
+    (listener,) = [t for t in threading.enumerate() if t.name == f"jobqueue-listener-{pg_schema}"]
+    with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.postgres"):
+        with elapsed() as took:
+            made.close(STAYS_BLOCKED)
+        assert took() < STAYS_BLOCKED + NOISE
+    assert listener.is_alive()
+    assert any("did not end within" in r.getMessage() for r in caplog.records)
+    gate.open()
+    join_or_fail(listener)
+    assert made._wakeup_r.fileno() == -1  # the listener closed what close() left to it
+    assert made._wakeup_w.fileno() == -1
+
+
+def test_a_negative_close_budget_is_refused(pg_dsn: str, store: PostgresStore) -> None:
+    """A negative stop_timeout or close(timeout) is a ValueError naming it; the store stays open."""
+    with pytest.raises(ValueError, match="stop_timeout"):
+        PostgresStore(pg_dsn, stop_timeout=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        store.close(-1)
+    assert store.counts()["queued"] == 0
+
+
 def test_wait_for_notify_sees_an_enqueue_made_before_the_call(
     store: PostgresStore, pg_dsn: str, pg_schema: str
 ) -> None:
@@ -380,7 +412,7 @@ def test_an_idle_worker_runs_a_job_enqueued_elsewhere_long_before_its_poll_inter
             other.enqueue("note")  # another "machine": this worker is not told directly
             assert started.wait(MUST_HAPPEN)  # not after an hour: the NOTIFY woke it
             report = worker.stop()
-        assert report.finished
+        assert report.terminated
     finally:
         other.close()
 
@@ -456,7 +488,7 @@ def test_a_worker_loses_nothing_when_every_connection_is_killed_mid_job(
             done.wait_for(4)
             report = worker.stop()
         assert made.counts() == {"queued": 0, "running": 0, "done": 4, "failed": 0}
-        assert report.finished
+        assert report.terminated
         assert not report.thread_failures
         stats = worker.stats()
         assert (stats.done, stats.released, stats.lost, stats.unsettled) == (4, 0, 0, 0)

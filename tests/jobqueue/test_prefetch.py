@@ -189,7 +189,7 @@ def test_stop_releases_waiting_claims_unchanged_and_never_runs_them(
         assert jobs.ran == [1]
         jobs.gates[1].open()
         report = worker.stop(MUST_HAPPEN)
-    assert report.finished
+    assert report.terminated
     assert dict(report.outcomes) == {
         jobs.ids[1]: Outcome.DONE,
         jobs.ids[2]: Outcome.RELEASED,

@@ -38,7 +38,7 @@ from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, Job, JobState, Store
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
-from patterns.jobqueue.worker import Outcome, ShutdownReport, Step, Worker, WorkerState
+from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
 from tests.support import MUST_HAPPEN, Gate, elapsed, join_or_fail, run_in_thread, wait_until
 
 LEASE = 30.0  # fake seconds; only the fake clock moves past it
@@ -292,7 +292,7 @@ class World:
         settings: dict[str, Any] = {
             "concurrency": 1,
             "poll_interval": FOREVER,
-            "shutdown_timeout": BUDGET,
+            "stop_timeout": BUDGET,
             "lease": LEASE,
             "heartbeat_interval": FOREVER,
             "name": name,
@@ -350,24 +350,24 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
         inner.close()
 
 
-def run_to_empty(world: World, name: str) -> ShutdownReport:
+def run_to_empty(world: World, name: str) -> WorkerReport:
     """Run a fresh worker until nothing is due or running anywhere, and return its report."""
     worker = world.worker(world.view(), name, exit_when_empty=True)
     thread, outcome = run_in_thread(worker.run, f"{name}-main")
     join_or_fail(thread)
     assert "error" not in outcome, outcome
-    report: ShutdownReport = outcome["result"]
-    assert report.finished, report.summary()
+    report: WorkerReport = outcome["result"]
+    assert report.terminated, report.summary()
     return report
 
 
-def recover(world: World) -> ShutdownReport:
+def recover(world: World) -> WorkerReport:
     """What a restart does: wait out every lease (on the fake clock), then drain the queue."""
     world.clock.advance(LEASE + 1)
     return run_to_empty(world, "w3")
 
 
-def stop_within_budget(worker: Worker, budget: float = BUDGET) -> ShutdownReport:
+def stop_within_budget(worker: Worker, budget: float = BUDGET) -> WorkerReport:
     """Stop ``worker`` and check the stop kept to its budget."""
     with elapsed() as took:
         report = worker.stop(budget)

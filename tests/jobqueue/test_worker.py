@@ -8,6 +8,7 @@ asserted), can park a call at a `Gate`, and can make a call raise. Time in the s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import threading
@@ -29,7 +30,7 @@ from patterns.jobqueue.tasks import (
     Retry,
     TaskRegistry,
 )
-from patterns.jobqueue.worker import Outcome, ShutdownReport, Worker, WorkerState
+from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState
 from tests.support import MUST_HAPPEN, STAYS_BLOCKED, Gate, elapsed, join_or_fail, run_in_thread
 
 # Scheduling noise allowed on top of a stop budget (generous: the CI machine is shared).
@@ -198,7 +199,7 @@ def make_worker(store: RecordingStore, tasks: TaskRegistry, clock: FakeClock, **
     options: dict[str, Any] = {
         "concurrency": 1,
         "poll_interval": FOREVER,
-        "shutdown_timeout": MUST_HAPPEN,
+        "stop_timeout": MUST_HAPPEN,
         "lease": 30.0,
         "heartbeat_interval": FOREVER,
         "name": "w1",
@@ -260,12 +261,12 @@ def raising_base(error: BaseException) -> Callable[..., Any]:
     return fn
 
 
-def run_until_empty(worker: Worker) -> ShutdownReport:
+def run_until_empty(worker: Worker) -> WorkerReport:
     """Run ``worker`` (with exit_when_empty) in a thread until it stops by itself."""
     thread, outcome = run_in_thread(worker.run, "worker-main")
     join_or_fail(thread)
     assert "error" not in outcome, outcome
-    report: ShutdownReport = outcome["result"]
+    report: WorkerReport = outcome["result"]
     return report
 
 
@@ -288,7 +289,7 @@ def test_shutdown_table_an_idle_worker_stops_at_once(
     store: RecordingStore, clock: FakeClock
 ) -> None:
     """A worker waiting out a long poll interval leaves on stop() without waiting for it."""
-    shutdowns: list[ShutdownReport] = []
+    shutdowns: list[WorkerReport] = []
     worker = make_worker(
         store, TaskRegistry(), clock, poll_interval=FOREVER, on_shutdown=shutdowns.append
     )
@@ -297,7 +298,7 @@ def test_shutdown_table_an_idle_worker_stops_at_once(
         with elapsed() as took:
             report = worker.stop(MUST_HAPPEN)
     assert took() < NOISE  # against a poll interval of FOREVER
-    assert report.finished
+    assert report.terminated
     assert report.outcomes == {}
     assert WorkerState.CANCELLING not in report.phases  # nothing was running to cancel
     assert shutdowns == [report]
@@ -326,7 +327,7 @@ def test_shutdown_table_a_job_blocked_in_ctx_sleep_is_released_unchanged_and_run
         assert started.wait(MUST_HAPPEN)
         report = worker.stop()
 
-    assert report.finished
+    assert report.terminated
     assert report.released == (job_id,)
     assert report.outcomes == {job_id: Outcome.RELEASED}
     after = store.get(job_id)
@@ -334,7 +335,7 @@ def test_shutdown_table_a_job_blocked_in_ctx_sleep_is_released_unchanged_and_run
     assert (after.run_at, after.attempts, after.last_error) == (before.run_at, 0, None)
 
     restarted = make_worker(store, tasks, clock, name="w2", exit_when_empty=True)
-    assert run_until_empty(restarted).finished
+    assert run_until_empty(restarted).terminated
     assert store.get(job_id).state is JobState.DONE
     assert runs == [1, 1]  # the interrupted run did not use up an attempt
 
@@ -363,7 +364,7 @@ def test_shutdown_table_a_job_that_ends_during_the_drain_completes_without_being
         join_or_fail(stopper)
 
     report = outcome["result"]
-    assert report.finished
+    assert report.terminated
     assert report.completed == (job_id,)
     assert WorkerState.CANCELLING not in report.phases
     assert not tokens[0].cancelled
@@ -394,7 +395,7 @@ def test_shutdown_table_a_job_ignoring_its_token_finishes_within_the_budget_and_
         join_or_fail(stopper)
 
     report = outcome["result"]
-    assert report.finished
+    assert report.terminated
     assert report.outcomes == {job_id: Outcome.DONE}
     assert store.get(job_id).state is JobState.DONE
 
@@ -405,7 +406,7 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
     """stop() returns on its deadline naming the job, which keeps its lease; nothing is released."""
     tasks = TaskRegistry()
     gate = Gate("stuck job")
-    shutdowns: list[ShutdownReport] = []
+    shutdowns: list[WorkerReport] = []
 
     @tasks.task
     def stuck(payload, ctx):
@@ -423,8 +424,8 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
         assert job.lease_owner is not None
         assert job.lease_owner.startswith("w1:")
 
-    assert not report.finished
-    assert report.still_running == (job_id,)
+    assert not report.terminated
+    assert (report.still_running, report.still_running_ids) == ((f"job {job_id}",), (job_id,))
     assert report.released == ()
     assert set(report.phases) == {WorkerState.DRAINING, WorkerState.CANCELLING}
     assert shutdowns == [report]
@@ -458,7 +459,7 @@ def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_
         assert started.wait(MUST_HAPPEN)
         report = worker.stop()
 
-    assert report.finished
+    assert report.terminated
     assert report.outcomes == {first: Outcome.DONE}
     assert ran == []
     assert store.claim_states == [WorkerState.RUNNING]  # one claim, before the stop
@@ -484,7 +485,7 @@ def test_a_claim_in_flight_when_the_stop_begins_is_released_unchanged_and_never_
         gate.open()
         report = worker.stop()
 
-    assert report.finished
+    assert report.terminated
     assert report.released == tuple(ids)
     assert ran == []
     for job_id in ids:
@@ -671,7 +672,7 @@ def test_lifecycle_order_store_call_first_then_hook(
     job_id = store.enqueue(task)
     report = run_until_empty(make_worker(store, tasks, clock, exit_when_empty=True))
 
-    assert report.finished
+    assert report.terminated
     steps = [
         f"{e[0]} {e[1]}" if e[0] in ("store", "hook") else e[0]
         for e in store.events
@@ -689,7 +690,7 @@ def test_an_unknown_task_ends_failed_and_is_never_retried(
     """A job nobody can run is failed with "unknown task", not dropped and not looped."""
     job_id = store.enqueue("nobody-registered-this", max_attempts=5)
     report = run_until_empty(make_worker(store, TaskRegistry(), clock, exit_when_empty=True))
-    assert report.finished
+    assert report.terminated
     job = store.get(job_id)
     assert (job.state, job.attempts) == (JobState.FAILED, 1)
     assert job.last_error is not None
@@ -823,7 +824,7 @@ def test_an_error_in_any_phase_is_reported_with_its_phase_and_the_job_still_ends
     worker = make_worker(store, tasks, clock, exit_when_empty=True, poll_interval=0.01)
     report = run_until_empty(worker)
 
-    assert report.finished
+    assert report.terminated
     [error] = errors
     assert error.phase is phase
     assert isinstance(error.__cause__, RuntimeError)
@@ -893,9 +894,9 @@ def test_an_error_in_on_shutdown_is_reported_in_the_final_report(
 ) -> None:
     """on_shutdown runs once; if it raises, the report carries an on_shutdown PhaseError."""
     errors: list[PhaseError] = []
-    calls: list[ShutdownReport] = []
+    calls: list[WorkerReport] = []
 
-    def on_shutdown(report: ShutdownReport) -> None:
+    def on_shutdown(report: WorkerReport) -> None:
         calls.append(report)
         raise boom("on_shutdown")
 
@@ -918,7 +919,7 @@ def test_an_error_hook_that_raises_is_logged_and_the_worker_goes_on(
     tasks.task(name="t")(lambda payload, ctx: None)
     ids = [store.enqueue("t") for _ in range(2)]
     report = run_until_empty(make_worker(store, tasks, clock, exit_when_empty=True))
-    assert report.finished
+    assert report.terminated
     assert report.thread_failures == ()
     assert [store.get(i).state for i in ids] == [JobState.DONE, JobState.DONE]
     assert "on_unexpected_error raised; ignored" in caplog.text
@@ -953,7 +954,7 @@ def test_due_jobs_are_claimed_back_to_back_without_waiting_for_the_poll_interval
     ids = [store.enqueue("t", i) for i in range(20)]
     worker = make_worker(store, tasks, clock, concurrency=3, exit_when_empty=True)
     report = run_until_empty(worker)
-    assert report.finished
+    assert report.terminated
     assert {store.get(i).state for i in ids} == {JobState.DONE}
     assert worker.stats().done == 20
     assert worker.stats().claimed == 20
@@ -991,7 +992,7 @@ def test_exit_when_empty_waits_for_a_job_of_a_dead_worker_until_its_lease_expire
         worker.wake()
     finally:
         join_or_fail(thread)
-    assert outcome["result"].finished
+    assert outcome["result"].terminated
     job = store.get(job_id)
     assert (job.state, job.attempts) == (JobState.DONE, 2)
 
@@ -1004,7 +1005,7 @@ def test_exit_when_empty_leaves_jobs_scheduled_for_later_in_the_queue(
     tasks.task(name="t")(lambda payload, ctx: None)
     later = store.enqueue("t", delay=86_400)
     report = run_until_empty(make_worker(store, tasks, clock, exit_when_empty=True))
-    assert report.finished
+    assert report.terminated
     job = store.get(later)
     assert (job.state, job.attempts) == (JobState.QUEUED, 0)
 
@@ -1041,7 +1042,7 @@ def test_stop_is_idempotent_and_on_shutdown_runs_exactly_once(
     tasks = TaskRegistry()
     gate = Gate("job holding the stop")
     tasks.task(name="t")(lambda payload, ctx: gate.arrive())
-    calls: list[ShutdownReport] = []
+    calls: list[WorkerReport] = []
     store.enqueue("t")
     worker = make_worker(store, tasks, clock, on_shutdown=calls.append)
     with running(worker, gate):
@@ -1055,22 +1056,41 @@ def test_stop_is_idempotent_and_on_shutdown_runs_exactly_once(
     report = first_outcome["result"]
     assert second_outcome["result"] is report
     assert worker.stop() is report
+    assert worker.stop(0) is report  # whatever the timeout
     assert calls == [report]
-    assert report.finished
+    assert report.terminated
 
 
 def test_a_stop_before_start_stops_and_a_stopped_worker_cannot_start_again(
     store: RecordingStore, clock: FakeClock
 ) -> None:
     """Stopping a new worker is harmless and final; start after stop is a clear error."""
-    calls: list[ShutdownReport] = []
+    calls: list[WorkerReport] = []
     worker = make_worker(store, TaskRegistry(), clock, on_shutdown=calls.append)
     report = worker.stop()
-    assert report.finished
+    assert (report.terminated, report.still_running) == (True, ())
     assert worker.state is WorkerState.STOPPED
     assert calls == [report]
     with pytest.raises(RuntimeError, match="started only once"):
         worker.start()
+    assert worker.stop(0) is report
+
+
+def test_a_second_start_is_refused_and_a_negative_stop_timeout_is_an_error(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """A second start() and stop(-1) raise, and the report leads with the contract fields."""
+    worker = make_worker(store, TaskRegistry(), clock)
+    assert worker.stop_timeout == MUST_HAPPEN
+    with worker:
+        with pytest.raises(RuntimeError, match="started only once"):
+            worker.start()
+        with pytest.raises(ValueError, match="timeout"):
+            worker.stop(-1)
+        assert worker.state is WorkerState.RUNNING
+    report = worker.stop()
+    assert report.terminated
+    assert [f.name for f in dataclasses.fields(report)[:2]] == ["terminated", "still_running"]
 
 
 def test_stop_from_a_handler_is_refused_and_request_stop_works_there(
@@ -1128,7 +1148,7 @@ def test_a_worker_is_a_context_manager_and_reports_its_stats(
         {"concurrency": 0},
         {"poll_interval": 0},
         {"lease": 0},
-        {"shutdown_timeout": -1},
+        {"stop_timeout": -1},
         {"cancel_timeout": 20.0},
     ],
 )

@@ -25,7 +25,7 @@ from patterns.exit_hooks import SignalHandlers
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
-from patterns.jobqueue.worker import ShutdownReport, Step, Worker, WorkerState
+from patterns.jobqueue.worker import Step, Worker, WorkerReport, WorkerState
 from tests.support import MUST_HAPPEN, NOISE, Gate, elapsed, join_or_fail, run_in_thread
 
 NAME = "w-start"
@@ -78,7 +78,7 @@ def make_worker(store: SubscribingStore, **kwargs: Any) -> Worker:
         "concurrency": CONCURRENCY,
         "poll_interval": MUST_HAPPEN * 60,
         "heartbeat_interval": MUST_HAPPEN * 60,
-        "shutdown_timeout": MUST_HAPPEN,
+        "stop_timeout": MUST_HAPPEN,
         "name": NAME,
     }
     options.update(kwargs)
@@ -128,7 +128,7 @@ def test_a_thread_failing_to_start_part_way_stops_what_started_and_reraises(
 ) -> None:
     """start() is all or nothing: a failure part-way stops every thread it started and re-raises."""
     job_id = store.enqueue("t")
-    reports: list[ShutdownReport] = []
+    reports: list[WorkerReport] = []
     worker = make_worker(store, on_shutdown=reports.append)
     try:
         with starts_of_the_worker(fail_on(k)), pytest.raises(RuntimeError, match="new thread"):
@@ -310,7 +310,7 @@ def test_a_stop_racing_start_is_bounded_never_raises_and_leaves_nothing_running(
             gate.open()
             join_or_fail(starter)
         assert "error" not in stopped, stopped
-        assert isinstance(stopped["result"], ShutdownReport)
+        assert isinstance(stopped["result"], WorkerReport)
         assert isinstance(started.get("error"), RuntimeError), started
         assert_nothing_left(worker, store, job_id)
         assert worker.stop() is stopped["result"]
@@ -334,7 +334,7 @@ def test_two_racing_starts_start_one_worker(store: SubscribingStore) -> None:
         assert outcome.get("result") is worker, outcome
         assert len(store.subscribers) == 1
         report = worker.stop()
-        assert report.finished
+        assert report.terminated
         assert_nothing_left(worker, store, None)
     finally:
         gate.open()
@@ -350,7 +350,7 @@ def test_a_ctrl_c_just_after_the_stop_put_the_signal_handlers_back_keeps_the_fin
     stop. The worker is stopped all the same, and a later stop() returns the final report.
     """
     before = signal.getsignal(signal.SIGINT)
-    reports: list[ShutdownReport] = []
+    reports: list[WorkerReport] = []
     worker = make_worker(store, install_signal_handlers=True, on_shutdown=reports.append)
     real_stop = SignalHandlers.stop
 
@@ -364,7 +364,7 @@ def test_a_ctrl_c_just_after_the_stop_put_the_signal_handlers_back_keeps_the_fin
             worker.stop()
         assert signal.getsignal(signal.SIGINT) == before
         assert_nothing_left(worker, store, None)
-        assert reports[0].finished
+        assert reports[0].terminated
         assert worker.stop() is reports[0]
     finally:
         signal.signal(signal.SIGINT, before)
