@@ -1,1 +1,4 @@
-"""Broken-on-purpose versions of the patterns, one file per pattern module, for tests, docs and notebooks."""  # noqa: E501
+"""Broken-on-purpose versions of the patterns, for tests, docs and notebooks.
+
+One file per pattern module, under the same name; a pattern module never imports them.
+"""
