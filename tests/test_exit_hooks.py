@@ -1102,7 +1102,17 @@ def work(stop):
     sys.stdin.readline()  # stuck until the parent answers; it does not watch stop
     say("work finished")
 
-say_when(lambda: main_is_in("wait", "naive_run_until_interrupted"), "waiting")
+# Each Ctrl-C is sent only once the main thread is asleep in the lock of an Event.wait():
+# a KeyboardInterrupt landing in a Condition's bookkeeping instead (before it sleeps) can
+# leave the event's lock held, and the worker's done.set() would then hang for ever.
+logged = threading.Event()
+class Logged(logging.Handler):
+    def emit(self, record):
+        logged.set()
+logging.getLogger().addHandler(Logged())
+say_when(lambda: main_is_asleep_in_event_wait("naive_run_until_interrupted"), "waiting")
+say_when(lambda: logged.is_set() and main_is_asleep_in_event_wait("naive_run_until_interrupted"),
+         "draining")
 naive_run_until_interrupted(work, cleanup=lambda: say("cleanup ran"))
 """
 )
@@ -1114,7 +1124,7 @@ def test_naive_second_ctrl_c_abandons_the_cleanup_and_the_stuck_worker_holds_the
     with Child(NAIVE_CTRL_C) as child:
         child.expect("waiting")
         child.send(signal.SIGINT)
-        child.expect("log: interrupted: stopping gracefully")
+        child.expect("log: interrupted: stopping gracefully", "draining")
         child.send(signal.SIGINT)
         assert child.stays_alive()  # a traceback, then stuck joining the worker at exit
         child.write("release\n")
