@@ -40,7 +40,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 __all__ = [
@@ -570,12 +569,7 @@ class Bulkhead:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     # --- the caller's side ----------------------------------------------------------------

@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Generic, Self, TypeVar
 
 __all__ = [
@@ -432,12 +431,7 @@ class ConsumerPool(Generic[T]):
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _close(self, *, immediate: bool, deadline: float) -> list[threading.Thread]:

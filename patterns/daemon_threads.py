@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Protocol, Self, TypeVar
 
 __all__ = [
@@ -91,12 +90,7 @@ class Service(Protocol):
 
     def __enter__(self) -> Self: ...
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
+    def __exit__(self, *exc_info: object) -> None: ...
 
 
 class _ThreadService:
@@ -183,12 +177,7 @@ class _ThreadService:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _run(self) -> None:

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, NoReturn, Self
 
 __all__ = [
@@ -236,12 +236,7 @@ class SignalHandlers:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _install(self) -> None:

@@ -36,7 +36,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 __all__ = ["Supervisor", "SupervisorReport", "ThreadFailure", "produce_until_consumer_dies"]
@@ -250,12 +249,7 @@ class Supervisor:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property

@@ -33,7 +33,6 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, ParamSpec, Self, TypeVar
 
 __all__ = [
@@ -198,12 +197,7 @@ class LoggingExcepthook:
     def __enter__(self) -> Self:
         return self.install()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.restore()
 
 
