@@ -295,7 +295,7 @@ class Worker:
         clock: the store's clock, for the run time of a retry (the same clock as the
             store's; `time.time` for every store by default).
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
-            in the thread that is there. None (the default) costs one ``if`` per step.
+            in the thread that is there. None (the default): a no-op.
 
     Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
     own) and a context manager that starts on entry and stops on exit. A worker runs
@@ -337,7 +337,7 @@ class Worker:
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
         self._clock = clock
-        self._step_hook = step_hook
+        self._step_hook = step_hook or _no_step_hook
 
         # Guards every field below it, up to the events. Waited on by the claiming thread
         # (for free claim slots or a state change); notified by a handler thread when it
@@ -788,8 +788,7 @@ class Worker:
 
     def _hand_over(self, claim: Claim, stopping: threading.Event) -> None:
         """Put one claim on the hand-off to the handler threads (`ShutDown` once stopping)."""
-        if self._step_hook is not None:
-            self._step_hook(Step.AFTER_CLAIM, claim, None)
+        self._step_hook(Step.AFTER_CLAIM, claim, None)
         if stopping.is_set():
             # This thread's own service was stopped (a start that failed part-way stops
             # what it started) before the worker's stop began: hand nothing more over.
@@ -880,13 +879,11 @@ class Worker:
                 return self._not_ready(run, task)
         ctx = JobContext(job, run.token, worker=self.name, stopping=self._is_stopping)
         logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
-        if self._step_hook is not None:
-            self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
+        self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
         try:
             result = task.fn(job.payload, ctx)
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
-            if self._step_hook is not None:
-                self._step_hook(Step.AFTER_HANDLER, run.claim, None)
+            self._step_hook(Step.AFTER_HANDLER, run.claim, None)
             if run.token.cancelled:
                 # Interrupted, or an error raised on the way out of a cancelled job:
                 # given back unchanged (Proletarian leaves such a job in the queue too).
@@ -895,8 +892,7 @@ class Worker:
             if isinstance(exc, Cancelled):
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
             return self._after_failure(run, task, exc)
-        if self._step_hook is not None:
-            self._step_hook(Step.AFTER_HANDLER, run.claim, None)
+        self._step_hook(Step.AFTER_HANDLER, run.claim, None)
         outcome = self._settle(run, Phase.ACK, self._store.complete, Outcome.DONE)
         if outcome is Outcome.DONE:
             self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result)
@@ -1025,8 +1021,6 @@ class Worker:
 
     def _commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two `Step` boundaries."""
-        if self._step_hook is None:
-            return action(claim)
         self._step_hook(Step.BEFORE_COMMIT, claim, phase)
         accepted = action(claim)
         self._step_hook(Step.AFTER_COMMIT, claim, phase)
@@ -1087,8 +1081,7 @@ class Worker:
         for run in runs:
             job = run.claim.job
             try:
-                if self._step_hook is not None:
-                    self._step_hook(Step.HEARTBEAT, run.claim, None)
+                self._step_hook(Step.HEARTBEAT, run.claim, None)
                 renewed = self._store.renew(run.claim, lease=self._lease)
             except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
                 self._unexpected(Phase.HEARTBEAT, job, exc)
@@ -1108,8 +1101,7 @@ class Worker:
         """Renew the lease of a claim that waits for a handler thread."""
         job = claim.job
         try:
-            if self._step_hook is not None:
-                self._step_hook(Step.HEARTBEAT, claim, None)
+            self._step_hook(Step.HEARTBEAT, claim, None)
             renewed = self._store.renew(claim, lease=self._lease)
         except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
             self._unexpected(Phase.HEARTBEAT, job, exc)
@@ -1166,6 +1158,10 @@ class Worker:
         with self._cond:
             self._thread_failures.append(failure)
         self.request_stop(f"thread {thread.name} died")
+
+
+def _no_step_hook(step: Step, claim: Claim, phase: Phase | None) -> None:
+    """The default ``step_hook``: nothing happens at a `Step`."""
 
 
 def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[WorkerState, float]:
