@@ -865,16 +865,13 @@ class Worker:
         task = self._tasks.get(job.task)
         if task is None:
             reason = f"unknown task {job.task!r}: no handler registered under that name"
-            logger.error("job %d: %s", job.id, reason)
-            return self._settle(
-                run, Phase.NACK, lambda c: self._store.fail(c, reason), Outcome.FAILED
-            )
+            return self._retry_or_fail(run, reason, lambda: Fail(reason))
         if task.ready is not None:
             try:
                 ready = bool(task.ready(job))
             except Exception as exc:  # noqa: BLE001 - logged by _unexpected
                 self._unexpected(Phase.READY, job, exc)
-                return self._after_failure(run, task, exc, policy_failed=True)
+                return self._after_failure(run, None, exc)
             if not ready:
                 return self._not_ready(run, task)
         ctx = JobContext(job, run.token, worker=self.name, stopping=self._is_stopping)
@@ -893,37 +890,76 @@ class Worker:
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
             return self._after_failure(run, task, exc)
         self._step_hook(Step.AFTER_HANDLER, run.claim, None)
-        outcome = self._settle(run, Phase.ACK, self._store.complete, Outcome.DONE)
-        if outcome is Outcome.DONE:
-            self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result)
-        return outcome
+        return self._settle(
+            run,
+            Phase.ACK,
+            self._store.complete,
+            Outcome.DONE,
+            lambda: self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result),
+        )
 
-    def _after_failure(
-        self, run: _Running, task: Task, error: BaseException, *, policy_failed: bool = False
-    ) -> Outcome:
+    def _after_failure(self, run: _Running, task: Task | None, error: BaseException) -> Outcome:
+        """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
         job = run.claim.job
-        text = _describe(error)
+        return self._retry_or_fail(
+            run,
+            _describe(error),
+            None if task is None else lambda: task.retry(job, error),
+            fallback=lambda: _DEFAULT_POLICY(job, error),
+            policy_phase=Phase.GET_FAILURE_POLICY,
+            on_fail=lambda d: self._hook(
+                Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, d
+            ),
+        )
+
+    def _not_ready(self, run: _Running, task: Task) -> Outcome:
+        # The store has no "postpone": a requeue counts as an attempt, so a job that is
+        # never ready is abandoned once its attempts are spent instead of looping forever.
+        job = run.claim.job
+        return self._retry_or_fail(
+            run,
+            "not ready",
+            lambda: task.not_ready(job),
+            fallback=lambda: Retry(1.0),
+            policy_phase=Phase.GET_UNREADINESS_POLICY,
+            fail_phase=Phase.ABANDON,
+            on_fail=lambda d: self._hook(
+                Phase.ON_UNREADINESS, job, self._tasks.on_unreadiness, job, d
+            ),
+        )
+
+    def _retry_or_fail(
+        self,
+        run: _Running,
+        text: str,
+        policy: Callable[[], object] | None,
+        *,
+        fallback: Callable[[], Decision] = lambda: Fail(""),
+        policy_phase: Phase = Phase.GET_FAILURE_POLICY,
+        fail_phase: Phase = Phase.NACK,
+        on_fail: Callable[[Decision], object] | None = None,
+    ) -> Outcome:
+        """The one path of a job that did not complete: decide, requeue or fail, then hook.
+
+        ``policy`` decides (``fallback`` does if it is None, raises or returns no
+        `Decision`); a `Retry` on the last attempt becomes a `Fail`; the store call
+        settles the job; ``on_fail`` runs only once the store accepted the `Fail`.
+        """
+        job = run.claim.job
         decision: Decision
-        if policy_failed:
-            decision = _DEFAULT_POLICY(job, error)
+        if policy is None:
+            decision = fallback()
         else:
             try:
-                decision = _checked(task.retry(job, error))
+                decision = _checked(policy())
             except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-                self._unexpected(Phase.GET_FAILURE_POLICY, job, exc)
-                decision = _DEFAULT_POLICY(job, error)
+                self._unexpected(policy_phase, job, exc)
+                decision = fallback()
         decision = _cap(job, decision, text)
+        where = f"job {job.id} ({job.task}) attempt {job.attempts} of {job.max_attempts}"
         if isinstance(decision, Retry):
             run_at = self._clock() + decision.delay
-            logger.warning(
-                "job %d (%s) attempt %d of %d failed (%s): retrying in %.2fs",
-                job.id,
-                job.task,
-                job.attempts,
-                job.max_attempts,
-                text,
-                decision.delay,
-            )
+            logger.warning("%s: %s: requeued in %.2fs", where, text, decision.delay)
             return self._settle(
                 run,
                 Phase.REQUEUE,
@@ -931,42 +967,16 @@ class Worker:
                 Outcome.RETRIED,
             )
         reason = decision.reason or text
-        logger.error("job %d (%s) failed for good: %s", job.id, job.task, reason)
-        outcome = self._settle(
-            run, Phase.NACK, lambda c: self._store.fail(c, reason), Outcome.FAILED
+        verb = "abandoned" if fail_phase is Phase.ABANDON else "failed for good"
+        logger.error("%s: %s: %s", where, verb, reason)
+        final = decision
+        return self._settle(
+            run,
+            fail_phase,
+            lambda c: self._store.fail(c, reason),
+            Outcome.FAILED,
+            None if on_fail is None else lambda: on_fail(final),
         )
-        if outcome is Outcome.FAILED:
-            self._hook(Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, decision)
-        return outcome
-
-    def _not_ready(self, run: _Running, task: Task) -> Outcome:
-        job = run.claim.job
-        decision: Decision
-        try:
-            decision = _checked(task.not_ready(job))
-        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-            self._unexpected(Phase.GET_UNREADINESS_POLICY, job, exc)
-            decision = Retry(1.0)
-        # The store has no "postpone": a requeue counts as an attempt, so a job that is
-        # never ready is abandoned once its attempts are spent instead of looping forever.
-        decision = _cap(job, decision, "not ready")
-        if isinstance(decision, Retry):
-            run_at = self._clock() + decision.delay
-            logger.info("job %d: not ready, requeued in %.2fs", job.id, decision.delay)
-            return self._settle(
-                run,
-                Phase.REQUEUE,
-                lambda c: self._store.retry(c, "not ready", run_at=run_at),
-                Outcome.RETRIED,
-            )
-        reason = decision.reason or "not ready"
-        logger.warning("job %d abandoned: %s", job.id, reason)
-        outcome = self._settle(
-            run, Phase.ABANDON, lambda c: self._store.fail(c, reason), Outcome.FAILED
-        )
-        if outcome is Outcome.FAILED:
-            self._hook(Phase.ON_UNREADINESS, job, self._tasks.on_unreadiness, job, decision)
-        return outcome
 
     def _settle(
         self,
@@ -974,11 +984,17 @@ class Worker:
         phase: Phase,
         action: Callable[[Claim], bool],
         success: Outcome,
+        then: Callable[[], object] | None = None,
     ) -> Outcome:
-        """Make the store call that ends the job, and record its outcome (before any hook)."""
+        """Make the store call that ends the job, record its outcome, then its hook.
+
+        ``then`` (the task's hook) runs only when the outcome is ``success``.
+        """
         outcome = self._store_outcome(run, phase, action, success)
         run.outcome = outcome
         self._record(run.claim.job, outcome)
+        if then is not None and outcome is success:
+            then()
         return outcome
 
     def _store_outcome(
