@@ -254,13 +254,32 @@ class WorkerStats:
         return self.done + self.retried + self.failed + self.released + self.lost + self.unsettled
 
 
-@dataclass
-class _Running:
-    """A job whose handler is running; fields change only under ``Worker._cond``."""
+class _ClaimState(enum.StrEnum):
+    """Where one held claim is; every change goes through ``Worker._move``."""
 
-    claim: Claim
-    token: CancelToken
-    settling: bool = False  # set by _settle before its store call; the heartbeat stops renewing
+    WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
+    RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
+    SETTLING = "settling"  # the store call that ends it is under way: no more renewals
+    LOST = "lost"  # its lease was lost before it started: it will not run
+
+
+_CLAIM_MOVES: Mapping[_ClaimState, frozenset[_ClaimState]] = MappingProxyType(
+    {
+        _ClaimState.WAITING: frozenset({_ClaimState.RUNNING, _ClaimState.LOST}),
+        _ClaimState.RUNNING: frozenset({_ClaimState.SETTLING}),
+        _ClaimState.SETTLING: frozenset(),
+        _ClaimState.LOST: frozenset(),
+    }
+)
+
+
+@dataclass
+class _Held:
+    """One claim the worker holds, from the claim to its outcome; changed under ``_cond``."""
+
+    claim: Claim  # the latest: the heartbeat replaces it with each renewed one
+    token: CancelToken  # the handler's, a child of the worker's
+    state: _ClaimState = _ClaimState.WAITING
     outcome: Outcome | None = None  # set once, by _settle
 
 
@@ -351,11 +370,9 @@ class Worker:
         # that a handler thread may be free, and the claim then fills every free slot.
         self._claim_at = max(1, prefetch)
         self._idle = self._slots  # claim slots neither holding a claim nor promised one
-        # Claims handed off but not started, by job id: the heartbeat renews them (and
-        # stores the renewed claim here), the handler thread that takes one pops it.
-        self._waiting: dict[int, Claim] = {}
-        self._lost_waiting: set[int] = set()  # waiting claims whose lease the heartbeat lost
-        self._running: dict[int, _Running] = {}
+        # Every claim in hand, by job id, from the claim until its outcome is recorded:
+        # the heartbeat renews the WAITING and RUNNING ones.
+        self._held: dict[int, _Held] = {}
         self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
@@ -484,7 +501,7 @@ class Worker:
             draining = self._state is WorkerState.RUNNING
             if draining:
                 self._set_state(WorkerState.DRAINING)
-            in_hand = sorted(self._running)
+            in_hand = self._running()
         self._stop_requested.set()
         if not draining:
             return
@@ -583,7 +600,7 @@ class Worker:
             return WorkerStats(
                 state=self._state,
                 claimed=self._claimed,
-                running=len(self._running),
+                running=len(self._running()),
                 done=self._counts[Outcome.DONE],
                 retried=self._counts[Outcome.RETRIED],
                 failed=self._counts[Outcome.FAILED],
@@ -596,7 +613,7 @@ class Worker:
     def running_jobs(self) -> list[int]:
         """Ids of the jobs whose handlers are running now."""
         with self._cond:
-            return sorted(self._running)
+            return self._running()
 
     # --- the shutdown ------------------------------------------------------------------------
 
@@ -642,7 +659,7 @@ class Worker:
     def _begin_cancelling(self) -> None:
         with self._cond:
             self._set_state(WorkerState.CANCELLING)
-            running = sorted(self._running)
+            running = self._running()
         self._log_transition(
             WorkerState.DRAINING, WorkerState.CANCELLING, f"cancelling job(s) {running}"
         )
@@ -683,7 +700,7 @@ class Worker:
     def _build_report(self, start: float, *, terminated: bool) -> WorkerReport:
         now = time.monotonic()
         with self._cond:
-            still_running = tuple(sorted(self._running))
+            still_running = tuple(self._running())
             entered = dict(self._entered)
             return WorkerReport(
                 terminated=terminated and not still_running,
@@ -730,6 +747,19 @@ class Worker:
     def _is_stopping(self) -> bool:
         return self._state is not WorkerState.RUNNING
 
+    def _running(self) -> list[int]:
+        """Ids of the jobs whose handler has started and not ended (call with ``_cond`` held)."""
+        started = (_ClaimState.RUNNING, _ClaimState.SETTLING)
+        return sorted(i for i, h in self._held.items() if h.state in started)
+
+    def _move(self, held: _Held, new: _ClaimState) -> None:
+        """Move one claim to ``new`` (call with ``_cond`` held)."""
+        old = held.state
+        if new not in _CLAIM_MOVES[old]:
+            raise RuntimeError(f"job {held.claim.job.id}: no claim move from {old} to {new}")
+        held.state = new
+        logger.debug("job %d: %s -> %s", held.claim.job.id, old.value, new.value)
+
     # --- the claiming thread ------------------------------------------------------------------
 
     def _claim_loop(self, stopping: threading.Event) -> None:
@@ -764,7 +794,7 @@ class Worker:
             with self._cond:
                 self._idle += want - len(claims)
                 self._claimed += len(claims)
-                self._waiting.update((claim.job.id, claim) for claim in claims)
+                self._held.update((c.job.id, _Held(c, self._root.child())) for c in claims)
             for index, claim in enumerate(claims):
                 try:
                     self._hand_over(claim, stopping)
@@ -843,24 +873,26 @@ class Worker:
         with self._cond:
             # Under the lock that request_stop() changes the state with: a job is either
             # running when the stop begins, or released here without being started.
-            started = self._state is WorkerState.RUNNING and job.id not in self._lost_waiting
-            if started:
-                claim = self._waiting.pop(job.id, claim)  # the heartbeat may have renewed it
-                run = _Running(claim, self._root.child())
-                self._running[job.id] = run
-        if not started:
+            run = self._held.get(job.id)
+            if self._state is not WorkerState.RUNNING or run is None:
+                run = None
+            elif run.state is _ClaimState.WAITING:  # not LOST: its lease still holds
+                self._move(run, _ClaimState.RUNNING)
+            else:
+                run = None
+        if run is None:
             self._settle_unstarted(claim)
             return
         try:
             self._lifecycle(run)
         finally:
             with self._cond:
-                self._running.pop(job.id, None)
+                self._held.pop(job.id, None)
             if run.outcome is None:  # only a BaseException can get here unsettled
                 logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
                 self._record(job, Outcome.UNSETTLED)
 
-    def _lifecycle(self, run: _Running) -> Outcome:
+    def _lifecycle(self, run: _Held) -> Outcome:
         job = run.claim.job
         task = self._tasks.get(job.task)
         if task is None:
@@ -898,7 +930,7 @@ class Worker:
             lambda: self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result),
         )
 
-    def _after_failure(self, run: _Running, task: Task | None, error: BaseException) -> Outcome:
+    def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> Outcome:
         """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
         job = run.claim.job
         return self._retry_or_fail(
@@ -912,7 +944,7 @@ class Worker:
             ),
         )
 
-    def _not_ready(self, run: _Running, task: Task) -> Outcome:
+    def _not_ready(self, run: _Held, task: Task) -> Outcome:
         # The store has no "postpone": a requeue counts as an attempt, so a job that is
         # never ready is abandoned once its attempts are spent instead of looping forever.
         job = run.claim.job
@@ -930,7 +962,7 @@ class Worker:
 
     def _retry_or_fail(
         self,
-        run: _Running,
+        run: _Held,
         text: str,
         policy: Callable[[], object] | None,
         *,
@@ -980,7 +1012,7 @@ class Worker:
 
     def _settle(
         self,
-        run: _Running,
+        run: _Held,
         phase: Phase,
         action: Callable[[Claim], bool],
         success: Outcome,
@@ -999,7 +1031,7 @@ class Worker:
 
     def _store_outcome(
         self,
-        run: _Running,
+        run: _Held,
         phase: Phase,
         action: Callable[[Claim], bool],
         success: Outcome,
@@ -1007,7 +1039,7 @@ class Worker:
         """Make the store call; fall back to a release if it raises."""
         job = run.claim.job
         with self._cond:
-            run.settling = True
+            self._move(run, _ClaimState.SETTLING)
             claim = run.claim  # the heartbeat may have renewed it
         try:
             accepted = self._commit(phase, claim, action)
@@ -1046,14 +1078,11 @@ class Worker:
         """Release a claim whose handler never started (the stop began, or the lease was lost)."""
         job = claim.job
         with self._cond:
-            claim = self._waiting.pop(job.id, claim)  # the heartbeat may have renewed it
-            if job.id in self._lost_waiting:
-                self._lost_waiting.discard(job.id)
-                logger.info("job %d: its lease was lost before it started; not run", job.id)
-                lost = True
-            else:
-                lost = False
+            held = self._held.pop(job.id, None)
+            claim = claim if held is None else held.claim  # the heartbeat may have renewed it
+            lost = held is not None and held.state is _ClaimState.LOST
         if lost:
+            logger.info("job %d: its lease was lost before it started; not run", job.id)
             self._record(job, Outcome.LOST)
             return
         try:
@@ -1091,46 +1120,34 @@ class Worker:
         return run
 
     def _renew_leases(self) -> None:
+        """Renew every running claim's lease, then every waiting one's (they must hold too)."""
         with self._cond:
-            runs = [run for run in self._running.values() if not run.settling]
-            waiting = list(self._waiting.values())
-        for run in runs:
-            job = run.claim.job
+            held = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
+            held += [h for h in self._held.values() if h.state is _ClaimState.WAITING]
+            snapshot = [(h, h.state, h.claim) for h in held]
+        for run, was, claim in snapshot:
+            job = claim.job
             try:
-                self._step_hook(Step.HEARTBEAT, run.claim, None)
-                renewed = self._store.renew(run.claim, lease=self._lease)
+                self._step_hook(Step.HEARTBEAT, claim, None)
+                renewed = self._store.renew(claim, lease=self._lease)
             except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
                 self._unexpected(Phase.HEARTBEAT, job, exc)
                 continue
             with self._cond:
-                if run.settling:  # its outcome is being written: the lease ends anyway
-                    continue
+                if run.state is not was or self._held.get(job.id) is not run:
+                    continue  # started, settling or released meanwhile: not this beat's
                 if renewed is not None:
                     run.claim = renewed
                     continue
-            logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
-            run.token.cancel("lease lost")
-        for claim in waiting:  # handed off, not started: their leases must hold too
-            self._renew_waiting(claim)
-
-    def _renew_waiting(self, claim: Claim) -> None:
-        """Renew the lease of a claim that waits for a handler thread."""
-        job = claim.job
-        try:
-            self._step_hook(Step.HEARTBEAT, claim, None)
-            renewed = self._store.renew(claim, lease=self._lease)
-        except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
-            self._unexpected(Phase.HEARTBEAT, job, exc)
-            return
-        with self._cond:
-            if job.id not in self._waiting:  # started or released meanwhile
-                return
-            if renewed is not None:
-                self._waiting[job.id] = renewed
-                return
-            del self._waiting[job.id]
-            self._lost_waiting.add(job.id)
-        logger.warning("job %d: lease lost before it started (taken over?); not running it", job.id)
+                if was is _ClaimState.WAITING:
+                    self._move(run, _ClaimState.LOST)
+            if was is _ClaimState.WAITING:
+                logger.warning(
+                    "job %d: lease lost before it started (taken over?); not running it", job.id
+                )
+            else:
+                logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
+                run.token.cancel("lease lost")
 
     # --- errors -----------------------------------------------------------------------------
 
