@@ -255,7 +255,7 @@ class WorkerStats:
 
 
 class _ClaimState(enum.StrEnum):
-    """Where one held claim is; every change goes through ``Worker._move``."""
+    """Where one held claim is; every change goes through ``Worker._transition``."""
 
     WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
     RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
@@ -461,10 +461,7 @@ class Worker:
         with self._cond:
             if self._state is not WorkerState.NEW:  # a stop() from another thread came first
                 raise RuntimeError(f"{self!r}: stopped before it started")
-            self._set_state(WorkerState.RUNNING)
-        self._log_transition(
-            WorkerState.NEW, WorkerState.RUNNING, f"{self._concurrency} handler thread(s)"
-        )
+            self._transition(WorkerState.RUNNING, f"{self._concurrency} handler thread(s)")
         for started in range(1, self._concurrency + 1):
             self._executor.submit(self._consume)
             # The pool queues the loop even when it cannot start a thread for it (it logs
@@ -500,15 +497,12 @@ class Worker:
         with self._cond:
             draining = self._state is WorkerState.RUNNING
             if draining:
-                self._set_state(WorkerState.DRAINING)
-            in_hand = self._running()
+                in_hand = self._running()
+                self._transition(WorkerState.DRAINING, f"{reason}; running: {in_hand}")
         self._stop_requested.set()
         if not draining:
             return
         self._wake.set()
-        self._log_transition(
-            WorkerState.RUNNING, WorkerState.DRAINING, f"{reason}; running: {in_hand}"
-        )
         for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
             self._settle_unstarted(claim)
 
@@ -622,9 +616,8 @@ class Worker:
         with self._cond:
             never_started = self._state is WorkerState.NEW
             if never_started:
-                self._set_state(WorkerState.STOPPED)
+                self._transition(WorkerState.STOPPED, "never started")
         if never_started:
-            self._log_transition(WorkerState.NEW, WorkerState.STOPPED, "never started")
             self._drop_subscription()  # a start() racing this one may have subscribed
             return self._finish(self._build_report(start, terminated=True))
         self.request_stop("stop() called")
@@ -652,17 +645,13 @@ class Worker:
             start, terminated=pool.terminated and claimer.terminated and claim_loop_ended
         )
         with self._cond:
-            old = self._set_state(WorkerState.STOPPED)
-        self._log_transition(old, WorkerState.STOPPED, report.summary())
+            self._transition(WorkerState.STOPPED, report.summary())
         return self._finish(report)
 
     def _begin_cancelling(self) -> None:
         with self._cond:
-            self._set_state(WorkerState.CANCELLING)
             running = self._running()
-        self._log_transition(
-            WorkerState.DRAINING, WorkerState.CANCELLING, f"cancelling job(s) {running}"
-        )
+            self._transition(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
 
     def _finish(self, report: WorkerReport) -> WorkerReport:
@@ -717,17 +706,29 @@ class Worker:
     def _provisional_report(self, start: float) -> WorkerReport:
         return self._build_report(start, terminated=False)
 
-    def _set_state(self, new: WorkerState) -> WorkerState:
-        """Move to ``new`` (call with ``_cond`` held) and return the old state."""
+    def _transition(
+        self, new: WorkerState | _ClaimState, detail: str = "", held: _Held | None = None
+    ) -> None:
+        """Set and log one state change, checked against its table (call with ``_cond`` held).
+
+        A `WorkerState` moves the worker (logged at INFO, as event ``worker.<state>``,
+        and every waiter on ``_cond`` is woken); a claim state moves ``held`` (DEBUG).
+        """
+        if isinstance(new, _ClaimState):
+            if held is None:
+                raise TypeError("a claim state needs the claim it moves")
+            old_claim = held.state
+            if new not in _CLAIM_MOVES[old_claim]:
+                raise RuntimeError(f"job {held.claim.job.id}: no move from {old_claim} to {new}")
+            held.state = new
+            logger.debug("job %d: %s -> %s", held.claim.job.id, old_claim.value, new.value)
+            return
         old = self._state
         if new not in _TRANSITIONS[old]:
             raise RuntimeError(f"{self!r}: no transition from {old} to {new}")
         self._state = new
         self._entered[new] = time.monotonic()
         self._cond.notify_all()
-        return old
-
-    def _log_transition(self, old: WorkerState, new: WorkerState, detail: str) -> None:
         logger.info(
             "worker %s: %s -> %s: %s",
             self.name,
@@ -751,14 +752,6 @@ class Worker:
         """Ids of the jobs whose handler has started and not ended (call with ``_cond`` held)."""
         started = (_ClaimState.RUNNING, _ClaimState.SETTLING)
         return sorted(i for i, h in self._held.items() if h.state in started)
-
-    def _move(self, held: _Held, new: _ClaimState) -> None:
-        """Move one claim to ``new`` (call with ``_cond`` held)."""
-        old = held.state
-        if new not in _CLAIM_MOVES[old]:
-            raise RuntimeError(f"job {held.claim.job.id}: no claim move from {old} to {new}")
-        held.state = new
-        logger.debug("job %d: %s -> %s", held.claim.job.id, old.value, new.value)
 
     # --- the claiming thread ------------------------------------------------------------------
 
@@ -877,7 +870,7 @@ class Worker:
             if self._state is not WorkerState.RUNNING or run is None:
                 run = None
             elif run.state is _ClaimState.WAITING:  # not LOST: its lease still holds
-                self._move(run, _ClaimState.RUNNING)
+                self._transition(_ClaimState.RUNNING, held=run)
             else:
                 run = None
         if run is None:
@@ -1039,7 +1032,7 @@ class Worker:
         """Make the store call; fall back to a release if it raises."""
         job = run.claim.job
         with self._cond:
-            self._move(run, _ClaimState.SETTLING)
+            self._transition(_ClaimState.SETTLING, held=run)
             claim = run.claim  # the heartbeat may have renewed it
         try:
             accepted = self._commit(phase, claim, action)
@@ -1140,7 +1133,7 @@ class Worker:
                     run.claim = renewed
                     continue
                 if was is _ClaimState.WAITING:
-                    self._move(run, _ClaimState.LOST)
+                    self._transition(_ClaimState.LOST, held=run)
             if was is _ClaimState.WAITING:
                 logger.warning(
                     "job %d: lease lost before it started (taken over?); not running it", job.id
