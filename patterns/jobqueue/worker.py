@@ -72,7 +72,8 @@ Docs: docs/jobqueue/design.md (the pitfalls of Proletarian's and qdolor's worker
 the map from Proletarian's names to these).
 
 See also:
-    ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.store``
+    ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.outcomes``
+    (the decision for a job that did not complete), ``patterns.jobqueue.store``
     (the states and the fencing rule), ``patterns.jobqueue.cli`` (the worker process).
 """
 
@@ -94,9 +95,9 @@ from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
+from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
 from patterns.jobqueue.store import Claim, Job, JsonValue, Store
 from patterns.jobqueue.tasks import (
-    Backoff,
     Decision,
     Fail,
     JobContext,
@@ -120,7 +121,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_DEFAULT_POLICY = Backoff()  # decides when a task's own failure policy raised
 _MAX_ERRORS_KEPT = 100  # PhaseErrors kept for the report; the count in stats is exact
 _MAX_DEQUEUE_BACKOFF = 30.0  # seconds between claims while the store keeps failing
 _HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
@@ -930,7 +930,7 @@ class Worker:
             run,
             _describe(error),
             None if task is None else lambda: task.retry(job, error),
-            fallback=lambda: _DEFAULT_POLICY(job, error),
+            fallback=lambda: DEFAULT_POLICY(job, error),
             policy_phase=Phase.GET_FAILURE_POLICY,
             on_fail=lambda d: self._hook(
                 Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, d
@@ -971,16 +971,9 @@ class Worker:
         settles the job; ``on_fail`` runs only once the store accepted the `Fail`.
         """
         job = run.claim.job
-        decision: Decision
-        if policy is None:
-            decision = fallback()
-        else:
-            try:
-                decision = _checked(policy())
-            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-                self._unexpected(policy_phase, job, exc)
-                decision = fallback()
-        decision = _cap(job, decision, text)
+        decision, error = decide(job, text, policy, fallback)
+        if error is not None:
+            self._unexpected(policy_phase, job, error)
         where = f"job {job.id} ({job.task}) attempt {job.attempts} of {job.max_attempts}"
         if isinstance(decision, Retry):
             run_at = self._clock() + decision.delay
@@ -1221,16 +1214,3 @@ def _check_times(
         raise ValueError("cancel_timeout must be between 0 and stop_timeout")
     if lease <= 0:
         raise ValueError(f"lease must be positive, got {lease}")
-
-
-def _checked(decision: object) -> Decision:
-    if not isinstance(decision, Retry | Fail):
-        raise TypeError(f"a policy must return Retry or Fail, got {decision!r}")
-    return decision
-
-
-def _cap(job: Job, decision: Decision, text: str) -> Decision:
-    """Turn a `Retry` into a `Fail` once the job has used its last attempt."""
-    if isinstance(decision, Retry) and job.attempts >= job.max_attempts:
-        return Fail(f"{text} (attempt {job.attempts} of {job.max_attempts}: none left)")
-    return decision
