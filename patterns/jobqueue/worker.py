@@ -72,7 +72,8 @@ Docs: docs/jobqueue/design.md (the pitfalls of Proletarian's and qdolor's worker
 the map from Proletarian's names to these).
 
 See also:
-    ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.store``
+    ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.outcomes``
+    (the decision for a job that did not complete), ``patterns.jobqueue.store``
     (the states and the fencing rule), ``patterns.jobqueue.cli`` (the worker process).
 """
 
@@ -94,9 +95,9 @@ from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
+from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
 from patterns.jobqueue.store import Claim, Job, JsonValue, Store
 from patterns.jobqueue.tasks import (
-    Backoff,
     Decision,
     Fail,
     JobContext,
@@ -120,7 +121,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_DEFAULT_POLICY = Backoff()  # decides when a task's own failure policy raised
 _MAX_ERRORS_KEPT = 100  # PhaseErrors kept for the report; the count in stats is exact
 _MAX_DEQUEUE_BACKOFF = 30.0  # seconds between claims while the store keeps failing
 _HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
@@ -254,13 +254,32 @@ class WorkerStats:
         return self.done + self.retried + self.failed + self.released + self.lost + self.unsettled
 
 
-@dataclass
-class _Running:
-    """A job whose handler is running; fields change only under ``Worker._cond``."""
+class _ClaimState(enum.StrEnum):
+    """Where one held claim is; every change goes through ``Worker._transition``."""
 
-    claim: Claim
-    token: CancelToken
-    settling: bool = False  # set by _settle before its store call; the heartbeat stops renewing
+    WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
+    RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
+    SETTLING = "settling"  # the store call that ends it is under way: no more renewals
+    LOST = "lost"  # its lease was lost before it started: it will not run
+
+
+_CLAIM_MOVES: Mapping[_ClaimState, frozenset[_ClaimState]] = MappingProxyType(
+    {
+        _ClaimState.WAITING: frozenset({_ClaimState.RUNNING, _ClaimState.LOST}),
+        _ClaimState.RUNNING: frozenset({_ClaimState.SETTLING}),
+        _ClaimState.SETTLING: frozenset(),
+        _ClaimState.LOST: frozenset(),
+    }
+)
+
+
+@dataclass
+class _Held:
+    """One claim the worker holds, from the claim to its outcome; changed under ``_cond``."""
+
+    claim: Claim  # the latest: the heartbeat replaces it with each renewed one
+    token: CancelToken  # the handler's, a child of the worker's
+    state: _ClaimState = _ClaimState.WAITING
     outcome: Outcome | None = None  # set once, by _settle
 
 
@@ -295,7 +314,7 @@ class Worker:
         clock: the store's clock, for the run time of a retry (the same clock as the
             store's; `time.time` for every store by default).
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
-            in the thread that is there. None (the default) costs one ``if`` per step.
+            in the thread that is there. None (the default): a no-op.
 
     Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
     own) and a context manager that starts on entry and stops on exit. A worker runs
@@ -337,7 +356,7 @@ class Worker:
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
         self._clock = clock
-        self._step_hook = step_hook
+        self._step_hook = step_hook or _no_step_hook
 
         # Guards every field below it, up to the events. Waited on by the claiming thread
         # (for free claim slots or a state change); notified by a handler thread when it
@@ -351,11 +370,9 @@ class Worker:
         # that a handler thread may be free, and the claim then fills every free slot.
         self._claim_at = max(1, prefetch)
         self._idle = self._slots  # claim slots neither holding a claim nor promised one
-        # Claims handed off but not started, by job id: the heartbeat renews them (and
-        # stores the renewed claim here), the handler thread that takes one pops it.
-        self._waiting: dict[int, Claim] = {}
-        self._lost_waiting: set[int] = set()  # waiting claims whose lease the heartbeat lost
-        self._running: dict[int, _Running] = {}
+        # Every claim in hand, by job id, from the claim until its outcome is recorded:
+        # the heartbeat renews the WAITING and RUNNING ones.
+        self._held: dict[int, _Held] = {}
         self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
@@ -444,10 +461,7 @@ class Worker:
         with self._cond:
             if self._state is not WorkerState.NEW:  # a stop() from another thread came first
                 raise RuntimeError(f"{self!r}: stopped before it started")
-            self._set_state(WorkerState.RUNNING)
-        self._log_transition(
-            WorkerState.NEW, WorkerState.RUNNING, f"{self._concurrency} handler thread(s)"
-        )
+            self._transition(WorkerState.RUNNING, f"{self._concurrency} handler thread(s)")
         for started in range(1, self._concurrency + 1):
             self._executor.submit(self._consume)
             # The pool queues the loop even when it cannot start a thread for it (it logs
@@ -483,15 +497,12 @@ class Worker:
         with self._cond:
             draining = self._state is WorkerState.RUNNING
             if draining:
-                self._set_state(WorkerState.DRAINING)
-            in_hand = sorted(self._running)
+                in_hand = self._running()
+                self._transition(WorkerState.DRAINING, f"{reason}; running: {in_hand}")
         self._stop_requested.set()
         if not draining:
             return
         self._wake.set()
-        self._log_transition(
-            WorkerState.RUNNING, WorkerState.DRAINING, f"{reason}; running: {in_hand}"
-        )
         for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
             self._settle_unstarted(claim)
 
@@ -583,7 +594,7 @@ class Worker:
             return WorkerStats(
                 state=self._state,
                 claimed=self._claimed,
-                running=len(self._running),
+                running=len(self._running()),
                 done=self._counts[Outcome.DONE],
                 retried=self._counts[Outcome.RETRIED],
                 failed=self._counts[Outcome.FAILED],
@@ -596,7 +607,7 @@ class Worker:
     def running_jobs(self) -> list[int]:
         """Ids of the jobs whose handlers are running now."""
         with self._cond:
-            return sorted(self._running)
+            return self._running()
 
     # --- the shutdown ------------------------------------------------------------------------
 
@@ -605,9 +616,8 @@ class Worker:
         with self._cond:
             never_started = self._state is WorkerState.NEW
             if never_started:
-                self._set_state(WorkerState.STOPPED)
+                self._transition(WorkerState.STOPPED, "never started")
         if never_started:
-            self._log_transition(WorkerState.NEW, WorkerState.STOPPED, "never started")
             self._drop_subscription()  # a start() racing this one may have subscribed
             return self._finish(self._build_report(start, terminated=True))
         self.request_stop("stop() called")
@@ -635,17 +645,13 @@ class Worker:
             start, terminated=pool.terminated and claimer.terminated and claim_loop_ended
         )
         with self._cond:
-            old = self._set_state(WorkerState.STOPPED)
-        self._log_transition(old, WorkerState.STOPPED, report.summary())
+            self._transition(WorkerState.STOPPED, report.summary())
         return self._finish(report)
 
     def _begin_cancelling(self) -> None:
         with self._cond:
-            self._set_state(WorkerState.CANCELLING)
-            running = sorted(self._running)
-        self._log_transition(
-            WorkerState.DRAINING, WorkerState.CANCELLING, f"cancelling job(s) {running}"
-        )
+            running = self._running()
+            self._transition(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
 
     def _finish(self, report: WorkerReport) -> WorkerReport:
@@ -683,7 +689,7 @@ class Worker:
     def _build_report(self, start: float, *, terminated: bool) -> WorkerReport:
         now = time.monotonic()
         with self._cond:
-            still_running = tuple(sorted(self._running))
+            still_running = tuple(self._running())
             entered = dict(self._entered)
             return WorkerReport(
                 terminated=terminated and not still_running,
@@ -700,17 +706,29 @@ class Worker:
     def _provisional_report(self, start: float) -> WorkerReport:
         return self._build_report(start, terminated=False)
 
-    def _set_state(self, new: WorkerState) -> WorkerState:
-        """Move to ``new`` (call with ``_cond`` held) and return the old state."""
+    def _transition(
+        self, new: WorkerState | _ClaimState, detail: str = "", held: _Held | None = None
+    ) -> None:
+        """Set and log one state change, checked against its table (call with ``_cond`` held).
+
+        A `WorkerState` moves the worker (logged at INFO, as event ``worker.<state>``,
+        and every waiter on ``_cond`` is woken); a claim state moves ``held`` (DEBUG).
+        """
+        if isinstance(new, _ClaimState):
+            if held is None:
+                raise TypeError("a claim state needs the claim it moves")
+            old_claim = held.state
+            if new not in _CLAIM_MOVES[old_claim]:
+                raise RuntimeError(f"job {held.claim.job.id}: no move from {old_claim} to {new}")
+            held.state = new
+            logger.debug("job %d: %s -> %s", held.claim.job.id, old_claim.value, new.value)
+            return
         old = self._state
         if new not in _TRANSITIONS[old]:
             raise RuntimeError(f"{self!r}: no transition from {old} to {new}")
         self._state = new
         self._entered[new] = time.monotonic()
         self._cond.notify_all()
-        return old
-
-    def _log_transition(self, old: WorkerState, new: WorkerState, detail: str) -> None:
         logger.info(
             "worker %s: %s -> %s: %s",
             self.name,
@@ -729,6 +747,11 @@ class Worker:
 
     def _is_stopping(self) -> bool:
         return self._state is not WorkerState.RUNNING
+
+    def _running(self) -> list[int]:
+        """Ids of the jobs whose handler has started and not ended (call with ``_cond`` held)."""
+        started = (_ClaimState.RUNNING, _ClaimState.SETTLING)
+        return sorted(i for i, h in self._held.items() if h.state in started)
 
     # --- the claiming thread ------------------------------------------------------------------
 
@@ -764,7 +787,7 @@ class Worker:
             with self._cond:
                 self._idle += want - len(claims)
                 self._claimed += len(claims)
-                self._waiting.update((claim.job.id, claim) for claim in claims)
+                self._held.update((c.job.id, _Held(c, self._root.child())) for c in claims)
             for index, claim in enumerate(claims):
                 try:
                     self._hand_over(claim, stopping)
@@ -788,8 +811,7 @@ class Worker:
 
     def _hand_over(self, claim: Claim, stopping: threading.Event) -> None:
         """Put one claim on the hand-off to the handler threads (`ShutDown` once stopping)."""
-        if self._step_hook is not None:
-            self._step_hook(Step.AFTER_CLAIM, claim, None)
+        self._step_hook(Step.AFTER_CLAIM, claim, None)
         if stopping.is_set():
             # This thread's own service was stopped (a start that failed part-way stops
             # what it started) before the worker's stop began: hand nothing more over.
@@ -844,49 +866,46 @@ class Worker:
         with self._cond:
             # Under the lock that request_stop() changes the state with: a job is either
             # running when the stop begins, or released here without being started.
-            started = self._state is WorkerState.RUNNING and job.id not in self._lost_waiting
-            if started:
-                claim = self._waiting.pop(job.id, claim)  # the heartbeat may have renewed it
-                run = _Running(claim, self._root.child())
-                self._running[job.id] = run
-        if not started:
+            run = self._held.get(job.id)
+            if self._state is not WorkerState.RUNNING or run is None:
+                run = None
+            elif run.state is _ClaimState.WAITING:  # not LOST: its lease still holds
+                self._transition(_ClaimState.RUNNING, held=run)
+            else:
+                run = None
+        if run is None:
             self._settle_unstarted(claim)
             return
         try:
             self._lifecycle(run)
         finally:
             with self._cond:
-                self._running.pop(job.id, None)
+                self._held.pop(job.id, None)
             if run.outcome is None:  # only a BaseException can get here unsettled
                 logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
                 self._record(job, Outcome.UNSETTLED)
 
-    def _lifecycle(self, run: _Running) -> Outcome:
+    def _lifecycle(self, run: _Held) -> Outcome:
         job = run.claim.job
         task = self._tasks.get(job.task)
         if task is None:
             reason = f"unknown task {job.task!r}: no handler registered under that name"
-            logger.error("job %d: %s", job.id, reason)
-            return self._settle(
-                run, Phase.NACK, lambda c: self._store.fail(c, reason), Outcome.FAILED
-            )
+            return self._retry_or_fail(run, reason, lambda: Fail(reason))
         if task.ready is not None:
             try:
                 ready = bool(task.ready(job))
             except Exception as exc:  # noqa: BLE001 - logged by _unexpected
                 self._unexpected(Phase.READY, job, exc)
-                return self._after_failure(run, task, exc, policy_failed=True)
+                return self._after_failure(run, None, exc)
             if not ready:
                 return self._not_ready(run, task)
         ctx = JobContext(job, run.token, worker=self.name, stopping=self._is_stopping)
         logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
-        if self._step_hook is not None:
-            self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
+        self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
         try:
             result = task.fn(job.payload, ctx)
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
-            if self._step_hook is not None:
-                self._step_hook(Step.AFTER_HANDLER, run.claim, None)
+            self._step_hook(Step.AFTER_HANDLER, run.claim, None)
             if run.token.cancelled:
                 # Interrupted, or an error raised on the way out of a cancelled job:
                 # given back unchanged (Proletarian leaves such a job in the queue too).
@@ -895,39 +914,70 @@ class Worker:
             if isinstance(exc, Cancelled):
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
             return self._after_failure(run, task, exc)
-        if self._step_hook is not None:
-            self._step_hook(Step.AFTER_HANDLER, run.claim, None)
-        outcome = self._settle(run, Phase.ACK, self._store.complete, Outcome.DONE)
-        if outcome is Outcome.DONE:
-            self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result)
-        return outcome
+        self._step_hook(Step.AFTER_HANDLER, run.claim, None)
+        return self._settle(
+            run,
+            Phase.ACK,
+            self._store.complete,
+            Outcome.DONE,
+            lambda: self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result),
+        )
 
-    def _after_failure(
-        self, run: _Running, task: Task, error: BaseException, *, policy_failed: bool = False
-    ) -> Outcome:
+    def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> Outcome:
+        """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
         job = run.claim.job
-        text = _describe(error)
-        decision: Decision
-        if policy_failed:
-            decision = _DEFAULT_POLICY(job, error)
-        else:
-            try:
-                decision = _checked(task.retry(job, error))
-            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-                self._unexpected(Phase.GET_FAILURE_POLICY, job, exc)
-                decision = _DEFAULT_POLICY(job, error)
-        decision = _cap(job, decision, text)
+        return self._retry_or_fail(
+            run,
+            _describe(error),
+            None if task is None else lambda: task.retry(job, error),
+            fallback=lambda: DEFAULT_POLICY(job, error),
+            policy_phase=Phase.GET_FAILURE_POLICY,
+            on_fail=lambda d: self._hook(
+                Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, d
+            ),
+        )
+
+    def _not_ready(self, run: _Held, task: Task) -> Outcome:
+        # The store has no "postpone": a requeue counts as an attempt, so a job that is
+        # never ready is abandoned once its attempts are spent instead of looping forever.
+        job = run.claim.job
+        return self._retry_or_fail(
+            run,
+            "not ready",
+            lambda: task.not_ready(job),
+            fallback=lambda: Retry(1.0),
+            policy_phase=Phase.GET_UNREADINESS_POLICY,
+            fail_phase=Phase.ABANDON,
+            on_fail=lambda d: self._hook(
+                Phase.ON_UNREADINESS, job, self._tasks.on_unreadiness, job, d
+            ),
+        )
+
+    def _retry_or_fail(
+        self,
+        run: _Held,
+        text: str,
+        policy: Callable[[], object] | None,
+        *,
+        fallback: Callable[[], Decision] = lambda: Fail(""),
+        policy_phase: Phase = Phase.GET_FAILURE_POLICY,
+        fail_phase: Phase = Phase.NACK,
+        on_fail: Callable[[Decision], object] | None = None,
+    ) -> Outcome:
+        """The one path of a job that did not complete: decide, requeue or fail, then hook.
+
+        ``policy`` decides (``fallback`` does if it is None, raises or returns no
+        `Decision`); a `Retry` on the last attempt becomes a `Fail`; the store call
+        settles the job; ``on_fail`` runs only once the store accepted the `Fail`.
+        """
+        job = run.claim.job
+        decision, error = decide(job, text, policy, fallback)
+        if error is not None:
+            self._unexpected(policy_phase, job, error)
+        where = f"job {job.id} ({job.task}) attempt {job.attempts} of {job.max_attempts}"
         if isinstance(decision, Retry):
             run_at = self._clock() + decision.delay
-            logger.warning(
-                "job %d (%s) attempt %d of %d failed (%s): retrying in %.2fs",
-                job.id,
-                job.task,
-                job.attempts,
-                job.max_attempts,
-                text,
-                decision.delay,
-            )
+            logger.warning("%s: %s: requeued in %.2fs", where, text, decision.delay)
             return self._settle(
                 run,
                 Phase.REQUEUE,
@@ -935,59 +985,39 @@ class Worker:
                 Outcome.RETRIED,
             )
         reason = decision.reason or text
-        logger.error("job %d (%s) failed for good: %s", job.id, job.task, reason)
-        outcome = self._settle(
-            run, Phase.NACK, lambda c: self._store.fail(c, reason), Outcome.FAILED
+        verb = "abandoned" if fail_phase is Phase.ABANDON else "failed for good"
+        logger.error("%s: %s: %s", where, verb, reason)
+        final = decision
+        return self._settle(
+            run,
+            fail_phase,
+            lambda c: self._store.fail(c, reason),
+            Outcome.FAILED,
+            None if on_fail is None else lambda: on_fail(final),
         )
-        if outcome is Outcome.FAILED:
-            self._hook(Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, decision)
-        return outcome
-
-    def _not_ready(self, run: _Running, task: Task) -> Outcome:
-        job = run.claim.job
-        decision: Decision
-        try:
-            decision = _checked(task.not_ready(job))
-        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-            self._unexpected(Phase.GET_UNREADINESS_POLICY, job, exc)
-            decision = Retry(1.0)
-        # The store has no "postpone": a requeue counts as an attempt, so a job that is
-        # never ready is abandoned once its attempts are spent instead of looping forever.
-        decision = _cap(job, decision, "not ready")
-        if isinstance(decision, Retry):
-            run_at = self._clock() + decision.delay
-            logger.info("job %d: not ready, requeued in %.2fs", job.id, decision.delay)
-            return self._settle(
-                run,
-                Phase.REQUEUE,
-                lambda c: self._store.retry(c, "not ready", run_at=run_at),
-                Outcome.RETRIED,
-            )
-        reason = decision.reason or "not ready"
-        logger.warning("job %d abandoned: %s", job.id, reason)
-        outcome = self._settle(
-            run, Phase.ABANDON, lambda c: self._store.fail(c, reason), Outcome.FAILED
-        )
-        if outcome is Outcome.FAILED:
-            self._hook(Phase.ON_UNREADINESS, job, self._tasks.on_unreadiness, job, decision)
-        return outcome
 
     def _settle(
         self,
-        run: _Running,
+        run: _Held,
         phase: Phase,
         action: Callable[[Claim], bool],
         success: Outcome,
+        then: Callable[[], object] | None = None,
     ) -> Outcome:
-        """Make the store call that ends the job, and record its outcome (before any hook)."""
+        """Make the store call that ends the job, record its outcome, then its hook.
+
+        ``then`` (the task's hook) runs only when the outcome is ``success``.
+        """
         outcome = self._store_outcome(run, phase, action, success)
         run.outcome = outcome
         self._record(run.claim.job, outcome)
+        if then is not None and outcome is success:
+            then()
         return outcome
 
     def _store_outcome(
         self,
-        run: _Running,
+        run: _Held,
         phase: Phase,
         action: Callable[[Claim], bool],
         success: Outcome,
@@ -995,7 +1025,7 @@ class Worker:
         """Make the store call; fall back to a release if it raises."""
         job = run.claim.job
         with self._cond:
-            run.settling = True
+            self._transition(_ClaimState.SETTLING, held=run)
             claim = run.claim  # the heartbeat may have renewed it
         try:
             accepted = self._commit(phase, claim, action)
@@ -1025,8 +1055,6 @@ class Worker:
 
     def _commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two `Step` boundaries."""
-        if self._step_hook is None:
-            return action(claim)
         self._step_hook(Step.BEFORE_COMMIT, claim, phase)
         accepted = action(claim)
         self._step_hook(Step.AFTER_COMMIT, claim, phase)
@@ -1036,14 +1064,11 @@ class Worker:
         """Release a claim whose handler never started (the stop began, or the lease was lost)."""
         job = claim.job
         with self._cond:
-            claim = self._waiting.pop(job.id, claim)  # the heartbeat may have renewed it
-            if job.id in self._lost_waiting:
-                self._lost_waiting.discard(job.id)
-                logger.info("job %d: its lease was lost before it started; not run", job.id)
-                lost = True
-            else:
-                lost = False
+            held = self._held.pop(job.id, None)
+            claim = claim if held is None else held.claim  # the heartbeat may have renewed it
+            lost = held is not None and held.state is _ClaimState.LOST
         if lost:
+            logger.info("job %d: its lease was lost before it started; not run", job.id)
             self._record(job, Outcome.LOST)
             return
         try:
@@ -1081,48 +1106,34 @@ class Worker:
         return run
 
     def _renew_leases(self) -> None:
+        """Renew every running claim's lease, then every waiting one's (they must hold too)."""
         with self._cond:
-            runs = [run for run in self._running.values() if not run.settling]
-            waiting = list(self._waiting.values())
-        for run in runs:
-            job = run.claim.job
+            held = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
+            held += [h for h in self._held.values() if h.state is _ClaimState.WAITING]
+            snapshot = [(h, h.state, h.claim) for h in held]
+        for run, was, claim in snapshot:
+            job = claim.job
             try:
-                if self._step_hook is not None:
-                    self._step_hook(Step.HEARTBEAT, run.claim, None)
-                renewed = self._store.renew(run.claim, lease=self._lease)
+                self._step_hook(Step.HEARTBEAT, claim, None)
+                renewed = self._store.renew(claim, lease=self._lease)
             except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
                 self._unexpected(Phase.HEARTBEAT, job, exc)
                 continue
             with self._cond:
-                if run.settling:  # its outcome is being written: the lease ends anyway
-                    continue
+                if run.state is not was or self._held.get(job.id) is not run:
+                    continue  # started, settling or released meanwhile: not this beat's
                 if renewed is not None:
                     run.claim = renewed
                     continue
-            logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
-            run.token.cancel("lease lost")
-        for claim in waiting:  # handed off, not started: their leases must hold too
-            self._renew_waiting(claim)
-
-    def _renew_waiting(self, claim: Claim) -> None:
-        """Renew the lease of a claim that waits for a handler thread."""
-        job = claim.job
-        try:
-            if self._step_hook is not None:
-                self._step_hook(Step.HEARTBEAT, claim, None)
-            renewed = self._store.renew(claim, lease=self._lease)
-        except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
-            self._unexpected(Phase.HEARTBEAT, job, exc)
-            return
-        with self._cond:
-            if job.id not in self._waiting:  # started or released meanwhile
-                return
-            if renewed is not None:
-                self._waiting[job.id] = renewed
-                return
-            del self._waiting[job.id]
-            self._lost_waiting.add(job.id)
-        logger.warning("job %d: lease lost before it started (taken over?); not running it", job.id)
+                if was is _ClaimState.WAITING:
+                    self._transition(_ClaimState.LOST, held=run)
+            if was is _ClaimState.WAITING:
+                logger.warning(
+                    "job %d: lease lost before it started (taken over?); not running it", job.id
+                )
+            else:
+                logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
+                run.token.cancel("lease lost")
 
     # --- errors -----------------------------------------------------------------------------
 
@@ -1168,6 +1179,10 @@ class Worker:
         self.request_stop(f"thread {thread.name} died")
 
 
+def _no_step_hook(step: Step, claim: Claim, phase: Phase | None) -> None:
+    """The default ``step_hook``: nothing happens at a `Step`."""
+
+
 def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[WorkerState, float]:
     """Seconds spent in DRAINING and CANCELLING, from the times each state was entered."""
     durations = {}
@@ -1199,16 +1214,3 @@ def _check_times(
         raise ValueError("cancel_timeout must be between 0 and stop_timeout")
     if lease <= 0:
         raise ValueError(f"lease must be positive, got {lease}")
-
-
-def _checked(decision: object) -> Decision:
-    if not isinstance(decision, Retry | Fail):
-        raise TypeError(f"a policy must return Retry or Fail, got {decision!r}")
-    return decision
-
-
-def _cap(job: Job, decision: Decision, text: str) -> Decision:
-    """Turn a `Retry` into a `Fail` once the job has used its last attempt."""
-    if isinstance(decision, Retry) and job.attempts >= job.max_attempts:
-        return Fail(f"{text} (attempt {job.attempts} of {job.max_attempts}: none left)")
-    return decision
