@@ -87,24 +87,22 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patterns.jobqueue.memory import (
-    _check_lease,
-    _check_limit,
-    _check_owner,
-    _check_time,
-    _expired_reason,
-    _new_token,
-    _NewJob,
-    _prepare_enqueue,
-    _prepare_many,
-)
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
     Claim,
     Job,
     JobState,
     JsonValue,
+    NewJob,
     Store,
+    check_lease,
+    check_limit,
+    check_owner,
+    check_time,
+    expired_reason,
+    new_token,
+    prepare_enqueue,
+    prepare_many,
 )
 
 if TYPE_CHECKING:
@@ -354,7 +352,7 @@ def _check_range(name: str, value: float) -> float:
     return value
 
 
-def _check_job(new: _NewJob, *, absolute: bool) -> _NewJob:
+def _check_job(new: NewJob, *, absolute: bool) -> NewJob:
     if new.max_attempts > _MAX_ATTEMPTS:
         raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
     _check_range("run_at" if absolute else "delay", new.run_at)
@@ -711,7 +709,7 @@ class PostgresStore:
 
     # --- the Store protocol ----------------------------------------------------------------
 
-    def _insert(self, prepared: list[tuple[_NewJob, bool]]) -> list[int]:
+    def _insert(self, prepared: list[tuple[NewJob, bool]]) -> list[int]:
         """Insert validated jobs (each with "is its run_at absolute?") in one transaction."""
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
@@ -745,7 +743,7 @@ class PostgresStore:
     ) -> int:
         """Add a job and return its id; a bad payload or argument writes nothing."""
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
-        new = _prepare_enqueue(
+        new = prepare_enqueue(
             0.0, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
         )
         (job_id,) = self._insert(
@@ -757,7 +755,7 @@ class PostgresStore:
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
         """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
         prepared = []
-        for index, (new, spec) in enumerate(zip(_prepare_many(0.0, jobs), jobs, strict=True)):
+        for index, (new, spec) in enumerate(zip(prepare_many(0.0, jobs), jobs, strict=True)):
             absolute = spec.get("run_at") is not None
             try:
                 prepared.append((_check_job(new, absolute=absolute), absolute))
@@ -775,15 +773,15 @@ class PostgresStore:
         attempts are spent is marked failed instead of being returned. Rows that another
         transaction holds locked at this moment are skipped, never waited for.
         """
-        _check_owner(owner)
-        seconds = _check_range("lease", _check_lease(lease))
-        count = _check_limit(limit)
+        check_owner(owner)
+        seconds = _check_range("lease", check_lease(lease))
+        count = check_limit(limit)
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[Claim]:
             statements = self._statements
             spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
             for job_id, attempts in spent:
-                reason = _expired_reason(attempts)
+                reason = expired_reason(attempts)
                 conn.execute(
                     statements["fail_spent"], {"clock": clock, "error": reason, "id": job_id}
                 )
@@ -805,7 +803,7 @@ class PostgresStore:
                     "clock": clock,
                     "lease": seconds,
                     "ids": [row[0] for row in due],
-                    "tokens": [_new_token(owner) for _ in due],
+                    "tokens": [new_token(owner) for _ in due],
                 },
             ).fetchall()
             jobs = sorted((self._job(row) for row in rows), key=lambda j: (j.run_at, j.id))
@@ -849,7 +847,7 @@ class PostgresStore:
 
         ``run_at`` is on the database's clock: a worker computes it from `clock`.
         """
-        when = _check_range("run_at", _check_time("run_at", run_at))
+        when = _check_range("run_at", check_time("run_at", run_at))
         return self._settle(claim, "retry", {"error": str(error), "run_at": when})
 
     def release(self, claim: Claim) -> bool:
@@ -858,7 +856,7 @@ class PostgresStore:
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost."""
-        seconds = _check_range("lease", _check_lease(lease))
+        seconds = _check_range("lease", check_lease(lease))
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Claim | None:
             row = conn.execute(
@@ -912,7 +910,7 @@ class PostgresStore:
         cutoff = (
             None
             if older_than is None
-            else _check_range("older_than", _check_time("older_than", older_than))
+            else _check_range("older_than", check_time("older_than", older_than))
         )
         purged = self._transaction(
             lambda conn, clock: conn.execute(self._statements["purge"], {"cutoff": cutoff}).rowcount

@@ -67,24 +67,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patterns.jobqueue.memory import (
-    _check_lease,
-    _check_limit,
-    _check_owner,
-    _check_time,
-    _expired_reason,
-    _new_token,
-    _NewJob,
-    _prepare_enqueue,
-    _prepare_many,
-)
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
     Claim,
     Job,
     JobState,
     JsonValue,
+    NewJob,
     Store,
+    check_lease,
+    check_limit,
+    check_owner,
+    check_time,
+    expired_reason,
+    new_token,
+    prepare_enqueue,
+    prepare_many,
 )
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteStore", "StoreFileError"]
@@ -470,7 +468,7 @@ class SQLiteStore:
     # --- the Store protocol -------------------------------------------------------------
 
     @staticmethod
-    def _insert(conn: sqlite3.Connection, new: _NewJob, now: float) -> int:
+    def _insert(conn: sqlite3.Connection, new: NewJob, now: float) -> int:
         cursor = conn.execute(
             "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
             " created_at, updated_at) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?)",
@@ -493,7 +491,7 @@ class SQLiteStore:
 
         # A bad argument raises inside the transaction, which rolls back: nothing written.
         def body(conn: sqlite3.Connection, now: float) -> int:
-            new = _prepare_enqueue(
+            new = prepare_enqueue(
                 now, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
             )
             return self._insert(conn, new, now)
@@ -506,7 +504,7 @@ class SQLiteStore:
         """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
 
         def body(conn: sqlite3.Connection, now: float) -> list[int]:
-            return [self._insert(conn, new, now) for new in _prepare_many(now, jobs)]
+            return [self._insert(conn, new, now) for new in prepare_many(now, jobs)]
 
         ids = self._write(body)
         logger.debug("%s: enqueued %d jobs", self._path, len(ids))
@@ -519,9 +517,9 @@ class SQLiteStore:
         (``lease_until <= now``). An expired job whose attempts are spent is marked failed
         instead of being returned.
         """
-        _check_owner(owner)
-        seconds = _check_lease(lease)
-        count = _check_limit(limit)
+        check_owner(owner)
+        seconds = check_lease(lease)
+        count = check_limit(limit)
 
         def body(conn: sqlite3.Connection, now: float) -> list[Claim]:
             spent = conn.execute(
@@ -533,10 +531,10 @@ class SQLiteStore:
                 conn.execute(
                     "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL,"
                     " lease_until = NULL, updated_at = ? WHERE id = ?",
-                    (_expired_reason(attempts), now, job_id),
+                    (expired_reason(attempts), now, job_id),
                 )
                 logger.warning(
-                    "%s: job %d failed: %s", self._path, job_id, _expired_reason(attempts)
+                    "%s: job %d failed: %s", self._path, job_id, expired_reason(attempts)
                 )
             due = conn.execute(_DUE_SQL, (now, now, count)).fetchall()
             claims = []
@@ -548,7 +546,7 @@ class SQLiteStore:
                         job_id,
                         old_owner,
                     )
-                token = _new_token(owner)
+                token = new_token(owner)
                 conn.execute(
                     "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
                     " lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?",
@@ -614,7 +612,7 @@ class SQLiteStore:
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
-        when = _check_time("run_at", run_at)
+        when = check_time("run_at", run_at)
         return self._settle(
             claim,
             f"state = 'queued', last_error = ?, run_at = ?, {self._END_LEASE}",
@@ -629,7 +627,7 @@ class SQLiteStore:
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost."""
-        seconds = _check_lease(lease)
+        seconds = check_lease(lease)
 
         def body(conn: sqlite3.Connection, now: float) -> Claim | None:
             cursor = conn.execute(
@@ -679,7 +677,7 @@ class SQLiteStore:
 
     def purge(self, *, older_than: float | None = None) -> int:
         """Delete done and failed jobs (updated before ``older_than``); return how many."""
-        cutoff = None if older_than is None else _check_time("older_than", older_than)
+        cutoff = None if older_than is None else check_time("older_than", older_than)
 
         def body(conn: sqlite3.Connection, now: float) -> int:
             sql = "DELETE FROM jobs WHERE state IN ('done', 'failed')"

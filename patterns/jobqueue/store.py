@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import enum
 import json
+import math
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
@@ -37,8 +39,17 @@ __all__ = [
     "Job",
     "JobState",
     "JsonValue",
+    "NewJob",
     "Store",
+    "check_lease",
+    "check_limit",
+    "check_owner",
+    "check_time",
     "encode_payload",
+    "expired_reason",
+    "new_token",
+    "prepare_enqueue",
+    "prepare_many",
 ]
 
 JsonValue: TypeAlias = Any  # a value json.dumps accepts: None, bool, int, float, str, list, dict
@@ -91,6 +102,118 @@ def encode_payload(payload: JsonValue) -> str:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"job payload must be JSON-serialisable: {exc}") from exc
+
+
+# --- argument checks and row preparation, shared by every store so they refuse alike ---
+
+_ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts"})
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated enqueue request: everything a store needs to insert the row."""
+
+    task: str
+    payload_json: str
+    run_at: float
+    max_attempts: int
+
+
+def check_time(name: str, value: object) -> float:
+    """``value`` as a finite float; `TypeError` or `ValueError` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def prepare_enqueue(
+    now: float,
+    task: object,
+    payload: JsonValue = None,
+    *,
+    run_at: object = None,
+    delay: object = None,
+    max_attempts: object = DEFAULT_MAX_ATTEMPTS,
+) -> NewJob:
+    """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a string, got {task!r}")
+    if not task.strip():
+        raise ValueError(f"task must be a non-empty name, got {task!r}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if run_at is not None and delay is not None:
+        raise ValueError("pass run_at or delay, not both")
+    if run_at is not None:
+        when = check_time("run_at", run_at)
+    elif delay is not None:
+        seconds = check_time("delay", delay)
+        if seconds < 0:
+            raise ValueError(f"delay must not be negative, got {seconds}")
+        when = now + seconds
+    else:
+        when = now
+    return NewJob(task, encode_payload(payload), when, max_attempts)
+
+
+def prepare_many(now: float, jobs: Sequence[Mapping[str, Any]]) -> list[NewJob]:
+    """Validate every `Store.enqueue_many` entry before any is written."""
+    if isinstance(jobs, str | bytes | Mapping):
+        raise TypeError("enqueue_many takes a sequence of mappings, one per job")
+    prepared = []
+    for index, spec in enumerate(jobs):
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"job #{index} must be a mapping of enqueue arguments")
+        unknown = set(spec) - _ENQUEUE_KEYS
+        if unknown:
+            raise ValueError(f"job #{index} has unknown keys {sorted(unknown)}")
+        if "task" not in spec:
+            raise ValueError(f"job #{index} has no 'task'")
+        try:
+            prepared.append(prepare_enqueue(now, **dict(spec)))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"job #{index}: {exc}") from exc
+    return prepared
+
+
+def check_owner(owner: object) -> str:
+    """``owner`` as a non-empty string, or `TypeError` / `ValueError`."""
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a string, got {owner!r}")
+    if not owner:
+        raise ValueError("owner must be a non-empty string")
+    return owner
+
+
+def check_lease(lease: object) -> float:
+    """``lease`` as a positive finite number of seconds, or `TypeError` / `ValueError`."""
+    seconds = check_time("lease", lease)
+    if seconds <= 0:
+        raise ValueError(f"lease must be positive, got {seconds}")
+    return seconds
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` as an int of at least 1, or `TypeError` / `ValueError`."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, got {limit!r}")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    return limit
+
+
+def new_token(owner: str) -> str:
+    """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
+    return f"{owner}:{uuid.uuid4().hex}"
+
+
+def expired_reason(attempts: int) -> str:
+    """The ``last_error`` of a job failed because its last lease expired."""
+    return f"lease expired after {attempts} attempts (worker died?)"
 
 
 class Store(Protocol):
