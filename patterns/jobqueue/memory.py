@@ -25,7 +25,7 @@ Guarantees:
     * Arguments are checked before anything is written: a bad value raises `ValueError`,
       a value of the wrong type (or a payload that is not JSON) raises `TypeError`, and
       the store is unchanged.
-    * After `MemoryStore.close` every method but ``close`` raises `RuntimeError`.
+    * After `MemoryStore.close` every method but ``close`` and ``clock`` raises `RuntimeError`.
 
 Python:
     3.11+ (``enum.StrEnum``). Nothing version-specific.
@@ -112,6 +112,10 @@ class _Row:
         self.lease_owner = None
         self.lease_until = None
         self.updated_at = now
+
+
+def _no_op() -> None:
+    """The unsubscribe of a store without notifications: there is nothing to undo."""
 
 
 class MemoryStore:
@@ -414,6 +418,18 @@ class MemoryStore:
         if doomed:
             logger.info("purged %d finished jobs", len(doomed))
         return len(doomed)
+
+    def clock(self) -> float:
+        """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
+        return self._clock()
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """No notifications here: never calls ``callback``; the unsubscribe does nothing.
+
+        A worker on this store finds new jobs at its next poll. `RuntimeError` once closed.
+        """
+        self._check_open()
+        return _no_op
 
     def close(self) -> None:
         """Release the store's resources; idempotent."""

@@ -161,6 +161,10 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+def _no_op() -> None:
+    """The unsubscribe of a store without notifications: there is nothing to undo."""
+
+
 class SQLiteStore:
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
@@ -691,6 +695,18 @@ class SQLiteStore:
         if purged:
             logger.info("%s: purged %d finished jobs", self._path, purged)
         return purged
+
+    def clock(self) -> float:
+        """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
+        return self._clock()
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """No notifications here: never calls ``callback``; the unsubscribe does nothing.
+
+        A worker on this store finds new jobs at its next poll. `RuntimeError` once closed.
+        """
+        self._check_open()
+        return _no_op
 
     def close(self) -> None:
         """Release the store's resources; idempotent."""

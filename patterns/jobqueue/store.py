@@ -20,7 +20,11 @@ worker every time ends ``failed`` instead of looping forever. A release (the job
 interrupted by a shutdown, not failed) gives the attempt back.
 
 Time: every store takes a ``clock`` (seconds since the epoch, `time.time` by default) and
-uses only it for ``run_at`` and leases, so tests can move time without sleeping.
+uses only it for ``run_at`` and leases, so tests can move time without sleeping; its
+`Store.clock` method reads the store's time (the database's, on PostgreSQL).
+
+Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"; only a
+store with notifications (PostgreSQL's LISTEN/NOTIFY) ever calls it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import enum
 import json
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -277,6 +281,25 @@ class Store(Protocol):
 
     def purge(self, *, older_than: float | None = None) -> int:
         """Delete done and failed jobs (updated before ``older_than``); return how many."""
+        ...
+
+    def clock(self) -> float:
+        """The store's time now, in seconds since the epoch: the time of ``run_at`` and leases.
+
+        A worker computes a retry's ``run_at`` with it. The local stores return their
+        constructor's ``clock`` (`time.time` by default); `PostgresStore` returns the
+        database's time. Never raises, not even after `close`.
+        """
+        ...
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
+
+        ``callback`` must return quickly and not call back into the store (``Worker.wake``
+        is the intended one). A store without notifications (memory, SQLite) never calls
+        it and returns an unsubscribe that does nothing: a worker on such a store finds
+        new jobs at its next poll. Raises `RuntimeError` once the store is closed.
+        """
         ...
 
     def close(self) -> None:
