@@ -75,9 +75,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import itertools
-import json
 import logging
-import random
 import re
 import selectors
 import socket
@@ -89,17 +87,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    JOB_COLUMNS,
     Claim,
     Job,
     JobState,
     JsonValue,
     NewJob,
     Store,
+    backoff,
     check_lease,
     check_limit,
     check_owner,
     check_time,
     expired_reason,
+    job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
@@ -164,7 +165,7 @@ def _epoch(column: str) -> str:
     return f"extract(epoch FROM j.{column})::float8"
 
 
-# The Job fields, in order, from a row aliased ``j``.
+# The Job fields, in the order of JOB_COLUMNS, from a row aliased ``j``.
 _COLUMNS = ", ".join(
     [
         "j.id",
@@ -180,20 +181,6 @@ _COLUMNS = ", ".join(
         _epoch("created_at"),
         _epoch("updated_at"),
     ]
-)
-_COLUMN_NAMES = (
-    "id",
-    "task",
-    "payload",
-    "state",
-    "run_at",
-    "attempts",
-    "max_attempts",
-    "lease_owner",
-    "lease_until",
-    "last_error",
-    "created_at",
-    "updated_at",
 )
 
 # Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
@@ -576,7 +563,7 @@ class PostgresStore:
                 else:
                     return result
             if attempt < RETRIES:
-                pause = _BACKOFF * 2 ** (attempt - 1) * (1 + random.random())  # jitter, not crypto
+                pause = backoff(_BACKOFF, attempt)
                 logger.warning(
                     "%s: database unavailable (%s); retry %d of %d in %.2f s",
                     self._where,
@@ -676,32 +663,14 @@ class PostgresStore:
                 (self._schema,),
             )
         )
-        if columns != _COLUMN_NAMES:
+        if columns != JOB_COLUMNS:
             raise StoreSchemaError(
                 f"{self._where}: schema version {SCHEMA_VERSION} but table 'jobs' has "
-                f"columns {list(columns)}, expected {list(_COLUMN_NAMES)}; "
+                f"columns {list(columns)}, expected {list(JOB_COLUMNS)}; "
                 "this schema was not written by this job store"
             )
 
     # --- rows --------------------------------------------------------------------------------
-
-    def _job(self, row: Sequence[Any]) -> Job:
-        (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
-        (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
-        return Job(
-            id=int(job_id),
-            task=task,
-            payload=json.loads(payload),  # a new object each time: a snapshot
-            state=JobState(state),
-            run_at=run_at,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            lease_owner=lease_owner,
-            lease_until=lease_until,
-            last_error=last_error,
-            created_at=created_at,
-            updated_at=updated_at,
-        )
 
     def _notify(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         # Delivered to every listener when (and only if) the transaction commits.
@@ -806,7 +775,7 @@ class PostgresStore:
                     "tokens": [new_token(owner) for _ in due],
                 },
             ).fetchall()
-            jobs = sorted((self._job(row) for row in rows), key=lambda j: (j.run_at, j.id))
+            jobs = sorted((job_from_row(row) for row in rows), key=lambda j: (j.run_at, j.id))
             return [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
 
         return self._transaction(body)
@@ -865,7 +834,7 @@ class PostgresStore:
             ).fetchone()
             if row is None:
                 return None
-            job = self._job(row)
+            job = job_from_row(row)
             return Claim(job, claim.token, job.lease_until or 0.0)
 
         renewed = self._transaction(body)
@@ -885,7 +854,7 @@ class PostgresStore:
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
             row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
-            return None if row is None else self._job(row)
+            return None if row is None else job_from_row(row)
 
         return self._transaction(body)
 
@@ -1059,8 +1028,7 @@ class PostgresStore:
                     # A connection error, or anything else: either way back off and listen
                     # again; meanwhile subscribers still have their poll interval.
                     failures += 1
-                    pause = min(_BACKOFF * 2 ** (failures - 1), _LISTEN_BACKOFF_MAX)
-                    pause *= 1 + random.random()  # jitter, not crypto
+                    pause = backoff(_BACKOFF, failures, _LISTEN_BACKOFF_MAX)
                     logger.warning(
                         "%s: listener connection failed (%s); reconnecting in %.2f s",
                         self._where,

@@ -57,10 +57,8 @@ See also:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -69,17 +67,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    JOB_COLUMNS,
     Claim,
     Job,
     JobState,
     JsonValue,
     NewJob,
     Store,
+    backoff,
     check_lease,
     check_limit,
     check_owner,
     check_time,
     expired_reason,
+    job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
@@ -142,11 +143,7 @@ _DUE_SQL = (
     ") ORDER BY run_at, id LIMIT ?"
 )
 
-_COLUMNS = (
-    "id, task, payload, state, run_at, attempts, max_attempts,"
-    " lease_owner, lease_until, last_error, created_at, updated_at"
-)
-_COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
+_COLUMNS = ", ".join(JOB_COLUMNS)
 
 
 class StoreFileError(RuntimeError):
@@ -357,10 +354,10 @@ class SQLiteStore:
 
     def _check_shape(self, conn: sqlite3.Connection) -> None:
         columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(jobs)"))
-        if columns != _COLUMN_NAMES:
+        if columns != JOB_COLUMNS:
             raise StoreFileError(
                 f"{self._path}: schema version {SCHEMA_VERSION} but table 'jobs' has "
-                f"columns {list(columns)}, expected {list(_COLUMN_NAMES)}; "
+                f"columns {list(columns)}, expected {list(JOB_COLUMNS)}; "
                 "this file was not written by this job store"
             )
 
@@ -378,7 +375,7 @@ class SQLiteStore:
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or attempt == _BUSY_RETRIES:
                     raise
-                pause = _BACKOFF * 2 ** (attempt - 1) * (1 + random.random())  # jitter, not crypto
+                pause = backoff(_BACKOFF, attempt)
                 logger.warning(
                     "%s: database busy (%s), retry %d of %d in %.2f s",
                     self._path,
@@ -442,28 +439,10 @@ class SQLiteStore:
             raise RuntimeError(f"{self!r} is closed")
 
     def _job(self, row: Sequence[Any]) -> Job:
-        (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
-        (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
         try:
-            value = json.loads(payload)
-        except (TypeError, ValueError) as exc:
-            raise StoreFileError(
-                f"{self._path}: job {job_id} has a payload that is not JSON ({exc})"
-            ) from exc
-        return Job(
-            id=job_id,
-            task=task,
-            payload=value,
-            state=JobState(state),
-            run_at=run_at,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            lease_owner=lease_owner,
-            lease_until=lease_until,
-            last_error=last_error,
-            created_at=created_at,
-            updated_at=updated_at,
-        )
+            return job_from_row(row)
+        except ValueError as exc:
+            raise StoreFileError(f"{self._path}: {exc}") from exc
 
     def _select(self, conn: sqlite3.Connection, job_id: int) -> Job | None:
         row = conn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()

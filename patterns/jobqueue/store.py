@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,18 +40,21 @@ from typing import Any, Protocol, TypeAlias
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "JOB_COLUMNS",
     "Claim",
     "Job",
     "JobState",
     "JsonValue",
     "NewJob",
     "Store",
+    "backoff",
     "check_lease",
     "check_limit",
     "check_owner",
     "check_time",
     "encode_payload",
     "expired_reason",
+    "job_from_row",
     "new_token",
     "prepare_enqueue",
     "prepare_many",
@@ -218,6 +222,62 @@ def new_token(owner: str) -> str:
 def expired_reason(attempts: int) -> str:
     """The ``last_error`` of a job failed because its last lease expired."""
     return f"lease expired after {attempts} attempts (worker died?)"
+
+
+# --- what the SQL stores share: the row of a job, and the pause between two attempts ---
+
+JOB_COLUMNS = (
+    "id",
+    "task",
+    "payload",
+    "state",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "lease_owner",
+    "lease_until",
+    "last_error",
+    "created_at",
+    "updated_at",
+)
+"""The columns of a SQL store's ``jobs`` table, in the order `job_from_row` reads them."""
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """The `Job` of a row whose values follow `JOB_COLUMNS`, the payload as JSON text.
+
+    Raises `ValueError` naming the job if the payload is not JSON (the stores say which
+    file or database it came from). Every call decodes afresh: the `Job` is a snapshot.
+    """
+    (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
+    (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
+    try:
+        value = json.loads(payload)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job {job_id} has a payload that is not JSON ({exc})") from exc
+    return Job(
+        id=int(job_id),
+        task=task,
+        payload=value,
+        state=JobState(state),
+        run_at=run_at,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        lease_owner=lease_owner,
+        lease_until=lease_until,
+        last_error=last_error,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def backoff(first: float, attempt: int, cap: float = math.inf) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...) of a failed transaction.
+
+    ``first`` doubled at each attempt, at most ``cap``, times a random factor in [1, 2)
+    (jitter, not crypto) so that clients that failed together do not retry in step.
+    """
+    return min(first * 2.0 ** (attempt - 1), cap) * (1 + random.random())
 
 
 class Store(Protocol):

@@ -18,7 +18,14 @@ import pytest
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import DEFAULT_MAX_ATTEMPTS, Claim, Job, JobState, Store
+from patterns.jobqueue.store import (
+    DEFAULT_MAX_ATTEMPTS,
+    Claim,
+    Job,
+    JobState,
+    Store,
+    backoff,
+)
 from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread
 
 START = 1_000_000.0  # the fake clock's first reading (seconds since the epoch)
@@ -619,3 +626,12 @@ def test_a_store_without_notifications_never_calls_its_subscribers(
     assert made.release(claim_one(made))
     made.close()
     assert calls == []
+
+
+def test_the_backoff_doubles_from_the_first_pause_up_to_the_cap_with_jitter() -> None:
+    """Pause n is first * 2**(n-1), capped, times a factor in [1, 2): never less, never 2x."""
+    for attempt, base in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (6, 1.0), (30, 1.0)]:
+        for _ in range(50):
+            pause = backoff(0.1, attempt, cap=1.0)
+            assert base <= pause < 2 * base, (attempt, pause)
+    assert 0.4 <= backoff(0.1, 3) < 0.8  # no cap by default
