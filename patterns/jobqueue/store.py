@@ -25,6 +25,10 @@ uses only it for ``run_at`` and leases, so tests can move time without sleeping;
 
 Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"; only a
 store with notifications (PostgreSQL's LISTEN/NOTIFY) ever calls it.
+
+Shared by the stores, so that none imports another: the argument checks and row
+preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
+row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause (`backoff`).
 """
 
 from __future__ import annotations
