@@ -55,7 +55,7 @@ Python:
     3.11+, and psycopg 3.1+ (``pip install 'shutdown-patterns[postgres]'``), imported only
     when a store is made: ``import patterns.jobqueue`` works without it. PostgreSQL 10+
     (identity columns; ``SKIP LOCKED`` needs 9.5); tested on 15, and the tests need 13+
-    (``DROP DATABASE ... WITH (FORCE)``).
+    (``DROP DATABASE ... WITH (FORCE)``). Checked on CPython 3.11.7, 3.12.1 and 3.13.0.
 
 Java:
     The claim is the usual JDBC one, ``SELECT ... FOR UPDATE SKIP LOCKED`` then
@@ -68,6 +68,8 @@ See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.sqlite`` (the same contract in one file, for one machine),
     ``docs/jobqueue/many_machines.md`` (topology, leases, clocks, rolling deploys).
+
+Docs: docs/jobqueue/many_machines.md
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ Python:
     ``sqlite3`` module never begins a transaction implicitly; its default does, before an
     INSERT, on 3.11, 3.12 and 3.13 alike ("legacy transaction control" is still the
     default of the ``autocommit`` attribute that 3.12 added). Both are pinned by
-    ``tests/jobqueue/test_python_claims.py`` on each supported version.
+    ``tests/jobqueue/test_python_claims.py`` on each supported version (checked on
+    CPython 3.11.7, 3.12.1 and 3.13.0).
 
 Java:
     The JDBC version of this is ``UPDATE ... WHERE state = 'queued'`` inside a transaction
@@ -53,6 +54,8 @@ Java:
 See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.memory`` (the same contract in memory).
+
+Docs: docs/jobqueue/index.md
 """
 
 from __future__ import annotations
