@@ -62,7 +62,7 @@ from patterns.jobqueue.postgres import (
     is_postgres_url,
 )
 from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
-from patterns.jobqueue.store import JobState, encode_payload
+from patterns.jobqueue.store import JobState, Store, encode_payload
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker import Worker, WorkerReport
 from patterns.thread_exceptions import LoggingExcepthook
@@ -273,9 +273,7 @@ def _worker(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _run_worker(
-    args: argparse.Namespace, registry: TaskRegistry, store: SQLiteStore | PostgresStore
-) -> int:
+def _run_worker(args: argparse.Namespace, registry: TaskRegistry, store: Store) -> int:
     # Any thread that dies anywhere in the process is logged and makes the status 1.
     with LoggingExcepthook(chain=False) as hook:
         worker = Worker(
@@ -287,8 +285,8 @@ def _run_worker(
             lease=args.lease,
             install_signal_handlers=True,
             exit_when_empty=args.exit_when_empty,
-            # On PostgreSQL the database's clock decides due times: retries use it too.
-            clock=store.clock if isinstance(store, PostgresStore) else time.time,
+            # The store's clock decides due times (the database's, on PostgreSQL): retries too.
+            clock=store.clock,
         )
         report = worker.run()
         if not report.terminated:

@@ -25,10 +25,11 @@ Guarantees:
     * Arguments are checked before anything is written: a bad value raises `ValueError`,
       a value of the wrong type (or a payload that is not JSON) raises `TypeError`, and
       the store is unchanged.
-    * After `MemoryStore.close` every method but ``close`` raises `RuntimeError`.
+    * After `MemoryStore.close` every method but ``close`` and ``clock`` raises `RuntimeError`.
 
 Python:
-    3.11+ (``enum.StrEnum``). Nothing version-specific.
+    3.11+ (``enum.StrEnum``). Nothing version-specific; checked on CPython 3.11.7, 3.12.1
+    and 3.13.0.
 
 Java:
     A ``ConcurrentHashMap`` would not be enough for a claim (it spans several rows); the
@@ -37,6 +38,8 @@ Java:
 See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.sqlite`` (the durable store with the same contract).
+
+Docs: docs/jobqueue/index.md
 """
 
 from __future__ import annotations
@@ -44,10 +47,8 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -58,118 +59,21 @@ from patterns.jobqueue.store import (
     Job,
     JobState,
     JsonValue,
+    NewJob,
     Store,
-    encode_payload,
+    check_lease,
+    check_limit,
+    check_owner,
+    check_time,
+    expired_reason,
+    new_token,
+    prepare_enqueue,
+    prepare_many,
 )
 
 __all__ = ["MemoryStore"]
 
 logger = logging.getLogger(__name__)
-
-_ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts"})
-
-
-@dataclass(frozen=True)
-class _NewJob:
-    """A validated enqueue request: everything a store needs to insert the row."""
-
-    task: str
-    payload_json: str
-    run_at: float
-    max_attempts: int
-
-
-def _check_time(name: str, value: object) -> float:
-    """``value`` as a finite float; `TypeError` or `ValueError` naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
-
-
-def _prepare_enqueue(
-    now: float,
-    task: object,
-    payload: JsonValue = None,
-    *,
-    run_at: object = None,
-    delay: object = None,
-    max_attempts: object = DEFAULT_MAX_ATTEMPTS,
-) -> _NewJob:
-    """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
-    if not isinstance(task, str):
-        raise TypeError(f"task must be a string, got {task!r}")
-    if not task.strip():
-        raise ValueError(f"task must be a non-empty name, got {task!r}")
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    if run_at is not None and delay is not None:
-        raise ValueError("pass run_at or delay, not both")
-    if run_at is not None:
-        when = _check_time("run_at", run_at)
-    elif delay is not None:
-        seconds = _check_time("delay", delay)
-        if seconds < 0:
-            raise ValueError(f"delay must not be negative, got {seconds}")
-        when = now + seconds
-    else:
-        when = now
-    return _NewJob(task, encode_payload(payload), when, max_attempts)
-
-
-def _prepare_many(now: float, jobs: Sequence[Mapping[str, Any]]) -> list[_NewJob]:
-    """Validate every `Store.enqueue_many` entry before any is written."""
-    if isinstance(jobs, str | bytes | Mapping):
-        raise TypeError("enqueue_many takes a sequence of mappings, one per job")
-    prepared = []
-    for index, spec in enumerate(jobs):
-        if not isinstance(spec, Mapping):
-            raise TypeError(f"job #{index} must be a mapping of enqueue arguments")
-        unknown = set(spec) - _ENQUEUE_KEYS
-        if unknown:
-            raise ValueError(f"job #{index} has unknown keys {sorted(unknown)}")
-        if "task" not in spec:
-            raise ValueError(f"job #{index} has no 'task'")
-        try:
-            prepared.append(_prepare_enqueue(now, **dict(spec)))
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"job #{index}: {exc}") from exc
-    return prepared
-
-
-def _check_owner(owner: object) -> str:
-    if not isinstance(owner, str):
-        raise TypeError(f"owner must be a string, got {owner!r}")
-    if not owner:
-        raise ValueError("owner must be a non-empty string")
-    return owner
-
-
-def _check_lease(lease: object) -> float:
-    seconds = _check_time("lease", lease)
-    if seconds <= 0:
-        raise ValueError(f"lease must be positive, got {seconds}")
-    return seconds
-
-
-def _check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int, got {limit!r}")
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    return limit
-
-
-def _new_token(owner: str) -> str:
-    """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
-    return f"{owner}:{uuid.uuid4().hex}"
-
-
-def _expired_reason(attempts: int) -> str:
-    return f"lease expired after {attempts} attempts (worker died?)"
 
 
 @dataclass
@@ -213,6 +117,10 @@ class _Row:
         self.updated_at = now
 
 
+def _no_op() -> None:
+    """The unsubscribe of a store without notifications: there is nothing to undo."""
+
+
 class MemoryStore:
     """A thread-safe, non-durable ``Store``; ``clock`` supplies every timestamp."""
 
@@ -244,7 +152,7 @@ class MemoryStore:
         if self._closed:
             raise RuntimeError("MemoryStore is closed")
 
-    def _insert(self, new: _NewJob, now: float) -> int:
+    def _insert(self, new: NewJob, now: float) -> int:
         job_id = self._next_id
         self._next_id += 1
         self._rows[job_id] = _Row(
@@ -277,7 +185,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             now = self._clock()
-            new = _prepare_enqueue(
+            new = prepare_enqueue(
                 now, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
             )
             job_id = self._insert(new, now)
@@ -289,7 +197,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             now = self._clock()
-            prepared = _prepare_many(now, jobs)
+            prepared = prepare_many(now, jobs)
             ids = [self._insert(new, now) for new in prepared]
         logger.debug("enqueued %d jobs", len(ids))
         return ids
@@ -301,9 +209,9 @@ class MemoryStore:
         (``lease_until <= now``). An expired job whose attempts are spent is marked failed
         instead of being returned.
         """
-        _check_owner(owner)
-        seconds = _check_lease(lease)
-        count = _check_limit(limit)
+        check_owner(owner)
+        seconds = check_lease(lease)
+        count = check_limit(limit)
         claims: list[Claim] = []
         with self._lock:
             self._check_open()
@@ -317,7 +225,7 @@ class MemoryStore:
                     logger.warning(
                         "job %d: lease of %s expired, claiming it again", row.id, row.lease_owner
                     )
-                token = _new_token(owner)
+                token = new_token(owner)
                 row.state = JobState.RUNNING
                 row.attempts += 1
                 row.lease_owner = token
@@ -349,7 +257,7 @@ class MemoryStore:
                 self._stale_leases = max(0, self._stale_leases - 1)
                 continue  # ended, renewed or taken again since this entry was pushed
             if row.attempts >= row.max_attempts:
-                row.last_error = _expired_reason(row.attempts)
+                row.last_error = expired_reason(row.attempts)
                 row.end_lease(JobState.FAILED, now)
                 logger.warning("job %d failed: %s", row.id, row.last_error)
             else:
@@ -431,7 +339,7 @@ class MemoryStore:
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
-        when = _check_time("run_at", run_at)
+        when = check_time("run_at", run_at)
         with self._lock:
             row = self._held(claim)
             if row is None:
@@ -457,7 +365,7 @@ class MemoryStore:
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost."""
-        seconds = _check_lease(lease)
+        seconds = check_lease(lease)
         with self._lock:
             row = self._held(claim)
             if row is None:
@@ -499,7 +407,7 @@ class MemoryStore:
 
     def purge(self, *, older_than: float | None = None) -> int:
         """Delete done and failed jobs (updated before ``older_than``); return how many."""
-        cutoff = None if older_than is None else _check_time("older_than", older_than)
+        cutoff = None if older_than is None else check_time("older_than", older_than)
         finished = (JobState.DONE, JobState.FAILED)
         with self._lock:
             self._check_open()
@@ -513,6 +421,18 @@ class MemoryStore:
         if doomed:
             logger.info("purged %d finished jobs", len(doomed))
         return len(doomed)
+
+    def clock(self) -> float:
+        """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
+        return self._clock()
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """No notifications here: never calls ``callback``; the unsubscribe does nothing.
+
+        A worker on this store finds new jobs at its next poll. `RuntimeError` once closed.
+        """
+        self._check_open()
+        return _no_op
 
     def close(self) -> None:
         """Release the store's resources; idempotent."""

@@ -55,7 +55,7 @@ Python:
     3.11+, and psycopg 3.1+ (``pip install 'shutdown-patterns[postgres]'``), imported only
     when a store is made: ``import patterns.jobqueue`` works without it. PostgreSQL 10+
     (identity columns; ``SKIP LOCKED`` needs 9.5); tested on 15, and the tests need 13+
-    (``DROP DATABASE ... WITH (FORCE)``).
+    (``DROP DATABASE ... WITH (FORCE)``). Checked on CPython 3.11.7, 3.12.1 and 3.13.0.
 
 Java:
     The claim is the usual JDBC one, ``SELECT ... FOR UPDATE SKIP LOCKED`` then
@@ -68,6 +68,8 @@ See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.sqlite`` (the same contract in one file, for one machine),
     ``docs/jobqueue/many_machines.md`` (topology, leases, clocks, rolling deploys).
+
+Docs: docs/jobqueue/many_machines.md
 """
 
 from __future__ import annotations
@@ -75,9 +77,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import itertools
-import json
 import logging
-import random
 import re
 import selectors
 import socket
@@ -87,24 +87,25 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patterns.jobqueue.memory import (
-    _check_lease,
-    _check_limit,
-    _check_owner,
-    _check_time,
-    _expired_reason,
-    _new_token,
-    _NewJob,
-    _prepare_enqueue,
-    _prepare_many,
-)
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    JOB_COLUMNS,
     Claim,
     Job,
     JobState,
     JsonValue,
+    NewJob,
     Store,
+    backoff,
+    check_lease,
+    check_limit,
+    check_owner,
+    check_time,
+    expired_reason,
+    job_from_row,
+    new_token,
+    prepare_enqueue,
+    prepare_many,
 )
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def _epoch(column: str) -> str:
     return f"extract(epoch FROM j.{column})::float8"
 
 
-# The Job fields, in order, from a row aliased ``j``.
+# The Job fields, in the order of JOB_COLUMNS, from a row aliased ``j``.
 _COLUMNS = ", ".join(
     [
         "j.id",
@@ -182,20 +183,6 @@ _COLUMNS = ", ".join(
         _epoch("created_at"),
         _epoch("updated_at"),
     ]
-)
-_COLUMN_NAMES = (
-    "id",
-    "task",
-    "payload",
-    "state",
-    "run_at",
-    "attempts",
-    "max_attempts",
-    "lease_owner",
-    "lease_until",
-    "last_error",
-    "created_at",
-    "updated_at",
 )
 
 # Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
@@ -354,7 +341,7 @@ def _check_range(name: str, value: float) -> float:
     return value
 
 
-def _check_job(new: _NewJob, *, absolute: bool) -> _NewJob:
+def _check_job(new: NewJob, *, absolute: bool) -> NewJob:
     if new.max_attempts > _MAX_ATTEMPTS:
         raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
     _check_range("run_at" if absolute else "delay", new.run_at)
@@ -578,7 +565,7 @@ class PostgresStore:
                 else:
                     return result
             if attempt < RETRIES:
-                pause = _BACKOFF * 2 ** (attempt - 1) * (1 + random.random())  # jitter, not crypto
+                pause = backoff(_BACKOFF, attempt)
                 logger.warning(
                     "%s: database unavailable (%s); retry %d of %d in %.2f s",
                     self._where,
@@ -678,32 +665,14 @@ class PostgresStore:
                 (self._schema,),
             )
         )
-        if columns != _COLUMN_NAMES:
+        if columns != JOB_COLUMNS:
             raise StoreSchemaError(
                 f"{self._where}: schema version {SCHEMA_VERSION} but table 'jobs' has "
-                f"columns {list(columns)}, expected {list(_COLUMN_NAMES)}; "
+                f"columns {list(columns)}, expected {list(JOB_COLUMNS)}; "
                 "this schema was not written by this job store"
             )
 
     # --- rows --------------------------------------------------------------------------------
-
-    def _job(self, row: Sequence[Any]) -> Job:
-        (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
-        (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
-        return Job(
-            id=int(job_id),
-            task=task,
-            payload=json.loads(payload),  # a new object each time: a snapshot
-            state=JobState(state),
-            run_at=run_at,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            lease_owner=lease_owner,
-            lease_until=lease_until,
-            last_error=last_error,
-            created_at=created_at,
-            updated_at=updated_at,
-        )
 
     def _notify(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         # Delivered to every listener when (and only if) the transaction commits.
@@ -711,7 +680,7 @@ class PostgresStore:
 
     # --- the Store protocol ----------------------------------------------------------------
 
-    def _insert(self, prepared: list[tuple[_NewJob, bool]]) -> list[int]:
+    def _insert(self, prepared: list[tuple[NewJob, bool]]) -> list[int]:
         """Insert validated jobs (each with "is its run_at absolute?") in one transaction."""
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
@@ -745,7 +714,7 @@ class PostgresStore:
     ) -> int:
         """Add a job and return its id; a bad payload or argument writes nothing."""
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
-        new = _prepare_enqueue(
+        new = prepare_enqueue(
             0.0, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
         )
         (job_id,) = self._insert(
@@ -757,7 +726,7 @@ class PostgresStore:
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
         """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
         prepared = []
-        for index, (new, spec) in enumerate(zip(_prepare_many(0.0, jobs), jobs, strict=True)):
+        for index, (new, spec) in enumerate(zip(prepare_many(0.0, jobs), jobs, strict=True)):
             absolute = spec.get("run_at") is not None
             try:
                 prepared.append((_check_job(new, absolute=absolute), absolute))
@@ -775,15 +744,15 @@ class PostgresStore:
         attempts are spent is marked failed instead of being returned. Rows that another
         transaction holds locked at this moment are skipped, never waited for.
         """
-        _check_owner(owner)
-        seconds = _check_range("lease", _check_lease(lease))
-        count = _check_limit(limit)
+        check_owner(owner)
+        seconds = _check_range("lease", check_lease(lease))
+        count = check_limit(limit)
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[Claim]:
             statements = self._statements
             spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
             for job_id, attempts in spent:
-                reason = _expired_reason(attempts)
+                reason = expired_reason(attempts)
                 conn.execute(
                     statements["fail_spent"], {"clock": clock, "error": reason, "id": job_id}
                 )
@@ -805,10 +774,10 @@ class PostgresStore:
                     "clock": clock,
                     "lease": seconds,
                     "ids": [row[0] for row in due],
-                    "tokens": [_new_token(owner) for _ in due],
+                    "tokens": [new_token(owner) for _ in due],
                 },
             ).fetchall()
-            jobs = sorted((self._job(row) for row in rows), key=lambda j: (j.run_at, j.id))
+            jobs = sorted((job_from_row(row) for row in rows), key=lambda j: (j.run_at, j.id))
             return [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
 
         return self._transaction(body)
@@ -849,7 +818,7 @@ class PostgresStore:
 
         ``run_at`` is on the database's clock: a worker computes it from `clock`.
         """
-        when = _check_range("run_at", _check_time("run_at", run_at))
+        when = _check_range("run_at", check_time("run_at", run_at))
         return self._settle(claim, "retry", {"error": str(error), "run_at": when})
 
     def release(self, claim: Claim) -> bool:
@@ -858,7 +827,7 @@ class PostgresStore:
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost."""
-        seconds = _check_range("lease", _check_lease(lease))
+        seconds = _check_range("lease", check_lease(lease))
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Claim | None:
             row = conn.execute(
@@ -867,7 +836,7 @@ class PostgresStore:
             ).fetchone()
             if row is None:
                 return None
-            job = self._job(row)
+            job = job_from_row(row)
             return Claim(job, claim.token, job.lease_until or 0.0)
 
         renewed = self._transaction(body)
@@ -887,7 +856,7 @@ class PostgresStore:
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
             row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
-            return None if row is None else self._job(row)
+            return None if row is None else job_from_row(row)
 
         return self._transaction(body)
 
@@ -912,7 +881,7 @@ class PostgresStore:
         cutoff = (
             None
             if older_than is None
-            else _check_range("older_than", _check_time("older_than", older_than))
+            else _check_range("older_than", check_time("older_than", older_than))
         )
         purged = self._transaction(
             lambda conn, clock: conn.execute(self._statements["purge"], {"cutoff": cutoff}).rowcount
@@ -1061,8 +1030,7 @@ class PostgresStore:
                     # A connection error, or anything else: either way back off and listen
                     # again; meanwhile subscribers still have their poll interval.
                     failures += 1
-                    pause = min(_BACKOFF * 2 ** (failures - 1), _LISTEN_BACKOFF_MAX)
-                    pause *= 1 + random.random()  # jitter, not crypto
+                    pause = backoff(_BACKOFF, failures, _LISTEN_BACKOFF_MAX)
                     logger.warning(
                         "%s: listener connection failed (%s); reconnecting in %.2f s",
                         self._where,

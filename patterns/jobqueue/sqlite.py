@@ -43,7 +43,8 @@ Python:
     ``sqlite3`` module never begins a transaction implicitly; its default does, before an
     INSERT, on 3.11, 3.12 and 3.13 alike ("legacy transaction control" is still the
     default of the ``autocommit`` attribute that 3.12 added). Both are pinned by
-    ``tests/jobqueue/test_python_claims.py`` on each supported version.
+    ``tests/jobqueue/test_python_claims.py`` on each supported version (checked on
+    CPython 3.11.7, 3.12.1 and 3.13.0).
 
 Java:
     The JDBC version of this is ``UPDATE ... WHERE state = 'queued'`` inside a transaction
@@ -53,38 +54,39 @@ Java:
 See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.memory`` (the same contract in memory).
+
+Docs: docs/jobqueue/index.md
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patterns.jobqueue.memory import (
-    _check_lease,
-    _check_limit,
-    _check_owner,
-    _check_time,
-    _expired_reason,
-    _new_token,
-    _NewJob,
-    _prepare_enqueue,
-    _prepare_many,
-)
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    JOB_COLUMNS,
     Claim,
     Job,
     JobState,
     JsonValue,
+    NewJob,
     Store,
+    backoff,
+    check_lease,
+    check_limit,
+    check_owner,
+    check_time,
+    expired_reason,
+    job_from_row,
+    new_token,
+    prepare_enqueue,
+    prepare_many,
 )
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteStore", "StoreFileError"]
@@ -144,11 +146,7 @@ _DUE_SQL = (
     ") ORDER BY run_at, id LIMIT ?"
 )
 
-_COLUMNS = (
-    "id, task, payload, state, run_at, attempts, max_attempts,"
-    " lease_owner, lease_until, last_error, created_at, updated_at"
-)
-_COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
+_COLUMNS = ", ".join(JOB_COLUMNS)
 
 
 class StoreFileError(RuntimeError):
@@ -161,6 +159,10 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     if code is not None:
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _no_op() -> None:
+    """The unsubscribe of a store without notifications: there is nothing to undo."""
 
 
 class SQLiteStore:
@@ -355,10 +357,10 @@ class SQLiteStore:
 
     def _check_shape(self, conn: sqlite3.Connection) -> None:
         columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(jobs)"))
-        if columns != _COLUMN_NAMES:
+        if columns != JOB_COLUMNS:
             raise StoreFileError(
                 f"{self._path}: schema version {SCHEMA_VERSION} but table 'jobs' has "
-                f"columns {list(columns)}, expected {list(_COLUMN_NAMES)}; "
+                f"columns {list(columns)}, expected {list(JOB_COLUMNS)}; "
                 "this file was not written by this job store"
             )
 
@@ -376,7 +378,7 @@ class SQLiteStore:
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or attempt == _BUSY_RETRIES:
                     raise
-                pause = _BACKOFF * 2 ** (attempt - 1) * (1 + random.random())  # jitter, not crypto
+                pause = backoff(_BACKOFF, attempt)
                 logger.warning(
                     "%s: database busy (%s), retry %d of %d in %.2f s",
                     self._path,
@@ -440,28 +442,10 @@ class SQLiteStore:
             raise RuntimeError(f"{self!r} is closed")
 
     def _job(self, row: Sequence[Any]) -> Job:
-        (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
-        (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
         try:
-            value = json.loads(payload)
-        except (TypeError, ValueError) as exc:
-            raise StoreFileError(
-                f"{self._path}: job {job_id} has a payload that is not JSON ({exc})"
-            ) from exc
-        return Job(
-            id=job_id,
-            task=task,
-            payload=value,
-            state=JobState(state),
-            run_at=run_at,
-            attempts=attempts,
-            max_attempts=max_attempts,
-            lease_owner=lease_owner,
-            lease_until=lease_until,
-            last_error=last_error,
-            created_at=created_at,
-            updated_at=updated_at,
-        )
+            return job_from_row(row)
+        except ValueError as exc:
+            raise StoreFileError(f"{self._path}: {exc}") from exc
 
     def _select(self, conn: sqlite3.Connection, job_id: int) -> Job | None:
         row = conn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -470,7 +454,7 @@ class SQLiteStore:
     # --- the Store protocol -------------------------------------------------------------
 
     @staticmethod
-    def _insert(conn: sqlite3.Connection, new: _NewJob, now: float) -> int:
+    def _insert(conn: sqlite3.Connection, new: NewJob, now: float) -> int:
         cursor = conn.execute(
             "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
             " created_at, updated_at) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?)",
@@ -493,7 +477,7 @@ class SQLiteStore:
 
         # A bad argument raises inside the transaction, which rolls back: nothing written.
         def body(conn: sqlite3.Connection, now: float) -> int:
-            new = _prepare_enqueue(
+            new = prepare_enqueue(
                 now, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
             )
             return self._insert(conn, new, now)
@@ -506,7 +490,7 @@ class SQLiteStore:
         """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
 
         def body(conn: sqlite3.Connection, now: float) -> list[int]:
-            return [self._insert(conn, new, now) for new in _prepare_many(now, jobs)]
+            return [self._insert(conn, new, now) for new in prepare_many(now, jobs)]
 
         ids = self._write(body)
         logger.debug("%s: enqueued %d jobs", self._path, len(ids))
@@ -519,9 +503,9 @@ class SQLiteStore:
         (``lease_until <= now``). An expired job whose attempts are spent is marked failed
         instead of being returned.
         """
-        _check_owner(owner)
-        seconds = _check_lease(lease)
-        count = _check_limit(limit)
+        check_owner(owner)
+        seconds = check_lease(lease)
+        count = check_limit(limit)
 
         def body(conn: sqlite3.Connection, now: float) -> list[Claim]:
             spent = conn.execute(
@@ -533,10 +517,10 @@ class SQLiteStore:
                 conn.execute(
                     "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL,"
                     " lease_until = NULL, updated_at = ? WHERE id = ?",
-                    (_expired_reason(attempts), now, job_id),
+                    (expired_reason(attempts), now, job_id),
                 )
                 logger.warning(
-                    "%s: job %d failed: %s", self._path, job_id, _expired_reason(attempts)
+                    "%s: job %d failed: %s", self._path, job_id, expired_reason(attempts)
                 )
             due = conn.execute(_DUE_SQL, (now, now, count)).fetchall()
             claims = []
@@ -548,7 +532,7 @@ class SQLiteStore:
                         job_id,
                         old_owner,
                     )
-                token = _new_token(owner)
+                token = new_token(owner)
                 conn.execute(
                     "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
                     " lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?",
@@ -614,7 +598,7 @@ class SQLiteStore:
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
-        when = _check_time("run_at", run_at)
+        when = check_time("run_at", run_at)
         return self._settle(
             claim,
             f"state = 'queued', last_error = ?, run_at = ?, {self._END_LEASE}",
@@ -629,7 +613,7 @@ class SQLiteStore:
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost."""
-        seconds = _check_lease(lease)
+        seconds = check_lease(lease)
 
         def body(conn: sqlite3.Connection, now: float) -> Claim | None:
             cursor = conn.execute(
@@ -679,7 +663,7 @@ class SQLiteStore:
 
     def purge(self, *, older_than: float | None = None) -> int:
         """Delete done and failed jobs (updated before ``older_than``); return how many."""
-        cutoff = None if older_than is None else _check_time("older_than", older_than)
+        cutoff = None if older_than is None else check_time("older_than", older_than)
 
         def body(conn: sqlite3.Connection, now: float) -> int:
             sql = "DELETE FROM jobs WHERE state IN ('done', 'failed')"
@@ -693,6 +677,18 @@ class SQLiteStore:
         if purged:
             logger.info("%s: purged %d finished jobs", self._path, purged)
         return purged
+
+    def clock(self) -> float:
+        """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
+        return self._clock()
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """No notifications here: never calls ``callback``; the unsubscribe does nothing.
+
+        A worker on this store finds new jobs at its next poll. `RuntimeError` once closed.
+        """
+        self._check_open()
+        return _no_op
 
     def close(self) -> None:
         """Release the store's resources; idempotent."""

@@ -20,25 +20,48 @@ worker every time ends ``failed`` instead of looping forever. A release (the job
 interrupted by a shutdown, not failed) gives the attempt back.
 
 Time: every store takes a ``clock`` (seconds since the epoch, `time.time` by default) and
-uses only it for ``run_at`` and leases, so tests can move time without sleeping.
+uses only it for ``run_at`` and leases, so tests can move time without sleeping; its
+`Store.clock` method reads the store's time (the database's, on PostgreSQL).
+
+Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"; only a
+store with notifications (PostgreSQL's LISTEN/NOTIFY) ever calls it.
+
+Shared by the stores, so that none imports another: the argument checks and row
+preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
+row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause (`backoff`).
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
+import math
+import random
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "JOB_COLUMNS",
     "Claim",
     "Job",
     "JobState",
     "JsonValue",
+    "NewJob",
     "Store",
+    "backoff",
+    "check_lease",
+    "check_limit",
+    "check_owner",
+    "check_time",
     "encode_payload",
+    "expired_reason",
+    "job_from_row",
+    "new_token",
+    "prepare_enqueue",
+    "prepare_many",
 ]
 
 JsonValue: TypeAlias = Any  # a value json.dumps accepts: None, bool, int, float, str, list, dict
@@ -91,6 +114,174 @@ def encode_payload(payload: JsonValue) -> str:
         return json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"job payload must be JSON-serialisable: {exc}") from exc
+
+
+# --- argument checks and row preparation, shared by every store so they refuse alike ---
+
+_ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts"})
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated enqueue request: everything a store needs to insert the row."""
+
+    task: str
+    payload_json: str
+    run_at: float
+    max_attempts: int
+
+
+def check_time(name: str, value: object) -> float:
+    """``value`` as a finite float; `TypeError` or `ValueError` naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def prepare_enqueue(
+    now: float,
+    task: object,
+    payload: JsonValue = None,
+    *,
+    run_at: object = None,
+    delay: object = None,
+    max_attempts: object = DEFAULT_MAX_ATTEMPTS,
+) -> NewJob:
+    """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a string, got {task!r}")
+    if not task.strip():
+        raise ValueError(f"task must be a non-empty name, got {task!r}")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if run_at is not None and delay is not None:
+        raise ValueError("pass run_at or delay, not both")
+    if run_at is not None:
+        when = check_time("run_at", run_at)
+    elif delay is not None:
+        seconds = check_time("delay", delay)
+        if seconds < 0:
+            raise ValueError(f"delay must not be negative, got {seconds}")
+        when = now + seconds
+    else:
+        when = now
+    return NewJob(task, encode_payload(payload), when, max_attempts)
+
+
+def prepare_many(now: float, jobs: Sequence[Mapping[str, Any]]) -> list[NewJob]:
+    """Validate every `Store.enqueue_many` entry before any is written."""
+    if isinstance(jobs, str | bytes | Mapping):
+        raise TypeError("enqueue_many takes a sequence of mappings, one per job")
+    prepared = []
+    for index, spec in enumerate(jobs):
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"job #{index} must be a mapping of enqueue arguments")
+        unknown = set(spec) - _ENQUEUE_KEYS
+        if unknown:
+            raise ValueError(f"job #{index} has unknown keys {sorted(unknown)}")
+        if "task" not in spec:
+            raise ValueError(f"job #{index} has no 'task'")
+        try:
+            prepared.append(prepare_enqueue(now, **dict(spec)))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"job #{index}: {exc}") from exc
+    return prepared
+
+
+def check_owner(owner: object) -> str:
+    """``owner`` as a non-empty string, or `TypeError` / `ValueError`."""
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a string, got {owner!r}")
+    if not owner:
+        raise ValueError("owner must be a non-empty string")
+    return owner
+
+
+def check_lease(lease: object) -> float:
+    """``lease`` as a positive finite number of seconds, or `TypeError` / `ValueError`."""
+    seconds = check_time("lease", lease)
+    if seconds <= 0:
+        raise ValueError(f"lease must be positive, got {seconds}")
+    return seconds
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` as an int of at least 1, or `TypeError` / `ValueError`."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, got {limit!r}")
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    return limit
+
+
+def new_token(owner: str) -> str:
+    """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
+    return f"{owner}:{uuid.uuid4().hex}"
+
+
+def expired_reason(attempts: int) -> str:
+    """The ``last_error`` of a job failed because its last lease expired."""
+    return f"lease expired after {attempts} attempts (worker died?)"
+
+
+# --- what the SQL stores share: the row of a job, and the pause between two attempts ---
+
+JOB_COLUMNS = (
+    "id",
+    "task",
+    "payload",
+    "state",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "lease_owner",
+    "lease_until",
+    "last_error",
+    "created_at",
+    "updated_at",
+)
+"""The columns of a SQL store's ``jobs`` table, in the order `job_from_row` reads them."""
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """The `Job` of a row whose values follow `JOB_COLUMNS`, the payload as JSON text.
+
+    Raises `ValueError` naming the job if the payload is not JSON (the stores say which
+    file or database it came from). Every call decodes afresh: the `Job` is a snapshot.
+    """
+    (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
+    (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
+    try:
+        value = json.loads(payload)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job {job_id} has a payload that is not JSON ({exc})") from exc
+    return Job(
+        id=int(job_id),
+        task=task,
+        payload=value,
+        state=JobState(state),
+        run_at=run_at,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        lease_owner=lease_owner,
+        lease_until=lease_until,
+        last_error=last_error,
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def backoff(first: float, attempt: int, cap: float = math.inf) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...) of a failed transaction.
+
+    ``first`` doubled at each attempt, at most ``cap``, times a random factor in [1, 2)
+    (jitter, not crypto) so that clients that failed together do not retry in step.
+    """
+    return min(first * 2.0 ** (attempt - 1), cap) * (1 + random.random())
 
 
 class Store(Protocol):
@@ -154,6 +345,25 @@ class Store(Protocol):
 
     def purge(self, *, older_than: float | None = None) -> int:
         """Delete done and failed jobs (updated before ``older_than``); return how many."""
+        ...
+
+    def clock(self) -> float:
+        """The store's time now, in seconds since the epoch: the time of ``run_at`` and leases.
+
+        A worker computes a retry's ``run_at`` with it. The local stores return their
+        constructor's ``clock`` (`time.time` by default); `PostgresStore` returns the
+        database's time. Never raises, not even after `close`.
+        """
+        ...
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
+
+        ``callback`` must return quickly and not call back into the store (``Worker.wake``
+        is the intended one). A store without notifications (memory, SQLite) never calls
+        it and returns an unsubscribe that does nothing: a worker on such a store finds
+        new jobs at its next poll. Raises `RuntimeError` once the store is closed.
+        """
         ...
 
     def close(self) -> None:

@@ -18,7 +18,14 @@ import pytest
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import DEFAULT_MAX_ATTEMPTS, Claim, Job, JobState, Store
+from patterns.jobqueue.store import (
+    DEFAULT_MAX_ATTEMPTS,
+    Claim,
+    Job,
+    JobState,
+    Store,
+    backoff,
+)
 from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread
 
 START = 1_000_000.0  # the fake clock's first reading (seconds since the epoch)
@@ -577,3 +584,54 @@ def test_close_is_idempotent_and_a_closed_store_refuses_work(store: Store) -> No
         store.claim("w", lease=LEASE)
     with pytest.raises(RuntimeError, match="closed"):
         store.counts()
+
+
+def test_the_store_clock_is_the_time_of_its_rows_and_still_reads_after_close(
+    store: Store, clock: FakeClock
+) -> None:
+    """``clock()`` reads the time the store stamps rows with, and never raises."""
+    assert store.clock() == START
+    job_id = store.enqueue("t")
+    assert must_get(store, job_id).created_at == store.clock()
+    later = clock.advance(5)
+    assert store.clock() == later
+    store.close()
+    assert store.clock() == START + 5
+
+
+def test_subscribe_returns_an_unsubscribe_and_a_closed_store_refuses_it(store: Store) -> None:
+    """Every store takes a subscriber and hands back a callable; closed, it refuses."""
+    unsubscribe = store.subscribe(lambda: None)
+    assert callable(unsubscribe)
+    unsubscribe()
+    unsubscribe()  # harmless twice
+    store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        store.subscribe(lambda: None)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_store_without_notifications_never_calls_its_subscribers(
+    kind: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Memory and SQLite have no notifications: enqueue and release call no subscriber."""
+    made: Store
+    if kind == "memory":
+        made = MemoryStore(clock=clock)
+    else:
+        made = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    calls: list[None] = []
+    made.subscribe(lambda: calls.append(None))
+    made.enqueue("t")
+    assert made.release(claim_one(made))
+    made.close()
+    assert calls == []
+
+
+def test_the_backoff_doubles_from_the_first_pause_up_to_the_cap_with_jitter() -> None:
+    """Pause n is first * 2**(n-1), capped, times a factor in [1, 2): never less, never 2x."""
+    for attempt, base in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (6, 1.0), (30, 1.0)]:
+        for _ in range(50):
+            pause = backoff(0.1, attempt, cap=1.0)
+            assert base <= pause < 2 * base, (attempt, pause)
+    assert 0.4 <= backoff(0.1, 3) < 0.8  # no cap by default

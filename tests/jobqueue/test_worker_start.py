@@ -37,7 +37,7 @@ _real_start = threading.Thread.start
 
 
 class SubscribingStore(MemoryStore):
-    """A memory store with a ``subscribe`` (as `PostgresStore` has) that can park at a gate."""
+    """A memory store whose ``subscribe`` keeps its subscribers, and that can park at a gate."""
 
     def __init__(self) -> None:
         super().__init__()
