@@ -87,7 +87,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Self
 
 from patterns.cancellation import Cancelled, CancelToken
@@ -451,11 +451,9 @@ class Worker:
         return self
 
     def _start_parts(self) -> None:
-        subscribe = getattr(self._store, "subscribe", None)
-        if subscribe is not None:
-            unsubscribe = subscribe(self.wake)
-            with self._cond:
-                self._unsubscribe = unsubscribe
+        unsubscribe = self._store.subscribe(self.wake)  # a no-op where nothing notifies
+        with self._cond:
+            self._unsubscribe = unsubscribe
         if self._install_signals:
             self._signals = install_signal_handlers(self.request_stop)
         with self._cond:
@@ -558,12 +556,7 @@ class Worker:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     # --- producers and observers ------------------------------------------------------------

@@ -205,6 +205,15 @@ class FaultStore:
         self._check()
         return self.inner.purge(older_than=older_than)
 
+    def clock(self) -> float:
+        """Pass through (the store's time is not a write: it still answers once severed)."""
+        return self.inner.clock()
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Pass through."""
+        self._check()
+        return self.inner.subscribe(callback)
+
     def close(self) -> None:
         """Nothing: the test closes the real store."""
 

@@ -167,6 +167,14 @@ class RecordingStore:
         """Pass through."""
         return self.inner.purge(older_than=older_than)
 
+    def clock(self) -> float:
+        """Pass through."""
+        return self.inner.clock()
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Pass through."""
+        return self.inner.subscribe(callback)
+
     def close(self) -> None:
         """Pass through."""
         self.inner.close()
