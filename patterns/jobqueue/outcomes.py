@@ -6,8 +6,9 @@ unreadiness policy), falls back when the policy raises or returns neither `Retry
 makes the one store call that carries the decision out, and calls the task's hook.
 
 Guarantees:
-    * A decision is always made: a policy that fails is replaced by ``fallback``, and
-      its error is handed back for the worker to report.
+    * A decision is always made: a policy that fails is replaced by ``fallback``, a
+      fallback that fails too by `Fail`, and the error is handed back for the worker to
+      report.
     * No job is requeued past its ``max_attempts``.
 
 Python: 3.11+; checked on CPython 3.11.7, 3.12.1 and 3.13.0.
@@ -41,16 +42,25 @@ def decide(
     """
     error: Exception | None = None
     if policy is None:
-        decision = fallback()
+        decision, error = _fallback(fallback, text)
     else:
         try:
             decision = _checked(policy())
         except Exception as exc:  # noqa: BLE001 - handed back to be reported
+            decision, _ = _fallback(fallback, text)
             error = exc
-            decision = fallback()
     if isinstance(decision, Retry) and job.attempts >= job.max_attempts:
         decision = Fail(f"{text} (attempt {job.attempts} of {job.max_attempts}: none left)")
     return decision, error
+
+
+def _fallback(fallback: Callable[[], Decision], text: str) -> tuple[Decision, Exception | None]:
+    # The last resort must not raise either: a job nobody can decide about fails, with the
+    # reason, instead of killing the handler thread and staying `running` for ever.
+    try:
+        return _checked(fallback()), None
+    except Exception as exc:  # noqa: BLE001 - handed back to be reported
+        return Fail(f"{text} (no policy could decide: {type(exc).__name__}: {exc})"), exc
 
 
 def _checked(decision: object) -> Decision:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -133,8 +134,11 @@ class Backoff:
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1 for the first)."""
-        exact = min(self.cap, self.base * self.factor ** max(0, attempt - 1))
-        return exact * (1 - self.jitter * rand())
+        try:
+            grown = self.base * self.factor ** max(0, attempt - 1)
+        except OverflowError:  # past a float's range (2.0 ** 1024), so far past any cap
+            grown = math.inf
+        return min(self.cap, grown) * (1 - self.jitter * rand())
 
     def __call__(self, job: Job, error: BaseException) -> Decision:
         """Retry every failure after `delay` (the worker stops at ``max_attempts``)."""

@@ -9,6 +9,7 @@ import pytest
 
 from patterns.cancellation import Cancelled, CancelToken
 from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.outcomes import decide
 from patterns.jobqueue.store import Job, JobState
 from patterns.jobqueue.tasks import (
     Backoff,
@@ -144,6 +145,25 @@ def test_backoff_as_a_failure_policy_retries_after_its_delay_for_the_jobs_attemp
     """Called with a job and an error, a Backoff answers Retry(delay for that attempt)."""
     backoff = Backoff(base=2.0, factor=2.0, jitter=0)
     assert backoff(make_job(attempts=3), ValueError("x")) == Retry(8.0)
+
+
+@pytest.mark.parametrize("attempt", [1025, 1026, 10**6, 10**30])
+def test_backoff_stays_at_its_cap_for_any_attempt_number(attempt: int) -> None:
+    """``factor ** n`` past a float's range is simply past the cap: no OverflowError."""
+    assert Backoff(base=1.0, factor=2.0, cap=300.0, jitter=0).delay(attempt) == 300.0
+    assert 150.0 <= Backoff(cap=300.0, jitter=0.5).delay(attempt) <= 300.0
+
+
+def test_a_fallback_policy_that_raises_fails_the_job_and_hands_back_the_error() -> None:
+    """When no policy can decide, the job fails with the reason; nothing escapes decide()."""
+
+    def broken() -> Retry:
+        raise OverflowError("no delay")
+
+    decision, error = decide(make_job(attempts=1), "boom", None, broken)
+    assert isinstance(decision, Fail)
+    assert decision.reason == "boom (no policy could decide: OverflowError: no delay)"
+    assert isinstance(error, OverflowError)
 
 
 @pytest.mark.parametrize(
