@@ -192,3 +192,27 @@ def start_then_interrupt(thread: threading.Thread) -> None:
 
 def pending_checkpoint() -> None:
     """A Python-level call: the interpreter runs pending signal handlers on entering it."""
+
+
+# --- uncaught thread exceptions, recorded instead of reaching pytest -----------------------
+
+
+@contextmanager
+def recording_hook() -> Iterator[list[tuple[type[BaseException], str]]]:
+    """Install the test's own threading.excepthook, which records (type, thread name).
+
+    It keeps uncaught thread exceptions away from pytest's hook (which would turn them
+    into errors), and is restored exactly, checked by identity, when the block ends.
+    """
+    seen: list[tuple[type[BaseException], str]] = []
+
+    def record(args: threading.ExceptHookArgs) -> None:
+        seen.append((args.exc_type, args.thread.name if args.thread else "?"))
+
+    before = threading.excepthook
+    threading.excepthook = record
+    try:
+        yield seen
+    finally:
+        assert threading.excepthook is record, "a hook installed by the test leaked"
+        threading.excepthook = before

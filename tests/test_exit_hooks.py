@@ -975,7 +975,7 @@ worker_ready.wait()
 say_when(lambda: main_is_asleep_in_event_wait("<module>"), "main asleep")
 stop.wait()  # no timeout
 say("stopped")
-worker.join()
+worker.join(10)  # bounded: the parent waits for the output, not for ever
 """
 )
 BLOCK_SIGTERM = "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})"
@@ -1389,7 +1389,7 @@ def test_a_child_forked_from_a_worker_thread_gets_its_handlers_back_too():
                 print("child status:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
             forker = threading.Thread(target=fork_here, name="forker")
             forker.start()
-            forker.join()
+            forker.join(10)
     """
     result = run_group(code)
     assert result.returncode == 0, result.stderr
@@ -1443,7 +1443,7 @@ with SignalHandlers(called.set) as handlers:
     print("child exitcode:", process.exitcode, flush=True)
     if process.exitcode is None:
         process.kill()
-        process.join()
+        process.join(10)
     {then}
 print("parent finished", flush=True)
 """
@@ -1545,7 +1545,7 @@ def start_a_thread(when):
     except RuntimeError as exc:
         print(f"{{when}}: {{type(exc).__name__}}: {{exc}}", flush=True)
     else:
-        thread.join()
+        thread.join(10)
         print(f"{{when}}: started", flush=True)
 
 class StartsOneWhenCollected:

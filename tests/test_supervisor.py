@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -26,6 +25,7 @@ from tests.support import (
     Gate,
     cannot_start,
     join_or_fail,
+    recording_hook,
     run_in_thread,
     start_then_interrupt,
     stays_blocked,
@@ -36,27 +36,6 @@ from tests.support import (
 MODULE_LOGGER = "patterns.supervisor"
 
 P9 = ("P9", "a consumer thread dies and the producer blocks on a full queue forever")
-
-
-@contextlib.contextmanager
-def recording_hook() -> Iterator[list[tuple[type[BaseException], str]]]:
-    """Install the test's own threading.excepthook, which records (type, thread name).
-
-    It keeps uncaught thread exceptions away from pytest's hook (which would turn them
-    into errors), and is restored exactly, checked by identity, when the block ends.
-    """
-    seen: list[tuple[type[BaseException], str]] = []
-
-    def record(args: threading.ExceptHookArgs) -> None:
-        seen.append((args.exc_type, args.thread.name if args.thread else "?"))
-
-    before = threading.excepthook
-    threading.excepthook = record
-    try:
-        yield seen
-    finally:
-        assert threading.excepthook is record, "a hook installed by the test leaked"
-        threading.excepthook = before
 
 
 def traceback_of(record: logging.LogRecord) -> str:

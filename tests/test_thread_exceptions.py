@@ -25,6 +25,7 @@ from tests.support import (
     Gate,
     join_or_fail,
     pending_checkpoint,
+    recording_hook,
     spawn_python,
 )
 
@@ -32,27 +33,6 @@ MODULE_LOGGER = "patterns.thread_exceptions"
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def recording_hook() -> Iterator[list[tuple[type[BaseException], str]]]:
-    """Install the test's own threading.excepthook, which records (type, thread name).
-
-    It keeps uncaught thread exceptions away from pytest's hook (which would turn them
-    into errors), and is restored exactly, checked by identity, when the block ends.
-    """
-    seen: list[tuple[type[BaseException], str]] = []
-
-    def record(args: threading.ExceptHookArgs) -> None:
-        seen.append((args.exc_type, args.thread.name if args.thread else "?"))
-
-    before = threading.excepthook
-    threading.excepthook = record
-    try:
-        yield seen
-    finally:
-        assert threading.excepthook is record, "a hook installed by the test leaked"
-        threading.excepthook = before
 
 
 def die_in_thread(target: Callable[[], object], name: str = "worker") -> threading.Thread:
