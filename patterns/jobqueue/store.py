@@ -2,12 +2,15 @@
 
 A store holds jobs and moves them between states, one transaction per transition::
 
-    queued --claim--> running --complete--> done
-                         |----fail--------> failed
-                         |----retry-------> queued (later run_at, attempt kept)
-                         |----release-----> queued (attempt given back, run_at unchanged)
-                         |----lease expiry> queued again at the next claim (attempt kept),
-                                            or failed once its attempts are spent
+    queued --claim--> running --complete--> done (with the handler's result)
+      |                  |----fail--------> failed --requeue--> queued (attempts reset)
+      |                  |----retry-------> queued (later run_at, attempt kept)
+      |                  |----release-----> queued (attempt given back, run_at unchanged)
+      |                  |----cancelled---> cancelled (its handler stopped on a cancel)
+      |                  |----lease expiry> queued again at the next claim (attempt kept),
+      |                                     or failed once its attempts are spent
+      '--cancel--> cancelled (never runs); cancel on a running job only sets a flag that
+                   the worker's next renew sees (``Claim.cancel_requested``)
 
 Fencing: a claim returns a `Claim` whose ``token`` is unique to that claim. complete, fail,
 retry, release and renew succeed only while that token is the job's current lease owner;
@@ -26,6 +29,11 @@ uses only it for ``run_at`` and leases, so tests can move time without sleeping;
 Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"; only a
 store with notifications (PostgreSQL's LISTEN/NOTIFY) ever calls it.
 
+Limits, the same on every store: a payload's JSON text is at most ``max_payload_bytes``
+(`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor argument); ``max_attempts`` at
+most `MAX_ATTEMPTS_LIMIT`; every time in seconds within +-`MAX_SECONDS`. An error text is
+stored through `storable_error`: lone surrogates and NUL escaped, at most `MAX_ERROR_CHARS`.
+
 Shared by the stores, so that none imports another: the argument checks and row
 preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
 row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause (`backoff`).
@@ -38,34 +46,53 @@ import json
 import math
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "FINISHED_STATES",
     "JOB_COLUMNS",
+    "MAX_ATTEMPTS_LIMIT",
+    "MAX_ERROR_CHARS",
+    "MAX_SECONDS",
+    "CancelResult",
     "Claim",
     "Job",
     "JobState",
     "JsonValue",
     "NewJob",
     "Store",
+    "WorkerRecord",
     "backoff",
     "check_lease",
     "check_limit",
     "check_owner",
+    "check_states",
     "check_time",
+    "check_timeout",
     "encode_payload",
+    "encode_result",
     "expired_reason",
     "job_from_row",
     "new_token",
     "prepare_enqueue",
     "prepare_many",
+    "storable_error",
 ]
 
 JsonValue: TypeAlias = Any  # a value json.dumps accepts: None, bool, int, float, str, list, dict
 DEFAULT_MAX_ATTEMPTS = 3
+MAX_ATTEMPTS_LIMIT = 1_000_000
+"""The largest ``max_attempts`` a store accepts (an absurd number is a mistake, not a policy)."""
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+"""The default limit on a payload's (and a result's) JSON text, in UTF-8 bytes: 1 MiB."""
+MAX_ERROR_CHARS = 4000
+"""An error text longer than this is stored truncated (`storable_error`)."""
+MAX_SECONDS = 1e10
+"""The largest magnitude of any time in seconds a store accepts (about the year 2286)."""
 
 
 class JobState(enum.StrEnum):
@@ -75,6 +102,20 @@ class JobState(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINISHED_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+"""The states a job never leaves by itself; `Store.purge` deletes only these."""
+
+
+class CancelResult(enum.StrEnum):
+    """What `Store.cancel` did."""
+
+    CANCELLED = "cancelled"  # the job was queued: it is cancelled and will never run
+    REQUESTED = "requested"  # the job is running: its worker's next renew sees the request
+    FINISHED = "finished"  # the job had already ended (done, failed, cancelled): no change
+    NOT_FOUND = "not found"  # no job has this id
 
 
 @dataclass(frozen=True)
@@ -93,32 +134,91 @@ class Job:
     last_error: str | None
     created_at: float
     updated_at: float
+    timeout: float | None = None  # seconds a handler may run (None: no limit)
+    result: JsonValue = None  # what the handler returned, once the job is done
+    cancel_requested: bool = False  # `Store.cancel` was called while it was running
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A job taken under a lease; ``token`` is the fencing token of this claim only."""
+    """A job taken under a lease; ``token`` is the fencing token of this claim only.
+
+    ``cancel_requested`` is True on a claim returned by `Store.renew` when someone called
+    `Store.cancel` on the job since it was claimed; the worker then cancels its handler.
+    """
 
     job: Job
     token: str
     lease_until: float
+    cancel_requested: bool = False
 
 
-def encode_payload(payload: JsonValue) -> str:
-    """Serialise a payload to JSON, or raise `TypeError` naming the problem.
+@dataclass(frozen=True)
+class WorkerRecord:
+    """One live worker as `Store.workers` lists it (times in the store's clock)."""
 
+    id: str  # the worker's owner name, the prefix of its fencing tokens
+    host: str
+    pid: int
+    state: str  # a WorkerState value: running, draining, cancelling, stopped
+    started_at: float
+    last_seen: float  # when it last called `Store.record_worker`
+    expires_at: float  # the row is no longer listed after this (a worker that died)
+    jobs_held: int
+
+
+def encode_payload(
+    payload: JsonValue, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, *, what: str = "payload"
+) -> str:
+    """Serialise a payload to JSON, or raise naming the problem.
+
+    `TypeError` if it is not JSON-serialisable; `ValueError` if its JSON text is over
+    ``max_bytes`` bytes.
     JSON only, on purpose: a queue file someone else can write must never be able to run
     code, so no pickle, and no names looked up from the data.
     """
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"job payload must be JSON-serialisable: {exc}") from exc
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"job {what} must be JSON-serialisable: {exc}") from exc
+    # json.dumps escapes NUL and lone surrogates (ensure_ascii), so the text is storable.
+    size = len(text)  # ASCII only (ensure_ascii=True): characters are bytes
+    if size > max_bytes:
+        raise ValueError(
+            f"job {what} is {size} bytes of JSON, over the limit of {max_bytes} bytes"
+            " (max_payload_bytes)"
+        )
+    return text
+
+
+def encode_result(result: JsonValue, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """A handler's return value as JSON text for `Store.complete`; raises as `encode_payload`."""
+    return encode_payload(result, max_bytes, what="result")
+
+
+def storable_error(text: object, limit: int = MAX_ERROR_CHARS) -> str:
+    r"""``text`` as an error text every store can keep, at most ``limit`` characters.
+
+    Lone surrogates (which UTF-8 cannot encode) become ``\udXXX`` escapes and NUL (which
+    PostgreSQL text cannot hold) becomes ``\x00``, so the text still says what it was; a
+    longer text keeps its start and says how much was cut.
+    """
+    text = str(text)
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        marker = f" ... [{len(text)} characters, cut to {limit}]"
+        text = text[: max(0, limit - len(marker))] + marker
+    return text
 
 
 # --- argument checks and row preparation, shared by every store so they refuse alike ---
 
-_ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts"})
+_ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts", "timeout"})
 
 
 @dataclass(frozen=True)
@@ -129,15 +229,48 @@ class NewJob:
     payload_json: str
     run_at: float
     max_attempts: int
+    timeout: float | None = None
 
 
 def check_time(name: str, value: object) -> float:
-    """``value`` as a finite float; `TypeError` or `ValueError` naming the argument."""
+    """``value`` as a float within +-`MAX_SECONDS`; `TypeError` or `ValueError` naming it."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value):
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not math.isfinite(seconds):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
+    if abs(seconds) > MAX_SECONDS:
+        raise ValueError(f"{name} must be within {MAX_SECONDS:g} seconds, got {value!r}")
+    return seconds
+
+
+def check_timeout(timeout: object) -> float | None:
+    """A job's ``timeout``: None, or a positive number of seconds."""
+    if timeout is None:
+        return None
+    seconds = check_time("timeout", timeout)
+    if seconds <= 0:
+        raise ValueError(f"timeout must be positive, got {seconds}")
+    return seconds
+
+
+def check_states(states: object) -> frozenset[JobState]:
+    """`Store.purge`'s ``states`` as JobStates, each one of `FINISHED_STATES`."""
+    if isinstance(states, str | bytes) or not isinstance(states, Collection):
+        raise TypeError(f"states must be a collection of job states, got {states!r}")
+    chosen = set()
+    for state in states:
+        try:
+            value = JobState(state)
+        except ValueError:
+            raise ValueError(f"unknown job state {state!r}") from None
+        if value not in FINISHED_STATES:
+            raise ValueError(f"only finished jobs can be purged, not {value.value!r} ones")
+        chosen.add(value)
+    return frozenset(chosen)
 
 
 def prepare_enqueue(
@@ -148,6 +281,8 @@ def prepare_enqueue(
     run_at: object = None,
     delay: object = None,
     max_attempts: object = DEFAULT_MAX_ATTEMPTS,
+    timeout: object = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> NewJob:
     """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
     if not isinstance(task, str):
@@ -156,8 +291,10 @@ def prepare_enqueue(
         raise ValueError(f"task must be a non-empty name, got {task!r}")
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise ValueError(
+            f"max_attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {max_attempts}"
+        )
     if run_at is not None and delay is not None:
         raise ValueError("pass run_at or delay, not both")
     if run_at is not None:
@@ -169,10 +306,15 @@ def prepare_enqueue(
         when = now + seconds
     else:
         when = now
-    return NewJob(task, encode_payload(payload), when, max_attempts)
+    limit = check_timeout(timeout)
+    return NewJob(task, encode_payload(payload, max_payload_bytes), when, max_attempts, limit)
 
 
-def prepare_many(now: float, jobs: Sequence[Mapping[str, Any]]) -> list[NewJob]:
+def prepare_many(
+    now: float,
+    jobs: Sequence[Mapping[str, Any]],
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> list[NewJob]:
     """Validate every `Store.enqueue_many` entry before any is written."""
     if isinstance(jobs, str | bytes | Mapping):
         raise TypeError("enqueue_many takes a sequence of mappings, one per job")
@@ -186,7 +328,7 @@ def prepare_many(now: float, jobs: Sequence[Mapping[str, Any]]) -> list[NewJob]:
         if "task" not in spec:
             raise ValueError(f"job #{index} has no 'task'")
         try:
-            prepared.append(prepare_enqueue(now, **dict(spec)))
+            prepared.append(prepare_enqueue(now, **dict(spec), max_payload_bytes=max_payload_bytes))
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"job #{index}: {exc}") from exc
     return prepared
@@ -295,8 +437,13 @@ class Store(Protocol):
         run_at: float | None = None,
         delay: float | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
     ) -> int:
-        """Add a job and return its id; a bad payload or argument writes nothing."""
+        """Add a job and return its id; a bad payload or argument writes nothing.
+
+        ``timeout``: seconds its handler may run per attempt (the worker enforces it).
+        A payload over the store's ``max_payload_bytes`` raises `ValueError`.
+        """
         ...
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -311,12 +458,20 @@ class Store(Protocol):
         """
         ...
 
-    def complete(self, claim: Claim) -> bool:
-        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
+    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
+        """Mark the job done with ``result``; False (no change) if the lease was lost.
+
+        ``result`` must pass `encode_result` (JSON, within ``max_payload_bytes``), or
+        `TypeError` / `ValueError` is raised and nothing changes.
+        """
         ...
 
     def fail(self, claim: Claim, error: str) -> bool:
-        """Mark the job failed for good with ``error``; False if the lease was lost."""
+        """Mark the job failed for good with ``error``; False if the lease was lost.
+
+        Every method taking an ``error`` stores `storable_error` of it: it never raises
+        because of the text.
+        """
         ...
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
@@ -327,12 +482,44 @@ class Store(Protocol):
         """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
         ...
 
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        """End a running job as cancelled (its handler stopped on a cancel request).
+
+        ``reason`` is kept as its ``last_error``; False if the lease was lost.
+        """
+        ...
+
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        """Extend the lease; the renewed claim, or None if the lease was lost.
+
+        Touches the lease only (never reads the payload). The returned claim carries the
+        same ``job`` snapshot, the new ``lease_until`` and ``cancel_requested``.
+        """
         ...
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
+        ...
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
+        ...
+
+    def requeue(self, job_id: int) -> bool:
+        """Put a failed job back in the queue, due now, its attempts reset to 0.
+
+        Its ``last_error`` is kept. False (no change) if the job is missing or not failed.
+        """
+        ...
+
+    def requeue_failed(self, *, task: str | None = None) -> list[int]:
+        """`requeue` every failed job (of ``task``) in one transaction; their ids."""
+        ...
+
+    def cancel(self, job_id: int) -> CancelResult:
+        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
         ...
 
     def counts(self) -> dict[str, int]:
@@ -343,8 +530,35 @@ class Store(Protocol):
         """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
         ...
 
-    def purge(self, *, older_than: float | None = None) -> int:
-        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+    def purge(
+        self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
+    ) -> int:
+        """Delete finished jobs in ``states`` (updated before ``older_than``); how many.
+
+        ``states`` may name only finished states (`check_states`).
+        """
+        ...
+
+    def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        state: str,
+        started_at: float,
+        jobs_held: int,
+        ttl: float,
+    ) -> None:
+        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later."""
+        ...
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Delete this worker's row (a worker that stopped); no error if there is none."""
+        ...
+
+    def workers(self) -> list[WorkerRecord]:
+        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
         ...
 
     def clock(self) -> float:

@@ -32,7 +32,7 @@ from patterns.jobqueue.tasks import PhaseError, TaskRegistry
 from patterns.jobqueue.worker import Worker
 from tests.support import MUST_HAPPEN, child_env, join_or_fail, run_in_thread
 
-EMPTY = {"queued": 0, "running": 0, "done": 0, "failed": 0}
+EMPTY = {"queued": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -169,7 +169,7 @@ def test_enqueue_prints_the_job_id_and_status_counts_it(workdir: Path) -> None:
     )
     assert (first.returncode, first.stdout, first.stderr) == (0, "1\n", "")
     assert (second.returncode, second.stdout) == (0, "2\n")
-    assert status(workdir) == {"queued": 2, "running": 0, "done": 0, "failed": 0}
+    assert status(workdir) == {"queued": 2, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
     text = run_cli(["--db", "q.db", "status"], workdir)
     assert text.stdout.split() == ["queued", "2", "running", "0", "done", "0", "failed", "0"]
 
@@ -181,7 +181,7 @@ def test_worker_exit_when_empty_runs_every_due_job_and_exits_zero(workdir: Path)
     result = run_cli([*WORKER, "--exit-when-empty", "--concurrency", "1"], workdir)
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == ["ran 1 0", "ran 2 1", "ran 3 2"]
-    assert status(workdir) == {"queued": 0, "running": 0, "done": 3, "failed": 0}
+    assert status(workdir) == {"queued": 0, "running": 0, "done": 3, "failed": 0, "cancelled": 0}
 
 
 def test_sigterm_drains_the_running_job_and_exits_zero(workdir: Path) -> None:
@@ -200,7 +200,7 @@ def test_sigterm_drains_the_running_job_and_exits_zero(workdir: Path) -> None:
         assert any("DRAINING -> STOPPED" in line for line in child.rest("err"))
     finally:
         child.close()
-    assert status(workdir) == {"queued": 1, "running": 0, "done": 1, "failed": 0}
+    assert status(workdir) == {"queued": 1, "running": 0, "done": 1, "failed": 0, "cancelled": 0}
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -245,7 +245,7 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_runs_agai
     rerun = run_cli([*WORKER, "--exit-when-empty"], workdir, stdin="go\n")
     assert rerun.returncode == 0, rerun.stderr
     assert "started 1 attempt 2" in rerun.stdout
-    assert status(workdir) == {"queued": 0, "running": 0, "done": 1, "failed": 0}
+    assert status(workdir) == {"queued": 0, "running": 0, "done": 1, "failed": 0, "cancelled": 0}
 
 
 # A worker process that gets SIGINT from itself at a fixed point: inside Worker.start just

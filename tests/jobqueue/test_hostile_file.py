@@ -317,7 +317,7 @@ def test_sql_in_task_names_payloads_errors_and_worker_names_is_stored_verbatim(
             assert job.last_error.startswith(f"ValueError: {SQL} in an error message")
         else:
             assert job.state is JobState.DONE
-    assert store.counts() == {"queued": 0, "running": 0, "done": 3, "failed": 3}
+    assert store.counts() == {"queued": 0, "running": 0, "done": 3, "failed": 3, "cancelled": 0}
 
 
 def test_sql_through_the_command_line_is_data_too(
@@ -328,7 +328,7 @@ def test_sql_through_the_command_line_is_data_too(
     assert cli.main(["--db", str(db), "enqueue", SQL, payload]) == 0
     assert capsys.readouterr().out == "1\n"
     assert cli.main(["--db", str(db), "status", "--json"]) == 0
-    assert capsys.readouterr().out == '{"queued": 1, "running": 0, "done": 0, "failed": 0}\n'
+    assert capsys.readouterr().out == '{"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}\n'
     made = SQLiteStore(db)
     try:
         job = made.get(1)

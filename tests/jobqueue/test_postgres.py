@@ -487,7 +487,7 @@ def test_a_worker_loses_nothing_when_every_connection_is_killed_mid_job(
             go.set()
             done.wait_for(4)
             report = worker.stop()
-        assert made.counts() == {"queued": 0, "running": 0, "done": 4, "failed": 0}
+        assert made.counts() == {"queued": 0, "running": 0, "done": 4, "failed": 0, "cancelled": 0}
         assert report.terminated
         assert not report.thread_failures
         stats = worker.stats()
@@ -783,7 +783,7 @@ def test_three_worker_processes_one_sigkilled_mid_job_the_survivors_finish_every
             workers.procs[name].send_signal(signal.SIGTERM)
         for name in ("b", "c"):
             assert workers.procs[name].wait(MUST_HAPPEN) == 0, workers.seen[f"{name}.err"]
-        assert store.counts() == {"queued": 0, "running": 0, "done": 9, "failed": 0}
+        assert store.counts() == {"queued": 0, "running": 0, "done": 9, "failed": 0, "cancelled": 0}
         # The dead worker's jobs were started again by a survivor, after its leases expired.
         restarts = [
             line
@@ -862,14 +862,14 @@ def test_the_cli_enqueues_reports_and_runs_jobs_on_a_postgresql_url(
     first = run_cli(["--db", pg_database, "enqueue", "echo", '{"n": 1}'], cwd)
     assert (first.returncode, first.stdout) == (0, "1\n"), first.stderr
     status = run_cli(["--db", pg_database, "status", "--json"], cwd)
-    assert json.loads(status.stdout) == {"queued": 1, "running": 0, "done": 0, "failed": 0}
+    assert json.loads(status.stdout) == {"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
     ran = run_cli(
         ["--db", pg_database, "worker", "--tasks", "pgjobs:tasks", "--exit-when-empty"], cwd
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "ran 1 {'n': 1}\ndone 1\n"
     status = run_cli(["--db", pg_database, "status", "--json"], cwd)
-    assert json.loads(status.stdout) == {"queued": 0, "running": 0, "done": 1, "failed": 0}
+    assert json.loads(status.stdout) == {"queued": 0, "running": 0, "done": 1, "failed": 0, "cancelled": 0}
 
 
 def test_the_cli_refuses_an_unreachable_server_with_status_2_after_its_retries(

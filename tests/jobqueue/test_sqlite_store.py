@@ -91,7 +91,7 @@ def test_reopening_the_file_keeps_every_job_and_lease(db: Path) -> None:
     second = SQLiteStore(db)
     try:
         assert [second.get(i) for i in ids] == before
-        assert second.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0}
+        assert second.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0, "cancelled": 0}
         assert second.complete(running)  # the lease, and so the token, outlived the process
     finally:
         second.close()
@@ -118,7 +118,7 @@ def test_committed_work_survives_a_process_that_dies_without_closing(db: Path) -
     claimed = int(out.split()[1])
     reopened = SQLiteStore(db)
     try:
-        assert reopened.counts() == {"queued": 2, "running": 1, "done": 0, "failed": 0}
+        assert reopened.counts() == {"queued": 2, "running": 1, "done": 0, "failed": 0, "cancelled": 0}
         job = reopened.get(claimed)
         assert job is not None
         assert job.state is JobState.RUNNING
@@ -221,7 +221,7 @@ def test_a_damaged_payload_fails_its_job_and_the_claim_goes_on(
     conn.execute("UPDATE jobs SET payload = '{not json' WHERE id = ?", (bad,))
     conn.close()
     assert [c.job.id for c in store.claim("w", lease=LEASE, limit=5)] == [good]
-    assert store.counts() == {"queued": 0, "running": 1, "done": 0, "failed": 1}
+    assert store.counts() == {"queued": 0, "running": 1, "done": 0, "failed": 1, "cancelled": 0}
     with pytest.raises(StoreFileError, match=f"job {bad} has a payload that is not JSON"):
         store.get(bad)
 
@@ -342,7 +342,7 @@ def test_two_processes_claim_each_job_exactly_once(store: SQLiteStore, db: Path)
         assert lines[-1] == "done", err
         claimed += [int(line.split()[1]) for line in lines[:-1]]
     assert sorted(claimed) == ids  # none lost, none claimed by both processes
-    assert store.counts() == {"queued": 0, "running": 0, "done": 300, "failed": 0}
+    assert store.counts() == {"queued": 0, "running": 0, "done": 300, "failed": 0, "cancelled": 0}
 
 
 def test_a_claim_waits_for_another_connections_write_lock(store: SQLiteStore, db: Path) -> None:

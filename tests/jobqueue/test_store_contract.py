@@ -83,7 +83,7 @@ def must_get(store: Store, job_id: int) -> Job:
     return job
 
 
-EMPTY = {"queued": 0, "running": 0, "done": 0, "failed": 0}
+EMPTY = {"queued": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
 
 # --- enqueue and get ---------------------------------------------------------------------
 
@@ -549,9 +549,9 @@ def test_counts_has_every_state_even_when_zero(store: Store, clock: FakeClock) -
     a, b, c = store.claim("w", lease=LEASE, limit=3)
     assert store.complete(a)
     assert store.fail(b, "x")
-    assert store.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 1}
+    assert store.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 1, "cancelled": 0}
     assert store.release(c)
-    assert store.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 1}
+    assert store.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 1, "cancelled": 0}
 
 
 def test_purge_deletes_only_finished_jobs_updated_before_the_cutoff(
@@ -567,9 +567,9 @@ def test_purge_deletes_only_finished_jobs_updated_before_the_cutoff(
     assert store.purge(older_than=START + 10) == 2
     assert store.get(old_done.job.id) is None
     assert store.get(old_failed.job.id) is None
-    assert store.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0}
+    assert store.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0, "cancelled": 0}
     assert store.purge() == 1
-    assert store.counts() == {"queued": 1, "running": 1, "done": 0, "failed": 0}
+    assert store.counts() == {"queued": 1, "running": 1, "done": 0, "failed": 0, "cancelled": 0}
     assert store.complete(running)
 
 
