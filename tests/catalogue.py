@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # P1, P5b, B3, C1, E1, Q1, PG1...: a family prefix, digits, an optional lower-case suffix.
 # Ruff's rule codes (E501, B018) look the same, so lint-suppression comments are stripped
 # before the search.
-ID = re.compile(r"(?<![\w.-])(?:PG\d|P\d{1,2}[a-z]?|[BCEQ]\d[a-z]?)(?![\w-])")
+ID = re.compile(r"(?<![\w.-])(?:PG\d|P\d{1,2}[a-z]?|[ABCEMQ]\d[a-z]?)(?![\w-])")
 NOQA = re.compile(r"noqa:?[ A-Z0-9,]*")
 
 
