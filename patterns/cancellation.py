@@ -1,3 +1,6 @@
+# SPDX-License-Identifier: MIT
+# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
+# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Stop a running task from another thread: the task has to cooperate, and a token is how.
 
 TL;DR: pass a `CancelToken` to every task; the task calls ``token.check()`` in its loops,

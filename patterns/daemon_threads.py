@@ -1,3 +1,6 @@
+# SPDX-License-Identifier: MIT
+# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
+# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Decide how each background thread ends at exit: stopped by ``main``, or abandoned on purpose.
 
 TL;DR::

@@ -1,3 +1,6 @@
+# SPDX-License-Identifier: MIT
+# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
+# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Stop on SIGTERM or Ctrl-C the orderly way: drain, clean up, exit; a second signal exits now.
 
 TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, which

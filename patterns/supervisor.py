@@ -1,3 +1,6 @@
+# SPDX-License-Identifier: MIT
+# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
+# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Notice at once when a long-lived worker thread dies, and restart it within a budget.
 
 TL;DR::

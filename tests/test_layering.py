@@ -68,3 +68,17 @@ def test_the_broken_versions_live_only_in_patterns_naive() -> None:
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name.startswith("naive_")
     ]
     assert not found, found
+
+
+HEADER = (
+    "# SPDX-License-Identifier: MIT\n"
+    "# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.\n"
+    "# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.\n"
+)
+
+
+@pytest.mark.parametrize("path", PATTERNS, ids=lambda p: p.stem)
+def test_a_pattern_module_starts_with_its_licence_and_copying_header(path: Path) -> None:
+    """The three lines a copied file carries: the licence, where it came from, what it needs."""
+    assert path.read_text(encoding="utf-8").startswith(HEADER), f"{path.name}: no header"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")

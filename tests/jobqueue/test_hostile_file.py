@@ -328,7 +328,10 @@ def test_sql_through_the_command_line_is_data_too(
     assert cli.main(["--db", str(db), "enqueue", SQL, payload]) == 0
     assert capsys.readouterr().out == "1\n"
     assert cli.main(["--db", str(db), "status", "--json"]) == 0
-    assert capsys.readouterr().out == '{"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}\n'
+    assert (
+        capsys.readouterr().out
+        == '{"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}\n'
+    )
     made = SQLiteStore(db)
     try:
         job = made.get(1)

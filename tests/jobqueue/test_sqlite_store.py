@@ -91,7 +91,13 @@ def test_reopening_the_file_keeps_every_job_and_lease(db: Path) -> None:
     second = SQLiteStore(db)
     try:
         assert [second.get(i) for i in ids] == before
-        assert second.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0, "cancelled": 0}
+        assert second.counts() == {
+            "queued": 1,
+            "running": 1,
+            "done": 1,
+            "failed": 0,
+            "cancelled": 0,
+        }
         assert second.complete(running)  # the lease, and so the token, outlived the process
     finally:
         second.close()
@@ -118,7 +124,13 @@ def test_committed_work_survives_a_process_that_dies_without_closing(db: Path) -
     claimed = int(out.split()[1])
     reopened = SQLiteStore(db)
     try:
-        assert reopened.counts() == {"queued": 2, "running": 1, "done": 0, "failed": 0, "cancelled": 0}
+        assert reopened.counts() == {
+            "queued": 2,
+            "running": 1,
+            "done": 0,
+            "failed": 0,
+            "cancelled": 0,
+        }
         job = reopened.get(claimed)
         assert job is not None
         assert job.state is JobState.RUNNING
