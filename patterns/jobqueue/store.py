@@ -88,7 +88,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS_LIMIT = 1_000_000
 """The largest ``max_attempts`` a store accepts (an absurd number is a mistake, not a policy)."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-"""The default limit on a payload's (and a result's) JSON text, in UTF-8 bytes: 1 MiB."""
+"""The default limit on the JSON text of a payload (and of a result), in bytes (1 MiB)."""
 MAX_ERROR_CHARS = 4000
 """An error text longer than this is stored truncated (`storable_error`)."""
 MAX_SECONDS = 1e10
