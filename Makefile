@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck pytest versions docs notebooks demo races bench soak clean setup
+.PHONY: test lint typecheck pytest versions docs notebooks lab demo races bench soak clean setup
 
 test: lint typecheck pytest docs versions  ## every gate: ruff, mypy, pytest, docs + notebooks, every Python
 
@@ -53,6 +53,11 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -E -n -W --keep-going -b html docs docs/_build/html
 
 notebooks: docs
+
+# JupyterLab on the notebooks, with this venv's kernel (it imports `patterns` from the checkout).
+lab: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[notebooks]'
+	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The job queue on an embedded SQLite file: work flowing, a graceful stop, a restart that loses nothing.
 demo: $(STAMP)
