@@ -44,18 +44,23 @@ nitpick_ignore_regex = [
         r"py:.*",
         (
             r"(concurrent|threading|queue|socket|typing|collections|contextlib|types|io|logging|"
-            r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref)(\..*)?"
+            r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref|atexit)"
+            r"(\..*)?"
         ),
     ),
     (
         r"py:.*",
         (
             r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|TypeVar|"
+            r"Future\.\w+|ThreadPoolExecutor\.\w+|"
             r"ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|TimeoutError|"
             r"ValueError|SystemError|object|float|int|str|bool|None)"
         ),
     ),
 ]
+
+# `name` in a docstring is a cross-reference (to any Python object), checked by -n like the rest.
+default_role = "py:obj"
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

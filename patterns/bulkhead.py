@@ -18,7 +18,7 @@ Guarantees:
     * Every accepted call ends one way: the result, the handler's exception (with its
       traceback), `BulkheadTimeout` (nothing is cancelled: a queued job is skipped, a
       running one finishes and its `JobToken` is cancelled) or `BulkheadStopped`.
-    * A caller that has its result, or its handler's exception, finds it in `stats`.
+    * A caller that has its result, or its handler's exception, finds it in `Bulkhead.stats`.
     * ``stop()`` keeps to its budget, returns the same report every time and names the
       handlers still running; a handler that fails after its caller left is logged.
 

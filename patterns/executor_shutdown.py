@@ -323,7 +323,7 @@ def shutdown_and_await(
     token your running tasks watch (Java interrupts them at this point; Python cannot).
     If the calling thread gets `KeyboardInterrupt` while waiting, the executor is forced
     (``on_force`` runs then, unless it already has) and the interrupt re-raised, as
-    Java's idiom does on `InterruptedException`. Called from one of the executor's own
+    Java's idiom does on ``InterruptedException``. Called from one of the executor's own
     tasks it raises `RuntimeError` at once, having changed nothing (P6).
     """
     _refuse_own_worker(executor)
