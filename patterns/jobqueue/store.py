@@ -565,8 +565,9 @@ class Store(Protocol):
         """The store's time now, in seconds since the epoch: the time of ``run_at`` and leases.
 
         A worker computes a retry's ``run_at`` with it. The local stores return their
-        constructor's ``clock`` (`time.time` by default); `~patterns.jobqueue.postgres.PostgresStore` returns the
-        database's time. Never raises, not even after `close`.
+        constructor's ``clock`` (`time.time` by default);
+        `~patterns.jobqueue.postgres.PostgresStore` returns the database's time. Never
+        raises, not even after `close`.
         """
         ...
 

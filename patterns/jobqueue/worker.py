@@ -192,7 +192,8 @@ class WorkerReport:
         still_running_ids: the ids of those jobs, in the same order.
         outcomes: for each job the worker held when the stop began (running, or handed
             off but not started), how it was settled during the stop.
-        errors: the `~patterns.jobqueue.tasks.PhaseError` records of the worker's life (the most recent 100).
+        errors: the `~patterns.jobqueue.tasks.PhaseError` records of the worker's life (the
+            most recent 100).
         thread_failures: worker threads that died (each also stopped the worker).
         phases: seconds spent in DRAINING and, if it was entered, CANCELLING.
         elapsed: seconds the `Worker.stop` call took.
