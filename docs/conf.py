@@ -19,6 +19,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "sphinx_copybutton",
     "pitfall_catalogue",
 ]
 
@@ -70,4 +71,6 @@ napoleon_numpy_docstring = False
 
 html_theme = "furo"
 html_title = "shutdown-patterns"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+html_favicon = "_static/favicon.svg"
