@@ -82,3 +82,9 @@ def test_a_pattern_module_starts_with_its_licence_and_copying_header(path: Path)
     """The three lines a copied file carries: the licence, where it came from, what it needs."""
     assert path.read_text(encoding="utf-8").startswith(HEADER), f"{path.name}: no header"
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+
+
+def test_every_pattern_module_has_an_api_reference_page() -> None:
+    """The API reference is one page per module, under the module's own name."""
+    missing = [p.stem for p in PATTERNS if not (ROOT / "docs" / "api" / f"{p.stem}.md").exists()]
+    assert not missing, missing
