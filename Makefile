@@ -7,9 +7,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck pytest versions docs notebooks lab demo races bench soak clean setup
+.PHONY: test lint typecheck pytest versions docs site notebooks lab demo races bench soak clean setup
 
-test: lint typecheck pytest docs versions  ## every gate: ruff, mypy, pytest, docs + notebooks, every Python
+test: lint typecheck pytest docs site versions  ## every gate: ruff, mypy, pytest, docs + notebooks, the site in a browser, every Python
 
 setup: $(STAMP)
 
@@ -53,6 +53,12 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -E -n -W --keep-going -b html docs docs/_build/html
 
 notebooks: docs
+
+# The built site in headless Chromium (Debian's, installed by scripts/chromium.sh when missing),
+# at 1280 px and 390 px: console errors, missing resources and images, broken links and
+# anchors, sideways scrolling on a phone, search. Screenshots go to docs/_build/screenshots/.
+site: docs
+	CHROMIUM="$$(scripts/chromium.sh)" $(VENV)/bin/pytest sitetests -q -p no:cacheprovider
 
 # JupyterLab on the notebooks, with this venv's kernel (it imports `patterns` from the checkout).
 lab: $(STAMP)

@@ -1,0 +1,233 @@
+"""Load every page of a built HTML site in headless Chromium and list what a reader would trip on.
+
+`check_site` serves the directory on 127.0.0.1, opens each page at each viewport width and
+returns a `Problem` for: a console error or an uncaught script error, a resource answered
+with an HTTP error or not loaded at all, an image that did not load, and (at phone widths)
+a page body wider than the screen. Links and anchors are checked from the HTML files
+themselves: every same-site link must name a file that exists, and its ``#fragment`` an id
+on that page. Nothing leaves the machine: external links are not followed.
+
+The browser is the system's Chromium (Debian's package; ``scripts/chromium.sh`` installs it),
+driven by Playwright with ``executable_path``, so no browser is downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import html.parser
+import http.server
+import os
+import threading
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from playwright.sync_api import ConsoleMessage, Page, Request, Response, sync_playwright
+
+DESKTOP, PHONE = 1280, 390
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong on one page; ``width`` is 0 for problems found in the HTML source."""
+
+    page: str
+    width: int
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        where = f"{self.page} @ {self.width}px" if self.width else self.page
+        return f"{where}: {self.kind}: {self.detail}"
+
+
+class _Anchors(html.parser.HTMLParser):
+    """Collects a page's ids and the targets of its links."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        for name in ("id", "name") if tag == "a" else ("id",):
+            if values.get(name):
+                self.ids.add(str(values[name]))
+        if tag == "a" and values.get("href"):
+            self.links.append(str(values["href"]))
+
+
+def pages_of(root: Path) -> list[Path]:
+    """Every HTML page of the site, relative to ``root``, static assets left out."""
+    return sorted(
+        p.relative_to(root)
+        for p in root.rglob("*.html")
+        if not {"_static", "_sources"} & set(p.relative_to(root).parts)
+    )
+
+
+def check_links(root: Path, pages: Sequence[Path]) -> list[Problem]:
+    """Same-site links whose file or ``#fragment`` does not exist."""
+    parsed: dict[Path, _Anchors] = {}
+
+    def parse(path: Path) -> _Anchors:
+        if path not in parsed:
+            anchors = _Anchors()
+            anchors.feed(path.read_text(encoding="utf-8"))
+            parsed[path] = anchors
+        return parsed[path]
+
+    problems = []
+    for page in pages:
+        source = root / page
+        for href in parse(source).links:
+            url = urllib.parse.urlsplit(href)
+            if url.scheme or url.netloc:  # another site (or mailto:): not followed
+                continue
+            target = (
+                source
+                if not url.path
+                else (source.parent / urllib.parse.unquote(url.path)).resolve()
+            )
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.append(Problem(str(page), 0, "broken link", href))
+            elif (
+                url.fragment
+                and target.suffix == ".html"
+                and urllib.parse.unquote(url.fragment) not in parse(target).ids
+            ):
+                problems.append(Problem(str(page), 0, "broken anchor", href))
+    return problems
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
+        """No access log: the problems list is the report."""
+
+
+@contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """Serve ``root`` on 127.0.0.1 for the duration; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, name="site-server")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+_BROKEN_IMAGES = "[...document.images].filter(i => !i.complete || !i.naturalWidth).map(i => i.src)"
+_OVERFLOW = (
+    "(() => { const d = document.documentElement;"
+    " return d.scrollWidth > d.clientWidth ? [d.scrollWidth, d.clientWidth] : null; })()"
+)
+_WIDEST = (
+    "(() => { const w = document.documentElement.clientWidth; let best = null;"
+    " for (const e of document.body.querySelectorAll('*')) {"
+    "  const r = e.getBoundingClientRect();"
+    "  if (r.right > w + 1 && (!best || r.right > best[1]))"
+    "   best = [e.tagName.toLowerCase() + (e.className ? '.' + String(e.className)"
+    "     .split(' ').join('.') : ''), Math.round(r.right)]; }"
+    " return best; })()"
+)
+
+
+def check_pages(
+    base: str,
+    pages: Sequence[Path],
+    page: Page,
+    width: int,
+) -> list[Problem]:
+    """Load each page in ``page`` (a browser tab at ``width``) and collect what went wrong."""
+    problems: list[Problem] = []
+    current = [""]
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            problems.append(Problem(current[0], width, "console error", message.text))
+
+    def on_response(response: Response) -> None:
+        if response.status >= 400:
+            problems.append(
+                Problem(current[0], width, "missing resource", f"{response.status} {response.url}")
+            )
+
+    page.on("console", on_console)
+    page.on(
+        "pageerror",
+        lambda exc: problems.append(Problem(current[0], width, "script error", str(exc))),
+    )
+    page.on("response", on_response)
+
+    def on_failed(request: Request) -> None:
+        # A request cut short because the tab moved on to the next page (the favicon, often)
+        # is not the page's fault; a missing file shows up as an HTTP error instead.
+        if request.failure != "net::ERR_ABORTED":
+            problems.append(
+                Problem(
+                    current[0], width, "resource not loaded", f"{request.url} ({request.failure})"
+                )
+            )
+
+    page.on("requestfailed", on_failed)
+    for name in pages:
+        current[0] = str(name)
+        page.goto(f"{base}/{name.as_posix()}", wait_until="load")
+        for src in page.evaluate(_BROKEN_IMAGES):
+            problems.append(Problem(str(name), width, "image not loaded", src))
+        if width <= PHONE:
+            overflow = page.evaluate(_OVERFLOW)
+            if overflow:
+                widest = page.evaluate(_WIDEST)
+                problems.append(
+                    Problem(
+                        str(name),
+                        width,
+                        "horizontal scroll",
+                        f"body {overflow[0]}px wide on a {overflow[1]}px screen; widest: {widest}",
+                    )
+                )
+    page.remove_listener("console", on_console)
+    page.remove_listener("response", on_response)
+    page.remove_listener("requestfailed", on_failed)
+    return problems
+
+
+def search_hits(base: str, page: Page, query: str) -> int:
+    """How many results the site's search page lists for ``query``."""
+    page.goto(f"{base}/search.html?q={urllib.parse.quote(query)}", wait_until="load")
+    page.wait_for_function(
+        "document.querySelector('#search-results') &&"
+        " !document.querySelector('#search-results').textContent.includes('Searching')",
+        timeout=20_000,
+    )
+    return int(page.evaluate("document.querySelectorAll('#search-results li').length"))
+
+
+def chromium_path() -> str:
+    """The system Chromium: ``$CHROMIUM``, else Debian's ``/usr/bin/chromium``."""
+    return os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+@contextmanager
+def browser_pages() -> Iterator[dict[int, Page]]:
+    """One tab per viewport width (desktop and phone) in a headless system Chromium."""
+    args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=args)
+        try:
+            yield {
+                width: browser.new_context(viewport={"width": width, "height": 900}).new_page()
+                for width in (DESKTOP, PHONE)
+            }
+        finally:
+            browser.close()

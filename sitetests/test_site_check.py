@@ -1,0 +1,66 @@
+"""The site checker itself: a small site broken on purpose must produce every kind of problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sitetests.site_check import (
+    DESKTOP,
+    PHONE,
+    browser_pages,
+    check_links,
+    check_pages,
+    pages_of,
+    serving,
+)
+
+GOOD = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<link rel="icon" href="data:,"><title>good</title></head><body><h1 id="top">Good</h1>
+<p><a href="#top">here</a> <a href="other.html#part">there</a> <a href="https://example.org/">out</a></p>
+</body></html>"""
+
+OTHER = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<link rel="icon" href="data:,"><title>other</title></head>
+<body><h2 id="part">Part</h2></body></html>"""
+
+BROKEN = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<link rel="icon" href="data:,"><title>broken</title></head><body>
+<p><a href="missing.html">gone</a> <a href="other.html#nowhere">no such anchor</a></p>
+<table><tr><td style="white-space: nowrap">{}</td></tr></table>
+<img src="missing.png" alt="lost">
+<script>console.error("boom")</script>
+</body></html>""".format("a cell that does not wrap, far wider than a phone's screen " * 2)
+
+
+def _site(tmp_path: Path, *, broken: bool) -> Path:
+    (tmp_path / "index.html").write_text(GOOD)
+    (tmp_path / "other.html").write_text(OTHER)
+    if broken:
+        (tmp_path / "broken.html").write_text(BROKEN)
+    return tmp_path
+
+
+def test_a_clean_site_has_no_problems(tmp_path: Path) -> None:
+    """The checker is quiet on a site with working links, anchors and a page that fits."""
+    site = _site(tmp_path, broken=False)
+    pages = pages_of(site)
+    assert check_links(site, pages) == []
+    with serving(site) as base, browser_pages() as tabs:
+        assert check_pages(base, pages, tabs[DESKTOP], DESKTOP) == []
+        assert check_pages(base, pages, tabs[PHONE], PHONE) == []
+
+
+def test_each_kind_of_breakage_is_reported_on_its_page(tmp_path: Path) -> None:
+    """A broken link and anchor, a 404 image, a console error and a too-wide table are caught."""
+    site = _site(tmp_path, broken=True)
+    pages = pages_of(site)
+    links = {(p.kind, p.detail) for p in check_links(site, pages) if p.page == "broken.html"}
+    assert links == {("broken link", "missing.html"), ("broken anchor", "other.html#nowhere")}
+    with serving(site) as base, browser_pages() as tabs:
+        desktop = {p.kind for p in check_pages(base, pages, tabs[DESKTOP], DESKTOP)}
+        phone = check_pages(base, pages, tabs[PHONE], PHONE)
+    assert {"console error", "missing resource", "image not loaded"} <= desktop
+    assert "horizontal scroll" not in desktop
+    wide = [p for p in phone if p.kind == "horizontal scroll"]
+    assert [p.page for p in wide] == ["broken.html"], phone
+    assert "table" in wide[0].detail  # the report names the element that spills
