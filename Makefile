@@ -49,16 +49,17 @@ versions: $(STAMP)
 # -n nitpicky, -W warnings are errors, --keep-going reports them all; myst-nb executes every
 # notebook during the build and a failing cell is an error. -E: no stale environment.
 docs: $(STAMP)
+	scripts/need.sh dot graphviz >/dev/null
 	rm -rf docs/_build
 	$(VENV)/bin/sphinx-build -E -n -W --keep-going -b html docs docs/_build/html
 
 notebooks: docs
 
-# The built site in headless Chromium (Debian's, installed by scripts/chromium.sh when missing),
+# The built site in headless Chromium (Debian's, installed by scripts/need.sh when missing),
 # at 1280 px and 390 px: console errors, missing resources and images, broken links and
 # anchors, sideways scrolling on a phone, search. Screenshots go to docs/_build/screenshots/.
 site: docs
-	CHROMIUM="$$(scripts/chromium.sh)" $(VENV)/bin/pytest sitetests -q -p no:cacheprovider
+	CHROMIUM="$${CHROMIUM:-$$(scripts/need.sh chromium)}" $(VENV)/bin/pytest sitetests -q -p no:cacheprovider
 
 # JupyterLab on the notebooks, with this venv's kernel (it imports `patterns` from the checkout).
 lab: $(STAMP)

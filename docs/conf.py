@@ -19,6 +19,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
+    "sphinx.ext.graphviz",
     "sphinx_copybutton",
     "pitfall_catalogue",
 ]
@@ -68,6 +69,10 @@ autodoc_typehints = "description"
 autodoc_preserve_defaults = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+
+# Diagrams are drawn at build time from the text in docs/diagrams/*.dot, by graphviz's dot
+# (Debian's package, installed by scripts/need.sh from `make docs`).
+graphviz_output_format = "svg"
 
 html_theme = "furo"
 html_title = "shutdown-patterns"

@@ -7,7 +7,7 @@ a page body wider than the screen. Links and anchors are checked from the HTML f
 themselves: every same-site link must name a file that exists, and its ``#fragment`` an id
 on that page. Nothing leaves the machine: external links are not followed.
 
-The browser is the system's Chromium (Debian's package; ``scripts/chromium.sh`` installs it),
+The browser is the system's Chromium (Debian's package; ``scripts/need.sh`` installs it),
 driven by Playwright with ``executable_path``, so no browser is downloaded.
 """
 
