@@ -5,6 +5,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,13 +65,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 # --- the race table (`make races`) ---------------------------------------------------------
+#
+# A naive test says what it saw with pytest's ``record_property("observed", "...")``; the
+# table prints that next to the lesson of the pattern test (the first line of its docstring).
+
+TABLE_WIDTH = 100
 
 
 @dataclass
 class _RaceRow:
     title: str
+    module: str = ""  # the pattern module (test file name without test_), or "jobqueue"
     naive: list[str] = field(default_factory=list)  # outcomes of test_naive_* tests
     pattern: list[str] = field(default_factory=list)  # outcomes of the pattern tests
+    observed: list[str] = field(default_factory=list)  # what the naive tests recorded
     lesson: str = ""  # the first line of the pattern test's docstring
 
 
@@ -82,7 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--race-table",
         action="store_true",
-        help="after the run, print: pitfall | naive version went wrong | pattern held",
+        help="after the run, print each pitfall: what the naive code did, what the pattern held",
     )
 
 
@@ -98,18 +106,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             )
 
 
+def _module_of(item: pytest.Item) -> str:
+    parts = item.nodeid.split("::")[0].split("/")
+    if "jobqueue" in parts:
+        return "jobqueue"
+    return parts[-1].removeprefix("test_").removesuffix(".py")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Iterator[pytest.TestReport]:
-    """Record each race test's outcome under its pitfall."""
+    """Record each race test's outcome under its pitfall, and what a naive test observed."""
     report: pytest.TestReport = yield
     marker = item.get_closest_marker("race")
     if marker is not None and (report.when == "call" or report.outcome != "passed"):
         pitfall, title = marker.args
-        row = _RACES.setdefault(pitfall, _RaceRow(title))
+        row = _RACES.setdefault(pitfall, _RaceRow(title, _module_of(item)))
         if item.name.startswith("test_naive_"):
             row.naive.append(report.outcome)
+            for key, value in item.user_properties:
+                if key == "observed" and str(value) not in row.observed:
+                    row.observed.append(str(value))
         else:
             row.pattern.append(report.outcome)
             doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
@@ -118,12 +136,41 @@ def pytest_runtest_makereport(
     return report
 
 
-def _verdict(outcomes: list[str]) -> str:
+def _verdict(outcomes: list[str], yes: str) -> str:
     if not outcomes:
         return "(no test)"
     if all(o == "passed" for o in outcomes):
-        return f"yes ({len(outcomes)} test{'s' if len(outcomes) > 1 else ''})"
+        return f"{yes} ({len(outcomes)} test{'s' if len(outcomes) > 1 else ''})"
     return f"NO: {outcomes.count('failed')} failed, {outcomes.count('skipped')} skipped"
+
+
+def _pitfall_order(key: str) -> tuple[str, int, str]:
+    letters = key.rstrip("0123456789abcdefghijklmnopqrstuvwxyz")
+    digits = "".join(c for c in key[len(letters) :] if c.isdigit())
+    return (letters, int(digits or 0), key)
+
+
+def race_table(races: dict[str, _RaceRow], width: int = TABLE_WIDTH) -> list[str]:
+    """The race table's lines: by module, then pitfall; every line at most ``width`` wide."""
+    lines = []
+    for module in sorted({row.module for row in races.values()}):
+        lines.append(module)
+        keys = sorted((k for k, r in races.items() if r.module == module), key=_pitfall_order)
+        for key in keys:
+            row = races[key]
+            lines += textwrap.wrap(
+                row.title, width, initial_indent=f"  {key:<5}", subsequent_indent=" " * 7
+            )
+            naive = _verdict(row.naive, "went wrong")
+            seen = "; ".join(row.observed) or "(nothing recorded)"
+            for label, text in (
+                (f"naive:   {naive}:", seen),
+                (f"pattern: {_verdict(row.pattern, 'held')}:", row.lesson or "(no lesson)"),
+            ):
+                lines += textwrap.wrap(
+                    f"{label} {text}", width, initial_indent=" " * 7, subsequent_indent=" " * 16
+                )
+    return lines
 
 
 def pytest_terminal_summary(
@@ -132,21 +179,6 @@ def pytest_terminal_summary(
     """Print the race table when ``--race-table`` was given."""
     if not config.getoption("--race-table") or not _RACES:
         return
-    rows = [
-        (f"{key} {row.title}", _verdict(row.naive), _verdict(row.pattern))
-        for key, row in sorted(_RACES.items(), key=lambda kv: (len(kv[0]), kv[0]))
-    ]
-    head = ("pitfall", "naive version went wrong", "pattern held")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
-    terminalreporter.section("race demonstrations")
-    line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
-    terminalreporter.write_line(line)
-    terminalreporter.write_line("-+-".join("-" * w for w in widths))
-    for line in rows:
-        terminalreporter.write_line(
-            " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))
-        )
-    terminalreporter.write_line("")
-    terminalreporter.write_line("lessons (what each pattern test proves):")
-    for key, row in sorted(_RACES.items(), key=lambda kv: (len(kv[0]), kv[0])):
-        terminalreporter.write_line(f"  {key}: {row.lesson or '(no pattern test)'}")
+    terminalreporter.section("race demonstrations: what the naive code did, what the pattern held")
+    for line in race_table(_RACES):
+        terminalreporter.write_line(line)
