@@ -22,6 +22,7 @@ extensions = [
     "sphinx.ext.graphviz",
     "sphinx_copybutton",
     "pitfall_catalogue",
+    "notebook_download",
 ]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
