@@ -27,7 +27,9 @@ The module also holds the small server and client the HTTP tests use.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
+import json
 import logging
 import math
 import statistics
@@ -356,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heavy-ms", type=float, default=defaults.heavy_ms)
     parser.add_argument("--heavy-clients", type=int, default=defaults.heavy_clients)
     parser.add_argument("--backoff-ms", type=float, default=defaults.backoff_ms)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print every run's raw measurements as JSON instead of the table",
+    )
     args = parser.parse_args(argv)
     s = Settings(
         args.threads,
@@ -370,6 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     for run in range(args.runs):
         for mode in ("without", "with") if run % 2 == 0 else ("with", "without"):
             results[mode].append(one_run(mode, s))
+    if args.json:
+        raw = {
+            mode: [{"light_s": run.light, "heavy_statuses": run.heavy_statuses} for run in runs]
+            for mode, runs in results.items()
+        }
+        print(json.dumps({"settings": dataclasses.asdict(s), "runs": raw}))  # noqa: T201
+        return 0
     version = sys.version.split()[0]
     setup = (
         f"Python {version}; {args.runs} runs of {s.seconds}s per mode; {s.threads} server "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 
@@ -88,3 +89,14 @@ def test_every_pattern_module_has_an_api_reference_page() -> None:
     """The API reference is one page per module, under the module's own name."""
     missing = [p.stem for p in PATTERNS if not (ROOT / "docs" / "api" / f"{p.stem}.md").exists()]
     assert not missing, missing
+
+
+def test_no_notebook_reaches_outside_the_package_through_sys_path() -> None:
+    """A notebook imports what the project installs; a program of the repo runs as a program."""
+    offenders = [
+        path.name
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]
+        if cell["cell_type"] == "code" and "sys.path" in "".join(cell["source"])
+    ]
+    assert not offenders, offenders
