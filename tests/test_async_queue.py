@@ -13,6 +13,7 @@ import asyncio
 import logging
 import queue
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -457,6 +458,27 @@ def test_a_second_shutdown_is_harmless_and_an_immediate_one_empties_what_is_left
     left = [] if first or second else [0, 1, 2]
     assert q._unfinished_tasks == len(left)
     assert drain(q) == left
+
+
+def test_another_thread_shuts_the_queue_down_through_call_soon_threadsafe(
+    make_queue: Callable[..., Any],
+) -> None:
+    """From another thread, loop.call_soon_threadsafe(q.shutdown) wakes every waiting task."""
+
+    async def scenario() -> None:
+        q = make_queue()
+        getters = [asyncio.create_task(q.get(), name=f"getter-{i}") for i in range(2)]
+        await parked(q._getters, 2)
+        loop = asyncio.get_running_loop()
+        thread = threading.Thread(target=loop.call_soon_threadsafe, args=(q.shutdown,))
+        thread.start()
+
+        for getter in getters:
+            assert isinstance(await outcome(getter), QueueShutDown)
+        thread.join(MUST_HAPPEN)
+        assert not thread.is_alive()
+
+    run(scenario())
 
 
 # --- the order of events on one loop: woken, then shut down before running -------------------
