@@ -19,8 +19,9 @@ Guarantees:
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13+
     `ClosableAsyncQueue` *is* ``asyncio.Queue`` and `QueueShutDown` *is*
-    ``asyncio.QueueShutDown`` (likewise the priority and LIFO variants); the back-port
-    underneath is kept on every version so the tests can hold it against the real thing.
+    ``asyncio.QueueShutDown`` (likewise the priority and LIFO variants). The back-port
+    classes (`AsyncQueueBackport`...) are defined on every version, so that the tests can
+    hold them against the real thing on 3.13; use the ``ClosableAsync*`` names.
 
 Docs: docs/patterns/async_queue.md
 """
@@ -36,6 +37,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 __all__ = [
+    "AsyncLifoQueueBackport",
+    "AsyncPriorityQueueBackport",
+    "AsyncQueueBackport",
     "ClosableAsyncLifoQueue",
     "ClosableAsyncPriorityQueue",
     "ClosableAsyncQueue",
@@ -64,10 +68,10 @@ else:
         """
 
 
-class _BackportQueue(asyncio.Queue[T]):
+class AsyncQueueBackport(asyncio.Queue[T]):
     """An `asyncio.Queue` with Python 3.13's ``shutdown()``, written for 3.11 and 3.12.
 
-    Public under the name `ClosableAsyncQueue` before 3.13. It is defined on 3.13 too,
+    It is `ClosableAsyncQueue` before 3.13; use that name. It is defined on 3.13 too,
     where it overrides the standard methods with its own, so that one test suite can run
     the back-port and ``asyncio.Queue`` side by side on the same interpreter.
 
@@ -179,12 +183,18 @@ class _BackportQueue(asyncio.Queue[T]):
             raise
 
 
-class _BackportPriorityQueue(_BackportQueue[P], asyncio.PriorityQueue[P]):
-    """The back-port with ``asyncio.PriorityQueue``'s order: lowest item first."""
+class AsyncPriorityQueueBackport(AsyncQueueBackport[P], asyncio.PriorityQueue[P]):
+    """The back-port with ``asyncio.PriorityQueue``'s order, lowest item first.
+
+    It is `ClosableAsyncPriorityQueue` before 3.13; use that name.
+    """
 
 
-class _BackportLifoQueue(_BackportQueue[T], asyncio.LifoQueue[T]):
-    """The back-port with ``asyncio.LifoQueue``'s order: last in, first out."""
+class AsyncLifoQueueBackport(AsyncQueueBackport[T], asyncio.LifoQueue[T]):
+    """The back-port with ``asyncio.LifoQueue``'s order, last in first out.
+
+    It is `ClosableAsyncLifoQueue` before 3.13; use that name.
+    """
 
 
 if sys.version_info >= (3, 13):
@@ -192,9 +202,9 @@ if sys.version_info >= (3, 13):
     ClosableAsyncPriorityQueue = asyncio.PriorityQueue
     ClosableAsyncLifoQueue = asyncio.LifoQueue
 else:
-    ClosableAsyncQueue = _BackportQueue
-    ClosableAsyncPriorityQueue = _BackportPriorityQueue
-    ClosableAsyncLifoQueue = _BackportLifoQueue
+    ClosableAsyncQueue = AsyncQueueBackport
+    ClosableAsyncPriorityQueue = AsyncPriorityQueueBackport
+    ClosableAsyncLifoQueue = AsyncLifoQueueBackport
 
 
 def shutdown_and_drain(q: ClosableAsyncQueue[T]) -> list[T]:

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 import pytest
 
 from patterns.async_queue import (
+    AsyncLifoQueueBackport,
+    AsyncPriorityQueueBackport,
+    AsyncQueueBackport,
     ClosableAsyncLifoQueue,
     ClosableAsyncPriorityQueue,
     ClosableAsyncQueue,
     QueueShutDown,
-    _BackportLifoQueue,
-    _BackportPriorityQueue,
-    _BackportQueue,
     consume_until_shutdown,
     put_until_shutdown,
     shutdown_and_drain,
@@ -41,7 +41,7 @@ A1 = ("A1", "one sentinel for N consumer tasks leaves N-1 waiting in get() forev
 # As in test_closable_queue: the stdlib parameter is generated only where asyncio.Queue has
 # shutdown() (3.13+, pinned by test_asyncio_queue_shutdown_exists_exactly_from_3_13_on),
 # rather than skipped everywhere else.
-QUEUE_CLASSES = [pytest.param(_BackportQueue, id="backport")]
+QUEUE_CLASSES = [pytest.param(AsyncQueueBackport, id="backport")]
 if hasattr(asyncio.Queue, "shutdown"):
     QUEUE_CLASSES.append(pytest.param(asyncio.Queue, id="stdlib"))
 
@@ -176,14 +176,14 @@ def test_on_3_13_the_names_are_the_standard_library_and_before_it_the_back_port(
         assert ClosableAsyncLifoQueue is asyncio.LifoQueue
     else:
         assert QueueShutDown.__module__ == "patterns.async_queue"
-        assert ClosableAsyncQueue is _BackportQueue
-        assert ClosableAsyncPriorityQueue is _BackportPriorityQueue
-        assert ClosableAsyncLifoQueue is _BackportLifoQueue
+        assert ClosableAsyncQueue is AsyncQueueBackport
+        assert ClosableAsyncPriorityQueue is AsyncPriorityQueueBackport
+        assert ClosableAsyncLifoQueue is AsyncLifoQueueBackport
     # The back-port overrides only what shutdown() changes; the rest is asyncio.Queue's.
     for name in ("put", "put_nowait", "get", "get_nowait", "shutdown"):
-        assert name in vars(_BackportQueue)
+        assert name in vars(AsyncQueueBackport)
     for name in ("task_done", "join", "qsize", "empty", "full"):
-        assert getattr(_BackportQueue, name) is getattr(asyncio.Queue, name)
+        assert getattr(AsyncQueueBackport, name) is getattr(asyncio.Queue, name)
 
 
 # --- what each Python version has: the claims of the docs page, on the version that runs ---
@@ -570,8 +570,8 @@ def test_a_cancelled_getter_raises_cancelled_error_and_leaves_no_waiter_behind(
 # --- the priority and LIFO variants ------------------------------------------------------------
 
 ORDERED = [
-    pytest.param(_BackportPriorityQueue, [1, 2, 3], id="backport-priority"),
-    pytest.param(_BackportLifoQueue, [2, 1, 3], id="backport-lifo"),
+    pytest.param(AsyncPriorityQueueBackport, [1, 2, 3], id="backport-priority"),
+    pytest.param(AsyncLifoQueueBackport, [2, 1, 3], id="backport-lifo"),
 ]
 if hasattr(asyncio.Queue, "shutdown"):
     ORDERED += [
