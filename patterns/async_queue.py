@@ -75,11 +75,12 @@ class AsyncQueueBackport(asyncio.Queue[T]):
     where it overrides the standard methods with its own, so that one test suite can run
     the back-port and ``asyncio.Queue`` side by side on the same interpreter.
 
-    The waiting is the base class's: a task blocked in ``get`` (``put``) awaits a future
-    it left in ``_getters`` (``_putters``), and whoever makes progress possible sets the
-    first one's result. ``shutdown()`` sets them all, and each woken task re-checks the
-    flag in its loop. ``task_done``, ``join``, ``qsize``, ``empty`` and ``full`` are the
-    base class's and follow the rules through ``get`` and ``shutdown``.
+    The waiting works as in the base class, on its state: a task blocked in ``get``
+    (``put``) awaits a future it left in ``_getters`` (``_putters``), and whoever makes
+    progress possible sets the first one's result. ``shutdown()`` sets them all, and each
+    woken task re-checks the flag in its loop. ``task_done``, ``join``, ``qsize``,
+    ``empty`` and ``full`` are the base class's and follow the rules through ``get`` and
+    ``shutdown``.
     """
 
     if TYPE_CHECKING:
