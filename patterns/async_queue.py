@@ -34,7 +34,7 @@ import logging
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 __all__ = [
     "AsyncLifoQueueBackport",
@@ -52,10 +52,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-P = TypeVar("P", bound="SupportsRichComparison")  # what asyncio.PriorityQueue can order
 
-if TYPE_CHECKING:
-    from _typeshed import SupportsRichComparison
+
+class _Ordered(Protocol):
+    """What ``asyncio.PriorityQueue`` can order: items compared with ``<``."""
+
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+P = TypeVar("P", bound=_Ordered)
 
 if sys.version_info >= (3, 13):
     from asyncio import QueueShutDown
