@@ -104,6 +104,12 @@ class AsyncQueueBackport(asyncio.Queue[T]):
         # public is_shutdown (queue.Queue does).
         self._is_shutdown = False
 
+    if sys.version_info < (3, 13):  # 3.13's own _format already says so
+
+        def _format(self) -> str:
+            """The end of ``repr(q)``: as in 3.13, it says ``shutdown`` once shut down."""
+            return super()._format() + (" shutdown" if self._is_shutdown else "")
+
     async def put(self, item: T) -> None:
         """Put ``item`` in the queue, waiting for room; raise `QueueShutDown` once shut down.
 

@@ -158,6 +158,17 @@ def test_asyncio_queue_has_no_public_is_shutdown(
     assert not hasattr(q, "is_shutdown")
 
 
+@both_ways
+def test_repr_says_shutdown_once_shut_down(make_queue: Callable[..., Any], immediate: bool) -> None:
+    """repr(q) ends with "shutdown" after shutdown() and not before, as 3.13's does."""
+    q = make_queue()
+    q.put_nowait("a")
+    assert "shutdown" not in repr(q)
+    q.shutdown(immediate=immediate)
+    assert repr(q).endswith(" shutdown>")
+    assert repr(q).count("shutdown") == 1
+
+
 def test_the_closable_queues_are_asyncio_queue_subclasses_and_generic() -> None:
     """Each stands in for its asyncio counterpart, and ClosableAsyncQueue[int] works at runtime."""
     assert issubclass(ClosableAsyncQueue, asyncio.Queue)
