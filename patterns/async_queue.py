@@ -34,10 +34,13 @@ import logging
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 __all__ = [
+    "AsyncConsumerPool",
     "AsyncLifoQueueBackport",
+    "AsyncPoolReport",
     "AsyncPriorityQueueBackport",
     "AsyncQueueBackport",
     "ClosableAsyncLifoQueue",
@@ -278,3 +281,231 @@ async def consume_until_shutdown(
             handled += 1
         finally:
             q.task_done()
+
+
+@dataclass(frozen=True)
+class AsyncPoolReport(Generic[T]):
+    """What an `AsyncConsumerPool` had done when its ``stop()`` returned.
+
+    Attributes:
+        terminated: every consumer task had ended.
+        still_running: names of the consumer tasks not ended at the deadline (one that
+            swallows its cancellation stays here).
+        processed: items the handler returned from normally.
+        failed: items the handler raised on (each one logged with its traceback).
+        discarded: items queued but never handed to the handler, in queue order.
+        interrupted: items whose handler was cancelled (a cancelled consumer's item in hand).
+        cancelled: names of the consumer tasks cancelled because the deadline passed.
+        elapsed: seconds the stop took.
+    """
+
+    terminated: bool
+    still_running: tuple[str, ...]
+    processed: int
+    failed: int
+    discarded: tuple[T, ...]
+    interrupted: tuple[T, ...]
+    cancelled: tuple[str, ...]
+    elapsed: float
+
+
+class AsyncConsumerPool(Generic[T]):
+    """Consumer tasks that await ``handler(item)`` for each item, stopped by closing the queue.
+
+    The lifecycle contract, in asyncio: ``start()`` is a plain method, called with the
+    loop running, that creates the consumer tasks, all or nothing; ``stop(timeout)`` is a
+    coroutine (``await pool.stop()``); ``async with`` starts and stops. Items can be put
+    before ``start()``; stopping a pool that never started discards them.
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[T], Awaitable[Any]],
+        *,
+        consumers: int = 2,
+        maxsize: int = 0,
+        name: str = "consumer",
+        stop_timeout: float = 5.0,
+    ) -> None:
+        if consumers < 1:
+            raise ValueError(f"consumers must be at least 1, got {consumers!r}")
+        if maxsize < 0:
+            raise ValueError(f"maxsize must be >= 0, got {maxsize!r}")
+        if stop_timeout < 0:
+            raise ValueError(f"stop_timeout must be >= 0, got {stop_timeout!r}")
+        self._handler = handler
+        self._consumers = consumers
+        self._name = name
+        self.stop_timeout = stop_timeout
+        self._queue: ClosableAsyncQueue[T] = ClosableAsyncQueue(maxsize)
+        # One loop, one thread: no lock. Every field changes only between two awaits.
+        self._tasks: list[asyncio.Task[None]] = []
+        self._alive = 0  # consumer tasks created and not yet ended
+        self._started = False
+        self._closed = False
+        self._processed = 0
+        self._failed = 0
+        self._discarded: list[T] = []
+        self._interrupted: list[T] = []
+        self._stopper: asyncio.Task[Any] | None = None  # the task running the first stop()
+        self._stopped = asyncio.Event()  # set once _report is final
+        self._report: AsyncPoolReport[T] | None = None
+
+    @property
+    def queue(self) -> ClosableAsyncQueue[T]:
+        """The queue producers put on; ``put`` raises `QueueShutDown` once the pool stops."""
+        return self._queue
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The consumer tasks (empty before ``start()``)."""
+        return list(self._tasks)
+
+    async def put(self, item: T) -> None:
+        """Queue ``item`` for the consumers; `QueueShutDown` once the pool is stopping."""
+        await self._queue.put(item)
+
+    def start(self) -> Self:
+        """Create the consumer tasks on the running loop; return the pool. All or nothing.
+
+        If creating one fails, the tasks already created are cancelled before they ever
+        run, what is queued is discarded, and the error propagates.
+
+        Raises:
+            RuntimeError: no event loop is running, or the pool was started or stopped.
+        """
+        if self._started or self._closed:
+            raise RuntimeError(f"{self._name}: a pool can be started only once")
+        asyncio.get_running_loop()  # RuntimeError("no running event loop") before anything
+        self._started = True
+        try:
+            for i in range(self._consumers):
+                task = asyncio.create_task(self._run(), name=f"{self._name}-{i}")
+                self._tasks.append(task)
+                self._alive += 1
+        except BaseException as exc:
+            logger.warning("%s: start() failed part-way (%r); cancelling the rest", self._name, exc)
+            self._closed = True
+            for task in self._tasks:
+                task.cancel()  # not run yet: cancelled before its first step
+            self._discard()
+            raise
+        return self
+
+    async def stop(
+        self, timeout: float | None = None, *, immediate: bool = False
+    ) -> AsyncPoolReport[T]:
+        """Shut the queue down, wait up to ``timeout`` for the consumers, and report.
+
+        ``immediate=False``: the consumers drain the queue until the deadline.
+        ``immediate=True``: what is queued is discarded now. At the deadline, what is
+        still queued is discarded and the consumers still running are cancelled, and
+        given one turn of the loop to end. ``timeout=None`` means ``stop_timeout``.
+        Idempotent: every later call returns the first call's report; a call made while
+        another task is stopping the pool waits for it within its own budget and returns
+        a provisional report if that runs out. Never raises for unfinished work.
+        """
+        budget = self.stop_timeout if timeout is None else timeout
+        if budget < 0:
+            raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        if self._report is not None:
+            return self._report
+        current = asyncio.current_task()
+        if self._stopper is not None:  # another stop() is running
+            if self._stopper is not current:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), budget)
+                if self._report is not None:
+                    return self._report
+            return self._snapshot(loop.time() - start, ())
+        self._stopper = current
+        try:
+            report = await self._stop_once(budget, start, immediate=immediate)
+        except BaseException:  # cancelled mid-stop: let a later stop() do it all again
+            self._stopper = None
+            raise
+        self._report = report
+        self._stopped.set()
+        return report
+
+    async def _stop_once(
+        self, budget: float, start: float, *, immediate: bool
+    ) -> AsyncPoolReport[T]:
+        loop = asyncio.get_running_loop()
+        self._closed = True
+        if immediate or not self._tasks:  # without consumers, nobody would take the rest
+            self._discard()
+        else:
+            self._queue.shutdown()
+        current = asyncio.current_task()
+        waiting = {t for t in self._tasks if t is not current and not t.done()}
+        if waiting:
+            _, waiting = await asyncio.wait(waiting, timeout=max(0.0, start + budget - loop.time()))
+        cancelled: tuple[str, ...] = ()
+        if waiting:
+            self._discard()
+            for task in waiting:
+                task.cancel()
+            cancelled = tuple(sorted(t.get_name() for t in waiting))
+            await asyncio.sleep(0)  # one turn: a task that accepts cancellation ends here
+            logger.error(
+                "%s: stop(%.3g) ran out of time: cancelled %s",
+                self._name,
+                budget,
+                ", ".join(cancelled),
+            )
+        return self._snapshot(loop.time() - start, cancelled)
+
+    async def __aenter__(self) -> Self:
+        return self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def _snapshot(self, elapsed: float, cancelled: tuple[str, ...]) -> AsyncPoolReport[T]:
+        still_running = tuple(t.get_name() for t in self._tasks if not t.done())
+        return AsyncPoolReport(
+            terminated=not still_running,
+            still_running=still_running,
+            processed=self._processed,
+            failed=self._failed,
+            discarded=tuple(self._discarded),
+            interrupted=tuple(self._interrupted),
+            cancelled=cancelled,
+            elapsed=elapsed,
+        )
+
+    def _discard(self) -> None:
+        dropped = shutdown_and_drain(self._queue)
+        if dropped:
+            self._discarded.extend(dropped)
+            logger.warning("%s: discarded %d queued item(s)", self._name, len(dropped))
+
+    async def _run(self) -> None:
+        """Consumer task body: take items until ``QueueShutDown``; no sentinel, no flag."""
+        try:
+            while True:
+                try:
+                    item = await self._queue.get()
+                except QueueShutDown:
+                    return
+                try:
+                    await self._handler(item)
+                except asyncio.CancelledError:
+                    self._interrupted.append(item)  # never lost without a trace
+                    raise
+                except Exception:
+                    self._failed += 1
+                    logger.exception("%s: handler failed on %r; going on", self._name, item)
+                else:
+                    self._processed += 1
+                finally:
+                    self._queue.task_done()
+        finally:
+            self._alive -= 1
+            if self._alive == 0:
+                # Normally the queue is already shut and empty and this finds nothing. If
+                # the last consumer was cancelled, producers waiting on it wake instead.
+                self._discard()

@@ -16,11 +16,14 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
+from unittest import mock
 
 import pytest
 
 from patterns.async_queue import (
+    AsyncConsumerPool,
     AsyncLifoQueueBackport,
+    AsyncPoolReport,
     AsyncPriorityQueueBackport,
     AsyncQueueBackport,
     ClosableAsyncLifoQueue,
@@ -32,7 +35,7 @@ from patterns.async_queue import (
     shutdown_and_drain,
 )
 from patterns.naive.async_queue import STOP, Stop, naive_consume, naive_stop
-from tests.support import MUST_HAPPEN, STAYS_BLOCKED
+from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED
 
 PY313 = sys.version_info >= (3, 13)
 
@@ -775,5 +778,239 @@ def test_shutting_the_queue_down_ends_every_consumer_task_once_the_items_are_han
         assert sum(counts) == 6
         assert sorted(handled) == list(range(6))
         assert q._unfinished_tasks == 0  # type: ignore[attr-defined]
+
+    run(scenario())
+
+
+# --- the consumer pool -------------------------------------------------------------------------
+
+
+def test_pool_stop_lets_the_consumers_finish_everything_queued() -> None:
+    """A graceful stop hands every queued item to the handler, then every consumer task ends."""
+
+    async def scenario() -> AsyncPoolReport[int]:
+        handled: list[int] = []
+
+        async def handler(item: int) -> None:
+            handled.append(item)
+            await asyncio.sleep(0)  # let the other consumers take turns
+
+        pool = AsyncConsumerPool(handler, consumers=3, name="drain")
+        for item in range(50):
+            await pool.put(item)
+        pool.start()
+
+        report = await pool.stop(MUST_HAPPEN)
+
+        assert sorted(handled) == list(range(50))
+        assert all(task.done() for task in pool.tasks)
+        with pytest.raises(QueueShutDown):
+            await pool.put(50)
+        return report
+
+    report = run(scenario())
+    assert (report.terminated, report.still_running, report.cancelled) == (True, (), ())
+    assert (report.processed, report.failed, report.discarded) == (50, 0, ())
+
+
+def test_pool_stop_immediate_discards_exactly_what_was_still_queued() -> None:
+    """stop(immediate=True) lists every item it dropped; the item in hand is finished."""
+
+    async def scenario() -> None:
+        busy, release = asyncio.Event(), asyncio.Event()
+        handled: list[int] = []
+
+        async def handler(item: int) -> None:
+            busy.set()
+            await release.wait()
+            handled.append(item)
+
+        pool = AsyncConsumerPool(handler, consumers=1, name="now")
+        for item in range(6):
+            pool.queue.put_nowait(item)
+        pool.start()
+        await asyncio.wait_for(busy.wait(), MUST_HAPPEN)
+
+        stopper = asyncio.create_task(pool.stop(MUST_HAPPEN, immediate=True))
+        await parked(release._waiters, 1)  # type: ignore[attr-defined]
+        assert await still_pending({stopper})  # it waits for the item in hand
+        release.set()
+        report = await outcome(stopper)
+
+        assert report.discarded == (1, 2, 3, 4, 5)
+        assert (report.terminated, report.processed, report.cancelled) == (True, 1, ())
+        assert handled == [0]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("swallows", [False, True], ids=["accepts", "swallows"])
+def test_pool_stop_is_bounded_and_cancels_what_outlives_the_deadline(swallows: bool) -> None:
+    """At the deadline the rest is discarded and the late consumers cancelled; stop() returns."""
+
+    async def scenario() -> None:
+        busy, gate = asyncio.Event(), asyncio.Event()
+
+        async def stuck(item: int) -> None:
+            busy.set()
+            try:
+                await asyncio.Event().wait()  # never set
+            except asyncio.CancelledError:
+                if not swallows:
+                    raise
+                await gate.wait()  # swallows the cancellation and keeps running
+
+        pool = AsyncConsumerPool(stuck, consumers=1, name="late", stop_timeout=0.05)
+        for item in range(3):
+            pool.queue.put_nowait(item)
+        pool.start()
+        await asyncio.wait_for(busy.wait(), MUST_HAPPEN)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+
+        report = await pool.stop()  # None: stop_timeout, never forever
+
+        assert loop.time() - began < 0.05 + NOISE
+        assert report.cancelled == ("late-0",)
+        assert report.discarded == (1, 2)
+        if swallows:
+            assert (report.terminated, report.still_running) == (False, ("late-0",))
+            gate.set()
+            await asyncio.wait(pool.tasks, timeout=MUST_HAPPEN)
+        else:
+            assert (report.terminated, report.still_running) == (True, ())
+        assert all(task.done() for task in pool.tasks)
+        assert (report.processed, report.failed) == (0, 0)  # item 0 was in hand at the deadline
+        assert report.interrupted == (() if swallows else (0,))
+
+    run(scenario())
+
+
+def test_pool_stop_is_idempotent_and_a_concurrent_stop_returns_the_same_report() -> None:
+    """A second stop() made while the first runs waits for it; every later call returns it too."""
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def handler(item: int) -> None:
+            await release.wait()
+
+        pool = AsyncConsumerPool(handler, consumers=1, name="twice")
+        pool.queue.put_nowait(1)
+        pool.start()
+        await parked(release._waiters, 1)  # type: ignore[attr-defined]
+        first = asyncio.create_task(pool.stop(MUST_HAPPEN), name="first stopper")
+        second = asyncio.create_task(pool.stop(MUST_HAPPEN), name="second stopper")
+
+        assert await still_pending({first, second})
+        release.set()
+
+        report = await outcome(first)
+        assert await outcome(second) is report
+        assert await pool.stop(0, immediate=True) is report
+        assert report.terminated
+
+    run(scenario())
+
+
+def test_pool_start_is_all_or_nothing_and_only_once() -> None:
+    """A start() that fails part-way cancels the consumers it created and discards the queue."""
+
+    async def scenario() -> None:
+        real = asyncio.create_task
+        calls = 0
+
+        def second_fails(coro: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                coro.close()
+                raise RuntimeError("cannot create a task")
+            return real(coro, **kwargs)
+
+        pool = AsyncConsumerPool(lambda item: asyncio.sleep(0), consumers=3, name="partial")
+        pool.queue.put_nowait("queued")
+        with (
+            mock.patch.object(asyncio, "create_task", second_fails),
+            pytest.raises(RuntimeError, match="cannot create"),
+        ):
+            pool.start()
+
+        [created] = pool.tasks
+        report = await pool.stop(MUST_HAPPEN)
+        assert created.cancelled()
+        assert (report.terminated, report.processed, report.discarded) == (True, 0, ("queued",))
+        with pytest.raises(RuntimeError, match="only once"):
+            pool.start()
+
+    run(scenario())
+
+
+def test_pool_refuses_bad_options_and_a_start_without_a_running_loop() -> None:
+    """A bad option names itself; start() outside a loop raises and leaves the pool unstarted."""
+    for options, bad in [
+        ({"consumers": 0}, "consumers"),
+        ({"maxsize": -1}, "maxsize"),
+        ({"stop_timeout": -1}, "stop_timeout"),
+    ]:
+        with pytest.raises(ValueError, match=bad):
+            AsyncConsumerPool(lambda item: asyncio.sleep(0), **options)
+    pool = AsyncConsumerPool(lambda item: asyncio.sleep(0), name="no-loop")
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        pool.start()
+    assert pool.tasks == []
+
+    async def scenario() -> None:
+        with pytest.raises(ValueError, match="timeout"):
+            await pool.stop(-1)
+        pool.start()  # the failed start above did not count
+        assert (await pool.stop(MUST_HAPPEN)).terminated
+
+    run(scenario())
+
+
+def test_pool_async_with_starts_and_stops_and_logs_a_failing_handler(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An async with block starts the pool and stops it; a failing item is logged and counted."""
+
+    async def picky(item: str) -> None:
+        if item == "bad":
+            raise ValueError("cannot handle this one")
+
+    async def scenario() -> AsyncPoolReport[str]:
+        async with AsyncConsumerPool(picky, consumers=2, name="ctx") as pool:
+            for item in ("ok", "bad", "ok"):
+                await pool.put(item)
+        return await pool.stop()  # already stopped by __aexit__: the same report
+
+    report = run(scenario())
+    assert (report.terminated, report.processed, report.failed) == (True, 2, 1)
+    assert (report.discarded, report.interrupted, report.cancelled) == ((), (), ())
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.exc_info is not None
+    assert record.exc_info[0] is ValueError
+
+
+def test_pool_stop_from_inside_a_handler_does_not_wait_for_its_own_task() -> None:
+    """A handler may stop its own pool: the others end, and its own task is named still running."""
+
+    async def scenario() -> None:
+        reports: list[AsyncPoolReport[str]] = []
+
+        async def handler(item: str) -> None:
+            if item == "stop":
+                reports.append(await pool.stop(MUST_HAPPEN))
+
+        pool = AsyncConsumerPool(handler, consumers=2, name="self")
+        pool.queue.put_nowait("stop")
+        pool.start()
+        await asyncio.wait(pool.tasks, timeout=MUST_HAPPEN)
+
+        [report] = reports
+        assert len(report.still_running) == 1  # the task that called stop(), and only it
+        assert report.cancelled == ()
+        assert all(task.done() for task in pool.tasks)
+        assert await pool.stop() is report
 
     run(scenario())
