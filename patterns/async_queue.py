@@ -6,6 +6,8 @@ TL;DR:
     raise it once the queue is empty; ``shutdown(immediate=True)`` also empties it, and
     `shutdown_and_drain` empties it and hands the items back. Consumer tasks run
     `consume_until_shutdown`, producers `put_until_shutdown`; neither needs a sentinel.
+    `AsyncConsumerPool` runs consumer tasks stopped that way: ``start()``, then
+    ``await stop(timeout)`` (or an ``async with`` block) returns an `AsyncPoolReport`.
 
 Guarantees:
     * Once ``shutdown()`` returns, no ``put`` succeeds, and every task blocked in ``put``
@@ -15,6 +17,11 @@ Guarantees:
       zero) and releases ``join()`` once nothing taken earlier is still in flight.
     * `consume_until_shutdown` calls ``task_done()`` once per item it takes, logs a
       handler's exception and goes on, and lets cancellation through.
+    * `AsyncConsumerPool` follows the lifecycle contract, with ``stop`` a coroutine:
+      ``start()`` is all or nothing; ``stop()`` returns within its budget (plus one loop
+      turn), never raises for unfinished work, and returns the same report every time.
+      Each item the pool accepted is processed, failed (logged), discarded, or listed as
+      interrupted by a cancellation.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13+
