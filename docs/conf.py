@@ -46,7 +46,8 @@ nitpick_ignore_regex = [
     (
         r"py:.*",
         (
-            r"(concurrent|threading|queue|socket|typing|collections|contextlib|types|io|logging|"
+            r"(asyncio|_asyncio|concurrent|threading|queue|socket|typing|collections|contextlib|"
+            r"types|io|logging|"
             r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref|atexit)"
             r"(\..*)?"
         ),

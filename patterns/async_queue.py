@@ -1,3 +1,6 @@
+# SPDX-License-Identifier: MIT
+# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
+# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Close an asyncio queue instead of feeding it sentinels: every task blocked on it wakes.
 
 TL;DR:
