@@ -798,6 +798,40 @@ def test_run_in_thread_lets_asyncio_run_end_promptly() -> None:
         assert c.proc.returncode == 0
 
 
+A8_SHORT_JOIN = """
+import asyncio, asyncio.constants, sys, threading, warnings
+warnings.simplefilter("ignore")  # 3.13's RuntimeWarning is not what we look at
+asyncio.constants.THREAD_JOIN_TIMEOUT = 0.2  # what asyncio.run passes on 3.12+ (300 s)
+started = threading.Event()
+def job():
+    started.set()
+    sys.stdin.readline()
+    print("job finished", flush=True)
+async def main():
+    asyncio.create_task(asyncio.to_thread(job))
+    await asyncio.to_thread(started.wait, 30)
+    print("main returned", flush=True)
+asyncio.run(main())
+print("run returned", flush=True)
+"""
+
+
+def test_asyncio_run_at_exit_waits_for_the_default_executor_as_this_version_does() -> None:
+    """3.11 and 3.12.1 wait in asyncio.run with no limit; 3.13 gives up there, exit still waits."""
+    with child(A8_SHORT_JOIN) as c:
+        c.expect("main returned")
+        if PY >= (3, 13):
+            c.expect("run returned")  # after THREAD_JOIN_TIMEOUT (0.2 s here), job or not
+        with pytest.raises(subprocess.TimeoutExpired):
+            c.proc.wait(STAYS_BLOCKED)  # in asyncio.run (3.11, 3.12) or interpreter exit
+        assert c.proc.stdin is not None
+        c.proc.stdin.write("\n")
+        c.proc.stdin.flush()
+        rest = c.rest()
+        assert rest == (["job finished"] if PY >= (3, 13) else ["job finished", "run returned"])
+        assert c.proc.returncode == 0
+
+
 # --- A6 and A9: SIGTERM and the second signal ---------------------------------------------
 
 A6_NAIVE = """
