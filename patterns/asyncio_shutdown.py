@@ -67,7 +67,7 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: The signals a service stops on: SIGTERM (``kill``, Docker, systemd, Kubernetes) and SIGINT.
+#: The signals a service stops on, SIGTERM (``kill``, Docker, systemd, Kubernetes) and SIGINT.
 DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
 
 #: Seconds `run_in_thread` waits, once cancelled, for its function to notice the token.
