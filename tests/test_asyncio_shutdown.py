@@ -43,7 +43,7 @@ from patterns.naive.asyncio_shutdown import (
     naive_run_blocking,
     naive_shutdown_tasks,
 )
-from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED, child_env
+from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED, LoopThreadTaskSet, child_env
 
 PY = sys.version_info[:2]
 
@@ -970,3 +970,15 @@ def test_async_signal_handlers_refuse_bad_signals() -> None:
         AsyncSignalHandlers(lambda s: None, [99999])
     with pytest.raises(ValueError, match="at least one"):
         AsyncSignalHandlers(lambda s: None, [])
+
+
+def test_a_task_set_driven_from_synchronous_code_keeps_the_contract() -> None:
+    """The sync adapter the contract test uses: bounded stop, the same report, nothing left."""
+    before = set(threading.enumerate())
+    with LoopThreadTaskSet(stop_timeout=MUST_HAPPEN, name="sync") as tasks:
+        pass
+    report = tasks.stop()
+    assert report is tasks.stop(0.0)
+    assert (report.terminated, report.still_running) == (True, ())
+    assert report.cancelled == ("sync-waiter",)
+    assert [t for t in threading.enumerate() if t not in before] == []
