@@ -982,3 +982,18 @@ def test_a_task_set_driven_from_synchronous_code_keeps_the_contract() -> None:
     assert (report.terminated, report.still_running) == (True, ())
     assert report.cancelled == ("sync-waiter",)
     assert [t for t in threading.enumerate() if t not in before] == []
+
+
+def test_async_signal_handlers_start_is_all_or_nothing() -> None:
+    """A signal that cannot be handled (SIGKILL) fails start(); the ones before it are put back."""
+
+    async def main() -> None:
+        before = signal.getsignal(signal.SIGTERM)
+        handlers = AsyncSignalHandlers(lambda s: None, [signal.SIGTERM, signal.SIGKILL])
+        with pytest.raises((RuntimeError, OSError)):
+            handlers.start()
+        assert signal.getsignal(signal.SIGTERM) is before
+        assert signal.set_wakeup_fd(-1) == -1  # the loop let go of the wakeup fd too
+        assert handlers.stop().terminated
+
+    asyncio.run(main())
