@@ -216,3 +216,85 @@ def recording_hook() -> Iterator[list[tuple[type[BaseException], str]]]:
     finally:
         assert threading.excepthook is record, "a hook installed by the test leaked"
         threading.excepthook = before
+
+
+# --- a TaskSet driven from synchronous code (the lifecycle contract test is synchronous) ---
+
+
+class LoopThreadTaskSet:
+    """A `patterns.asyncio_shutdown.TaskSet` behind a synchronous start()/stop().
+
+    `start` starts an event loop in a thread of its own, starts the TaskSet in it and
+    spawns one task that waits until it is cancelled; `stop` awaits the TaskSet's stop in
+    that loop (bounded by the budget), then stops the loop and joins its thread. The
+    report is the TaskSet's own, the same object on every call. Shared by
+    tests/test_asyncio_shutdown.py and the contract test.
+    """
+
+    def __init__(self, *, stop_timeout: float = 5.0, name: str = "contract-tasks") -> None:
+        from patterns.asyncio_shutdown import TaskSet  # noqa: PLC0415 - only this helper needs it
+
+        self.stop_timeout = stop_timeout
+        self.name = name
+        self.task_set = TaskSet(stop_timeout=stop_timeout, name=name)  # touches no loop
+        self._lock = threading.Lock()  # guards everything below; held for a whole stop()
+        self._loop: Any = None
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self._report: Any = None
+
+    def start(self) -> LoopThreadTaskSet:
+        """Start the loop's thread and the TaskSet in it; all or nothing."""
+        import asyncio  # noqa: PLC0415
+
+        with self._lock:
+            if self._started or self._report is not None:
+                raise RuntimeError("start() can be called once, before stop()")
+            self._started = True
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name=f"{self.name}-loop")
+            try:
+                thread.start()
+            except BaseException:
+                loop.close()
+                raise
+            self._loop, self._thread = loop, thread
+
+        async def begin() -> None:
+            self.task_set.start()
+            self.task_set.spawn(asyncio.Event().wait(), name=f"{self.name}-waiter")
+
+        asyncio.run_coroutine_threadsafe(begin(), loop).result(MUST_HAPPEN)
+        return self
+
+    def stop(self, timeout: float | None = None) -> Any:
+        """The TaskSet's stop, awaited in its loop; then the loop's thread is joined."""
+        import asyncio  # noqa: PLC0415
+
+        from patterns.asyncio_shutdown import TaskShutdownReport  # noqa: PLC0415
+
+        budget = self.stop_timeout if timeout is None else timeout
+        if not budget >= 0:
+            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        with self._lock:
+            if self._report is not None:
+                return self._report
+            loop, thread = self._loop, self._thread
+            if loop is None or thread is None:  # never started
+                self._report = TaskShutdownReport(terminated=True, still_running=())
+                return self._report
+            try:
+                done = asyncio.run_coroutine_threadsafe(self.task_set.stop(budget), loop)
+                self._report = done.result(budget + NOISE)
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(MUST_HAPPEN)
+                if not thread.is_alive():
+                    loop.close()
+            return self._report
+
+    def __enter__(self) -> LoopThreadTaskSet:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

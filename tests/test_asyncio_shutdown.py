@@ -1,0 +1,1001 @@
+"""asyncio shutdown: each pitfall forced, and the pattern holding under the same interleaving.
+
+Coroutine tests run their own loop with `asyncio.run`; they order events with
+`asyncio.Event` and `threading.Event`, never with sleeps. Exit and signal behaviour runs in a
+child interpreter that prints flushed marker lines, read with a timeout before the test
+acts (sends a signal, writes to stdin), so every interleaving is forced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.constants
+import contextlib
+import gc
+import logging
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Iterator
+from typing import IO, Any
+
+import pytest
+
+from patterns.asyncio_shutdown import (
+    AsyncSignalHandlers,
+    TaskSet,
+    TaskShutdownReport,
+    retry_forever,
+    run_in_thread,
+    run_in_thread_with,
+    shutdown_tasks,
+)
+from patterns.naive.asyncio_shutdown import (
+    naive_fire_and_forget,
+    naive_keep,
+    naive_retry_forever,
+    naive_run_blocking,
+    naive_shutdown_tasks,
+)
+from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED, LoopThreadTaskSet, child_env
+
+PY = sys.version_info[:2]
+
+# The bound for a forced exit after the second signal (its flush takes at most 0.5 s), with
+# scheduling noise; a naive child still alive this long after it has ignored the signal.
+SECOND_SIGNAL_WATCH = 1.0 + NOISE
+
+
+class Child:
+    """A child interpreter whose stdout arrives line by line; every read has a timeout."""
+
+    def __init__(self, code: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        self.out: queue.Queue[str] = queue.Queue()
+        self.err: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.out.put)),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err.append)),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _pump(stream: IO[str], put: Any) -> None:
+        for line in stream:
+            put(line.rstrip("\n"))
+
+    def expect(self, line: str, timeout: float = MUST_HAPPEN) -> None:
+        """Read the next stdout line and check it is ``line``."""
+        try:
+            got = self.out.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"child never printed {line!r}; stderr: {''.join(self.err)[-2000:]}"
+            ) from None
+        assert got == line, f"expected {line!r}, got {got!r}; stderr: {self.err[-20:]}"
+
+    def rest(self) -> list[str]:
+        """Wait for the child to exit (bounded) and return the stdout lines not yet read."""
+        self.proc.wait(MUST_HAPPEN)
+        for reader in self._readers:
+            reader.join(MUST_HAPPEN)
+        lines = []
+        while not self.out.empty():
+            lines.append(self.out.get())
+        return lines
+
+    def close(self) -> None:
+        """Kill the child if it still runs, join the readers, close the pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(MUST_HAPPEN)
+        for reader in self._readers:
+            reader.join(MUST_HAPPEN)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):  # stdin: a broken pipe on flush
+                    stream.close()
+
+
+@contextlib.contextmanager
+def child(code: str) -> Iterator[Child]:
+    """Run ``code`` in a child interpreter; kill it if the test leaves it running."""
+    c = Child(code)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def record_loop_errors(loop: asyncio.AbstractEventLoop) -> list[str]:
+    """Replace the loop's exception handler with one that records the messages."""
+    messages: list[str] = []
+    loop.set_exception_handler(lambda _loop, context: messages.append(context["message"]))
+    return messages
+
+
+# --- A2: a cancellation swallowed by `except BaseException` --------------------------------
+
+
+async def _cancel_a_poller(poller: Any) -> tuple[asyncio.Task[None], int]:
+    """Start ``poller(step)``, cancel it inside step(); return the task and the step count.
+
+    The count is negative when the cancel was swallowed and the test had to end the
+    poller itself (it cancels it again while it sits in the sleep outside its ``try``).
+    """
+    calls = 0
+    in_step = asyncio.Event()  # set by step() each time it starts
+    quit_ = asyncio.Event()  # set by the test: step() returns at once from then on
+    returned = asyncio.Event()  # set by step() when it returns because of quit_
+    release = asyncio.Event()  # set by the test to let a blocked step() go on
+
+    async def step() -> None:
+        nonlocal calls
+        calls += 1
+        in_step.set()
+        await release.wait()
+        if quit_.is_set():
+            returned.set()  # no await after this: the poller goes straight to its sleep
+
+    task = asyncio.create_task(poller(step, delay=0.0), name="poller")
+    await asyncio.wait_for(in_step.wait(), MUST_HAPPEN)
+    in_step.clear()
+    task.cancel()
+    # Either the task ends (the cancel went through) or step() starts again (swallowed).
+    came_back = asyncio.create_task(in_step.wait())
+    await asyncio.wait([task, came_back], timeout=MUST_HAPPEN, return_when="FIRST_COMPLETED")
+    came_back.cancel()
+    if task.done():
+        return task, calls
+    quit_.set()
+    release.set()
+    await asyncio.wait_for(returned.wait(), MUST_HAPPEN)
+    task.cancel()  # lands in the poller's sleep, outside its try
+    await asyncio.wait([task], timeout=MUST_HAPPEN)
+    assert task.cancelled()
+    return task, -calls
+
+
+@pytest.mark.race("A2", "except BaseException swallows the cancellation: the task never stops")
+def test_naive_retry_forever_swallows_the_cancellation() -> None:
+    """Cancelling the naive poller inside its step only starts the next step."""
+    _, calls = asyncio.run(_cancel_a_poller(naive_retry_forever))
+    assert calls < 0, "the naive poller stopped on cancel"  # negative: it had to be forced
+    assert -calls >= 2  # step() ran again after the cancel
+
+
+@pytest.mark.race("A2", "except BaseException swallows the cancellation: the task never stops")
+def test_retry_forever_stops_when_cancelled() -> None:
+    """Catching Exception, not BaseException, lets a cancel stop a retry loop at once."""
+    task, calls = asyncio.run(_cancel_a_poller(retry_forever))
+    assert task.cancelled()
+    assert calls == 1
+
+
+def test_retry_forever_logs_a_failure_and_retries(caplog: pytest.LogCaptureFixture) -> None:
+    """A step that raises is logged with its traceback and run again."""
+
+    async def main() -> int:
+        calls = 0
+        again = asyncio.Event()
+
+        async def step() -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise ValueError("boom")
+            again.set()
+
+        task = asyncio.create_task(retry_forever(step, name="poll"))
+        await asyncio.wait_for(again.wait(), MUST_HAPPEN)
+        task.cancel()
+        await asyncio.wait([task], timeout=MUST_HAPPEN)
+        assert task.cancelled()
+        return calls
+
+    assert asyncio.run(main()) >= 2
+    failures = [r for r in caplog.records if r.getMessage() == "poll failed; retrying"]
+    assert len(failures) == 1
+    assert failures[0].exc_info is not None
+    assert isinstance(failures[0].exc_info[1], ValueError)
+
+
+def test_code_that_must_catch_the_cancellation_can_tell_with_cancelling() -> None:
+    """After a cancel, ``cancelling()`` counts it; ``uncancel()`` is how a catcher takes it back."""
+
+    async def main() -> list[int]:
+        seen: list[int] = []
+        blocked = asyncio.Event()
+
+        async def catcher() -> str:
+            task = asyncio.current_task()
+            assert task is not None
+            try:
+                blocked.set()
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                seen.append(task.cancelling())  # 1: somebody asked this task to stop
+                seen.append(task.uncancel())  # 0: the request is withdrawn
+                return "kept going"
+            return "not reached"
+
+        task = asyncio.create_task(catcher())
+        await blocked.wait()
+        task.cancel()
+        assert await task == "kept going"
+        return seen
+
+    assert asyncio.run(main()) == [1, 0]
+
+
+# --- A7: a shutdown with no deadline ------------------------------------------------------
+
+
+async def _stubborn(release: asyncio.Event, caught: asyncio.Event) -> str:
+    """A task that swallows every cancellation until ``release`` is set."""
+    while True:
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            caught.set()
+            continue
+        return "released"
+
+
+@pytest.mark.race("A7", "cancel then gather: one task that swallows the cancel hangs the stop")
+def test_naive_shutdown_tasks_waits_forever_for_a_stubborn_task() -> None:
+    """The naive stop is still waiting long after the stubborn task caught its cancel."""
+
+    async def main() -> None:
+        release, caught = asyncio.Event(), asyncio.Event()
+        stubborn = asyncio.create_task(_stubborn(release, caught), name="stubborn")
+        await asyncio.sleep(0)  # let it reach release.wait()
+        stopping = asyncio.create_task(naive_shutdown_tasks([stubborn]))
+        await asyncio.wait_for(caught.wait(), MUST_HAPPEN)
+        done, _ = await asyncio.wait([stopping], timeout=STAYS_BLOCKED)
+        assert not done, "the naive stop returned"
+        release.set()  # the test's own way out
+        await asyncio.wait_for(stopping, MUST_HAPPEN)
+
+    asyncio.run(main())
+
+
+@pytest.mark.race("A7", "cancel then gather: one task that swallows the cancel hangs the stop")
+def test_shutdown_tasks_returns_on_its_deadline_naming_the_stubborn_task() -> None:
+    """shutdown_tasks returns within its budget and names the task that would not stop."""
+
+    async def main() -> TaskShutdownReport:
+        release, caught = asyncio.Event(), asyncio.Event()
+        stubborn = asyncio.create_task(_stubborn(release, caught), name="stubborn")
+        sleeper = asyncio.create_task(asyncio.Event().wait(), name="sleeper")
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        report = await shutdown_tasks([stubborn, sleeper], timeout=STAYS_BLOCKED)
+        assert time.monotonic() - started < STAYS_BLOCKED + NOISE
+        assert caught.is_set()
+        release.set()
+        assert await stubborn == "released"
+        return report
+
+    report = asyncio.run(main())
+    assert not report.terminated
+    assert report.still_running == ("stubborn",)
+    assert report.cancelled == ("sleeper",)
+
+
+def test_shutdown_tasks_sorts_every_task_into_one_outcome(caplog: pytest.LogCaptureFixture) -> None:
+    """Finished, failed and cancelled tasks are each named once; the failure is logged."""
+
+    async def main() -> TaskShutdownReport:
+        async def fail() -> None:
+            raise ValueError("boom")
+
+        async def value() -> int:
+            return 1
+
+        done = asyncio.create_task(value(), name="done")
+        failed = asyncio.create_task(fail(), name="failed")
+        waiting = asyncio.create_task(asyncio.Event().wait(), name="waiting")
+        await asyncio.wait([done, failed])
+        return await shutdown_tasks([done, failed, waiting], timeout=MUST_HAPPEN)
+
+    report = asyncio.run(main())
+    assert report.terminated
+    assert report.still_running == ()
+    assert (report.finished, report.failed, report.cancelled) == (
+        ("done",),
+        ("failed",),
+        ("waiting",),
+    )
+    logged = [r for r in caplog.records if r.getMessage() == "task failed failed"]
+    assert len(logged) == 1
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), "1"])
+def test_shutdown_tasks_refuses_a_bad_timeout(timeout: Any) -> None:
+    """A timeout that is not a finite number >= 0 is a ValueError naming it."""
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        asyncio.run(shutdown_tasks([], timeout))
+
+
+def test_shutdown_tasks_refuses_to_wait_for_its_caller() -> None:
+    """A task that passes itself gets a ValueError, not a wait for itself."""
+
+    async def main() -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        with pytest.raises(ValueError, match="cannot wait for the task that calls it"):
+            await shutdown_tasks([me], 1.0)
+
+    asyncio.run(main())
+
+
+# --- A3: a fire-and-forget task collected mid-flight ---------------------------------------
+
+
+async def _waiting_job(started: asyncio.Event, finished: list[str]) -> None:
+    """Wait on a future that only this task references, then record that it finished."""
+    started.set()
+    await asyncio.get_running_loop().create_future()
+    finished.append("finished")
+
+
+def _the_only_other_task() -> weakref.ref[asyncio.Task[Any]]:
+    task = next(t for t in asyncio.all_tasks() if t is not asyncio.current_task())
+    return weakref.ref(task)
+
+
+@pytest.mark.race("A3", "a task nobody references is garbage-collected before it finishes")
+def test_naive_fire_and_forget_task_is_destroyed_by_the_collector() -> None:
+    """With no strong reference, gc.collect() destroys the waiting task mid-flight."""
+
+    async def main() -> tuple[bool, list[str], list[str]]:
+        errors = record_loop_errors(asyncio.get_running_loop())
+        started, finished = asyncio.Event(), []
+        naive_fire_and_forget(_waiting_job(started, finished))
+        await started.wait()
+        ref = _the_only_other_task()
+        gc.collect()
+        return ref() is None, finished, errors
+
+    collected, finished, errors = asyncio.run(main())
+    assert collected
+    assert finished == []
+    assert "Task was destroyed but it is pending!" in errors
+
+
+@pytest.mark.race("A3", "a task nobody references is garbage-collected before it finishes")
+def test_task_set_keeps_its_tasks_alive_through_a_collection() -> None:
+    """A TaskSet's strong reference survives gc.collect(); stop() then cancels the task."""
+
+    async def main() -> tuple[bool, TaskShutdownReport, list[str]]:
+        errors = record_loop_errors(asyncio.get_running_loop())
+        started, finished = asyncio.Event(), []
+        async with TaskSet() as tasks:
+            tasks.spawn(_waiting_job(started, finished), name="job")
+            await started.wait()
+            ref = _the_only_other_task()
+            gc.collect()
+            alive = ref() is not None
+            report = await tasks.stop()
+        return alive, report, errors
+
+    alive, report, errors = asyncio.run(main())
+    assert alive
+    assert report.cancelled == ("job",)
+    assert errors == []
+
+
+# --- A5: a task's exception nobody retrieves ----------------------------------------------
+
+
+async def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+@pytest.mark.race("A5", "a failed background task is silent until it is collected")
+def test_naive_kept_task_fails_silently(caplog: pytest.LogCaptureFixture) -> None:
+    """The naive set keeps the task, so its failure is reported only when the set is emptied."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        errors = record_loop_errors(asyncio.get_running_loop())
+        kept: set[asyncio.Task[Any]] = set()
+        naive_keep(_fail("boom"), kept)
+        await asyncio.wait(kept)
+        for _ in range(3):
+            await asyncio.sleep(0)  # the loop goes on; nothing is reported
+        while_running = list(errors)
+        kept.clear()
+        gc.collect()
+        return while_running, errors
+
+    while_running, at_the_end = asyncio.run(main())
+    assert while_running == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert at_the_end == ["Task exception was never retrieved"]
+
+
+@pytest.mark.race("A5", "a failed background task is silent until it is collected")
+def test_task_set_logs_a_failure_when_it_happens(caplog: pytest.LogCaptureFixture) -> None:
+    """A TaskSet logs a failed task at ERROR with its name at once; nothing is left unretrieved."""
+
+    async def main() -> tuple[int, list[str]]:
+        errors = record_loop_errors(asyncio.get_running_loop())
+        async with TaskSet() as tasks:
+            task = tasks.spawn(_fail("boom"), name="failer")
+            await asyncio.wait([task])
+            await asyncio.sleep(0)  # done callbacks run in the loop's next round
+            logged = [r for r in caplog.records if r.getMessage() == "task failer failed"]
+            assert len(logged) == 1
+            del task
+            gc.collect()
+            failures = tasks.failures
+        return failures, errors
+
+    failures, errors = asyncio.run(main())
+    assert failures == 1
+    assert errors == []
+
+
+# --- TaskSet under the lifecycle contract ---------------------------------------------------
+
+
+def test_task_set_stop_is_idempotent_and_returns_the_same_report() -> None:
+    """Two concurrent stops and a later one return the very same report object."""
+
+    async def main() -> None:
+        tasks = TaskSet(stop_timeout=MUST_HAPPEN).start()
+        tasks.spawn(asyncio.Event().wait(), name="waiter")
+        first = asyncio.create_task(tasks.stop())
+        second = asyncio.create_task(tasks.stop())
+        a, b = await asyncio.gather(first, second)
+        assert a is b
+        assert await tasks.stop() is a
+        assert a.terminated
+        assert a.cancelled == ("waiter",)
+        assert len(tasks) == 0
+
+    asyncio.run(main())
+
+
+def test_task_set_refuses_work_outside_its_lifetime() -> None:
+    """spawn() before start() or after stop() raises and closes the coroutine unrun."""
+
+    async def main() -> None:
+        tasks = TaskSet()
+        ran: list[str] = []
+
+        async def job() -> None:
+            ran.append("ran")
+
+        with pytest.raises(RuntimeError, match="not started"):
+            tasks.spawn(job())
+        tasks.start()
+        with pytest.raises(RuntimeError, match="start\\(\\) can be called once"):
+            tasks.start()
+        await tasks.stop()
+        with pytest.raises(RuntimeError, match="stopped"):
+            tasks.spawn(job())
+        await asyncio.sleep(0)
+        assert ran == []
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a coroutine never awaited would warn
+        asyncio.run(main())
+
+
+def test_task_set_start_needs_a_running_loop() -> None:
+    """start() outside a running loop raises RuntimeError; the constructor touches no loop."""
+    tasks = TaskSet()
+    with pytest.raises(RuntimeError):
+        tasks.start()
+
+
+def test_task_set_stop_from_its_own_task_is_refused() -> None:
+    """A task of the set awaiting its stop() gets RuntimeError instead of waiting for itself."""
+
+    async def main() -> None:
+        async with TaskSet() as tasks:
+
+            async def stopper() -> None:
+                await tasks.stop()
+
+            task = tasks.spawn(stopper(), name="stopper")
+            await asyncio.wait([task])
+            assert isinstance(task.exception(), RuntimeError)
+
+    asyncio.run(main())
+
+
+def test_task_set_stop_is_bounded_by_its_budget() -> None:
+    """A task that swallows its cancel makes stop() return on time with the task named."""
+
+    async def main() -> TaskShutdownReport:
+        release, caught = asyncio.Event(), asyncio.Event()
+        tasks = TaskSet(stop_timeout=STAYS_BLOCKED).start()
+        stubborn = tasks.spawn(_stubborn(release, caught), name="stubborn")
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        report = await tasks.stop()
+        assert time.monotonic() - started < STAYS_BLOCKED + NOISE
+        release.set()
+        await stubborn
+        return report
+
+    report = asyncio.run(main())
+    assert report.still_running == ("stubborn",)
+    assert not report.terminated
+
+
+# --- A4: a thread that a cancel cannot stop -------------------------------------------------
+
+
+@pytest.mark.race("A4", "cancelling an asyncio.to_thread task leaves its thread running")
+def test_naive_to_thread_keeps_running_after_its_task_is_cancelled() -> None:
+    """The awaiting task ends at once, but the blocking function goes on in its thread."""
+    started, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def blocking() -> None:
+        started.set()
+        release.wait(MUST_HAPPEN)
+        returned.set()
+
+    async def main() -> bool:
+        task = asyncio.create_task(naive_run_blocking(blocking))
+        await asyncio.to_thread(started.wait, MUST_HAPPEN)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        still_running = not returned.wait(STAYS_BLOCKED)
+        release.set()
+        return still_running
+
+    assert asyncio.run(main()), "the thread stopped on its own"
+    assert returned.is_set()  # asyncio.run waited for it
+
+
+@pytest.mark.race("A4", "cancelling an asyncio.to_thread task leaves its thread running")
+def test_run_in_thread_sets_the_token_and_waits_for_the_thread() -> None:
+    """Cancelling the task sets the token; the thread has returned when the task ends."""
+    started, returned = threading.Event(), threading.Event()
+
+    def blocking(token: threading.Event) -> None:
+        started.set()
+        if token.wait(MUST_HAPPEN):
+            returned.set()
+
+    async def main() -> bool:
+        task = asyncio.create_task(run_in_thread(blocking))
+        await asyncio.to_thread(started.wait, MUST_HAPPEN)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return returned.is_set()
+
+    assert asyncio.run(main())
+
+
+def test_run_in_thread_returns_the_result_and_raises_the_error() -> None:
+    """Uncancelled, run_in_thread is to_thread with a token: same result, same exception."""
+
+    def add(token: threading.Event, a: int, b: int = 0) -> int:
+        assert not token.is_set()
+        return a + b
+
+    def fail(token: threading.Event) -> None:
+        raise ValueError("boom")
+
+    async def main() -> None:
+        assert await run_in_thread(add, 1, b=2) == 3
+        with pytest.raises(ValueError, match="boom"):
+            await run_in_thread(fail)
+
+    asyncio.run(main())
+
+
+def test_run_in_thread_gives_up_waiting_after_cancel_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A function that ignores its token delays the cancel by cancel_timeout, then is logged."""
+    started, release = threading.Event(), threading.Event()
+
+    def deaf(token: threading.Event) -> None:
+        started.set()
+        release.wait(MUST_HAPPEN)
+
+    async def main() -> float:
+        task = asyncio.create_task(run_in_thread_with(None, STAYS_BLOCKED, deaf))
+        await asyncio.to_thread(started.wait, MUST_HAPPEN)
+        began = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        took = time.monotonic() - began
+        release.set()
+        return took
+
+    took = asyncio.run(main())
+    assert STAYS_BLOCKED * 0.9 <= took < STAYS_BLOCKED + NOISE
+    assert any("still running" in r.getMessage() for r in caplog.records)
+
+
+# --- TaskGroup and asyncio.timeout: the structured idioms ----------------------------------
+
+
+def test_task_group_cancels_the_siblings_of_a_failed_task() -> None:
+    """One failure in a TaskGroup cancels the others, runs their finally, and raises it."""
+
+    async def main() -> list[str]:
+        events: list[str] = []
+        waiting = asyncio.Event()
+
+        async def sibling() -> None:
+            try:
+                waiting.set()
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                events.append("sibling cancelled")
+                raise
+            finally:
+                events.append("sibling cleaned up")
+
+        async def failing() -> None:
+            await waiting.wait()
+            raise ValueError("boom")
+
+        caught: list[BaseException] = []
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(sibling())
+                group.create_task(failing())
+        except ExceptionGroup as eg:
+            caught.extend(eg.exceptions)
+        assert [type(e) for e in caught] == [ValueError]
+        return events
+
+    assert asyncio.run(main()) == ["sibling cancelled", "sibling cleaned up"]
+
+
+def test_asyncio_timeout_is_the_deadline_and_leaves_outside_cancels_alone() -> None:
+    """asyncio.timeout turns its own cancel into TimeoutError; a cancel from outside stays one."""
+
+    async def main() -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.01):
+                await asyncio.Event().wait()
+        assert me.cancelling() == 0  # the timeout took back its own cancel
+
+        blocked = asyncio.Event()
+
+        async def inner() -> None:
+            async with asyncio.timeout(MUST_HAPPEN):
+                blocked.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(inner())
+        await blocked.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+# --- the default executor at exit, per version ----------------------------------------------
+
+
+def test_shutdown_default_executor_timeout_on_this_version() -> None:
+    """3.11 has no timeout argument; 3.12.1 accepts it but waits anyway; 3.13 keeps it."""
+    release = threading.Event()
+    started = threading.Event()
+
+    def job() -> None:
+        started.set()
+        release.wait(MUST_HAPPEN)
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        pending = loop.run_in_executor(None, job)
+        await asyncio.to_thread(started.wait, MUST_HAPPEN)
+        if PY < (3, 12):
+            assert not hasattr(asyncio.constants, "THREAD_JOIN_TIMEOUT")
+            with pytest.raises(TypeError):
+                await loop.shutdown_default_executor(0.05)  # type: ignore[call-arg]
+            release.set()
+            await pending
+            return True
+        assert asyncio.constants.THREAD_JOIN_TIMEOUT == 300  # what asyncio.run passes
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            shutting = asyncio.create_task(loop.shutdown_default_executor(0.05))
+            # 3.13 must return after 0.05 s (bounded generously); 3.11/3.12 are watched 1 s.
+            watch = MUST_HAPPEN if PY >= (3, 13) else 1.0
+            done, _ = await asyncio.wait([shutting], timeout=watch)
+            release.set()
+            await shutting
+            await pending
+        kept = bool(done)
+        assert kept == bool([w for w in caught if issubclass(w.category, RuntimeWarning)])
+        return kept
+
+    # asyncio.run calls shutdown_default_executor again at the end: nothing is left then.
+    kept_its_timeout = asyncio.run(main())
+    if PY == (3, 12):
+        assert not kept_its_timeout  # 3.12.1: `await future` before the timed join
+    else:
+        assert kept_its_timeout
+
+
+A8_NAIVE = """
+import asyncio, sys, threading
+started = threading.Event()
+def job():
+    started.set()
+    sys.stdin.readline()
+    print("job finished", flush=True)
+async def main():
+    from patterns.naive.asyncio_shutdown import naive_run_blocking
+    asyncio.create_task(naive_run_blocking(job))
+    await asyncio.to_thread(started.wait, 30)
+    print("main returned", flush=True)
+asyncio.run(main())
+print("run returned", flush=True)
+"""
+
+A8_PATTERN = """
+import asyncio, threading
+from patterns.asyncio_shutdown import run_in_thread
+started = threading.Event()
+def job(token):
+    started.set()
+    if token.wait(30):
+        print("job saw its token", flush=True)
+async def main():
+    asyncio.create_task(run_in_thread(job))
+    await asyncio.to_thread(started.wait, 30)
+    print("main returned", flush=True)
+asyncio.run(main())
+print("run returned", flush=True)
+"""
+
+
+@pytest.mark.race("A8", "asyncio.run waits at exit for a to_thread job nobody can stop")
+def test_naive_asyncio_run_waits_at_exit_for_the_thread() -> None:
+    """After main returns, asyncio.run does not return until the blocking job ends."""
+    with child(A8_NAIVE) as c:
+        c.expect("main returned")
+        with pytest.raises(subprocess.TimeoutExpired):
+            c.proc.wait(STAYS_BLOCKED)  # asyncio.run is waiting for the job
+        assert c.proc.stdin is not None
+        c.proc.stdin.write("\n")
+        c.proc.stdin.flush()
+        assert c.rest() == ["job finished", "run returned"]
+        assert c.proc.returncode == 0
+
+
+@pytest.mark.race("A8", "asyncio.run waits at exit for a to_thread job nobody can stop")
+def test_run_in_thread_lets_asyncio_run_end_promptly() -> None:
+    """Cancelling the tasks at the end of asyncio.run sets the token, so the exit is prompt."""
+    with child(A8_PATTERN) as c:
+        c.expect("main returned")
+        began = time.monotonic()
+        assert c.rest() == ["job saw its token", "run returned"]
+        assert time.monotonic() - began < MUST_HAPPEN
+        assert c.proc.returncode == 0
+
+
+A8_SHORT_JOIN = """
+import asyncio, asyncio.constants, sys, threading, warnings
+warnings.simplefilter("ignore")  # 3.13's RuntimeWarning is not what we look at
+asyncio.constants.THREAD_JOIN_TIMEOUT = 0.2  # what asyncio.run passes on 3.12+ (300 s)
+started = threading.Event()
+def job():
+    started.set()
+    sys.stdin.readline()
+    print("job finished", flush=True)
+async def main():
+    asyncio.create_task(asyncio.to_thread(job))
+    await asyncio.to_thread(started.wait, 30)
+    print("main returned", flush=True)
+asyncio.run(main())
+print("run returned", flush=True)
+"""
+
+
+def test_asyncio_run_at_exit_waits_for_the_default_executor_as_this_version_does() -> None:
+    """3.11 and 3.12.1 wait in asyncio.run with no limit; 3.13 gives up there, exit still waits."""
+    with child(A8_SHORT_JOIN) as c:
+        c.expect("main returned")
+        if PY >= (3, 13):
+            c.expect("run returned")  # after THREAD_JOIN_TIMEOUT (0.2 s here), job or not
+        with pytest.raises(subprocess.TimeoutExpired):
+            c.proc.wait(STAYS_BLOCKED)  # in asyncio.run (3.11, 3.12) or interpreter exit
+        assert c.proc.stdin is not None
+        c.proc.stdin.write("\n")
+        c.proc.stdin.flush()
+        rest = c.rest()
+        assert rest == (["job finished"] if PY >= (3, 13) else ["job finished", "run returned"])
+        assert c.proc.returncode == 0
+
+
+# --- A6 and A9: SIGTERM and the second signal ---------------------------------------------
+
+A6_NAIVE = """
+import asyncio
+async def main():
+    try:
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        print("cleanup", flush=True)
+asyncio.run(main())
+"""
+
+A6_PATTERN = """
+import asyncio, sys
+from patterns.asyncio_shutdown import run_until_signalled
+async def work(stop):
+    print("ready", flush=True)
+    await stop.wait()
+    print("cleanup", flush=True)
+report = asyncio.run(run_until_signalled(work, drain_timeout=30))
+print("finished" if report.finished == ("work",) else report, flush=True)
+sys.exit(0 if report.terminated else 1)
+"""
+
+
+@pytest.mark.race("A6", "asyncio.run handles SIGINT only: SIGTERM kills it with no cleanup")
+def test_naive_asyncio_run_dies_on_sigterm_without_cleanup() -> None:
+    """SIGTERM takes its default action: the process dies and the finally block never runs."""
+    with child(A6_NAIVE) as c:
+        c.expect("ready")
+        c.proc.send_signal(signal.SIGTERM)
+        assert c.rest() == []
+        assert c.proc.returncode == -signal.SIGTERM
+
+
+def test_asyncio_run_turns_sigint_into_a_cancellation() -> None:
+    """The same program on SIGINT runs its finally: asyncio.Runner cancels the main task."""
+    with child(A6_NAIVE) as c:
+        c.expect("ready")
+        c.proc.send_signal(signal.SIGINT)
+        assert c.rest() == ["cleanup"]
+        assert c.proc.returncode == -signal.SIGINT  # KeyboardInterrupt re-raised as the signal
+
+
+@pytest.mark.race("A6", "asyncio.run handles SIGINT only: SIGTERM kills it with no cleanup")
+def test_run_until_signalled_stops_gracefully_on_sigterm() -> None:
+    """SIGTERM sets the stop event; work cleans up and returns; the exit status is 0."""
+    with child(A6_PATTERN) as c:
+        c.expect("ready")
+        c.proc.send_signal(signal.SIGTERM)
+        assert c.rest() == ["cleanup", "finished"]
+        assert c.proc.returncode == 0
+
+
+A9_NAIVE = """
+import asyncio
+from patterns.naive.asyncio_shutdown import naive_install_stop_handler
+async def main():
+    stop = asyncio.Event()
+    naive_install_stop_handler(stop)
+    print("ready", flush=True)
+    await stop.wait()
+    print("draining", flush=True)
+    await asyncio.Event().wait()  # a drain that never ends
+asyncio.run(main())
+"""
+
+A9_PATTERN = """
+import asyncio
+from patterns.asyncio_shutdown import run_until_signalled
+async def work(stop):
+    print("ready", flush=True)
+    await stop.wait()
+    print("draining", flush=True)
+    await asyncio.Event().wait()  # a drain that never ends
+asyncio.run(run_until_signalled(work, drain_timeout=60))
+"""
+
+
+@pytest.mark.race("A9", "a second SIGTERM during a stuck drain does nothing")
+def test_naive_second_sigterm_is_ignored_during_a_stuck_drain() -> None:
+    """The naive handler only sets the event again: the process stays alive."""
+    with child(A9_NAIVE) as c:
+        c.expect("ready")
+        c.proc.send_signal(signal.SIGTERM)
+        c.expect("draining")
+        c.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            c.proc.wait(SECOND_SIGNAL_WATCH)
+
+
+@pytest.mark.race("A9", "a second SIGTERM during a stuck drain does nothing")
+def test_second_signal_forces_the_exit_with_128_plus_signum() -> None:
+    """The second SIGTERM ends the process at once with status 143 (128 + 15)."""
+    with child(A9_PATTERN) as c:
+        c.expect("ready")
+        c.proc.send_signal(signal.SIGTERM)
+        c.expect("draining")
+        began = time.monotonic()
+        c.proc.send_signal(signal.SIGTERM)
+        c.proc.wait(MUST_HAPPEN)
+        assert time.monotonic() - began < SECOND_SIGNAL_WATCH
+        assert c.proc.returncode == 128 + signal.SIGTERM
+        c.rest()
+        assert any("second signal (SIGTERM)" in line for line in c.err)
+
+
+def test_async_signal_handlers_put_back_the_previous_handlers() -> None:
+    """After stop(), each signal has exactly the handler object it had before start()."""
+
+    def mine(signum: int, frame: object) -> None:
+        pass
+
+    async def main() -> None:
+        old_term = signal.signal(signal.SIGTERM, mine)
+        try:
+            before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+            handlers = AsyncSignalHandlers(lambda s: None)
+            with handlers:
+                assert signal.getsignal(signal.SIGTERM) is not mine
+            after = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+            assert after == before
+            assert handlers.stop() is handlers.stop()
+            with pytest.raises(RuntimeError, match="can be called once"):
+                handlers.start()
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+
+    asyncio.run(main())
+
+
+def test_async_signal_handlers_refuse_bad_signals() -> None:
+    """An unknown signal number or an empty list is a ValueError that names the problem."""
+    with pytest.raises(ValueError, match="signals"):
+        AsyncSignalHandlers(lambda s: None, [99999])
+    with pytest.raises(ValueError, match="at least one"):
+        AsyncSignalHandlers(lambda s: None, [])
+
+
+def test_a_task_set_driven_from_synchronous_code_keeps_the_contract() -> None:
+    """The sync adapter the contract test uses: bounded stop, the same report, nothing left."""
+    before = set(threading.enumerate())
+    with LoopThreadTaskSet(stop_timeout=MUST_HAPPEN, name="sync") as tasks:
+        pass
+    report = tasks.stop()
+    assert report is tasks.stop(0.0)
+    assert (report.terminated, report.still_running) == (True, ())
+    assert report.cancelled == ("sync-waiter",)
+    assert [t for t in threading.enumerate() if t not in before] == []
+
+
+def test_async_signal_handlers_start_is_all_or_nothing() -> None:
+    """A signal that cannot be handled (SIGKILL) fails start(); the ones before it are put back."""
+
+    async def main() -> None:
+        before = signal.getsignal(signal.SIGTERM)
+        handlers = AsyncSignalHandlers(lambda s: None, [signal.SIGTERM, signal.SIGKILL])
+        with pytest.raises((RuntimeError, OSError)):
+            handlers.start()
+        assert signal.getsignal(signal.SIGTERM) is before
+        assert signal.set_wakeup_fd(-1) == -1  # the loop let go of the wakeup fd too
+        assert handlers.stop().terminated
+
+    asyncio.run(main())
