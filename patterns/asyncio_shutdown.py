@@ -1,3 +1,6 @@
+# SPDX-License-Identifier: MIT
+# From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
+# For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Stop coroutines on a deadline: cancel, wait, and say which tasks would not stop.
 
 TL;DR: ``report = await shutdown_tasks(tasks, timeout=5)`` cancels every task and waits at
