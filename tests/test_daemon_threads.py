@@ -207,7 +207,7 @@ def test_naive_daemon_writer_is_abandoned_mid_file_and_its_finally_never_runs(
             "observed",
             f"exit status {status}, the daemon's finally"
             f" {'ran' if 'finally ran' in after_main else 'never ran'},"
-            f" its file: {' | '.join(path.read_text().splitlines())}",
+            f" its file holds {', '.join(map(repr, path.read_text().splitlines()))}",
         )
         assert status == 0
         assert after_main == []  # "finally ran" never printed
