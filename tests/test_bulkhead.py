@@ -11,6 +11,7 @@ import signal
 import sys
 import sysconfig
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -212,7 +213,9 @@ def test_a_future_cancelled_while_queued_is_skipped_when_a_worker_reaches_it() -
 
 
 @pytest.mark.race("B3", "Queue(maxsize=0) is unbounded, so a size-0 hand-off never refuses")
-def test_naive_zero_size_queue_accepts_every_job_while_the_worker_is_busy() -> None:
+def test_naive_zero_size_queue_accepts_every_job_while_the_worker_is_busy(
+    record_property: Callable[[str, object], None],
+) -> None:
     """put_nowait() on Queue(maxsize=0) never raises Full: a hundred jobs pile up behind one."""
     jobs: queue.Queue[Callable[[], object]] = queue.Queue(maxsize=0)
     gate = Gate("the only worker")
@@ -221,6 +224,11 @@ def test_naive_zero_size_queue_accepts_every_job_while_the_worker_is_busy() -> N
     gate.wait_reached()
 
     accepted = [naive_try_enqueue(jobs, hold(Gate())) for _ in range(100)]
+    record_property(
+        "observed",
+        f"Queue(maxsize=0) took {sum(accepted)} of {len(accepted)} jobs while the only"
+        f" worker was busy: {jobs.qsize()} waiting",
+    )
 
     assert all(accepted)
     assert jobs.qsize() == 100
@@ -264,7 +272,9 @@ def test_a_size_zero_bulkhead_with_two_workers_takes_exactly_two_at_once() -> No
 
 
 @pytest.mark.race("B2", "a caller's timeout leaves its job to run for nobody, uncounted")
-def test_naive_timeout_leaves_the_queued_job_to_run_later_for_nobody() -> None:
+def test_naive_timeout_leaves_the_queued_job_to_run_later_for_nobody(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The caller gave up, yet its job still runs once the worker is free; nothing counts it."""
     pool = ThreadPoolExecutor(max_workers=1)
     gate = Gate("running job")
@@ -272,10 +282,15 @@ def test_naive_timeout_leaves_the_queued_job_to_run_later_for_nobody() -> None:
     gate.wait_reached()
     ran: list[str] = []
 
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as gave_up:
         naive_call_with_timeout(pool, record(ran, "abandoned"), SHORT)
     gate.open()
     pool.shutdown(wait=True)
+    record_property(
+        "observed",
+        f"caller gave up with {type(gave_up.value).__name__} after {SHORT}s, but its job"
+        f" still ran afterwards: ran={ran}",
+    )
 
     assert ran == ["abandoned"]  # work done for a caller that had already left
 
@@ -402,7 +417,9 @@ def test_a_caller_interrupted_while_waiting_leaves_its_job_running_without_a_tim
 
 
 @pytest.mark.race("B4", "a close that leaves queued callers waiting and still runs their work")
-def test_naive_close_leaves_the_queued_caller_waiting_and_still_runs_its_job() -> None:
+def test_naive_close_leaves_the_queued_caller_waiting_and_still_runs_its_job(
+    record_property: Callable[[str, object], None],
+) -> None:
     """After shutdown(wait=False) the queued caller keeps waiting, and its job runs anyway."""
     pool = ThreadPoolExecutor(max_workers=1)
     gate = Gate("running job")
@@ -414,11 +431,17 @@ def test_naive_close_leaves_the_queued_caller_waiting_and_still_runs_its_job() -
     )
     wait_until_blocked_in(caller, "result")
 
+    closed_at = time.monotonic()
     naive_close(pool)
 
     assert stays_blocked(caller)  # not told anything
     gate.open()
     join_or_fail(caller)
+    record_property(
+        "observed",
+        f"caller still waited {time.monotonic() - closed_at:.1f}s after the close, until its"
+        f" job ran anyway and returned {outcome.get('result')!r}",
+    )
     assert outcome["result"] == "queued"  # it ran after the close
     assert ran == ["queued"]
     pool.shutdown(wait=True)
@@ -623,7 +646,9 @@ def test_independent_bulkheads_protect_different_resources() -> None:
 
 
 @pytest.mark.race("B5", "a result released before it is counted")
-def test_naive_counting_after_the_result_lets_its_caller_miss_its_own_call() -> None:
+def test_naive_counting_after_the_result_lets_its_caller_miss_its_own_call(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Whoever wakes on the result reads the counter before the increment: processed is 0."""
     counts = {"processed": 0}
     future: Future[str] = Future()
@@ -632,6 +657,11 @@ def test_naive_counting_after_the_result_lets_its_caller_miss_its_own_call() -> 
 
     worker, _ = run_in_thread(lambda: naive_run_and_count(lambda: "done", future, counts), "w")
     join_or_fail(worker)
+    record_property(
+        "observed",
+        f"woken by its result, the caller read processed == {', '.join(map(str, seen_by_caller))},"
+        f" the counter became {counts['processed']} only later",
+    )
 
     assert future.result() == "done"
     assert seen_by_caller == [0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -264,7 +265,7 @@ def test_invalid_middleware_options_are_refused_when_built_with_a_value_error_na
 
 @pytest.mark.race("B1", "an unbounded executor in a server: a heavy burst starves the light route")
 def test_naive_unbounded_executor_lets_a_heavy_burst_starve_the_light_route(
-    stack: ExitStack,
+    stack: ExitStack, record_property: Callable[[str, object], None]
 ) -> None:
     """Every server thread waits on the executor's queue, so a light request gets no thread."""
     executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="naive-heavy")
@@ -278,6 +279,7 @@ def test_naive_unbounded_executor_lets_a_heavy_burst_starve_the_light_route(
     app.wait_for("/heavy", 4)  # all four server threads are in the heavy route
     held.wait_entered(2)  # two run on the executor; two wait in its unbounded queue
     light, light_outcome = get_in_thread(server.port, "/light", "light")
+    asked_at = time.monotonic()
 
     assert stays_blocked(light)  # no answer, for as long as we look
     assert app.counts.get("/light", 0) == 0  # it never even reached the app: no thread
@@ -285,6 +287,12 @@ def test_naive_unbounded_executor_lets_a_heavy_burst_starve_the_light_route(
     join_or_fail(light)
     for thread, _ in heavy:
         join_or_fail(thread)
+    light_reply = light_outcome.get("result")
+    record_property(
+        "observed",
+        f"/light got no server thread: answered {getattr(light_reply, 'status', None)}"
+        f" after {time.monotonic() - asked_at:.1f}s, only once /heavy was released",
+    )
     assert light_outcome["result"].status == 200  # only once the heavy burst was over
     assert [outcome["result"].status for _, outcome in heavy] == [200] * 4
 

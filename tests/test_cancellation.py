@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -590,7 +590,9 @@ def test_on_cancel_can_shut_down_a_queue_only_where_queue_has_shutdown() -> None
 
 
 @pytest.mark.race("C1", "CPU loop without checkpoints cannot be stopped")
-def test_naive_crunch_ignores_a_cancel_and_processes_every_item() -> None:
+def test_naive_crunch_ignores_a_cancel_and_processes_every_item(
+    record_property: Callable[[str, object], None],
+) -> None:
     """naive_crunch checks the token only before its loop, so a cancel mid-loop changes nothing."""
     token = CancelToken()
     step = Stepper({0: Gate("item 0")})
@@ -601,6 +603,11 @@ def test_naive_crunch_ignores_a_cancel_and_processes_every_item() -> None:
     finally:
         step.open_all()
     join_or_fail(thread)
+    record_property(
+        "observed",
+        f"cancelled during item 0, yet the loop did {len(step.done)} of 100 items"
+        f" and returned {outcome.get('result')!r}",
+    )
 
     assert outcome == {"result": 100}
     assert step.done == list(range(100))  # all 99 items after the cancel were processed
@@ -624,7 +631,9 @@ def test_crunch_stops_within_one_step_of_a_cancel() -> None:
 
 
 @pytest.mark.race("C1", "CPU loop without checkpoints cannot be stopped")
-def test_naive_crunch_in_a_pool_makes_shutdown_wait_for_every_item() -> None:
+def test_naive_crunch_in_a_pool_makes_shutdown_wait_for_every_item(
+    record_property: Callable[[str, object], None],
+) -> None:
     """After a cancel, shutdown(wait=True) still waits for an uncooperative task's every item."""
     token = CancelToken()
     step = Stepper({0: Gate("item 0"), 50: Gate("item 50")})
@@ -633,6 +642,7 @@ def test_naive_crunch_in_a_pool_makes_shutdown_wait_for_every_item() -> None:
     try:
         step.gates[0].wait_reached()
         token.cancel("shutdown")
+        cancelled_at = time.monotonic()
         shutdown, outcome = run_in_thread(lambda: pool.shutdown(wait=True), "shutdown")
         step.gates[0].open()
         step.gates[50].wait_reached()  # the task went on past the cancel...
@@ -640,6 +650,12 @@ def test_naive_crunch_in_a_pool_makes_shutdown_wait_for_every_item() -> None:
     finally:
         step.open_all()
     join_or_fail(shutdown)
+    waited = time.monotonic() - cancelled_at
+    record_property(
+        "observed",
+        f"after the cancel, shutdown(wait=True) still waited {waited:.1f}s,"
+        f" until the task had done all {len(step.done)} items",
+    )
 
     assert outcome == {"result": None}
     assert future.result(0) == 100
@@ -673,6 +689,7 @@ def test_crunch_in_a_pool_lets_shutdown_finish_promptly_after_a_cancel() -> None
 @pytest.mark.race("C2", "blocking call without a timeout cannot be interrupted")
 def test_naive_receive_stays_blocked_after_a_cancel(
     socket_pair: tuple[socket.socket, socket.socket],
+    record_property: Callable[[str, object], None],
 ) -> None:
     """A thread blocked in recv does not see the cancel; it wakes only when data comes."""
     a, b = socket_pair
@@ -681,10 +698,16 @@ def test_naive_receive_stays_blocked_after_a_cancel(
     try:
         wait_until_blocked_in(thread, "naive_receive")
         token.cancel("shutdown")
+        cancelled_at = time.monotonic()
         assert stays_blocked(thread)
     finally:
         b.sendall(b"late")  # the release: only data (or the peer closing) ends the recv
     join_or_fail(thread)
+    record_property(
+        "observed",
+        f"recv() stayed blocked {time.monotonic() - cancelled_at:.1f}s after the cancel,"
+        f" until data came, then returned {outcome.get('result')!r}",
+    )
 
     assert outcome == {"result": b"late"}  # returned as if nothing had happened
 
@@ -715,7 +738,9 @@ def test_receive_returns_at_once_when_cancelled_while_blocked(
 
 
 @pytest.mark.race("C3", "forced async exception waits for blocking calls and cuts finally short")
-def test_naive_async_raise_waits_for_a_blocking_call_then_cuts_finally_short() -> None:
+def test_naive_async_raise_waits_for_a_blocking_call_then_cuts_finally_short(
+    record_property: Callable[[str, object], None],
+) -> None:
     """A forced exception cannot wake a thread blocked in C, and then it cuts finally short."""
     steps: list[str] = []
     in_cleanup = threading.Event()
@@ -736,10 +761,16 @@ def test_naive_async_raise_waits_for_a_blocking_call_then_cuts_finally_short() -
         assert in_cleanup.wait(MUST_HAPPEN)
         wait_until_blocked_in(thread, "wait")
         async_raise(thread, ForcedStop)  # the supervisor loses patience
+        raised_at = time.monotonic()
         assert stays_blocked(thread)  # not interrupted: it is inside a C call
     finally:
         flushed.set()
     join_or_fail(thread)
+    record_property(
+        "observed",
+        f"{type(outcome.get('error')).__name__} landed only when the C call returned"
+        f" ({time.monotonic() - raised_at:.1f}s late), and cut the finally after {steps[-1]!r}",
+    )
 
     assert isinstance(outcome.get("error"), ForcedStop)
     assert steps[:2] == ["work", "cleanup started"]

@@ -476,7 +476,9 @@ def test_put_until_shutdown_stops_at_shutdown_and_leaves_the_rest_unread(
 
 
 @pytest.mark.race(*P14)
-def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_pill() -> None:
+def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_pill(
+    record_property: Callable[[str, object], None],
+) -> None:
     """A stop flag is read only between items, so consumers waiting in get() never see it."""
     q: queue.Queue[str] = queue.Queue()
     stop = threading.Event()
@@ -488,6 +490,7 @@ def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_p
     )
 
     stop.set()
+    stopped_at = time.monotonic()
 
     assert stays_blocked(consumers[0][0])
     assert all(thread.is_alive() for thread, _ in consumers)
@@ -496,6 +499,11 @@ def test_naive_consumers_blocked_in_get_ignore_the_stop_flag_until_each_gets_a_p
     for thread, outcome in consumers:
         join_or_fail(thread)
         assert outcome == {"result": None}
+    record_property(
+        "observed",
+        f"after stop.set() all consumers stayed in get() {time.monotonic() - stopped_at:.1f}s,"
+        f" and left only by handling {len(handled)} wake-up items as data",
+    )
     assert handled == ["wake-up"] * 3  # and each wake-up was handled as if it were data
 
 
@@ -519,7 +527,9 @@ def test_closing_the_queue_wakes_every_blocked_consumer_at_once() -> None:
 
 
 @pytest.mark.race(*P9)
-def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> None:
+def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Nothing ever makes room once the consumer is dead, so put() waits for as long as we look."""
     q: queue.Queue[int] = queue.Queue(maxsize=1)
 
@@ -533,11 +543,17 @@ def test_naive_producer_blocks_forever_on_a_full_queue_whose_consumer_died() -> 
     join_or_fail(consumer)
     assert isinstance(died["error"], RuntimeError)  # item 0 killed the only consumer
     wait_for_waiters(q.not_full, 1)  # item 1 fills the queue; item 2 waits
+    blocked_at = time.monotonic()
 
     assert stays_blocked(producer)
 
     assert q.get_nowait() == 1  # release: the test does the dead consumer's job
     join_or_fail(producer)
+    record_property(
+        "observed",
+        f"consumer died ({type(died['error']).__name__}: {died['error']}), then put() blocked"
+        f" {time.monotonic() - blocked_at:.1f}s until the test made room",
+    )
     assert produced["result"] == 3
     assert q.get_nowait() == 2
 

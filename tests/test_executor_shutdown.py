@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -474,7 +475,9 @@ def write_after(gate: Gate, out: io.StringIO, text: str) -> None:
 
 
 @pytest.mark.race("P1", "shutdown(wait=False), then closing a resource the tasks use")
-def test_naive_stop_then_close_breaks_the_running_task() -> None:
+def test_naive_stop_then_close_breaks_the_running_task(
+    record_property: Callable[[str, object], None],
+) -> None:
     """shutdown(wait=False) returns while the task still runs, so the close wins the race."""
     pool = ThreadPoolExecutor(max_workers=1)
     out = io.StringIO()
@@ -486,6 +489,9 @@ def test_naive_stop_then_close_breaks_the_running_task() -> None:
     gate.open()
 
     error = task.exception(MUST_HAPPEN)
+    record_property(
+        "observed", f"the close came first: the task's write raised {type(error).__name__}: {error}"
+    )
     assert isinstance(error, ValueError)
     assert "closed file" in str(error)
     pool.shutdown(wait=True)
@@ -537,6 +543,7 @@ def test_stop_then_close_leaves_the_resource_open_while_a_task_may_still_use_it(
 @pytest.mark.race("P2", "cancel_futures=True leaves running tasks running, returns nothing")
 def test_naive_shutdown_now_leaves_the_running_task_running_and_loses_the_queue(
     caplog: pytest.LogCaptureFixture,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """After shutdown(cancel_futures=True) the running task goes on, and queued work is gone."""
     pool = ThreadPoolExecutor(max_workers=1)
@@ -558,6 +565,11 @@ def test_naive_shutdown_now_leaves_the_running_task_running_and_loses_the_queue(
     assert not running.cancel()  # nothing can stop it from outside
     gate.open()
     pool.shutdown(wait=True)
+    record_property(
+        "observed",
+        f"the running task went on to its end, the queued one never ran: ran={ran},"
+        f" {len(caplog.records)} log records",
+    )
     # The running task ran to its end; the queued one never ran, and nothing handed it
     # back or even logged that it was dropped.
     assert ran == ["long task"]
@@ -591,18 +603,26 @@ def test_forced_shutdown_returns_the_queue_and_stops_a_cooperative_running_task(
 
 
 @pytest.mark.race("P3", "shutdown(wait=True) has no timeout")
-def test_naive_shutdown_wait_blocks_for_as_long_as_a_task_is_stuck() -> None:
+def test_naive_shutdown_wait_blocks_for_as_long_as_a_task_is_stuck(
+    record_property: Callable[[str, object], None],
+) -> None:
     """shutdown(wait=True) cannot give up: it stays blocked until the stuck task is released."""
     pool = ThreadPoolExecutor(max_workers=1)
     gate = Gate("stuck task")
     pool.submit(gate.arrive)
     gate.wait_reached()
 
+    called_at = time.monotonic()
     waiter, _ = run_in_thread(lambda: pool.shutdown(wait=True), "shutdown-waiter")
 
     assert stays_blocked(waiter)
     gate.open()
     join_or_fail(waiter)
+    record_property(
+        "observed",
+        f"shutdown(wait=True) stayed blocked {time.monotonic() - called_at:.1f}s,"
+        " until the test released the stuck task",
+    )
 
 
 @pytest.mark.race("P3", "shutdown(wait=True) has no timeout")
@@ -637,7 +657,9 @@ print("calling", flush=True)
 
 
 @pytest.mark.race("P4", "a with-block (and interpreter exit) waits forever on a stuck task")
-def test_naive_with_block_keeps_the_process_alive_until_the_stuck_task_ends() -> None:
+def test_naive_with_block_keeps_the_process_alive_until_the_stuck_task_ends(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The process cannot leave the with-block, so it outlives main until the task is released."""
     code = STUCK_CHILD.format(
         module="patterns.naive.executor_shutdown",
@@ -648,12 +670,19 @@ def test_naive_with_block_keeps_the_process_alive_until_the_stuck_task_ends() ->
     try:
         assert child.stdout is not None
         assert child.stdout.readline() == "calling\n"
+        called_at = time.monotonic()
         with pytest.raises(subprocess.TimeoutExpired):
             child.wait(timeout=0.5)  # it is stuck, however long we look
         out, err = child.communicate(input="release\n", timeout=MUST_HAPPEN)
+        held = time.monotonic() - called_at
     finally:
         child.kill()
         child.wait(MUST_HAPPEN)
+    record_property(
+        "observed",
+        f"the with-block held the child {held:.1f}s, until its task was released, then it"
+        f" printed {', '.join(map(repr, out.splitlines()))} and exited {child.returncode}",
+    )
     assert out.splitlines() == ["task finished", "returned"], err
     assert child.returncode == 0
 
@@ -694,6 +723,7 @@ def fail() -> None:
 @pytest.mark.race("P5", "an exception in a submitted task that nobody reads")
 def test_naive_unread_future_hides_the_exception_completely(
     caplog: pytest.LogCaptureFixture,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """Nothing is logged or printed, not even when the future is garbage-collected."""
     stderr = io.StringIO()
@@ -702,6 +732,11 @@ def test_naive_unread_future_hides_the_exception_completely(
         pool.submit(fail)  # the future is dropped on the floor
         pool.shutdown(wait=True)
         gc.collect()
+    record_property(
+        "observed",
+        f"the task's failure left no trace: stderr {stderr.getvalue()!r},"
+        f" {len(caplog.records)} log records, even after gc.collect()",
+    )
     assert stderr.getvalue() == ""
     assert caplog.records == []
 
@@ -722,7 +757,9 @@ def test_tracking_executor_logs_the_exception_nobody_reads(
 
 
 @pytest.mark.race("P6", "waiting for a pool's termination from inside one of its tasks")
-def test_naive_shutdown_wait_inside_a_task_fails_and_skips_the_tasks_own_cleanup() -> None:
+def test_naive_shutdown_wait_inside_a_task_fails_and_skips_the_tasks_own_cleanup(
+    record_property: Callable[[str, object], None],
+) -> None:
     """A task that calls shutdown(wait=True) on its own pool cannot join itself, and fails."""
     pool = ThreadPoolExecutor(max_workers=1)
     steps: list[str] = []
@@ -734,6 +771,11 @@ def test_naive_shutdown_wait_inside_a_task_fails_and_skips_the_tasks_own_cleanup
 
     future = pool.submit(finish_early)
     error = future.exception(MUST_HAPPEN)
+    record_property(
+        "observed",
+        f"its own shutdown(wait=True) raised {type(error).__name__}: {error},"
+        f" {'the cleanup never ran' if 'cleaned up' not in steps else 'the cleanup ran'}",
+    )
     assert isinstance(error, RuntimeError)
     assert str(error) == "cannot join current thread"
     assert steps == ["found the answer"]  # the rest of the task never ran
@@ -808,7 +850,9 @@ def parked_source(gate: Gate, ran: list[str]) -> Iterator[Callable[[], object]]:
 
 
 @pytest.mark.race("P7", "submitting after shutdown loses the task in hand")
-def test_naive_feed_loses_the_task_it_held_when_the_executor_shuts_down() -> None:
+def test_naive_feed_loses_the_task_it_held_when_the_executor_shuts_down(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The RuntimeError carries nothing: the second task never runs and nobody can retry it."""
     pool = ThreadPoolExecutor(max_workers=1)
     gate = Gate("producer between tasks")
@@ -821,6 +865,10 @@ def test_naive_feed_loses_the_task_it_held_when_the_executor_shuts_down() -> Non
     join_or_fail(producer)
 
     error = outcome["error"]
+    record_property(
+        "observed",
+        f"submit raised {type(error).__name__}: {error}, the task in hand went with it (ran {ran})",
+    )
     assert isinstance(error, RuntimeError)
     assert "cannot schedule new futures" in str(error)
     assert not hasattr(error, "task")

@@ -160,6 +160,11 @@ class Child:
                 stream.close()
 
 
+def how_it_ended(status: int) -> str:
+    """A child's exit status in words: a negative status is the signal that killed it."""
+    return f"killed by {signal.Signals(-status).name}" if status < 0 else f"exit status {status}"
+
+
 def run_child(code: str, timeout: float = MUST_HAPPEN) -> subprocess.CompletedProcess[str]:
     """Run a child that needs no interaction, with a timeout."""
     return subprocess.run(
@@ -325,7 +330,9 @@ def test_atexit_handlers_run_newest_first_one_at_a_time_in_the_main_thread():
 
 
 @pytest.mark.race("P20", "an exception in an atexit handler only reaches stderr, status 0")
-def test_naive_atexit_hook_failure_is_printed_to_stderr_not_logged_and_the_status_stays_0():
+def test_naive_atexit_hook_failure_is_printed_to_stderr_not_logged_and_the_status_stays_0(
+    record_property: Callable[[str, object], None],
+):
     """A failing handler is printed to stderr, not the app's log; the rest run; status 0."""
     result = run_child("""
         import atexit, logging, sys
@@ -336,6 +343,13 @@ def test_naive_atexit_hook_failure_is_printed_to_stderr_not_logged_and_the_statu
         atexit.register(broken)
         atexit.register(print, "registered last")
     """)
+    log_lines = [line for line in result.stdout.splitlines() if line.startswith("ERROR")]
+    last_err = (result.stderr.strip().splitlines() or [""])[-1]
+    record_property(
+        "observed",
+        f"{how_it_ended(result.returncode)}, the error reached stderr ({last_err!r})"
+        f" and {len(log_lines)} log lines",
+    )
     assert result.returncode == 0
     assert result.stdout.splitlines() == ["registered last", "registered first"]  # no log line
     assert "Exception ignored in atexit callback" in result.stderr
@@ -392,9 +406,17 @@ def run_buffered_child(code: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.race("P19", "os._exit loses buffered output, finally and atexit")
-def test_naive_os_exit_loses_the_buffered_output():
+def test_naive_os_exit_loses_the_buffered_output(
+    record_property: Callable[[str, object], None],
+):
     """os._exit(3) ends the process at the C level: the buffered text is gone, status 3."""
     result = run_buffered_child(EXIT_NOW.format(exit_now="os._exit(3)"))
+    never = [s for s in ("half a line", "finally ran", "atexit ran") if s not in result.stdout]
+    record_property(
+        "observed",
+        f"{how_it_ended(result.returncode)}, stdout {result.stdout!r},"
+        f" never printed: {', '.join(map(repr, never)) or '-'}",
+    )
     assert result.returncode == 3
     assert result.stdout == ""  # the results, finally and atexit: all gone
     assert result.stderr == ""
@@ -423,13 +445,22 @@ logging.getLogger("app").info("main done")
 
 
 @pytest.mark.race("P21", "an atexit handler that logs after logging.shutdown()")
-def test_naive_exit_hook_registered_before_logging_loses_its_log_line(tmp_path: Path):
+def test_naive_exit_hook_registered_before_logging_loses_its_log_line(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+):
     """logging.shutdown runs first and closes the file, so the hook's line silently vanishes."""
     log = tmp_path / "app.log"
     code = LATE_LOG.format(
         register_import="import atexit", register="atexit.register", path=str(log)
     )
     result = run_child(code)
+    lines = log.read_text().splitlines()
+    hook_line = "there" if any("report flushed" in line for line in lines) else "missing"
+    record_property(
+        "observed",
+        f"{how_it_ended(result.returncode)}, stderr {result.stderr!r}, the log file holds"
+        f" {lines}, the hook's line is {hook_line}",
+    )
     assert result.returncode == 0
     assert result.stderr == ""  # silent
     assert log.read_text().splitlines() == ["main done"]
@@ -862,12 +893,20 @@ finally:
 
 
 @pytest.mark.race("P18", "SIGTERM's default action skips finally and atexit")
-def test_naive_default_sigterm_skips_the_cleanup_finally_and_atexit():
+def test_naive_default_sigterm_skips_the_cleanup_finally_and_atexit(
+    record_property: Callable[[str, object], None],
+):
     """Without a SIGTERM handler the process dies at once: no cleanup, no finally, no atexit."""
     with Child(NAIVE_SERVICE) as child:
         child.expect("ready")
         child.send(signal.SIGTERM)
-        assert child.wait() == -signal.SIGTERM
+        status = child.wait()
+        record_property(
+            "observed",
+            f"{how_it_ended(status)}, printed after 'ready':"
+            f" {child.rest() or 'nothing, no cleanup, no finally, no atexit'}",
+        )
+        assert status == -signal.SIGTERM
         assert child.rest() == []
 
 
@@ -928,14 +967,22 @@ helper.join()
 
 
 @pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
-def test_naive_handler_leaves_the_main_thread_asleep_when_a_worker_got_the_signal():
+def test_naive_handler_leaves_the_main_thread_asleep_when_a_worker_got_the_signal(
+    record_property: Callable[[str, object], None],
+):
     """The handler waits for the main thread to run bytecode, and it sleeps in Event.wait()."""
     code = WORKER_GETS_THE_SIGNAL.format(install="naive_install_stop_handler")
     with Child(code) as child:
         child.expect("signalled a worker thread")
+        signalled_at = time.monotonic()
         assert child.stays_alive()  # the signal arrived, and the main thread sleeps on
         child.send(signal.SIGTERM)  # to the process: the main thread gets this one, and wakes
         child.expect("stopped")
+        record_property(
+            "observed",
+            f"a worker took SIGTERM, main slept on {time.monotonic() - signalled_at:.1f}s,"
+            " until a second SIGTERM to the process woke it",
+        )
         assert child.wait() == 0
 
 
@@ -995,13 +1042,23 @@ def masked_child(install: str, *, main_mask: str = "", worker_mask: str = "pass"
 
 
 @pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
-def test_naive_handler_sleeps_through_sigterm_when_the_main_thread_blocks_it():
+def test_naive_handler_sleeps_through_sigterm_when_the_main_thread_blocks_it(
+    record_property: Callable[[str, object], None],
+):
     """With SIGTERM blocked in main, the kernel gives it to a worker, and main sleeps on."""
     with masked_child("naive_install_stop_handler", main_mask=BLOCK_SIGTERM) as child:
         child.expect("main asleep")
         child.send(signal.SIGTERM)  # process-directed, as kill and docker stop send it
         wait_until(lambda: not sigterm_is_pending(child.proc.pid), "SIGTERM was delivered")
-        assert child.stays_alive()  # a worker took it; the handler waits for main's bytecode
+        delivered_at = time.monotonic()
+        alive = child.stays_alive()
+        record_property(
+            "observed",
+            f"SIGTERM delivered (main blocks it, so to a worker), and"
+            f" {time.monotonic() - delivered_at:.1f}s later the process"
+            f" {'still ran' if alive else 'had exited'}",
+        )
+        assert alive  # a worker took it; the handler waits for main's bytecode
 
 
 @pytest.mark.race("P22", "a signal caught by a worker thread never wakes a main thread in wait()")
@@ -1066,16 +1123,24 @@ print("stopped", flush=True)
 
 
 @pytest.mark.race("E1", "a handler that sets the event main is waiting on deadlocks")
-def test_naive_handler_that_sets_the_event_main_is_waiting_on_deadlocks():
+def test_naive_handler_that_sets_the_event_main_is_waiting_on_deadlocks(
+    record_property: Callable[[str, object], None],
+):
     """The handler runs inside stop.wait() and waits for the lock its own thread holds: forever."""
     with Child(SIGNAL_INSIDE_WAIT.format(install="naive_install_stop_handler")) as child:
         child.expect("signal lands while stop.wait() holds the event's lock")
+        landed_at = time.monotonic()
         assert child.stays_alive()
         child.send(signal.SIGTERM)  # a second SIGTERM re-enters the handler: stuck again
         assert child.stays_alive()
         child.send(signal.SIGUSR1)  # faulthandler dumps every stack
         dump = child.expect_err(lambda line: line.endswith("in <module>"))
         frames = [line.rsplit(" in ", 1)[-1] for line in dump if line.startswith("  File")]
+        record_property(
+            "observed",
+            f"deadlocked {time.monotonic() - landed_at:.1f}s through 2 SIGTERMs, stack: "
+            + " <- ".join(f for f in frames if f in {"set", "handler", "wait"}),
+        )
         assert frames.index("set") < frames.index("handler") < frames.index("wait")
         # Only SIGKILL ends it (leaving the with-block kills the child).
 
@@ -1119,16 +1184,26 @@ naive_run_until_interrupted(work, cleanup=lambda: say("cleanup ran"))
 
 
 @pytest.mark.race("P24", "a second Ctrl-C during the graceful shutdown")
-def test_naive_second_ctrl_c_abandons_the_cleanup_and_the_stuck_worker_holds_the_exit():
+def test_naive_second_ctrl_c_abandons_the_cleanup_and_the_stuck_worker_holds_the_exit(
+    record_property: Callable[[str, object], None],
+):
     """The second KeyboardInterrupt skips the cleanup, and exit still waits for the worker."""
     with Child(NAIVE_CTRL_C) as child:
         child.expect("waiting")
         child.send(signal.SIGINT)
         child.expect("log: interrupted: stopping gracefully", "draining")
         child.send(signal.SIGINT)
+        second_at = time.monotonic()
         assert child.stays_alive()  # a traceback, then stuck joining the worker at exit
         child.write("release\n")
-        assert child.wait() == -signal.SIGINT
+        status = child.wait()
+        cleanup = "cleanup ran" if "cleanup ran" in child.rest() else "no cleanup"
+        record_property(
+            "observed",
+            f"2nd Ctrl-C: exit waited {time.monotonic() - second_at:.1f}s for the stuck worker,"
+            f" then {how_it_ended(status)}, {cleanup}",
+        )
+        assert status == -signal.SIGINT
         assert child.rest() == ["work finished"]  # and never "cleanup ran"
         assert "KeyboardInterrupt" in child.stderr()
 

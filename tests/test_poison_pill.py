@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -386,7 +387,9 @@ def test_join_with_timeout_refuses_a_negative_timeout() -> None:
 
 
 @pytest.mark.race(*P10)
-def test_naive_one_pill_for_three_consumers_leaves_two_blocked_in_get(rescue) -> None:
+def test_naive_one_pill_for_three_consumers_leaves_two_blocked_in_get(
+    rescue, record_property: Callable[[str, object], None]
+) -> None:
     """One pill stops exactly one consumer; the other two wait in get() for a pill never sent."""
     q: queue.Queue[int | Pill] = queue.Queue()
     handled: list[int] = []
@@ -399,6 +402,7 @@ def test_naive_one_pill_for_three_consumers_leaves_two_blocked_in_get(rescue) ->
     naive_send_pills(q, consumers=3)
 
     first = exited.get(timeout=MUST_HAPPEN)
+    first_out_at = time.monotonic()
     still_waiting = [t for t in threads if t.name != first]
     for thread in still_waiting:
         wait_until_blocked_in(thread, "get")
@@ -408,6 +412,11 @@ def test_naive_one_pill_for_three_consumers_leaves_two_blocked_in_get(rescue) ->
     send_pills(q, 2)  # release them, so the test leaves nothing running
     for thread in still_waiting:
         join_or_fail(thread)
+    record_property(
+        "observed",
+        f"the one pill stopped {first}, the other {len(still_waiting)} stayed in get()"
+        f" {time.monotonic() - first_out_at:.1f}s, until the test sent them pills",
+    )
     assert sorted(handled) == list(range(6))
 
 
@@ -446,7 +455,9 @@ def slow_items(gate: Gate) -> Iterator[str]:
 
 
 @pytest.mark.race(*P11)
-def test_naive_producers_each_sending_a_pill_strand_the_slow_producers_items(rescue) -> None:
+def test_naive_producers_each_sending_a_pill_strand_the_slow_producers_items(
+    rescue, record_property: Callable[[str, object], None]
+) -> None:
     """The fast producer's pill stops the consumer; the slow producer's last two items are lost."""
     q: queue.Queue[str | Pill] = queue.Queue()
     handled: list[str] = []
@@ -462,11 +473,15 @@ def test_naive_producers_each_sending_a_pill_strand_the_slow_producers_items(res
     join_or_fail(consumer)  # that pill stopped the only consumer
     gate.open()
     join_or_fail(slow)
+    stranded = [item for item in drain(q) if item is not PILL]
+    record_property(
+        "observed",
+        f"the fast producer's pill stopped the only consumer after {handled}, stranding {stranded}",
+    )
 
     assert outcome["result"] == 3
     assert handled == ["b1", "a1", "a2"]
     assert slow_outcome["result"] == 3
-    stranded = [item for item in drain(q) if item is not PILL]
     assert stranded == ["b2", "b3"]
 
 
@@ -524,7 +539,9 @@ def stuck_consumer(
 
 
 @pytest.mark.race(*P12)
-def test_naive_put_pill_blocks_while_the_full_queue_has_a_stuck_consumer(rescue) -> None:
+def test_naive_put_pill_blocks_while_the_full_queue_has_a_stuck_consumer(
+    rescue, record_property: Callable[[str, object], None]
+) -> None:
     """put(PILL) on a full queue waits like any put, for as long as the consumer is stuck."""
     q: queue.Queue[str | Pill] = queue.Queue(maxsize=2)
     consumer, outcome, stuck, handled = stuck_consumer(q, rescue)
@@ -532,11 +549,17 @@ def test_naive_put_pill_blocks_while_the_full_queue_has_a_stuck_consumer(rescue)
     sender, _ = run_in_thread(lambda: naive_put_pill(q), "pill sender")
     rescue(lambda: unblock(q, [sender]))
     wait_until_blocked_in(sender, "put")
+    blocked_at = time.monotonic()
     assert stays_blocked(sender)
 
     stuck.open()  # release, so the test leaves nothing running
     join_or_fail(sender)
     join_or_fail(consumer)
+    record_property(
+        "observed",
+        f"put(PILL) blocked {time.monotonic() - blocked_at:.1f}s on the full queue,"
+        f" until the stuck consumer was released and handled {len(handled)} items",
+    )
     assert handled == ["first", "x", "y"]
     assert outcome["result"] == 3
 
@@ -613,7 +636,9 @@ def handle_or_fail(handled: list[str]) -> Callable[[str], None]:
 
 @pytest.mark.race(*P13)
 def test_naive_consume_skips_task_done_on_an_error_so_join_hangs(
-    rescue, caplog: pytest.LogCaptureFixture
+    rescue,
+    caplog: pytest.LogCaptureFixture,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """The failed item never gets task_done(), so join() waits although the queue is empty."""
     q: queue.Queue[str | Pill] = queue.Queue()
@@ -627,7 +652,16 @@ def test_naive_consume_skips_task_done_on_an_error_so_join_hangs(
 
     joiner, _ = run_in_thread(q.join, "joiner")
     rescue(lambda: unblock(q, [joiner]))
-    assert stays_blocked(joiner)
+    joined_at = time.monotonic()
+    blocked = stays_blocked(joiner)
+    record_property(
+        "observed",
+        f"{len(errors(caplog))} failure logged, queue {'empty' if q.empty() else 'not empty'},"
+        f" yet unfinished_tasks is {q.unfinished_tasks}:"
+        f" join() {'still blocked' if blocked else 'returned'} after"
+        f" {time.monotonic() - joined_at:.1f}s",
+    )
+    assert blocked
     assert q.empty()
     assert q.unfinished_tasks == 1
     assert outcome["result"] == 2

@@ -408,7 +408,9 @@ def handle_until_poison(seen: list[str]) -> Callable[[str], None]:
 
 
 @pytest.mark.race(*P9)
-def test_naive_producer_blocks_forever_once_its_consumer_died() -> None:
+def test_naive_producer_blocks_forever_once_its_consumer_died(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The consumer's death is only a line on stderr; the producer waits on the full queue."""
     q: queue.Queue[str] = queue.Queue(maxsize=1)
     handled: list[str] = []
@@ -422,12 +424,19 @@ def test_naive_producer_blocks_forever_once_its_consumer_died() -> None:
     assert seen == [(ValueError, "consumer")]
 
     producer, outcome = run_in_thread(lambda: naive_produce(q, ["a", "b"]), "producer")
+    started_at = time.monotonic()
     try:
         assert stays_blocked(producer)  # "a" filled the queue; "b" waits for nobody
         assert q.full()
     finally:
         assert q.get_nowait() == "a"  # the test plays consumer for one item...
         join_or_fail(producer)
+    died_of = ", ".join(exc_type.__name__ for exc_type, _ in seen)
+    record_property(
+        "observed",
+        f"consumer died of {died_of} (only excepthook was told), the producer blocked"
+        f" {time.monotonic() - started_at:.1f}s until the test took an item",
+    )
     assert q.get_nowait() == "b"  # ...and only then could the blocked put() deliver "b"
     assert "error" not in outcome
     assert handled == []

@@ -266,9 +266,16 @@ print("main goes on", flush=True)
 
 
 @pytest.mark.race("P8", "sys.exit() in a worker thread is silently ignored")
-def test_naive_sys_exit_in_a_worker_thread_ends_only_that_thread_and_nothing_says_so() -> None:
+def test_naive_sys_exit_in_a_worker_thread_ends_only_that_thread_and_nothing_says_so(
+    record_property: Callable[[str, object], None],
+) -> None:
     """With the default hook the worker just ends: no output, main goes on, exit status 0."""
     status, out, err = run_child(SYS_EXIT_CHILD.format(setup=""))
+    record_property(
+        "observed",
+        f"the worker called sys.exit(3), then main printed {out[1:]}, stderr {err!r},"
+        f" exit status {status}",
+    )
     assert out == ["worker calls sys.exit(3)", "main goes on"]
     assert err == ""
     assert status == 0
@@ -293,13 +300,20 @@ def test_logging_excepthook_reports_sys_exit_in_a_worker_thread() -> None:
 
 
 @pytest.mark.race("P8b", "threading.excepthook is not called for executor tasks")
-def test_naive_threading_excepthook_never_hears_of_a_failed_executor_task() -> None:
+def test_naive_threading_excepthook_never_hears_of_a_failed_executor_task(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The same function reaches the hook from a plain thread, and not from a pool task."""
     with recording_hook() as seen:
         die_in_thread(explode, name="plain")
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pool")
         future = pool.submit(explode)
         pool.shutdown(wait=True)
+    record_property(
+        "observed",
+        f"excepthook heard from threads {[name for _, name in seen]}, the pool task's"
+        f" {type(future.exception()).__name__} sat unread in its future",
+    )
     assert seen == [(ValueError, "plain")]  # nothing from the pool
     assert isinstance(future.exception(), ValueError)  # it sat in the future all along
 
@@ -329,6 +343,7 @@ def test_log_failure_reports_a_pool_task_that_the_hook_never_sees(
 @pytest.mark.race("P5b", "a failed task's exception disappears when nobody reads its future")
 def test_naive_unread_future_hides_the_failure_completely(
     caplog: pytest.LogCaptureFixture,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """No log record, no stderr, not even when the future is garbage-collected."""
     stderr = io.StringIO()
@@ -337,6 +352,11 @@ def test_naive_unread_future_hides_the_failure_completely(
         pool.submit(explode)  # the future is dropped at once
         pool.shutdown(wait=True)
         gc.collect()
+    record_property(
+        "observed",
+        f"the task's failure left no trace: stderr {stderr.getvalue()!r},"
+        f" {len(caplog.records)} log records, even after gc.collect()",
+    )
     assert stderr.getvalue() == ""
     assert caplog.records == []
 
@@ -446,9 +466,13 @@ sys.exit({runner}(main))
 
 
 @pytest.mark.race("P8c", "a worker thread's failure leaves the exit status at 0")
-def test_naive_a_process_whose_worker_died_still_exits_with_status_zero() -> None:
+def test_naive_a_process_whose_worker_died_still_exits_with_status_zero(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The default hook prints a traceback, and the process still reports success."""
     status, out, err = run_child(EXIT_STATUS_CHILD.format(runner="naive_run_main"))
+    last_err = (err.splitlines() or [""])[-1]
+    record_property("observed", f"exit status {status}, though stderr ends {last_err!r}")
     assert out == ["main returns"]
     assert err.startswith("Exception in thread worker:\nTraceback (most recent call last):")
     assert err.splitlines()[-1] == "ValueError: worker failed"
