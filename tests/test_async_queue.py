@@ -718,7 +718,9 @@ def test_consume_until_shutdown_lets_cancellation_through_after_task_done() -> N
 
 
 @pytest.mark.race(*A1)
-def test_naive_one_sentinel_for_three_consumer_tasks_leaves_two_waiting_forever() -> None:
+def test_naive_one_sentinel_for_three_consumer_tasks_leaves_two_waiting_forever(
+    record_property: Callable[[str, object], None],
+) -> None:
     """One sentinel stops one consumer task; the other two wait in get() for an item never sent."""
 
     async def scenario() -> None:
@@ -739,6 +741,11 @@ def test_naive_one_sentinel_for_three_consumer_tasks_leaves_two_waiting_forever(
 
         done, waiting = await asyncio.wait(
             consumers, timeout=MUST_HAPPEN, return_when=asyncio.FIRST_COMPLETED
+        )
+        record_property(
+            "observed",
+            f"the one sentinel stopped {len(done)} of 3 consumer tasks, {len(waiting)} stayed"
+            f" in get() on an empty queue",
         )
         assert len(done) == 1  # the task that took the sentinel
         await parked(q._getters, 2)  # the others, on an empty queue: only a put can wake them

@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import pytest
@@ -171,9 +171,17 @@ async def _cancel_a_poller(poller: Any) -> tuple[asyncio.Task[None], int]:
 
 
 @pytest.mark.race("A2", "except BaseException swallows the cancellation: the task never stops")
-def test_naive_retry_forever_swallows_the_cancellation() -> None:
+def test_naive_retry_forever_swallows_the_cancellation(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Cancelling the naive poller inside its step only starts the next step."""
     _, calls = asyncio.run(_cancel_a_poller(naive_retry_forever))
+    record_property(
+        "observed",
+        f"except BaseException caught the cancel: step() ran {-calls} times, stopped only by force"
+        if calls < 0
+        else f"the poller stopped after {calls} step(s)",
+    )
     assert calls < 0, "the naive poller stopped on cancel"  # negative: it had to be forced
     assert -calls >= 2  # step() ran again after the cancel
 
@@ -257,7 +265,9 @@ async def _stubborn(release: asyncio.Event, caught: asyncio.Event) -> str:
 
 
 @pytest.mark.race("A7", "cancel then gather: one task that swallows the cancel hangs the stop")
-def test_naive_shutdown_tasks_waits_forever_for_a_stubborn_task() -> None:
+def test_naive_shutdown_tasks_waits_forever_for_a_stubborn_task(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The naive stop is still waiting long after the stubborn task caught its cancel."""
 
     async def main() -> None:
@@ -267,6 +277,13 @@ def test_naive_shutdown_tasks_waits_forever_for_a_stubborn_task() -> None:
         stopping = asyncio.create_task(naive_shutdown_tasks([stubborn]))
         await asyncio.wait_for(caught.wait(), MUST_HAPPEN)
         done, _ = await asyncio.wait([stopping], timeout=STAYS_BLOCKED)
+        record_property(
+            "observed",
+            f"the task caught its cancel, and cancel-then-gather was still waiting {STAYS_BLOCKED}s"
+            " later"
+            if not done
+            else "cancel-then-gather returned",
+        )
         assert not done, "the naive stop returned"
         release.set()  # the test's own way out
         await asyncio.wait_for(stopping, MUST_HAPPEN)
@@ -360,7 +377,9 @@ def _the_only_other_task() -> weakref.ref[asyncio.Task[Any]]:
 
 
 @pytest.mark.race("A3", "a task nobody references is garbage-collected before it finishes")
-def test_naive_fire_and_forget_task_is_destroyed_by_the_collector() -> None:
+def test_naive_fire_and_forget_task_is_destroyed_by_the_collector(
+    record_property: Callable[[str, object], None],
+) -> None:
     """With no strong reference, gc.collect() destroys the waiting task mid-flight."""
 
     async def main() -> tuple[bool, list[str], list[str]]:
@@ -373,6 +392,11 @@ def test_naive_fire_and_forget_task_is_destroyed_by_the_collector() -> None:
         return ref() is None, finished, errors
 
     collected, finished, errors = asyncio.run(main())
+    record_property(
+        "observed",
+        f"gc.collect() {'destroyed' if collected else 'kept'} the running task, it finished"
+        f" {len(finished)} of 1 jobs, the loop said {errors}",
+    )
     assert collected
     assert finished == []
     assert "Task was destroyed but it is pending!" in errors
@@ -408,7 +432,9 @@ async def _fail(message: str) -> None:
 
 
 @pytest.mark.race("A5", "a failed background task is silent until it is collected")
-def test_naive_kept_task_fails_silently(caplog: pytest.LogCaptureFixture) -> None:
+def test_naive_kept_task_fails_silently(
+    caplog: pytest.LogCaptureFixture, record_property: Callable[[str, object], None]
+) -> None:
     """The naive set keeps the task, so its failure is reported only when the set is emptied."""
 
     async def main() -> tuple[list[str], list[str]]:
@@ -424,6 +450,12 @@ def test_naive_kept_task_fails_silently(caplog: pytest.LogCaptureFixture) -> Non
         return while_running, errors
 
     while_running, at_the_end = asyncio.run(main())
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    record_property(
+        "observed",
+        f"the task raised ValueError: {len(while_running) + len(logged)} reports while the"
+        f" program ran, then at the end {at_the_end}",
+    )
     assert while_running == []
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert at_the_end == ["Task exception was never retrieved"]
@@ -545,7 +577,9 @@ def test_task_set_stop_is_bounded_by_its_budget() -> None:
 
 
 @pytest.mark.race("A4", "cancelling an asyncio.to_thread task leaves its thread running")
-def test_naive_to_thread_keeps_running_after_its_task_is_cancelled() -> None:
+def test_naive_to_thread_keeps_running_after_its_task_is_cancelled(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The awaiting task ends at once, but the blocking function goes on in its thread."""
     started, release, returned = threading.Event(), threading.Event(), threading.Event()
 
@@ -564,7 +598,13 @@ def test_naive_to_thread_keeps_running_after_its_task_is_cancelled() -> None:
         release.set()
         return still_running
 
-    assert asyncio.run(main()), "the thread stopped on its own"
+    still_running = asyncio.run(main())
+    record_property(
+        "observed",
+        f"the task was cancelled at once, its thread {'ran on' if still_running else 'stopped'}"
+        f" {STAYS_BLOCKED}s later, until the test released it",
+    )
+    assert still_running, "the thread stopped on its own"
     assert returned.is_set()  # asyncio.run waited for it
 
 
@@ -776,7 +816,9 @@ print("run returned", flush=True)
 
 
 @pytest.mark.race("A8", "asyncio.run waits at exit for a to_thread job nobody can stop")
-def test_naive_asyncio_run_waits_at_exit_for_the_thread() -> None:
+def test_naive_asyncio_run_waits_at_exit_for_the_thread(
+    record_property: Callable[[str, object], None],
+) -> None:
     """After main returns, asyncio.run does not return until the blocking job ends."""
     with child(A8_NAIVE) as c:
         c.expect("main returned")
@@ -785,7 +827,13 @@ def test_naive_asyncio_run_waits_at_exit_for_the_thread() -> None:
         assert c.proc.stdin is not None
         c.proc.stdin.write("\n")
         c.proc.stdin.flush()
-        assert c.rest() == ["job finished", "run returned"]
+        rest = c.rest()
+        record_property(
+            "observed",
+            f"main returned, asyncio.run still waited {STAYS_BLOCKED}s for the thread, then"
+            f" printed {rest}, status {c.proc.returncode}",
+        )
+        assert rest == ["job finished", "run returned"]
         assert c.proc.returncode == 0
 
 
@@ -861,12 +909,21 @@ sys.exit(0 if report.terminated else 1)
 
 
 @pytest.mark.race("A6", "asyncio.run handles SIGINT only: SIGTERM kills it with no cleanup")
-def test_naive_asyncio_run_dies_on_sigterm_without_cleanup() -> None:
+def test_naive_asyncio_run_dies_on_sigterm_without_cleanup(
+    record_property: Callable[[str, object], None],
+) -> None:
     """SIGTERM takes its default action: the process dies and the finally block never runs."""
     with child(A6_NAIVE) as c:
         c.expect("ready")
         c.proc.send_signal(signal.SIGTERM)
-        assert c.rest() == []
+        rest = c.rest()
+        status = c.proc.returncode
+        record_property(
+            "observed",
+            f"status {status} ({'killed by SIGTERM' if status == -signal.SIGTERM else 'exited'}),"
+            f" printed after 'ready': {rest or 'nothing'}, the finally never ran",
+        )
+        assert rest == []
         assert c.proc.returncode == -signal.SIGTERM
 
 
@@ -915,7 +972,9 @@ asyncio.run(run_until_signalled(work, drain_timeout=60))
 
 
 @pytest.mark.race("A9", "a second SIGTERM during a stuck drain does nothing")
-def test_naive_second_sigterm_is_ignored_during_a_stuck_drain() -> None:
+def test_naive_second_sigterm_is_ignored_during_a_stuck_drain(
+    record_property: Callable[[str, object], None],
+) -> None:
     """The naive handler only sets the event again: the process stays alive."""
     with child(A9_NAIVE) as c:
         c.expect("ready")
@@ -924,6 +983,10 @@ def test_naive_second_sigterm_is_ignored_during_a_stuck_drain() -> None:
         c.proc.send_signal(signal.SIGTERM)
         with pytest.raises(subprocess.TimeoutExpired):
             c.proc.wait(SECOND_SIGNAL_WATCH)
+        record_property(
+            "observed",
+            f"the 2nd SIGTERM only set the event again: still alive {SECOND_SIGNAL_WATCH}s later",
+        )
 
 
 @pytest.mark.race("A9", "a second SIGTERM during a stuck drain does nothing")
