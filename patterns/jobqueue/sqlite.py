@@ -30,11 +30,16 @@ Guarantees:
       still holds the lease; they return False (None for renew) otherwise.
     * A failed transaction leaves the file as it was; a committed one survives a process
       crash, and with ``synchronous="FULL"`` a power loss too.
-    * Opening a file that is not an SQLite database, a database that is not a job store,
-      or a job store with a newer schema raises `StoreFileError` naming the file, and so
-      does a transaction that finds the file damaged; none of them changes the file.
-    * A new database file is created readable and writable by its owner only (0600);
-      SQLite gives its ``-wal`` and ``-shm`` files the same mode.
+    * Opening a file that is not an SQLite database, a database that is not a job store
+      (its version and its tables' columns are checked before anything is written, the
+      switch to WAL included), or a job store with a newer schema raises `StoreFileError`
+      naming the file, and so does a transaction that finds the file damaged; none of
+      them changes the file. A version 1 file is migrated in one transaction.
+    * A new database file is created readable and writable by its owner only (0600),
+      through a dangling symlink too; SQLite gives its ``-wal`` and ``-shm`` files the
+      same mode.
+    * The store's lock is never held while it sleeps between busy retries, and a renew
+      touches the lease only (no payload is read).
 
 Python:
     3.11+: it reads the ``sqlite_errorcode`` that errors raised by ``sqlite3`` carry.

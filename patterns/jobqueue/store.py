@@ -95,7 +95,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS_LIMIT = 1_000_000
 """The largest ``max_attempts`` a store accepts (an absurd number is a mistake, not a policy)."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-"""The default limit on a payload's (and a result's) JSON text, in UTF-8 bytes: 1 MiB."""
+"""The default limit, in UTF-8 bytes, on the JSON text of a payload or a result (1 MiB)."""
 MAX_ERROR_CHARS = 4000
 """An error text longer than this is stored truncated (`storable_error`)."""
 _MAX_INT32 = 2**31 - 1  # the largest pid, jobs_held or limit accepted
