@@ -1030,7 +1030,8 @@ class PostgresStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):  # outside bigint: never issued
+            return None
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
             row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
@@ -1065,7 +1066,8 @@ class PostgresStore:
 
     def requeue(self, job_id: int) -> bool:
         """Put a failed job back in the queue, due now, attempts 0, last error kept."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return False
         done = bool(self._requeue(job_id, None))
         if done:
             logger.info("%s: job %d requeued", self._where, job_id)
@@ -1080,7 +1082,8 @@ class PostgresStore:
 
     def cancel(self, job_id: int) -> CancelResult:
         """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return CancelResult.NOT_FOUND
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> CancelResult:
             statements = self._statements

@@ -801,7 +801,8 @@ class SQLiteStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return None
         return self._read(lambda conn: self._select(conn, job_id))
 
     def list_jobs(
@@ -827,7 +828,8 @@ class SQLiteStore:
 
     def requeue(self, job_id: int) -> bool:
         """Put a failed job back in the queue, due now, attempts 0, last error kept."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return False
 
         def body(conn: sqlite3.Connection, now: float) -> bool:
             cursor = conn.execute(f"{self._REQUEUE} AND id = ?", (now, now, job_id))
@@ -861,7 +863,8 @@ class SQLiteStore:
 
     def cancel(self, job_id: int) -> CancelResult:
         """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return CancelResult.NOT_FOUND
 
         def body(conn: sqlite3.Connection, now: float) -> CancelResult:
             row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()

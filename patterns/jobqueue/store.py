@@ -313,13 +313,15 @@ def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
     return value
 
 
-def check_job_id(job_id: object) -> int:
-    """A job id: an int (`TypeError`) that a 64-bit column can hold (`ValueError`)."""
+def check_job_id(job_id: object) -> bool:
+    """Whether a job could have ``job_id``; `TypeError` if it is not an int.
+
+    An int outside a 64-bit column's range names no job (False), like any unknown id:
+    `Store.get` returns None for it, `Store.requeue` False, `Store.cancel` NOT_FOUND.
+    """
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise TypeError(f"job id must be an int, got {job_id!r}")
-    if not -(2**63) <= job_id < 2**63:
-        raise ValueError(f"job id {job_id} is out of range (no job can have it)")
-    return job_id
+    return -(2**63) <= job_id < 2**63
 
 
 def check_max_payload_bytes(value: object) -> int:
