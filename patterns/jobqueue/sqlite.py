@@ -260,7 +260,9 @@ def _no_op() -> None:
 class SQLiteStore:
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
-    The file is created with the current schema if it does not exist. ``synchronous`` is
+    The file is created with the current schema if it does not exist, unless ``create``
+    is False: then a missing file raises `StoreFileError` and nothing is created (for
+    commands that only read). ``synchronous`` is
     SQLite's durability setting in WAL mode: ``"NORMAL"`` (the default) may lose the last
     transactions on power loss but never corrupts the file; ``"FULL"`` (or ``"EXTRA"``)
     makes every commit durable at the cost of an fsync per transition.
@@ -281,12 +283,14 @@ class SQLiteStore:
         clock: Callable[[], float] = time.time,
         synchronous: str = "NORMAL",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        create: bool = True,
     ) -> None:
         level = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if level not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {level!r}")
         self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self._path = os.fspath(path)
+        self._create = create
         self._clock = clock
         self._synchronous = level
         # Guards _conn and _closed: held for every transaction attempt, so the connection
@@ -310,6 +314,9 @@ class SQLiteStore:
     # --- opening ------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        if not self._create and not os.path.exists(self._path):
+            # A reader (an operator's status or list) must not leave an empty queue behind.
+            raise StoreFileError(f"{self._path}: no such queue (the file does not exist)")
         self._create_owner_only()
         self._check_header()
         try:
