@@ -33,6 +33,8 @@ Limits, the same on every store: a payload's JSON text is at most ``max_payload_
 (`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor argument); ``max_attempts`` at
 most `MAX_ATTEMPTS_LIMIT`; every time in seconds within +-`MAX_SECONDS`. An error text is
 stored through `storable_error`: lone surrogates and NUL escaped, at most `MAX_ERROR_CHARS`.
+A name (task, owner, worker) is refused instead (`check_text`): no NUL, no lone surrogate,
+at most 200 characters. `Store.renew` never reads the payload, whatever its size.
 
 Shared by the stores, so that none imports another: the argument checks and row
 preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
@@ -299,11 +301,12 @@ def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
     refused rather than escaped, since a caller looks jobs up by it.
     """
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {value!r}")
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}..."
     if not value.strip():
-        raise ValueError(f"{name} must be a non-empty name, got {value!r}")
+        raise ValueError(f"{name} must be a non-empty name, got {shown}")
     if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL, got {value!r}")
+        raise ValueError(f"{name} must not contain NUL, got {shown}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
