@@ -319,6 +319,13 @@ class SQLiteStore:
             raise StoreFileError(f"{self._path}: no such queue (the file does not exist)")
         self._create_owner_only()
         self._check_header()
+        if os.path.isfile(self._path) and not os.access(self._path, os.W_OK):
+            # SQLite would open it read-only without a word (even asked for mode=rw), and
+            # the first enqueue or claim would fail instead of the open.
+            raise StoreFileError(
+                f"{self._path}: the job store file is read-only; a store needs to write it, "
+                "even to read (WAL mode)"
+            )
         try:
             # check_same_thread=False: the connection moves between threads, but _lock
             # makes sure only one uses it at a time, which is what that check protects.
