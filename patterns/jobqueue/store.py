@@ -33,6 +33,8 @@ Limits, the same on every store: a payload's JSON text is at most ``max_payload_
 (`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor argument); ``max_attempts`` at
 most `MAX_ATTEMPTS_LIMIT`; every time in seconds within +-`MAX_SECONDS`. An error text is
 stored through `storable_error`: lone surrogates and NUL escaped, at most `MAX_ERROR_CHARS`.
+A name (task, owner, worker) is refused instead (`check_text`): no NUL, no lone surrogate,
+at most 200 characters. `Store.renew` never reads the payload, whatever its size.
 
 Shared by the stores, so that none imports another: the argument checks and row
 preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
@@ -66,13 +68,20 @@ __all__ = [
     "NewJob",
     "Store",
     "WorkerRecord",
+    "WorkerRow",
     "backoff",
+    "cancelled_reason",
+    "check_job_id",
     "check_lease",
     "check_limit",
+    "check_max_payload_bytes",
     "check_owner",
+    "check_state",
     "check_states",
+    "check_text",
     "check_time",
     "check_timeout",
+    "check_worker",
     "encode_payload",
     "encode_result",
     "expired_reason",
@@ -88,9 +97,10 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS_LIMIT = 1_000_000
 """The largest ``max_attempts`` a store accepts (an absurd number is a mistake, not a policy)."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-"""The default limit on the JSON text of a payload (and of a result), in bytes (1 MiB)."""
+"""The default limit, in UTF-8 bytes, on the JSON text of a payload or a result (1 MiB)."""
 MAX_ERROR_CHARS = 4000
 """An error text longer than this is stored truncated (`storable_error`)."""
+_MAX_INT32 = 2**31 - 1  # the largest pid, jobs_held or limit accepted
 MAX_SECONDS = 1e10
 """The largest magnitude of any time in seconds a store accepts (about the year 2286)."""
 
@@ -257,6 +267,17 @@ def check_timeout(timeout: object) -> float | None:
     return seconds
 
 
+def check_state(state: object) -> JobState:
+    """A job state given by value (``"failed"``) or member; `ValueError` naming the choices."""
+    if not isinstance(state, str):
+        raise TypeError(f"state must be a string, got {state!r}")
+    try:
+        return JobState(state)
+    except ValueError:
+        choices = ", ".join(s.value for s in JobState)
+        raise ValueError(f"unknown job state {state!r} (one of {choices})") from None
+
+
 def check_states(states: object) -> frozenset[JobState]:
     """`Store.purge`'s ``states`` as JobStates, each one of `FINISHED_STATES`."""
     if isinstance(states, str | bytes) or not isinstance(states, Collection):
@@ -273,6 +294,95 @@ def check_states(states: object) -> frozenset[JobState]:
     return frozenset(chosen)
 
 
+def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
+    """``value`` as a non-empty name every store can keep (UTF-8, no NUL, at most ``max_chars``).
+
+    `TypeError` if it is not a string, `ValueError` naming ``name`` otherwise: a name is
+    refused rather than escaped, since a caller looks jobs up by it.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}..."
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty name, got {shown}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL, got {shown}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
+    if len(value) > max_chars:
+        raise ValueError(f"{name} is {len(value)} characters, over the limit of {max_chars}")
+    return value
+
+
+def check_job_id(job_id: object) -> bool:
+    """Whether a job could have ``job_id``; `TypeError` if it is not an int.
+
+    An int outside a 64-bit column's range names no job (False), like any unknown id:
+    `Store.get` returns None for it, `Store.requeue` False, `Store.cancel` NOT_FOUND.
+    """
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TypeError(f"job id must be an int, got {job_id!r}")
+    return -(2**63) <= job_id < 2**63
+
+
+def check_max_payload_bytes(value: object) -> int:
+    """A store's ``max_payload_bytes``: an int from 1 up; `TypeError` / `ValueError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_payload_bytes must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"max_payload_bytes must be at least 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """`Store.record_worker`'s arguments once checked (see `check_worker`)."""
+
+    worker_id: str
+    host: str
+    pid: int
+    state: str
+    started_at: float
+    jobs_held: int
+    ttl: float
+
+
+def check_worker(
+    worker_id: object,
+    *,
+    host: object,
+    pid: object,
+    state: object,
+    started_at: object,
+    jobs_held: object,
+    ttl: object,
+) -> WorkerRow:
+    """Validate `Store.record_worker`'s arguments; shared so every store refuses alike."""
+    seconds = check_time("ttl", ttl)
+    if seconds <= 0:
+        raise ValueError(f"ttl must be positive, got {seconds}")
+    return WorkerRow(
+        check_text("worker_id", worker_id),
+        check_text("host", host),
+        _check_count("pid", pid),
+        check_text("state", state, max_chars=40),
+        check_time("started_at", started_at),
+        _check_count("jobs_held", jobs_held),
+        seconds,
+    )
+
+
+def _check_count(name: str, value: object) -> int:
+    """An int between 0 and 2**31 - 1 (what every store's integer column holds)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not 0 <= value <= _MAX_INT32:
+        raise ValueError(f"{name} must be between 0 and {_MAX_INT32}, got {value}")
+    return value
+
+
 def prepare_enqueue(
     now: float,
     task: object,
@@ -285,10 +395,7 @@ def prepare_enqueue(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> NewJob:
     """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
-    if not isinstance(task, str):
-        raise TypeError(f"task must be a string, got {task!r}")
-    if not task.strip():
-        raise ValueError(f"task must be a non-empty name, got {task!r}")
+    name = check_text("task", task)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
     if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
@@ -307,7 +414,7 @@ def prepare_enqueue(
     else:
         when = now
     limit = check_timeout(timeout)
-    return NewJob(task, encode_payload(payload, max_payload_bytes), when, max_attempts, limit)
+    return NewJob(name, encode_payload(payload, max_payload_bytes), when, max_attempts, limit)
 
 
 def prepare_many(
@@ -335,12 +442,8 @@ def prepare_many(
 
 
 def check_owner(owner: object) -> str:
-    """``owner`` as a non-empty string, or `TypeError` / `ValueError`."""
-    if not isinstance(owner, str):
-        raise TypeError(f"owner must be a string, got {owner!r}")
-    if not owner:
-        raise ValueError("owner must be a non-empty string")
-    return owner
+    """``owner`` as a storable, non-empty name (`check_text`), or `TypeError` / `ValueError`."""
+    return check_text("owner", owner)
 
 
 def check_lease(lease: object) -> float:
@@ -352,17 +455,22 @@ def check_lease(lease: object) -> float:
 
 
 def check_limit(limit: object) -> int:
-    """``limit`` as an int of at least 1, or `TypeError` / `ValueError`."""
+    """``limit`` as an int from 1 to 2**31 - 1, or `TypeError` / `ValueError`."""
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int, got {limit!r}")
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+    if not 1 <= limit <= _MAX_INT32:
+        raise ValueError(f"limit must be between 1 and {_MAX_INT32}, got {limit}")
     return limit
 
 
 def new_token(owner: str) -> str:
     """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
     return f"{owner}:{uuid.uuid4().hex}"
+
+
+def cancelled_reason(how: str) -> str:
+    """The ``last_error`` of a job a store itself turned cancelled (``how`` says when)."""
+    return f"cancelled: a cancel was requested while it ran, {how}"
 
 
 def expired_reason(attempts: int) -> str:
@@ -385,6 +493,9 @@ JOB_COLUMNS = (
     "last_error",
     "created_at",
     "updated_at",
+    "timeout",
+    "result",
+    "cancel_requested",
 )
 """The columns of a SQL store's ``jobs`` table, in the order `job_from_row` reads them."""
 
@@ -396,11 +507,16 @@ def job_from_row(row: Sequence[Any]) -> Job:
     file or database it came from). Every call decodes afresh: the `Job` is a snapshot.
     """
     (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
-    (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
+    (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:12]
+    (timeout, result, cancel_requested) = row[12:15]
     try:
         value = json.loads(payload)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"job {job_id} has a payload that is not JSON ({exc})") from exc
+    try:
+        outcome = None if result is None else json.loads(result)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job {job_id} has a result that is not JSON ({exc})") from exc
     return Job(
         id=int(job_id),
         task=task,
@@ -414,6 +530,9 @@ def job_from_row(row: Sequence[Any]) -> Job:
         last_error=last_error,
         created_at=created_at,
         updated_at=updated_at,
+        timeout=timeout,
+        result=outcome,
+        cancel_requested=bool(cancel_requested),
     )
 
 
