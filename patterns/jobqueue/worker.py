@@ -41,10 +41,17 @@ Guarantees:
     * Every claimed job ends in exactly one `Outcome`: one store call that ended it was
       accepted (done, retried, failed, released), or the store refused it because
       another claim holds the lease now (lost), or every store call raised (unsettled:
-      the lease expires and the job runs again). Nothing is dropped.
+      the lease expires and the job runs again), or a commit broke with its outcome
+      unknown (unknown). Nothing is dropped.
     * An error outside the handler is a ``PhaseError`` naming its phase, logged, kept in
       the report and passed to ``on_unexpected_error``. If it leaves a decision unmade,
-      the default policy decides; if a store call raised, the job is released instead.
+      the default policy decides. If the store call that settles a job raised, one
+      fallback keeps the attempt spent (requeued with the default backoff while
+      attempts are left, failed after, with a storable reason): a job whose handler ran
+      is never given its attempt back because an outcome could not be written, so
+      ``max_attempts`` bounds its runs even when every write fails.
+    * Claims that keep raising are retried after a doubling wait, from
+      ``poll_interval`` up to 30 s: a broken store is never polled in a hot loop.
     * Once ``request_stop`` (or `Worker.stop`) has returned, no claim starts and no
       handler starts; a claim that was already under way is released unchanged.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
@@ -96,7 +103,8 @@ from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
-from patterns.jobqueue.store import Claim, Job, JsonValue, Store
+from patterns.jobqueue.postgres import CommitUnknown
+from patterns.jobqueue.store import Claim, Job, JsonValue, Store, storable_error
 from patterns.jobqueue.tasks import (
     Decision,
     Fail,
@@ -159,6 +167,7 @@ class Outcome(enum.StrEnum):
     RELEASED = "released"  # store.release accepted: interrupted or never started
     LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
     UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
+    UNKNOWN = "unknown"  # the commit's outcome is unknown (the connection broke in COMMIT)
 
 
 class Step(enum.StrEnum):
@@ -247,11 +256,20 @@ class WorkerStats:
     lost: int
     unsettled: int
     errors: int
+    unknown: int = 0
 
     @property
     def settled(self) -> int:
         """Claimed jobs that reached an outcome (``claimed - settled`` are still in hand)."""
-        return self.done + self.retried + self.failed + self.released + self.lost + self.unsettled
+        return (
+            self.done
+            + self.retried
+            + self.failed
+            + self.released
+            + self.lost
+            + self.unsettled
+            + self.unknown
+        )
 
 
 class _ClaimState(enum.StrEnum):
@@ -281,6 +299,7 @@ class _Held:
     token: CancelToken  # the handler's, a child of the worker's
     state: _ClaimState = _ClaimState.WAITING
     outcome: Outcome | None = None  # set once, by _settle
+    released_at_deadline: bool = False  # released by the forced stop while it still ran
 
 
 class Worker:
@@ -595,6 +614,7 @@ class Worker:
                 lost=self._counts[Outcome.LOST],
                 unsettled=self._counts[Outcome.UNSETTLED],
                 errors=self._error_count,
+                unknown=self._counts[Outcome.UNKNOWN],
             )
 
     def running_jobs(self) -> list[int]:
@@ -814,7 +834,9 @@ class Worker:
     def _next_wait(self, failures: int) -> float | None:
         """Seconds to wait before claiming again: a backoff after failed claims, else idle."""
         if failures:
-            return min(self._poll_interval * 2.0 ** (failures - 1), _MAX_DEQUEUE_BACKOFF)
+            # The exponent is capped too: 2.0 ** 1024 overflows, and a store can fail longer.
+            doubled = self._poll_interval * 2.0 ** min(failures - 1, 32)
+            return min(doubled, _MAX_DEQUEUE_BACKOFF)
         return self._idle_wait()
 
     def _idle_wait(self) -> float | None:
@@ -964,6 +986,7 @@ class Worker:
         settles the job; ``on_fail`` runs only once the store accepted the `Fail`.
         """
         job = run.claim.job
+        text = storable_error(text)  # what the store keeps: never a reason to raise
         decision, error = decide(job, text, policy, fallback)
         if error is not None:
             self._unexpected(policy_phase, job, error)
@@ -977,7 +1000,7 @@ class Worker:
                 lambda c: self._store.retry(c, text, run_at=run_at),
                 Outcome.RETRIED,
             )
-        reason = decision.reason or text
+        reason = storable_error(decision.reason or text)
         verb = "abandoned" if fail_phase is Phase.ABANDON else "failed for good"
         logger.error("%s: %s: %s", where, verb, reason)
         final = decision
@@ -1015,7 +1038,7 @@ class Worker:
         action: Callable[[Claim], bool],
         success: Outcome,
     ) -> Outcome:
-        """Make the store call; fall back to a release if it raises."""
+        """Make the store call; if it raises, one bounded fallback (`_fallback`)."""
         job = run.claim.job
         with self._cond:
             self._transition(_ClaimState.SETTLING, held=run)
@@ -1024,27 +1047,95 @@ class Worker:
             accepted = self._commit(phase, claim, action)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
             self._unexpected(phase, job, exc)
-            if phase is Phase.RELEASE:
-                return Outcome.UNSETTLED
-            try:
-                # The fallback: run it again later.
-                accepted = self._commit(Phase.RELEASE, claim, self._store.release)
-            except Exception as again:  # noqa: BLE001 - logged by _unexpected
-                self._unexpected(Phase.RELEASE, job, again)
-                logger.error(  # noqa: TRY400 - the traceback was just logged
-                    "job %d: unsettled; it runs again when its lease expires", job.id
-                )
-                return Outcome.UNSETTLED
-            success = Outcome.RELEASED
+            return self._fallback(run, claim, phase, exc)
         if not accepted:
+            self._log_refused(run, phase)
+            return Outcome.LOST
+        return success
+
+    def _fallback(self, run: _Held, claim: Claim, phase: Phase, exc: Exception) -> Outcome:
+        """The one store call made when the call that settles a job raised.
+
+        Never a release of a job whose handler ran (its attempt would be given back, and
+        an outcome that can never be recorded would run the job again at once, for
+        ever): the attempt stays spent. A job with attempts left is requeued after the
+        default backoff, one without is failed, each with a storable reason; a job
+        decided failed stays failed. A commit whose outcome is unknown repeats its own
+        kind of call: fencing refuses the second if the first applied. If the fallback
+        raises too, the job is unsettled: its lease expires and the store counts the
+        attempt, so ``max_attempts`` still bounds its runs.
+        """
+        job = claim.job
+        unknown = isinstance(exc, CommitUnknown)
+        reason = storable_error(
+            f"its outcome could not be recorded ({phase.value}): {_describe(exc)}"
+        )
+        action: Callable[[Claim], bool]
+        if phase is Phase.RELEASE:
+            if not unknown:
+                logger.error("job %d: unsettled; it runs again when its lease expires", job.id)
+                return Outcome.UNSETTLED
+            # The release may have applied; a second one is refused if it did.
+            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
+        elif phase in (Phase.NACK, Phase.ABANDON) or job.attempts >= job.max_attempts:
+            fallback_phase, outcome = Phase.NACK, Outcome.FAILED
+            action = lambda c: self._store.fail(c, reason)  # noqa: E731
+        else:
+            run_at = self._clock() + DEFAULT_POLICY.delay(job.attempts)
+            fallback_phase, outcome = Phase.REQUEUE, Outcome.RETRIED
+            action = lambda c: self._store.retry(c, reason, run_at=run_at)  # noqa: E731
+        if unknown:
             logger.warning(
-                "job %d: %s refused: its lease was taken over by another claim (fencing); "
-                "this worker's outcome is dropped",
+                "job %d: %s: outcome unknown: the commit may or may not have happened; "
+                "trying %s (refused if it did)",
+                job.id,
+                phase.value,
+                fallback_phase.value,
+            )
+        try:
+            accepted = self._commit(fallback_phase, claim, action)
+        except Exception as again:  # noqa: BLE001 - logged by _unexpected
+            self._unexpected(fallback_phase, job, again)
+            if unknown:
+                return Outcome.UNKNOWN
+            logger.error(  # noqa: TRY400 - the traceback was just logged
+                "job %d: unsettled; it runs again when its lease expires (attempt %d of %d spent)",
+                job.id,
+                job.attempts,
+                job.max_attempts,
+            )
+            return Outcome.UNSETTLED
+        if not accepted:
+            if unknown:
+                logger.warning(
+                    "job %d: %s refused after an unknown commit: the first %s most likely "
+                    "applied (or another claim holds the job now); outcome unknown",
+                    job.id,
+                    fallback_phase.value,
+                    phase.value,
+                )
+                return Outcome.UNKNOWN
+            self._log_refused(run, fallback_phase)
+            return Outcome.LOST
+        logger.warning("job %d: %s instead: %s", job.id, outcome.value, reason)
+        return outcome
+
+    def _log_refused(self, run: _Held, phase: Phase) -> None:
+        job = run.claim.job
+        if run.released_at_deadline:
+            logger.warning(
+                "job %d: %s refused: the job was released at the stop deadline while its "
+                "handler still ran; this late outcome is dropped",
                 job.id,
                 phase.value,
             )
-            return Outcome.LOST
-        return success
+            return
+        logger.warning(
+            "job %d: %s refused: its lease was taken over by another claim (fencing); "
+            "this worker's outcome is dropped",
+            job.id,
+            phase.value,
+        )
 
     def _commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two `Step` boundaries."""

@@ -31,7 +31,15 @@ from patterns.jobqueue.tasks import (
     TaskRegistry,
 )
 from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState
-from tests.support import MUST_HAPPEN, STAYS_BLOCKED, Gate, elapsed, join_or_fail, run_in_thread
+from tests.support import (
+    MUST_HAPPEN,
+    STAYS_BLOCKED,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    wait_until,
+)
 
 # Scheduling noise allowed on top of a stop budget (generous: the CI machine is shared).
 NOISE = 1.0
@@ -895,6 +903,81 @@ def test_an_error_in_release_leaves_the_job_unsettled_until_its_lease_expires(
     assert_one_outcome_per_claim(store, unsettled=(job_id,))
     clock.advance(31.0)
     assert [c.job.id for c in store.inner.claim("next", lease=30.0)] == [job_id]
+
+
+def test_a_job_whose_completion_can_never_be_recorded_runs_at_most_max_attempts_times(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """A complete() that always raises keeps the attempt spent: failed after max_attempts runs."""
+    tasks = TaskRegistry()
+    runs: list[int] = []
+    holder: list[Worker] = []
+
+    @tasks.task(max_attempts=3)
+    def ok(payload, ctx):
+        runs.append(ctx.attempt)
+        if len(runs) > 6:  # the hot loop this test is about: end it, and fail below
+            holder[0].request_stop("looping")
+
+    store.fail_always["complete"] = boom("complete")
+    job_id = store.enqueue("ok")
+    for _ in range(6):  # each round: run what is due, then move past any backoff
+        worker = make_worker(store, tasks, clock, exit_when_empty=True, poll_interval=0.01)
+        holder[:] = [worker]
+        run_until_empty(worker)
+        if store.get(job_id).state is JobState.FAILED:
+            break
+        clock.advance(1_000.0)
+
+    found = store.get(job_id)
+    assert runs == [1, 2, 3]
+    assert (found.state, found.attempts) == (JobState.FAILED, 3)
+    assert "could not be recorded" in (found.last_error or "")
+
+
+def test_a_job_whose_failure_can_never_be_recorded_is_left_to_its_lease_with_the_attempt_spent(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """fail() and retry() always raising: no release, one run per lease, failed at expiry."""
+    tasks = TaskRegistry()
+    runs: list[int] = []
+
+    @tasks.task
+    def bad(payload, ctx):
+        runs.append(ctx.attempt)
+        raise ValueError(f"bad {payload}")
+
+    store.fail_always["fail"] = boom("fail")
+    store.fail_always["retry"] = boom("retry")
+    job_id = store.enqueue("bad", "\ud800", max_attempts=2)  # a text UTF-8 cannot hold
+    worker = make_worker(store, tasks, clock, poll_interval=0.01)
+    with running(worker):
+        wait_until(lambda: worker.stats().settled == 1, "the first run is settled")
+        found = store.get(job_id)
+        assert (found.state, found.attempts) == (JobState.RUNNING, 1)
+        assert_one_outcome_per_claim(store, unsettled=(job_id,))  # no release was accepted
+        clock.advance(31.0)  # the lease expires: the second and last attempt
+        worker.wake()
+        wait_until(lambda: worker.stats().settled == 2, "the second run is settled")
+        clock.advance(31.0)  # expired with its attempts spent: the next claim fails it
+        worker.wake()
+        wait_until(lambda: store.get(job_id).state is JobState.FAILED, "failed at expiry")
+    assert runs == [1, 2]
+    assert worker.stats().unsettled == 2
+    assert worker.stats().released == 0
+
+
+def test_a_store_whose_claim_keeps_raising_is_claimed_from_with_exponential_backoff(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """Claims back off (doubling from poll_interval, capped); no hot loop, no overflow."""
+    store.fail_always["claim"] = boom("claim")
+    worker = make_worker(store, TaskRegistry(), clock, poll_interval=0.01)
+    with elapsed() as took, running(worker):
+        wait_until(lambda: len(store.claim_states) >= 6, "six claims")
+        spent = took()
+    assert spent >= 0.01 + 0.02 + 0.04 + 0.08 + 0.16  # the five waits between six claims
+    assert worker._next_wait(5_000) == 30.0  # capped, though 2.0 ** 4999 would overflow
 
 
 def test_an_error_in_on_shutdown_is_reported_in_the_final_report(
