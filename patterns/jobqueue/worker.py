@@ -54,6 +54,9 @@ Guarantees:
       ``poll_interval`` up to 30 s: a broken store is never polled in a hot loop.
     * Once ``request_stop`` (or `Worker.stop`) has returned, no claim starts and no
       handler starts; a claim that was already under way is released unchanged.
+    * The STOPPED report is final: a claim handed off but never started (``prefetch``)
+      is released before `Worker.stop` returns, whichever thread requested the stop, or
+      named in ``still_held_ids`` if its release had not returned by the deadline.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
       thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
       deadline are named in the report and keep their lease: not released (they are
@@ -205,6 +208,9 @@ class WorkerReport:
         thread_failures: worker threads that died (each also stopped the worker).
         phases: seconds spent in DRAINING and, if it was entered, CANCELLING.
         elapsed: seconds the `Worker.stop` call took.
+        still_held_ids: claims never started whose release had not returned by the
+            deadline (a store call hanging): they keep their lease until it expires,
+            attempt spent. Empty unless ``terminated`` is False.
     """
 
     terminated: bool
@@ -216,6 +222,7 @@ class WorkerReport:
     thread_failures: tuple[ThreadFailure, ...] = ()
     phases: Mapping[WorkerState, float] = field(default_factory=dict)
     elapsed: float = 0.0
+    still_held_ids: tuple[int, ...] = ()
 
     @property
     def completed(self) -> tuple[int, ...]:
@@ -237,6 +244,10 @@ class WorkerReport:
         )
         if self.still_running:
             text += f" {list(self.still_running_ids)} (they keep their lease)"
+        if self.still_held_ids:
+            text += (
+                f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
+            )
         if self.errors or self.thread_failures:
             text += f"; {len(self.errors)} error(s), {len(self.thread_failures)} dead thread(s)"
         return text
@@ -414,6 +425,10 @@ class Worker:
         # _shut_down). A loop that begins after the stop began returns without claiming.
         self._claim_loop_began = threading.Event()
         self._claim_loop_ended = threading.Event()
+        # Set once request_stop() has settled every claim it took back from the hand-off
+        # (it may run in another thread than stop(), a signal handler's or the claimer's);
+        # waited on by the stop, so that no release happens after the report is final.
+        self._handoff_settled = threading.Event()
         # Set once, when the stop that owns the shutdown has built the final report;
         # waited on by any other stop() call.
         self._stopped = threading.Event()
@@ -520,8 +535,11 @@ class Worker:
         if not draining:
             return
         self._wake.set()
-        for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
-            self._settle_unstarted(claim)
+        try:
+            for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
+                self._settle_unstarted(claim)
+        finally:
+            self._handoff_settled.set()
 
     def wait_stop_requested(self, timeout: float | None = None) -> bool:
         """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
@@ -650,12 +668,19 @@ class Worker:
         claim_loop_ended = not self._claim_loop_began.is_set() or self._claim_loop_ended.wait(
             max(0.0, deadline - time.monotonic())
         )
+        # The request_stop that drained the hand-off may be another thread's, still
+        # releasing prefetched claims: the report waits for it, or names what it holds.
+        handoff_settled = self._handoff_settled.wait(max(0.0, deadline - time.monotonic()))
         self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
         report = self._build_report(
-            start, terminated=pool.terminated and claimer.terminated and claim_loop_ended
+            start,
+            terminated=pool.terminated
+            and claimer.terminated
+            and claim_loop_ended
+            and handoff_settled,
         )
         with self._cond:
             self._transition(WorkerState.STOPPED, report.summary())
@@ -703,9 +728,12 @@ class Worker:
         now = time.monotonic()
         with self._cond:
             still_running = tuple(self._running())
+            waiting = (_ClaimState.WAITING, _ClaimState.LOST)
+            still_held = tuple(sorted(i for i, h in self._held.items() if h.state in waiting))
             entered = dict(self._entered)
             return WorkerReport(
-                terminated=terminated and not still_running,
+                terminated=terminated and not still_running and not still_held,
+                still_held_ids=still_held,
                 still_running=tuple(f"job {job_id}" for job_id in still_running),
                 worker=self.name,
                 still_running_ids=still_running,
@@ -1148,12 +1176,13 @@ class Worker:
         """Release a claim whose handler never started (the stop began, or the lease was lost)."""
         job = claim.job
         with self._cond:
-            held = self._held.pop(job.id, None)
+            # Still held (so a report made meanwhile names it) until its outcome is recorded.
+            held = self._held.get(job.id)
             claim = claim if held is None else held.claim  # the heartbeat may have renewed it
             lost = held is not None and held.state is _ClaimState.LOST
         if lost:
             logger.info("job %d: its lease was lost before it started; not run", job.id)
-            self._record(job, Outcome.LOST)
+            self._record(job, Outcome.LOST, held)
             return
         try:
             accepted = self._commit(Phase.RELEASE, claim, self._store.release)
@@ -1163,10 +1192,13 @@ class Worker:
         else:
             outcome = Outcome.RELEASED if accepted else Outcome.LOST
         logger.info("job %d: released before it started (%s)", job.id, outcome.value)
-        self._record(job, outcome)
+        self._record(job, outcome, held)
 
-    def _record(self, job: Job, outcome: Outcome) -> None:
+    def _record(self, job: Job, outcome: Outcome, held: _Held | None = None) -> None:
+        """Count ``outcome``; with ``held``, also stop holding that claim (one lock hold)."""
         with self._cond:
+            if held is not None and self._held.get(job.id) is held:
+                del self._held[job.id]
             self._counts[outcome] += 1
             if self._state is not WorkerState.RUNNING:
                 self._late[job.id] = outcome
