@@ -59,9 +59,11 @@ Guarantees:
       named in ``still_held_ids`` if its release had not returned by the deadline.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
       thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
-      deadline are named in the report and keep their lease: not released (they are
-      still running), no longer renewed, so they run again once it expires if the
-      process exits.
+      deadline are named in the report and released there (their attempt given back,
+      the late handler's outcome refused by fencing): a stop never makes a job fail.
+      The process is expected to exit right after (a thread cannot be killed); a
+      restart finds such a job queued, attempts as before the claim. Only a job whose
+      release failed keeps its lease, and runs again once it expires.
     * Leases are renewed until the STOPPED transition, draining included.
     * `Worker.start` is all or nothing: if it fails part-way (a thread that cannot
       start, a ``KeyboardInterrupt``, a racing `Worker.stop`), what started is stopped,
@@ -198,8 +200,9 @@ class WorkerReport:
         terminated: True when every job in hand was settled and every thread the worker
             started has ended, within the budget.
         still_running: the jobs whose handler was still running at the deadline, named
-            ``"job <id>"``. They keep their lease (not released, no longer renewed): if
-            the process exits, each runs again once its lease expires.
+            ``"job <id>"``. Each was released (``released_running_ids``: queued again,
+            its attempt given back, its handler's late outcome refused); one whose
+            release failed keeps its lease and runs again once that expires.
         worker: the worker's name.
         still_running_ids: the ids of those jobs, in the same order.
         outcomes: for each job the worker held when the stop began (running, or handed
@@ -211,6 +214,7 @@ class WorkerReport:
         still_held_ids: claims never started whose release had not returned by the
             deadline (a store call hanging): they keep their lease until it expires,
             attempt spent. Empty unless ``terminated`` is False.
+        released_running_ids: the jobs of ``still_running`` the stop released.
     """
 
     terminated: bool
@@ -223,6 +227,7 @@ class WorkerReport:
     phases: Mapping[WorkerState, float] = field(default_factory=dict)
     elapsed: float = 0.0
     still_held_ids: tuple[int, ...] = ()
+    released_running_ids: tuple[int, ...] = ()
 
     @property
     def completed(self) -> tuple[int, ...]:
@@ -243,7 +248,12 @@ class WorkerReport:
             f"{len(self.still_running)} still running"
         )
         if self.still_running:
-            text += f" {list(self.still_running_ids)} (they keep their lease)"
+            kept = [i for i in self.still_running_ids if i not in self.released_running_ids]
+            text += f" {list(self.still_running_ids)}"
+            if self.released_running_ids:
+                text += f" (released {list(self.released_running_ids)}: attempts given back)"
+            if kept:
+                text += f" (they keep their lease: {kept})"
         if self.still_held_ids:
             text += (
                 f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
@@ -404,6 +414,7 @@ class Worker:
         # the heartbeat renews the WAITING and RUNNING ones.
         self._held: dict[int, _Held] = {}
         self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
+        self._released_running: list[int] = []  # released at the deadline, handler running
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
         self._error_count = 0
@@ -675,6 +686,7 @@ class Worker:
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
+        self._release_still_running()
         report = self._build_report(
             start,
             terminated=pool.terminated
@@ -685,6 +697,43 @@ class Worker:
         with self._cond:
             self._transition(WorkerState.STOPPED, report.summary())
         return self._finish(report)
+
+    def _release_still_running(self) -> None:
+        """Give back the attempt of every job whose handler outlived the budget.
+
+        A stop must never turn a job failed: kept under its lease, such a job would come
+        back once the lease expired with this attempt spent (failed at once with
+        ``max_attempts=1``). The process exits right after the report (a thread cannot
+        be killed), and the release clears the lease, so the handler's late outcome is
+        refused (fencing) and the job runs again from the queue, like an interrupted one.
+        """
+        with self._cond:
+            late = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
+            for held in late:
+                held.released_at_deadline = True
+        for held in late:
+            job = held.claim.job
+            try:
+                accepted = self._commit(Phase.RELEASE, held.claim, self._store.release)
+            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+                self._unexpected(Phase.RELEASE, job, exc)
+                accepted = False
+            if accepted:
+                logger.warning(
+                    "job %d (%s): still running at the stop deadline: released (attempt "
+                    "given back); its handler's late outcome will be refused",
+                    job.id,
+                    job.task,
+                )
+                with self._cond:
+                    self._released_running.append(job.id)
+            else:
+                logger.warning(
+                    "job %d (%s): still running at the stop deadline and not released; "
+                    "it keeps its lease",
+                    job.id,
+                    job.task,
+                )
 
     def _begin_cancelling(self) -> None:
         with self._cond:
@@ -734,6 +783,7 @@ class Worker:
             return WorkerReport(
                 terminated=terminated and not still_running and not still_held,
                 still_held_ids=still_held,
+                released_running_ids=tuple(sorted(self._released_running)),
                 still_running=tuple(f"job {job_id}" for job_id in still_running),
                 worker=self.name,
                 still_running_ids=still_running,

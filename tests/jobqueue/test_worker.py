@@ -416,10 +416,10 @@ def test_shutdown_table_a_job_ignoring_its_token_finishes_within_the_budget_and_
     assert store.get(job_id).state is JobState.DONE
 
 
-def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and_keeps_its_lease(
+def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and_released(
     store: RecordingStore, clock: FakeClock
 ) -> None:
-    """stop() returns on its deadline naming the job, which keeps its lease; nothing is released."""
+    """stop() returns on its deadline naming the job and giving its attempt back: never failed."""
     tasks = TaskRegistry()
     gate = Gate("stuck job")
     shutdowns: list[WorkerReport] = []
@@ -428,7 +428,7 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
     def stuck(payload, ctx):
         gate.arrive()
 
-    job_id = store.enqueue("stuck")
+    job_id = store.enqueue("stuck", max_attempts=1)  # kept under its lease, it would fail
     worker = make_worker(store, tasks, clock, on_shutdown=shutdowns.append)
     with running(worker, gate):
         gate.wait_reached()
@@ -436,16 +436,43 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
             report = worker.stop(0.2)
         assert took() < 0.2 + NOISE
         job = store.get(job_id)
-        assert job.state is JobState.RUNNING
-        assert job.lease_owner is not None
-        assert job.lease_owner.startswith("w1:")
+        assert (job.state, job.attempts, job.lease_owner) == (JobState.QUEUED, 0, None)
 
+    # The handler ended after the report: its outcome was refused (fencing).
+    wait_until(lambda: worker.stats().lost == 1, "the late outcome refused")
+    assert store.get(job_id).state is JobState.QUEUED
     assert not report.terminated
     assert (report.still_running, report.still_running_ids) == ((f"job {job_id}",), (job_id,))
-    assert report.released == ()
+    assert report.released_running_ids == (job_id,)
     assert set(report.phases) == {WorkerState.DRAINING, WorkerState.CANCELLING}
     assert shutdowns == [report]
-    assert f"still running [{job_id}] (they keep their lease)" in report.summary()
+    assert f"still running [{job_id}] (released [{job_id}]: attempts given back)" in (
+        report.summary()
+    )
+    [rerun] = store.inner.claim("restart", lease=30.0)  # a restart runs it, first attempt
+    assert (rerun.job.id, rerun.job.attempts) == (job_id, 1)
+
+
+def test_a_job_still_running_whose_release_fails_at_the_deadline_keeps_its_lease(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """If the deadline's release raises, the report says the job keeps its lease."""
+    tasks = TaskRegistry()
+    gate = Gate("stuck job")
+
+    @tasks.task
+    def stuck(payload, ctx):
+        gate.arrive()
+
+    job_id = store.enqueue("stuck")
+    worker = make_worker(store, tasks, clock)
+    with running(worker, gate):
+        gate.wait_reached()
+        store.fail_always["release"] = boom("release")
+        report = worker.stop(0.2)
+        assert store.get(job_id).state is JobState.RUNNING
+    assert report.released_running_ids == ()
+    assert f"(they keep their lease: [{job_id}])" in report.summary()
 
 
 def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_swallowed_it(
