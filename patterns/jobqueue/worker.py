@@ -714,7 +714,7 @@ class Worker:
         for held in late:
             job = held.claim.job
             try:
-                accepted = self._commit(Phase.RELEASE, held.claim, self._store.release)
+                accepted = self._release(held.claim)
             except Exception as exc:  # noqa: BLE001 - logged by _unexpected
                 self._unexpected(Phase.RELEASE, job, exc)
                 accepted = False
@@ -1222,6 +1222,23 @@ class Worker:
         self._step_hook(Step.AFTER_COMMIT, claim, phase)
         return accepted
 
+    def _release(self, claim: Claim) -> bool:
+        """`Store.release`, repeated once if its commit's outcome is unknown.
+
+        The second call is refused if the first one applied; either way the job is not
+        left leased with its attempt spent because a connection broke at ``COMMIT``.
+        """
+        try:
+            return self._commit(Phase.RELEASE, claim, self._store.release)
+        except CommitUnknown as exc:
+            self._unexpected(Phase.RELEASE, claim.job, exc)
+            logger.warning(
+                "job %d: release: outcome unknown: the commit may or may not have happened; "
+                "releasing again (refused if it did)",
+                claim.job.id,
+            )
+            return self._commit(Phase.RELEASE, claim, self._store.release) or True
+
     def _settle_unstarted(self, claim: Claim) -> None:
         """Release a claim whose handler never started (the stop began, or the lease was lost)."""
         job = claim.job
@@ -1235,7 +1252,7 @@ class Worker:
             self._record(job, Outcome.LOST, held)
             return
         try:
-            accepted = self._commit(Phase.RELEASE, claim, self._store.release)
+            accepted = self._release(claim)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
             self._unexpected(Phase.RELEASE, job, exc)
             outcome = Outcome.UNSETTLED

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import (
     Backoff,
@@ -1005,6 +1006,73 @@ def test_a_store_whose_claim_keeps_raising_is_claimed_from_with_exponential_back
         spent = took()
     assert spent >= 0.01 + 0.02 + 0.04 + 0.08 + 0.16  # the five waits between six claims
     assert worker._next_wait(5_000) == 30.0  # capped, though 2.0 ** 4999 would overflow
+
+
+class CommitThenBreak(RecordingStore):
+    """A store whose complete() commits, then raises CommitUnknown (the reply was lost)."""
+
+    def complete(self, claim: Claim, result: Any = None) -> bool:
+        """Commit, then report the broken connection."""
+        super().complete(claim)
+        raise CommitUnknown("connection lost during COMMIT (injected)")
+
+
+def test_a_completion_whose_commit_is_unknown_is_reported_as_unknown_not_lost_to_fencing(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Committed but unconfirmed: Outcome.UNKNOWN, no on_complete, and the log says why."""
+    store = CommitThenBreak(clock)
+    completed: list[int] = []
+    tasks = TaskRegistry(on_complete=lambda job, result: completed.append(job.id))
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(store, tasks, clock, exit_when_empty=True)
+    with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.worker"):
+        run_until_empty(worker)
+    assert store.get(job_id).state is JobState.DONE
+    stats = worker.stats()
+    assert (stats.unknown, stats.lost, stats.done) == (1, 0, 0)
+    assert completed == []  # the hook runs only for an outcome known to be recorded
+    text = caplog.text
+    assert "outcome unknown: the commit may or may not have happened" in text
+    assert "fencing" not in text
+
+
+def test_a_completion_whose_commit_is_unknown_and_did_not_apply_is_retried(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """The fallback after an unknown commit is accepted only if the first did not apply."""
+    store.fail_next["complete"] = [CommitUnknown("connection lost before COMMIT (injected)")]
+    tasks = TaskRegistry()
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(store, tasks, clock, exit_when_empty=True)
+    run_until_empty(worker)
+    found = store.get(job_id)
+    assert (found.state, found.attempts) == (JobState.QUEUED, 1)  # attempt kept: bounded
+    assert worker.stats().retried == 1
+
+
+def test_a_release_at_the_deadline_whose_commit_is_unknown_is_made_again(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """A stop's release that broke in COMMIT is repeated: the job is never left to fail."""
+    tasks = TaskRegistry()
+    gate = Gate("stuck job")
+
+    @tasks.task
+    def stuck(payload, ctx):
+        gate.arrive()
+
+    job_id = store.enqueue("stuck", max_attempts=1)
+    worker = make_worker(store, tasks, clock)
+    with running(worker, gate):
+        gate.wait_reached()
+        store.fail_next["release"] = [CommitUnknown("connection lost before COMMIT (injected)")]
+        report = worker.stop(0.2)
+        found = store.get(job_id)
+        assert (found.state, found.attempts) == (JobState.QUEUED, 0)
+    assert report.released_running_ids == (job_id,)
 
 
 def test_an_error_in_on_shutdown_is_reported_in_the_final_report(
