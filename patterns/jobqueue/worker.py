@@ -109,7 +109,7 @@ from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
 from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.store import Claim, Job, JsonValue, Store, storable_error
+from patterns.jobqueue.store import Claim, Job, JsonValue, Store, check_time, storable_error
 from patterns.jobqueue.tasks import (
     Decision,
     Fail,
@@ -345,6 +345,15 @@ class Worker:
             DRAINING gets the rest. ``cancel_timeout=stop_timeout`` cancels at once.
         lease: seconds each claim holds its job; renewed every ``heartbeat_interval``
             (default: a third of the lease) while the handler runs, draining included.
+            The heartbeat interval must be shorter than the lease (else every lease
+            lapses between renewals and every outcome is refused).
+        store_outage_limit: seconds the store may keep failing every claim before the
+            worker stops itself (default 60): the report's ``failure`` says why, so a
+            process can exit non-zero instead of retrying for ever.
+
+    Every interval is checked at construction, alone and against the others: a
+    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
+    naming the argument.
         on_shutdown: called exactly once, with the final `WorkerReport`, when the
             worker reaches STOPPED (``report.terminated`` says whether everything ended).
         install_signal_handlers: make the first SIGTERM/SIGINT call `request_stop` and a
@@ -376,12 +385,20 @@ class Worker:
         on_shutdown: Callable[[WorkerReport], object] | None = None,
         install_signal_handlers: bool = False,
         exit_when_empty: bool = False,
+        store_outage_limit: float = 60.0,
         name: str | None = None,
         clock: Callable[[], float] = time.time,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         _check_counts(concurrency, prefetch)
-        _check_times(poll_interval, stop_timeout, cancel_timeout, lease)
+        beat = _check_times(
+            poll_interval=poll_interval,
+            stop_timeout=stop_timeout,
+            cancel_timeout=cancel_timeout,
+            lease=lease,
+            heartbeat_interval=heartbeat_interval,
+            store_outage_limit=store_outage_limit,
+        )
         self.name = name or f"worker-{os.getpid()}-{next(_names)}"
         self._store = store
         self._tasks = tasks
@@ -457,7 +474,7 @@ class Worker:
             self._claim_loop, name=f"{self.name}-claimer", stop_timeout=stop_timeout
         )
         self._heartbeat = HousekeepingDaemon(
-            self._reporting_death(every(heartbeat_interval or lease / 3, self._renew_leases)),
+            self._reporting_death(every(beat, self._renew_leases)),
             name=f"{self.name}-heartbeat",
         )
         self._signals: SignalHandlers | None = None
@@ -1379,21 +1396,57 @@ def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[W
     return durations
 
 
-def _check_counts(concurrency: int, prefetch: int) -> None:
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    if prefetch < 0:
-        raise ValueError(f"prefetch must not be negative, got {prefetch}")
+_MAX_THREADS = 10_000  # more handler threads (or prefetched claims) than this is a mistake
+
+
+def _check_counts(concurrency: object, prefetch: object) -> None:
+    for name, value, least in (("concurrency", concurrency, 1), ("prefetch", prefetch, 0)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if value < least:
+            which = "at least 1" if least else "not negative"
+            raise ValueError(f"{name} must be {which}, got {value}")
+        if value > _MAX_THREADS:
+            raise ValueError(f"{name} must be at most {_MAX_THREADS}, got {value}")
+
+
+def _seconds(name: str, value: object, *, zero_ok: bool = False) -> float:
+    """``value`` as seconds: a finite number within `MAX_SECONDS`, positive (or zero)."""
+    seconds = check_time(name, value)  # TypeError / ValueError naming the argument
+    if seconds < 0 or (seconds == 0 and not zero_ok):
+        which = "must not be negative" if zero_ok else "must be positive"
+        raise ValueError(f"{name} {which}, got {value!r}")
+    return seconds
 
 
 def _check_times(
-    poll_interval: float, stop_timeout: float, cancel_timeout: float | None, lease: float
-) -> None:
-    if poll_interval <= 0:
-        raise ValueError(f"poll_interval must be positive, got {poll_interval}")
-    if stop_timeout < 0:
-        raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
-    if cancel_timeout is not None and not 0 <= cancel_timeout <= stop_timeout:
-        raise ValueError("cancel_timeout must be between 0 and stop_timeout")
-    if lease <= 0:
-        raise ValueError(f"lease must be positive, got {lease}")
+    *,
+    poll_interval: object,
+    stop_timeout: object,
+    cancel_timeout: object,
+    lease: object,
+    heartbeat_interval: object,
+    store_outage_limit: object,
+) -> float:
+    """Check every interval alone and against the others; the heartbeat interval to use."""
+    _seconds("poll_interval", poll_interval)
+    stop = _seconds("stop_timeout", stop_timeout, zero_ok=True)
+    if cancel_timeout is not None:
+        cancel = _seconds("cancel_timeout", cancel_timeout, zero_ok=True)
+        if cancel > stop:
+            raise ValueError(
+                f"cancel_timeout must be between 0 and stop_timeout ({stop}), got {cancel}"
+            )
+    held = _seconds("lease", lease)
+    _seconds("store_outage_limit", store_outage_limit)
+    if heartbeat_interval is None:
+        return held / 3
+    beat = _seconds("heartbeat_interval", heartbeat_interval)
+    if beat >= held:
+        # Every lease would lapse between two renewals: each outcome refused, each job
+        # run again by another claim until its attempts are spent, then failed.
+        raise ValueError(
+            f"heartbeat_interval must be shorter than the lease ({held} s), got {beat}"
+            " (a third of it is the default)"
+        )
+    return beat

@@ -41,7 +41,7 @@ from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
 from tests.support import MUST_HAPPEN, Gate, elapsed, join_or_fail, run_in_thread, wait_until
 
-LEASE = 30.0  # fake seconds; only the fake clock moves past it
+LEASE = 1_000.0  # fake seconds, longer than FOREVER; only the fake clock moves past it
 BUDGET = 5.0  # the faulty worker's shutdown budget; no case should need much of it
 NOISE = 1.5  # scheduling noise allowed on top of a budget (the CI machine is shared)
 FOREVER = 600.0  # a poll or heartbeat interval that never elapses within a test

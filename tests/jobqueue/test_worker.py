@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import threading
 import time
@@ -46,6 +47,9 @@ from tests.support import (
 NOISE = 1.0
 # An idle wait no test could ever sit out: a test that finishes proves nobody waited for it.
 FOREVER = 600.0
+# The lease, in the fake clock's seconds: longer than FOREVER, so that a heartbeat
+# interval of FOREVER is valid (shorter than the lease) and never elapses in a test.
+LEASE = 1_000.0
 
 TERMINAL = ("complete", "fail", "retry", "release")
 
@@ -217,7 +221,7 @@ def make_worker(store: RecordingStore, tasks: TaskRegistry, clock: FakeClock, **
         "concurrency": 1,
         "poll_interval": FOREVER,
         "stop_timeout": MUST_HAPPEN,
-        "lease": 30.0,
+        "lease": LEASE,
         "heartbeat_interval": FOREVER,
         "name": "w1",
         "clock": clock,
@@ -450,7 +454,7 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
     assert f"still running [{job_id}] (released [{job_id}]: attempts given back)" in (
         report.summary()
     )
-    [rerun] = store.inner.claim("restart", lease=30.0)  # a restart runs it, first attempt
+    [rerun] = store.inner.claim("restart", lease=LEASE)  # a restart runs it, first attempt
     assert (rerun.job.id, rerun.job.attempts) == (job_id, 1)
 
 
@@ -593,11 +597,11 @@ def test_a_worker_whose_lease_was_taken_over_cannot_complete_the_job(
     tasks.on_complete = lambda job, result: completions.append(job.id)
     tasks.task(name="slow")(lambda payload, ctx: gate.arrive())
     job_id = store.enqueue("slow")
-    worker = make_worker(store, tasks, clock, lease=30.0)
+    worker = make_worker(store, tasks, clock, lease=LEASE)
     with running(worker, gate):
         gate.wait_reached()
-        clock.advance(31.0)  # the lease expires while the handler is paused
-        [takeover] = store.inner.claim("intruder", lease=30.0)
+        clock.advance(LEASE + 1)  # the lease expires while the handler is paused
+        [takeover] = store.inner.claim("intruder", lease=LEASE)
         gate.open()
         report = worker.stop()
 
@@ -632,11 +636,11 @@ def test_a_lease_lost_to_a_takeover_cancels_the_job_through_the_heartbeat(
             ended.set()
 
     store.enqueue("cooperative")
-    worker = make_worker(store, tasks, clock, lease=30.0, heartbeat_interval=0.01)
+    worker = make_worker(store, tasks, clock, lease=LEASE, heartbeat_interval=0.01)
     with running(worker):
         assert started.wait(MUST_HAPPEN)
-        clock.advance(31.0)
-        store.inner.claim("intruder", lease=30.0)
+        clock.advance(LEASE + 1)
+        store.inner.claim("intruder", lease=LEASE)
         # The next heartbeat finds the lease gone and cancels the job's token.
         assert ended.wait(MUST_HAPPEN)
         worker.stop()
@@ -929,8 +933,8 @@ def test_an_error_in_release_leaves_the_job_unsettled_until_its_lease_expires(
     assert worker.stats().unsettled == 1
     assert store.get(job_id).state is JobState.RUNNING  # claimable again once the lease ends
     assert_one_outcome_per_claim(store, unsettled=(job_id,))
-    clock.advance(31.0)
-    assert [c.job.id for c in store.inner.claim("next", lease=30.0)] == [job_id]
+    clock.advance(LEASE + 1)
+    assert [c.job.id for c in store.inner.claim("next", lease=LEASE)] == [job_id]
 
 
 def test_a_job_whose_completion_can_never_be_recorded_runs_at_most_max_attempts_times(
@@ -984,10 +988,10 @@ def test_a_job_whose_failure_can_never_be_recorded_is_left_to_its_lease_with_the
         found = store.get(job_id)
         assert (found.state, found.attempts) == (JobState.RUNNING, 1)
         assert_one_outcome_per_claim(store, unsettled=(job_id,))  # no release was accepted
-        clock.advance(31.0)  # the lease expires: the second and last attempt
+        clock.advance(LEASE + 1)  # the lease expires: the second and last attempt
         worker.wake()
         wait_until(lambda: worker.stats().settled == 2, "the second run is settled")
-        clock.advance(31.0)  # expired with its attempts spent: the next claim fails it
+        clock.advance(LEASE + 1)  # expired with its attempts spent: the next claim fails it
         worker.wake()
         wait_until(lambda: store.get(job_id).state is JobState.FAILED, "failed at expiry")
     assert runs == [1, 2]
@@ -1169,12 +1173,12 @@ def test_exit_when_empty_waits_for_a_job_of_a_dead_worker_until_its_lease_expire
     tasks = TaskRegistry()
     tasks.task(name="t")(lambda payload, ctx: None)
     job_id = store.enqueue("t")
-    store.inner.claim("dead-worker", lease=30.0)
+    store.inner.claim("dead-worker", lease=LEASE)
     worker = make_worker(store, tasks, clock, exit_when_empty=True)
     thread, outcome = run_in_thread(worker.run, "worker-main")
     try:
         assert not worker.wait_stop_requested(STAYS_BLOCKED)  # a job is running somewhere
-        clock.advance(31.0)
+        clock.advance(LEASE + 1)
         worker.wake()
     finally:
         join_or_fail(thread)
@@ -1344,3 +1348,43 @@ def test_nonsense_settings_are_refused(
     """Zero threads, a zero poll interval or lease, or a cancel share above budget are errors."""
     with pytest.raises(ValueError, match="must"):
         make_worker(store, TaskRegistry(), clock, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"lease": 30.0, "heartbeat_interval": 30.0}, "heartbeat_interval"),
+        ({"lease": 30.0, "heartbeat_interval": 45.0}, "heartbeat_interval"),
+        ({"heartbeat_interval": 0}, "heartbeat_interval"),
+        ({"heartbeat_interval": -1.0}, "heartbeat_interval"),
+        ({"lease": math.inf}, "lease"),
+        ({"lease": math.nan}, "lease"),
+        ({"lease": 1e15}, "lease"),
+        ({"lease": 10**400}, "lease"),
+        ({"poll_interval": math.nan}, "poll_interval"),
+        ({"poll_interval": 1e15}, "poll_interval"),
+        ({"stop_timeout": math.inf}, "stop_timeout"),
+        ({"stop_timeout": math.nan}, "stop_timeout"),
+        ({"cancel_timeout": math.nan}, "cancel_timeout"),
+        ({"cancel_timeout": -1.0}, "cancel_timeout"),
+        ({"store_outage_limit": 0}, "store_outage_limit"),
+        ({"store_outage_limit": math.inf}, "store_outage_limit"),
+        ({"concurrency": 10**9}, "concurrency"),
+    ],
+)
+def test_an_interval_out_of_range_alone_or_against_the_others_is_refused_by_name(
+    store: RecordingStore, clock: FakeClock, kwargs: dict[str, float], named: str
+) -> None:
+    """heartbeat_interval >= lease, inf, nan or huge numbers: ValueError naming the argument."""
+    with pytest.raises(ValueError, match=named):
+        make_worker(store, TaskRegistry(), clock, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["lease", "poll_interval", "heartbeat_interval", "concurrency"])
+def test_a_setting_of_the_wrong_type_is_refused_by_name(
+    store: RecordingStore, clock: FakeClock, name: str
+) -> None:
+    """A string or a bool where a number belongs: TypeError naming the argument."""
+    for bad in ("5", True):
+        with pytest.raises(TypeError, match=name):
+            make_worker(store, TaskRegistry(), clock, **{name: bad})
