@@ -51,7 +51,10 @@ Guarantees:
       is never given its attempt back because an outcome could not be written, so
       ``max_attempts`` bounds its runs even when every write fails.
     * Claims that keep raising are retried after a doubling wait, from
-      ``poll_interval`` up to 30 s: a broken store is never polled in a hot loop.
+      ``poll_interval`` up to 30 s: a broken store is never polled in a hot loop. Once
+      they have failed for ``store_outage_limit`` seconds the worker stops itself and
+      its report's ``failure`` says why; a failed claim never counts as "the queue is
+      empty" (``exit_when_empty``).
     * Once ``request_stop`` (or `Worker.stop`) has returned, no claim starts and no
       handler starts; a claim that was already under way is released unchanged.
     * The STOPPED report is final: a claim handed off but never started (``prefetch``)
@@ -215,6 +218,9 @@ class WorkerReport:
             deadline (a store call hanging): they keep their lease until it expires,
             attempt spent. Empty unless ``terminated`` is False.
         released_running_ids: the jobs of ``still_running`` the stop released.
+        failure: why the worker stopped itself because it could not work (the store
+            failed every claim for ``store_outage_limit``), or None. A process should
+            exit non-zero when it is set.
     """
 
     terminated: bool
@@ -228,6 +234,7 @@ class WorkerReport:
     elapsed: float = 0.0
     still_held_ids: tuple[int, ...] = ()
     released_running_ids: tuple[int, ...] = ()
+    failure: str | None = None
 
     @property
     def completed(self) -> tuple[int, ...]:
@@ -258,6 +265,8 @@ class WorkerReport:
             text += (
                 f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
             )
+        if self.failure:
+            text += f"; stopped because {self.failure}"
         if self.errors or self.thread_failures:
             text += f"; {len(self.errors)} error(s), {len(self.thread_failures)} dead thread(s)"
         return text
@@ -412,6 +421,7 @@ class Worker:
         self._on_shutdown = on_shutdown
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
+        self._outage_limit = float(store_outage_limit)
         self._clock = clock
         self._step_hook = step_hook or _no_step_hook
 
@@ -440,6 +450,7 @@ class Worker:
         self._start_called = False  # set by the first start(), so a second one refuses
         self._stop_owner: threading.Thread | None = None  # the thread running stop()
         self._report: WorkerReport | None = None
+        self._failure: str | None = None  # why the worker stopped itself, if it did
 
         # Set by wake(), enqueue(), request_stop() and each handler thread when it frees
         # its slot; cleared by the claiming thread just before each claim; waited on by
@@ -801,6 +812,7 @@ class Worker:
                 terminated=terminated and not still_running and not still_held,
                 still_held_ids=still_held,
                 released_running_ids=tuple(sorted(self._released_running)),
+                failure=self._failure,
                 still_running=tuple(f"job {job_id}" for job_id in still_running),
                 worker=self.name,
                 still_running_ids=still_running,
@@ -874,6 +886,7 @@ class Worker:
 
     def _claim_until_stopped(self, stopping: threading.Event) -> None:
         failures = 0
+        outage_since = 0.0  # monotonic time of the first claim of a run of failed ones
         while True:
             with self._cond:
                 # The pool-level check: a handler that swallowed its Interrupted cannot
@@ -892,6 +905,11 @@ class Worker:
                 claims = []
                 failures += 1
                 self._unexpected(Phase.DEQUEUE, None, exc)
+                now = time.monotonic()
+                outage_since = now if failures == 1 else outage_since
+                if now - outage_since >= self._outage_limit:
+                    self._give_up_on_store(failures, now - outage_since, exc, want)
+                    return
             with self._cond:
                 self._idle += want - len(claims)
                 self._claimed += len(claims)
@@ -916,6 +934,18 @@ class Worker:
                 self.request_stop("no job is due or running anywhere (exit when empty)")
                 return
             self._wake.wait(wait)
+
+    def _give_up_on_store(self, failures: int, lasted: float, exc: Exception, want: int) -> None:
+        """Stop the worker: the store has failed every claim for ``store_outage_limit``."""
+        reason = (
+            f"the store failed every claim for {lasted:.1f} s ({failures} claims; "
+            f"store_outage_limit {self._outage_limit:g} s): {_describe(exc)}"
+        )
+        with self._cond:
+            self._idle += want  # the claim that failed took no slot
+            self._failure = reason
+        logger.critical("worker %s: %s; stopping", self.name, reason)
+        self.request_stop(reason)
 
     def _hand_over(self, claim: Claim, stopping: threading.Event) -> None:
         """Put one claim on the hand-off to the handler threads (`ShutDown` once stopping)."""

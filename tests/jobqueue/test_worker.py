@@ -1079,6 +1079,51 @@ def test_a_release_at_the_deadline_whose_commit_is_unknown_is_made_again(
     assert report.released_running_ids == (job_id,)
 
 
+@pytest.mark.parametrize("exit_when_empty", [False, True])
+def test_a_worker_whose_store_fails_every_claim_past_the_outage_limit_stops_with_the_reason(
+    store: RecordingStore, clock: FakeClock, exit_when_empty: bool
+) -> None:
+    """A store unusable for store_outage_limit stops the worker; a failed claim is not 'empty'."""
+    store.fail_always["claim"] = boom("claim")
+    worker = make_worker(
+        store,
+        TaskRegistry(),
+        clock,
+        poll_interval=0.01,
+        store_outage_limit=0.2,
+        exit_when_empty=exit_when_empty,
+    )
+    with elapsed() as took:
+        report = run_until_empty(worker)
+    assert took() >= 0.2
+    assert report.failure is not None
+    assert "store_outage_limit" in report.failure
+    assert "injected into claim" in report.failure
+    assert "stopped because the store failed every claim" in report.summary()
+    assert len(store.claim_states) >= 2  # it retried before giving up
+
+
+def test_a_worker_whose_claims_succeed_again_within_the_limit_goes_on(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """Failures shorter than the limit only back off; the worker then runs the job."""
+    store.fail_next["claim"] = [boom("claim"), boom("claim")]
+    tasks = TaskRegistry()
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(
+        store,
+        tasks,
+        clock,
+        poll_interval=0.01,
+        store_outage_limit=MUST_HAPPEN,
+        exit_when_empty=True,
+    )
+    report = run_until_empty(worker)
+    assert report.failure is None
+    assert store.get(job_id).state is JobState.DONE
+
+
 def test_an_error_in_on_shutdown_is_reported_in_the_final_report(
     store: RecordingStore, clock: FakeClock
 ) -> None:
