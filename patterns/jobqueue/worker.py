@@ -395,10 +395,6 @@ class Worker:
         store_outage_limit: seconds the store may keep failing every claim before the
             worker stops itself (default 60): the report's ``failure`` says why, so a
             process can exit non-zero instead of retrying for ever.
-
-    Every interval is checked at construction, alone and against the others: a
-    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
-    naming the argument.
         on_shutdown: called exactly once, with the final `WorkerReport`, when the
             worker reaches STOPPED (``report.terminated`` says whether everything ended).
         install_signal_handlers: make the first SIGTERM/SIGINT call `request_stop` and a
@@ -409,6 +405,10 @@ class Worker:
             store's; `time.time` for every store by default).
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
             in the thread that is there. None (the default): a no-op.
+
+    Every interval is checked at construction, alone and against the others: a
+    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
+    naming the argument.
 
     Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
     own) and a context manager that starts on entry and stops on exit. A worker runs
