@@ -452,10 +452,11 @@ class TaskRegistry:
         task = self._tasks.get(name)
         if task is None:
             raise LookupError(f"unknown task {name!r}; registered: {sorted(self._tasks)}")
-        limit = task.timeout if timeout is None else timeout
-        attempts = task.max_attempts if max_attempts is None else max_attempts
-        if limit is None:  # the store's default; a store may predate per-job timeouts
-            return store.enqueue(name, payload, run_at=run_at, delay=delay, max_attempts=attempts)
         return store.enqueue(
-            name, payload, run_at=run_at, delay=delay, max_attempts=attempts, timeout=limit
+            name,
+            payload,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=task.max_attempts if max_attempts is None else max_attempts,
+            timeout=task.timeout if timeout is None else timeout,
         )

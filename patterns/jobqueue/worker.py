@@ -1190,8 +1190,6 @@ class Worker:
             encode_result(result)  # the default limit: a cheap check before the store's own
         except (TypeError, ValueError) as exc:
             return self._complete_without_result(claim, exc)
-        if result is None:
-            return self._store.complete(claim)
         try:
             return self._store.complete(claim, result)
         except (TypeError, ValueError) as exc:  # over this store's own max_payload_bytes
@@ -1205,7 +1203,7 @@ class Worker:
             job.task,
             why,
         )
-        return self._store.complete(claim)
+        return self._store.complete(claim, None)
 
     def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> Outcome:
         """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""

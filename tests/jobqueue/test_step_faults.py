@@ -153,10 +153,7 @@ class FaultStore:
     def complete(self, claim: Claim, result: Any = None) -> bool:
         """Pass through, noting an accepted call."""
         self._check()
-        if result is None:  # what this module's handlers return; no store needs it then
-            accepted = self.inner.complete(claim)
-        else:
-            accepted = self.inner.complete(claim, result)
+        accepted = self.inner.complete(claim, result)
         self.ledger.settled("complete", claim, accepted)
         return accepted
 

@@ -1,7 +1,8 @@
 """The worker's round-two features: results, per-job timeouts, operators' cancels, worker rows.
 
 Every test runs the real `Worker` on a real `MemoryStore` behind ``test_worker``'s
-`RecordingStore`, with the store's time on a `FakeClock`. Handlers park at a `Gate` or wait
+`RecordingStore`, with the store's time on a `FakeClock`; the last one runs the same
+features on every store (memory, a SQLite file, PostgreSQL). Handlers park at a `Gate` or wait
 on their token; deadlines are real (a job's timeout is in real seconds, as a handler runs
 in real time), short, and only ever waited for through the token, never by sleeping.
 """
@@ -10,11 +11,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from patterns.jobqueue.store import CancelResult, JobState
+from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.postgres import PostgresStore
+from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.store import CancelResult, JobState, Store
 from patterns.jobqueue.tasks import Interrupted, JobContext, TaskRegistry
 from patterns.jobqueue.worker import Worker
 from tests.jobqueue.test_worker import (
@@ -313,3 +319,57 @@ def test_a_failing_record_worker_is_logged_rate_limited_and_never_stops_the_work
     assert worker.stats().done == 1
     lines = [r for r in caplog.records if "could not write its row" in r.getMessage()]
     assert len(lines) == 1
+
+
+# --- the same on every store ------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    """Each real store on the fake clock (PostgreSQL: a fresh schema), closed at the end."""
+    made: Store
+    if request.param == "memory":
+        made = MemoryStore(clock=clock)
+    elif request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        made = PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"), clock=clock)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_results_timeouts_cancels_and_worker_rows_work_alike_on_every_store(
+    any_store: Store, clock: FakeClock
+) -> None:
+    """One worker, four jobs: a result kept, a timeout failed, a cancel ended, a row seen."""
+    tasks = TaskRegistry()
+    cancel_me = threading.Event()
+    tasks.task(name="sum")(lambda payload, ctx: {"total": sum(payload)})
+    tasks.task(name="slow", timeout=SHORT)(lambda payload, ctx: ctx.sleep(FOREVER))
+
+    @tasks.task
+    def waits(payload: object, ctx: JobContext) -> None:
+        cancel_me.set()
+        ctx.sleep(FOREVER)  # until the operator's cancel reaches it
+
+    summed = tasks.enqueue(any_store, "sum", [1, 2])
+    slow = tasks.enqueue(any_store, "slow", max_attempts=1)
+    waiting = tasks.enqueue(any_store, "waits")
+    worker = Worker(
+        any_store, tasks, concurrency=3, poll_interval=0.02, heartbeat_interval=BEAT, clock=clock
+    )
+    with worker:
+        assert cancel_me.wait(MUST_HAPPEN)
+        wait_until(lambda: [w.id for w in any_store.workers()] == [worker.name], "its row")
+        assert any_store.cancel(waiting) is CancelResult.REQUESTED
+        wait_until(lambda: worker.stats().settled == 3, "all three settled")
+    assert any_store.workers() == []
+    assert any_store.get(summed).result == {"total": 3}
+    timed_out = any_store.get(slow)
+    assert timed_out.state is JobState.FAILED
+    assert "timed out after 0.05s" in (timed_out.last_error or "")
+    cancelled = any_store.get(waiting)
+    assert (cancelled.state, cancelled.last_error) == (JobState.CANCELLED, "cancelled by operator")
