@@ -1344,6 +1344,10 @@ class Worker:
                 return Outcome.UNSETTLED
             # The release may have applied; a second one is refused if it did.
             fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
+        elif phase is Phase.CANCEL:
+            # A release of a job with a cancel request ends it cancelled in every store
+            # (it never runs again), so giving the attempt back cannot loop it.
+            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
         elif phase in (Phase.NACK, Phase.ABANDON) or job.attempts >= job.max_attempts:
             fallback_phase, outcome = Phase.NACK, Outcome.FAILED
             action = lambda c: self._store.fail(c, reason)  # noqa: E731

@@ -256,6 +256,28 @@ def test_a_cancel_reaches_only_that_jobs_handler_which_ends_cancelled(
     assert failures == []
 
 
+def test_a_cancel_whose_mark_cancelled_raises_ends_cancelled_through_the_release(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """mark_cancelled raising: the fallback release ends the job cancelled, never failed."""
+    tasks = TaskRegistry()
+    started = threading.Event()
+
+    @tasks.task
+    def waits(payload: object, ctx: JobContext) -> None:
+        started.set()
+        ctx.sleep(FOREVER)
+
+    job_id = store.enqueue("waits", max_attempts=1)
+    store.fail_always["mark_cancelled"] = boom("mark_cancelled")
+    worker = make_worker(store, tasks, clock, heartbeat_interval=BEAT)
+    with running(worker):
+        assert started.wait(MUST_HAPPEN)
+        store.cancel(job_id)
+        wait_until(lambda: worker.stats().settled == 1, "the job settled")
+    assert store.get(job_id).state is JobState.CANCELLED
+
+
 def test_a_handler_that_ignores_a_cancel_completes_and_the_log_says_so(
     store: RecordingStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
