@@ -97,7 +97,8 @@ def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
 
 
 def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
-    return [p for p in processes if p.exitcode is None and p.is_alive()]
+    # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
+    return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
 
 
 # --- process pools ------------------------------------------------------------------------
@@ -182,7 +183,7 @@ def shutdown_process_pool(
     deadline = start + timeout
     if manager is not None:
         manager.join(max(0.0, deadline - time.monotonic()))
-    _join_all(list(workers.values()), deadline)
+    _join_all(_alive(workers.values()), deadline)
     forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
 
     never_started: list[str] = []
@@ -204,11 +205,11 @@ def shutdown_process_pool(
         for process in _alive(workers.values()):
             killed.append(process.pid or 0)
             process.terminate()
-        _join_all(list(workers.values()), force_start + force_timeout * _TERM_SHARE)
+        _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
         for process in _alive(workers.values()):
             logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
             process.kill()
-        _join_all(list(workers.values()), force_deadline)
+        _join_all(_alive(workers.values()), force_deadline)
         if manager is not None:
             # A dead worker breaks the pool: the manager fails the running futures with
             # BrokenProcessPool and ends.

@@ -46,13 +46,6 @@ def deaf_then_sleep(path: str, seconds: float) -> None:
     mark_then_sleep(path, seconds)
 
 
-def die(how: str) -> None:
-    """End this worker process abruptly, the way a crash or the OOM killer would."""
-    if how == "os._exit":
-        os._exit(3)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def careful(stop: StopSignal, ready: Event, path: str) -> None:
     """A child with cleanup to do: waits for ``stop``; its finally and atexit write lines."""
     atexit.register(append, path, "atexit")
@@ -85,3 +78,16 @@ def take_lock() -> None:
     """Take `LOCK` once (a forked child whose copy is held never gets past this)."""
     with LOCK:
         pass
+
+
+def die_when(path: str, how: str = "os._exit") -> None:
+    """Say we are running (``path`` + ".started"), then, once ``path`` exists, end abruptly.
+
+    The way a crash or the OOM killer would: ``os._exit`` or SIGKILL.
+    """
+    append(path + ".started", str(os.getpid()))
+    while not Path(path).exists():
+        time.sleep(0.001)  # polling for the test's go-ahead
+    if how == "os._exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)

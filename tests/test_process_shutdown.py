@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import IO
@@ -151,7 +151,7 @@ def started_pid(path: Path) -> int:
 
 STUCK_POOL = """
     import sys, time
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
     from pathlib import Path
     from patterns.naive.process_shutdown import naive_stop_pool
     from patterns.process_shutdown import safe_context, shutdown_process_pool
@@ -293,28 +293,36 @@ def test_pool_workers_live_in_the_private_processes_dict_until_shutdown() -> Non
 # --- M2: a worker that dies breaks the whole pool -------------------------------------------
 
 
+def dying_worker(pool: ProcessPoolExecutor, tmp_path: Path, how: str) -> list[Future[int]]:
+    """A finished task, one whose worker then dies by ``how``, and one queued behind it."""
+    first = pool.submit(process_tasks.square, 5)
+    assert first.result(MUST_HAPPEN) == 25
+    trigger = tmp_path / "die"
+    futures = [first, pool.submit(process_tasks.die_when, str(trigger), how)]
+    futures.append(pool.submit(process_tasks.square, 6))
+    trigger.touch()  # only now may the worker die: every task was accepted
+    return futures
+
+
 @pytest.mark.race("M2", "a dead worker process breaks the pool: every pending future fails")
 @pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
 def test_naive_collect_loses_every_result_when_a_worker_dies(
-    pool: ProcessPoolExecutor, how: str
+    pool: ProcessPoolExecutor, tmp_path: Path, how: str
 ) -> None:
     """Broken: the first BrokenProcessPool ends the loop, results and all."""
-    first = pool.submit(process_tasks.square, 5)
-    assert first.result(MUST_HAPPEN) == 25  # the result is there...
-    futures = [first, pool.submit(process_tasks.die, how), pool.submit(process_tasks.square, 6)]
+    # The first result is there, and the caller gets none of it, nor what was lost.
+    futures = dying_worker(pool, tmp_path, how)
     with pytest.raises(BrokenProcessPool):
-        naive_collect(futures)  # ...and the caller gets none of it, nor what was lost
+        naive_collect(futures)
 
 
 @pytest.mark.race("M2", "a dead worker process breaks the pool: every pending future fails")
 @pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
 def test_collect_reports_the_results_and_the_work_lost_to_a_dead_worker(
-    pool: ProcessPoolExecutor, how: str
+    pool: ProcessPoolExecutor, tmp_path: Path, how: str
 ) -> None:
     """`collect` keeps the results, names the lost tasks; the pool shuts down without a hang."""
-    first = pool.submit(process_tasks.square, 5)
-    assert first.result(MUST_HAPPEN) == 25
-    futures = [first, pool.submit(process_tasks.die, how), pool.submit(process_tasks.square, 6)]
+    futures = dying_worker(pool, tmp_path, how)
     outcome = collect(futures, MUST_HAPPEN)
     assert outcome.results == {0: 25}
     assert outcome.errors == {}
@@ -335,6 +343,40 @@ def test_collect_keeps_task_errors_apart_from_lost_work(pool: ProcessPoolExecuto
     assert isinstance(outcome.errors[0], TypeError)
     assert outcome.results == {1: 9}
     assert outcome.lost == ()
+
+
+CANCELLED_THEN_BROKEN = """
+    import threading, time
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import safe_context, shutdown_process_pool
+    from tests.process_tasks import die_when, square
+    seen = []
+    threading.excepthook = lambda args: seen.append(args.exc_type.__name__)
+    trigger = {path!r}
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    pool.submit(die_when, trigger)
+    queued = [pool.submit(square, n) for n in range(3)]  # two fit in the call queue
+    while not Path(trigger + ".started").exists():
+        time.sleep(0.001)
+    assert queued[-1].cancel()  # still PENDING: it cannot have left the pool
+    Path(trigger).touch()  # the worker dies now
+    report = shutdown_process_pool(pool, 10, force_timeout=10)
+    print(seen, report.terminated, flush=True)
+"""
+
+
+def test_a_cancelled_queued_future_kills_the_pool_manager_on_3_11(tmp_path: Path) -> None:
+    """Pins: 3.11's manager dies with InvalidStateError on a future cancelled from outside.
+
+    A future the caller cancelled while it was queued is still in the manager's table
+    when a worker dies; 3.12+ skip it, 3.11.7 raises in the manager thread.
+    """
+    with Group(CANCELLED_THEN_BROKEN.format(path=str(tmp_path / "go"))) as child:
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    crashed = "['InvalidStateError'] True" if sys.version_info < (3, 12) else "[] True"
+    assert out == [crashed]
 
 
 # --- M3: terminate() skips the child's finally and atexit ---------------------------------
