@@ -91,3 +91,8 @@ def die_when(path: str, how: str = "os._exit") -> None:
     if how == "os._exit":
         os._exit(3)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_for_stop(stop: StopSignal) -> None:
+    """A well-behaved child: it returns as soon as it is asked to stop."""
+    stop.wait()

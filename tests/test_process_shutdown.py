@@ -547,14 +547,13 @@ CTRL_C = """
     from tests.process_tasks import items
     logging.basicConfig(level=logging.WARNING)
     context = safe_context()
-    children, stops, readies = [], [], []
+    children, readies = [], []
     for name in ("a", "b"):
-        stop, ready = context.Event(), context.Event()
-        if {naive}:
-            children.append(naive_start_child(context, items, (stop, ready, name)))
+        ready = context.Event()
+        if {naive}:  # the stop request is an Event nobody sets: Ctrl-C ends the children
+            children.append(naive_start_child(context, items, (context.Event(), ready, name)))
         else:
             children.append(StoppableProcess(items, (ready, name), context=context).start())
-        stops.append(stop)
         readies.append(ready)
     assert all(r.wait(10) for r in readies)
     try:
@@ -562,8 +561,6 @@ CTRL_C = """
         time.sleep(60)
     except KeyboardInterrupt:
         print("parent: interrupted, stopping the children", flush=True)
-    for stop in stops:
-        stop.set()
     for child in children:
         if {naive}:
             child.join(10)
