@@ -45,7 +45,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -134,10 +134,12 @@ def _pool_workers(executor: ProcessPoolExecutor) -> dict[int, BaseProcess]:
     # Private on 3.11-3.13 (and read by 3.14's terminate_workers too): pid -> process,
     # filled as workers are spawned, and set to None by shutdown(). We keep the dict
     # itself, not a copy, so a worker the pool spawns after this call is seen as well.
-    workers = getattr(executor, "_processes", None)
+    if not hasattr(executor, "_processes"):
+        logger.warning("this ProcessPoolExecutor has no _processes: cannot reach its workers")
+        return {}
+    workers = executor._processes
     if workers is None:
-        if not hasattr(executor, "_processes"):
-            logger.warning("this ProcessPoolExecutor has no _processes: cannot reach workers")
+        logger.warning("the pool was shut down already: its workers cannot be reached")
         return {}
     if not isinstance(workers, dict):
         raise TypeError(f"ProcessPoolExecutor._processes is {type(workers).__name__}, not dict")
@@ -272,10 +274,7 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     for index, future in enumerate(futures):
         try:
             exc = future.exception(max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            lost.append(index)
-            continue
-        except BaseException:  # noqa: BLE001  (CancelledError: the task never ran)
+        except (TimeoutError, CancelledError):  # still pending at the deadline, or never ran
             lost.append(index)
             continue
         if exc is None:

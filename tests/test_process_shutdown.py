@@ -379,6 +379,20 @@ def test_a_cancelled_queued_future_kills_the_pool_manager_on_3_11(tmp_path: Path
     assert out == [crashed]
 
 
+def test_collect_counts_cancelled_and_unfinished_futures_as_lost_and_keeps_its_deadline() -> None:
+    """A cancelled future and one pending at the deadline are lost; collect returns in time."""
+    done: Future[int] = Future()
+    done.set_result(1)
+    cancelled: Future[int] = Future()
+    cancelled.cancel()
+    pending: Future[int] = Future()
+    with elapsed() as took:
+        outcome = collect([done, cancelled, pending], 0.2)
+    assert took() < 0.2 + NOISE
+    assert outcome.results == {0: 1}
+    assert outcome.lost == (1, 2)
+
+
 # --- M3: terminate() skips the child's finally and atexit ---------------------------------
 
 
