@@ -96,3 +96,11 @@ def die_when(path: str, how: str = "os._exit") -> None:
 def wait_for_stop(stop: StopSignal) -> None:
     """A well-behaved child: it returns as soon as it is asked to stop."""
     stop.wait()
+
+
+def item_until(path: str, started: str) -> str:
+    """One long item: say it started (a line in ``started``), finish once ``path`` exists."""
+    append(started, str(os.getpid()))
+    while not Path(path).exists():
+        time.sleep(0.001)  # polling for the test's go-ahead
+    return "done"

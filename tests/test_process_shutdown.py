@@ -615,6 +615,66 @@ def test_children_ignore_sigint_and_the_parent_stops_them() -> None:
     assert "KeyboardInterrupt" not in child.stderr()
 
 
+POOL_CTRL_C = """
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import collect, ignore_sigint, safe_context
+    from patterns.process_shutdown import shutdown_process_pool
+    from tests.process_tasks import item_until
+    finish, started = {finish!r}, {started!r}
+    pool = ProcessPoolExecutor(2, mp_context=safe_context(), initializer={initializer})
+    futures = [pool.submit(item_until, finish, started) for _ in range(2)]
+    while not (Path(started).exists() and len(Path(started).read_text().split()) == 2):
+        time.sleep(0.001)
+    try:
+        print("ready", flush=True)  # inside the try: the Ctrl-C may come at once
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("parent: interrupted, letting the items finish", flush=True)
+    Path(finish).touch()
+    outcome = collect(futures, 10)
+    errors = sorted(type(e).__name__ for e in outcome.errors.values())
+    print(sorted(outcome.results.values()), errors)
+    print(shutdown_process_pool(pool, 10, force_timeout=10).terminated, flush=True)
+"""
+
+
+@pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
+def test_naive_pool_workers_each_end_their_item_with_keyboard_interrupt(tmp_path: Path) -> None:
+    """Broken: with the default SIGINT handler every running task ends in KeyboardInterrupt."""
+    code = POOL_CTRL_C.format(
+        finish=str(tmp_path / "finish"), started=str(tmp_path / "started"), initializer=None
+    )
+    with Group(code) as child:
+        child.expect("ready")
+        child.killpg(signal.SIGINT)
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    assert out == [
+        "parent: interrupted, letting the items finish",
+        "[] ['KeyboardInterrupt', 'KeyboardInterrupt']",
+        "True",
+    ]
+
+
+@pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
+def test_pool_workers_started_with_ignore_sigint_finish_their_items(tmp_path: Path) -> None:
+    """initializer=ignore_sigint: only the parent is interrupted; the items finish."""
+    code = POOL_CTRL_C.format(
+        finish=str(tmp_path / "finish"),
+        started=str(tmp_path / "started"),
+        initializer="ignore_sigint",
+    )
+    with Group(code) as child:
+        child.expect("ready")
+        child.killpg(signal.SIGINT)
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    assert out == ["parent: interrupted, letting the items finish", "['done', 'done'] []", "True"]
+    assert "KeyboardInterrupt" not in child.stderr()
+
+
 # --- M6: fork() copies a lock another thread holds ------------------------------------------
 
 FORK_LOCK = """
