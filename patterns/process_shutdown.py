@@ -96,6 +96,14 @@ def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
         process.join(max(0.0, deadline - time.monotonic()))
 
 
+def _join_thread(thread: threading.Thread, deadline: float) -> None:
+    # Not Thread.join(): on 3.11 and 3.12 a Ctrl-C that lands inside join() marks the
+    # thread finished while it still runs (gh-90882); for the pool's manager thread,
+    # 3.12 then hung at exit in our runs. is_alive() never blocks, so it cannot be hit.
+    while thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+
+
 def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
     # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
     return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
@@ -162,6 +170,72 @@ def _wait_until_none_pending(futures: list[Future[Any]], deadline: float) -> Non
         time.sleep(0.001)
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """What shutdown_process_pool needs of a pool's internals, read before its shutdown()."""
+
+    executor: ProcessPoolExecutor
+    workers: dict[int, BaseProcess]  # the pool's own dict: workers spawned later show up
+    manager: threading.Thread | None
+    wakeup: Any  # the manager's wake-up pipe (a private _ThreadWakeup), or None
+    items: list[Any]  # the pool's work items (future, fn, args), in submission order
+
+
+def _wait_then_force(
+    pool: _Pool, deadline: float, force_timeout: float
+) -> tuple[bool, list[str], list[int]]:
+    executor, workers, manager, items = pool.executor, pool.workers, pool.manager, pool.items
+    if manager is not None:
+        _join_thread(manager, deadline)
+    _join_all(_alive(workers.values()), deadline)
+    forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
+    never_started: list[str] = []
+    killed: list[int] = []
+    if not forced:
+        return forced, never_started, killed
+    force_start = time.monotonic()
+    force_deadline = force_start + force_timeout
+    # The pool's manager thread cancels what has not started, and forgets it. Cancelling
+    # here instead would race it: 3.11's manager dies with InvalidStateError when a
+    # worker dies after a queued future was cancelled behind its back. This second
+    # shutdown() cannot wake the manager (the first one dropped the wake-up pipe), so
+    # we use the pipe we kept.
+    executor.shutdown(wait=False, cancel_futures=True)
+    _wake(pool.wakeup)
+    _wait_until_none_pending(
+        [item.future for item in items], force_start + force_timeout * _CANCEL_SHARE
+    )
+    never_started = [_name(item.fn) for item in items if item.future.cancelled()]
+    for process in _alive(workers.values()):
+        killed.append(process.pid or 0)
+        process.terminate()
+    _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
+    for process in _alive(workers.values()):
+        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+        process.kill()
+    _join_all(_alive(workers.values()), force_deadline)
+    if manager is not None:
+        # A dead worker breaks the pool: the manager fails the running futures with
+        # BrokenProcessPool and ends.
+        _join_thread(manager, force_deadline)
+    return forced, never_started, killed
+
+
+def _kill_now(pool: _Pool, reap: float) -> None:
+    pool.executor.shutdown(wait=False, cancel_futures=True)
+    _wake(pool.wakeup)
+    deadline = time.monotonic() + reap
+    alive = _alive(pool.workers.values())
+    for process in alive:
+        process.kill()
+    _join_all(alive, deadline)
+    if pool.manager is not None:
+        # Let the manager finish marking the pool broken (it joins the pool's queue
+        # threads); 3.12 can hang at exit collecting a pool left half-way through it.
+        _join_thread(pool.manager, deadline)
+    logger.warning("interrupted: killed worker pids %s", [p.pid for p in alive])
+
+
 def shutdown_process_pool(
     executor: ProcessPoolExecutor, timeout: float, *, force_timeout: float
 ) -> PoolShutdownReport:
@@ -170,7 +244,9 @@ def shutdown_process_pool(
     Forcing cancels every task that has not started, sends SIGTERM to the live workers,
     SIGKILL to those still alive half-way through ``force_timeout``, and reaps them all.
     Call it before any other ``shutdown()``: that one forgets the worker processes.
-    Raises `ValueError` for a negative or infinite budget; never for a stuck task.
+    A `KeyboardInterrupt` while it waits kills the workers at once, reaps them within
+    ``force_timeout`` and is re-raised. Raises `ValueError` for a negative or infinite
+    budget; never for a stuck task.
     """
     timeout = _check_budget("timeout", timeout)
     force_timeout = _check_budget("force_timeout", force_timeout)
@@ -182,40 +258,14 @@ def shutdown_process_pool(
     # submit() adds to this dict under the lock shutdown() took, so it is complete now.
     items = list(getattr(executor, "_pending_work_items", {}).values())
 
-    deadline = start + timeout
-    if manager is not None:
-        manager.join(max(0.0, deadline - time.monotonic()))
-    _join_all(_alive(workers.values()), deadline)
-    forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
-
-    never_started: list[str] = []
-    killed: list[int] = []
-    if forced:
-        force_start = time.monotonic()
-        force_deadline = force_start + force_timeout
-        # The pool's manager thread cancels what has not started, and forgets it. Cancelling
-        # here instead would race it: 3.11's manager dies with InvalidStateError when a
-        # worker dies after a queued future was cancelled behind its back. This second
-        # shutdown() cannot wake the manager (the first one dropped the wake-up pipe), so
-        # we use the pipe we kept.
-        executor.shutdown(wait=False, cancel_futures=True)
-        _wake(wakeup)
-        _wait_until_none_pending(
-            [item.future for item in items], force_start + force_timeout * _CANCEL_SHARE
-        )
-        never_started = [_name(item.fn) for item in items if item.future.cancelled()]
-        for process in _alive(workers.values()):
-            killed.append(process.pid or 0)
-            process.terminate()
-        _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
-        for process in _alive(workers.values()):
-            logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
-            process.kill()
-        _join_all(_alive(workers.values()), force_deadline)
-        if manager is not None:
-            # A dead worker breaks the pool: the manager fails the running futures with
-            # BrokenProcessPool and ends.
-            manager.join(max(0.0, force_deadline - time.monotonic()))
+    pool = _Pool(executor, workers, manager, wakeup, items)
+    try:
+        forced, never_started, killed = _wait_then_force(pool, start + timeout, force_timeout)
+    except KeyboardInterrupt:
+        # Ctrl-C while waiting: the caller wants out now, so kill rather than wait, reap
+        # within force_timeout, and let the interrupt go on.
+        _kill_now(pool, force_timeout)
+        raise
 
     lost = [
         _name(item.fn)

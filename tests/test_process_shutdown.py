@@ -220,6 +220,58 @@ def test_shutdown_process_pool_kills_a_60s_task_within_its_budget(
     assert report.never_started == ("square",) * len(report.never_started)
 
 
+INTERRUPTED_WAIT = """
+    import os, sys, threading, time
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import safe_context, shutdown_process_pool
+    from tests.process_tasks import mark_then_sleep
+    path = Path({path!r})
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    pool.submit(mark_then_sleep, str(path), 60)
+    while not (path.exists() and path.read_text().endswith("\\n")):
+        time.sleep(0.001)
+    pid = int(path.read_text())
+    main = threading.main_thread().ident
+
+    def announce():  # once the main thread waits inside shutdown_process_pool
+        while True:
+            frame, names = sys._current_frames().get(main), []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            if "_wait_then_force" in names and "_join_thread" in names:
+                print("waiting", flush=True)
+                return
+            time.sleep(0.001)  # polling an observation
+
+    threading.Thread(target=announce).start()
+    start = time.monotonic()
+    try:
+        shutdown_process_pool(pool, 60, force_timeout=5)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    try:
+        os.kill(pid, 0)
+        print("worker alive", flush=True)
+    except ProcessLookupError:
+        print("worker gone", flush=True)
+"""
+
+
+def test_ctrl_c_during_shutdown_process_pool_kills_the_workers_and_propagates(
+    tmp_path: Path,
+) -> None:
+    """A KeyboardInterrupt in the graceful wait kills and reaps the workers, then propagates."""
+    with Group(INTERRUPTED_WAIT.format(path=str(tmp_path / "pid"))) as child:
+        child.expect("waiting")
+        with elapsed() as took:
+            child.proc.send_signal(signal.SIGINT)  # the parent only: its workers are busy
+            assert child.wait() == 0, child.stderr()
+        assert took() < 5.0 + NOISE
+        assert child.stdout() == ["interrupted", "worker gone"]
+
+
 def test_shutdown_process_pool_sends_sigkill_to_a_worker_that_ignores_sigterm(
     pool: ProcessPoolExecutor, tmp_path: Path
 ) -> None:
@@ -561,11 +613,12 @@ CTRL_C = """
     from tests.process_tasks import items
     logging.basicConfig(level=logging.WARNING)
     context = safe_context()
-    children, readies = [], []
+    children, readies, stops = [], [], []
     for name in ("a", "b"):
         ready = context.Event()
         if {naive}:  # the stop request is an Event nobody sets: Ctrl-C ends the children
-            children.append(naive_start_child(context, items, (context.Event(), ready, name)))
+            stops.append(context.Event())  # kept: a collected Event's semaphore is unlinked
+            children.append(naive_start_child(context, items, (stops[-1], ready, name)))
         else:
             children.append(StoppableProcess(items, (ready, name), context=context).start())
         readies.append(ready)
