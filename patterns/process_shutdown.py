@@ -3,8 +3,8 @@
 TL;DR: ``shutdown_process_pool(pool, timeout, force_timeout=...)`` ends a
 `ProcessPoolExecutor` within ``timeout + force_timeout`` even when a task never returns,
 and says what never started, what was lost and which pids it killed. A child process of
-your own is a `StoppableProcess`: ``stop()`` sets its stop event, joins on a deadline and
-terminates only as the last resort, saying so in its report.
+your own is a `StoppableProcess`: ``stop()`` sends its stop request, joins on a deadline
+and terminates only as the last resort, saying so in its report.
 
 Guarantees:
     * `shutdown_process_pool` returns within ``timeout + force_timeout`` (plus scheduling
@@ -26,10 +26,10 @@ Python:
     ``ProcessPoolExecutor._processes`` (a dict of pid to process), which ``shutdown()``
     sets to None; a test pins this on each version. 3.14's ``terminate_workers()`` and
     ``kill_workers()`` read the same dict, so after a graceful ``shutdown(wait=False)``
-    they find no workers: this module keeps its own snapshot instead (the 3.14 path is
-    not run here). 3.12+ warn when a multi-threaded process forks; 3.13 runs `atexit`
-    handlers in ``fork`` and ``forkserver`` children; 3.14 makes ``forkserver`` the
-    default start method on Linux.
+    they find no workers: this module signals its own snapshot instead (read from the
+    3.14 source; 3.14 is not run here). 3.12+ warn when a multi-threaded process
+    forks; 3.13 runs `atexit` handlers in ``fork`` and ``forkserver`` children; 3.14
+    makes ``forkserver`` the default start method on Linux.
 
 Docs: docs/patterns/process_shutdown.md
 """
