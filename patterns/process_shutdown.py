@@ -486,7 +486,7 @@ class StoppableProcess:
         return self
 
     def stop(self, timeout: float | None = None) -> ProcessStopReport:
-        """Set the stop event, wait, force near the end of ``timeout``; same report each call."""
+        """Send the stop request, wait, force near the end of ``timeout``; same report each call."""
         budget = self.stop_timeout if timeout is None else _check_budget("timeout", timeout)
         with self._lock:
             if self._report is None:
@@ -504,7 +504,7 @@ class StoppableProcess:
         escalation = ""
         if process.exitcode is None:
             escalation = "terminate"
-            logger.warning("%s ignored its stop event: sending SIGTERM", _proc_name(process))
+            logger.warning("%s ignored its stop request: sending SIGTERM", _proc_name(process))
             process.terminate()
             process.join(force * _TERM_SHARE)
         if process.exitcode is None:

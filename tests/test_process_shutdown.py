@@ -472,8 +472,8 @@ def test_naive_terminate_skips_finally_and_atexit(tmp_path: Path) -> None:
 
 
 @pytest.mark.race("M3", "Process.terminate() skips the child's finally and atexit")
-def test_stoppable_process_stops_by_event_and_runs_cleanup(tmp_path: Path) -> None:
-    """Stopped by its event the child returns: finally and atexit run, exit code 0."""
+def test_stoppable_process_stops_on_request_and_runs_cleanup(tmp_path: Path) -> None:
+    """Asked to stop, the child returns: its finally and atexit run, exit code 0."""
     child, log = careful_child(tmp_path)
     report = child.stop(MUST_HAPPEN)
     assert report.terminated
@@ -546,7 +546,7 @@ def test_stop_signal_never_waits_for_the_child() -> None:
 def test_stoppable_process_forces_a_stubborn_child_within_its_budget(
     deaf: bool, escalation: str
 ) -> None:
-    """A child that ignores its event is terminated (or killed) as the last resort, and says so."""
+    """A child that ignores the request is terminated (or killed) as the last resort, saying so."""
     context = safe_context()
     ready = context.Event()
     child = StoppableProcess(process_tasks.stubborn, (ready, deaf), context=context).start()
