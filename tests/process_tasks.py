@@ -9,6 +9,7 @@ letting the test guess how long that takes.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import sys
@@ -104,3 +105,8 @@ def item_until(path: str, started: str) -> str:
     while not Path(path).exists():
         time.sleep(0.001)  # polling for the test's go-ahead
     return "done"
+
+
+def log_one_line() -> None:
+    """Log a line through the root logger's handlers (each takes its handler lock)."""
+    logging.getLogger("child").warning("logged in the child")

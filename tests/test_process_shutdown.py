@@ -773,6 +773,42 @@ def test_safe_context_child_starts_with_its_own_unlocked_lock() -> None:
         assert child.stdout() == ["child exit 0"]
 
 
+FORK_LOGGING = """
+    import logging, threading, warnings
+    from patterns.naive.process_shutdown import naive_context
+    from tests import process_tasks
+    warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: "multi-threaded ... fork()"
+    logging.basicConfig(format="%(message)s")
+    handler = logging.getLogger().handlers[0]
+    holding, release = threading.Event(), threading.Event()
+    def holder():
+        handler.acquire()  # as a thread does while it writes a record
+        holding.set()
+        release.wait()
+        handler.release()
+    t = threading.Thread(target=holder)
+    t.start()
+    holding.wait()
+    child = naive_context().Process(target=process_tasks.log_one_line)
+    child.start()
+    child.join({join})
+    release.set()
+    t.join()
+    print("child alive" if child.is_alive() else f"child exit {{child.exitcode}}", flush=True)
+    if child.is_alive():
+        child.kill()
+        child.join()
+"""
+
+
+def test_logging_renews_its_handler_locks_in_a_forked_child() -> None:
+    """os.register_at_fork at work: logging gives a forked child fresh handler locks."""
+    with Group(FORK_LOGGING.format(join=MUST_HAPPEN)) as child:
+        assert child.wait() == 0, child.stderr()
+        assert child.stdout() == ["child exit 0"]
+    assert "logged in the child" in child.stderr()
+
+
 FORK_WARNING = """
     import os, threading, warnings
     stop = threading.Event()
