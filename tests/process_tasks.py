@@ -1,0 +1,112 @@
+"""Functions the process tests run in child processes (importable there by name).
+
+A child started with ``spawn`` or ``forkserver`` unpickles its target by module and
+name, so these cannot live in a test module that pytest imports under another name.
+Each one announces that it got where the test needs it (a file or an event) instead of
+letting the test guess how long that takes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing.synchronize import Event
+from pathlib import Path
+
+from patterns.process_shutdown import StopSignal
+
+# Held by a thread of the parent while it forks (M6): a forked child inherits it locked.
+LOCK = threading.Lock()
+
+
+def append(path: str, line: str) -> None:
+    """Append one line to ``path`` (an O_APPEND write: whole lines from any process)."""
+    with Path(path).open("a") as f:
+        f.write(line + "\n")
+
+
+def square(x: int) -> int:
+    """A task that finishes at once."""
+    return x * x
+
+
+def mark_then_sleep(path: str, seconds: float) -> None:
+    """A stuck task: write our pid to ``path`` (we are running now), then sleep."""
+    append(path, str(os.getpid()))
+    time.sleep(seconds)
+
+
+def deaf_then_sleep(path: str, seconds: float) -> None:
+    """A stuck task that also ignores SIGTERM: only SIGKILL ends it."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    mark_then_sleep(path, seconds)
+
+
+def careful(stop: StopSignal, ready: Event, path: str) -> None:
+    """A child with cleanup to do: waits for ``stop``; its finally and atexit write lines."""
+    atexit.register(append, path, "atexit")
+    try:
+        ready.set()
+        stop.wait()
+        append(path, "stopped when asked")
+    finally:
+        append(path, "finally")
+
+
+def stubborn(stop: StopSignal, ready: Event, deaf: bool) -> None:
+    """A child that ignores its stop event (and SIGTERM too when ``deaf``)."""
+    if deaf:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(60)
+
+
+def items(stop: StopSignal | Event, ready: Event, name: str) -> None:
+    """Work item after item until ``stop`` is set, then say how it ended."""
+    ready.set()
+    while not stop.is_set():
+        stop.wait(0.01)  # one "item"
+    sys.stdout.write(f"{name} finished cleanly\n")
+    sys.stdout.flush()
+
+
+def take_lock() -> None:
+    """Take `LOCK` once (a forked child whose copy is held never gets past this)."""
+    with LOCK:
+        pass
+
+
+def die_when(path: str, how: str = "os._exit") -> None:
+    """Say we are running (``path`` + ".started"), then, once ``path`` exists, end abruptly.
+
+    The way a crash or the OOM killer would: ``os._exit`` or SIGKILL.
+    """
+    append(path + ".started", str(os.getpid()))
+    while not Path(path).exists():
+        time.sleep(0.001)  # polling for the test's go-ahead
+    if how == "os._exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def wait_for_stop(stop: StopSignal) -> None:
+    """A well-behaved child: it returns as soon as it is asked to stop."""
+    stop.wait()
+
+
+def item_until(path: str, started: str) -> str:
+    """One long item: say it started (a line in ``started``), finish once ``path`` exists."""
+    append(started, str(os.getpid()))
+    while not Path(path).exists():
+        time.sleep(0.001)  # polling for the test's go-ahead
+    return "done"
+
+
+def log_one_line() -> None:
+    """Log a line through the root logger's handlers (each takes its handler lock)."""
+    logging.getLogger("child").warning("logged in the child")

@@ -1,0 +1,846 @@
+"""Process pools and child processes: each pitfall forced, and the pattern holding.
+
+Where exit, a hang or a signal is involved the scenario runs in a child interpreter in a
+process group of its own, which the test kills as a whole when it is done, so nothing
+it started can outlive the test. The child scripts print marker lines; the test reads
+them (with a timeout) before it acts. Worker processes are started with ``forkserver``
+(`safe_context`) except in the test about ``fork`` itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from patterns.naive.process_shutdown import naive_collect, naive_stop_process
+from patterns.process_shutdown import (
+    PoolShutdownReport,
+    StoppableProcess,
+    collect,
+    safe_context,
+    shutdown_process_pool,
+)
+from tests import process_tasks
+from tests.support import MUST_HAPPEN, NOISE, child_env, elapsed, wait_until
+
+# How long a test watches a child that must *not* exit (it is blocked for ever, or for
+# 60 s): it can only make the test slower, never let a fixed version pass by luck.
+WATCH = 0.5
+
+
+class Group:
+    """A child interpreter leading its own process group, its stdout read line by line.
+
+    Leaving the block SIGKILLs the whole group (the child and every process it started)
+    and reaps the child, so a hung scenario costs its timeout and nothing more.
+    """
+
+    def __init__(self, code: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.err: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines.put)),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err.append)),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _pump(stream: IO[str], put: Callable[[str], object]) -> None:
+        for line in stream:
+            put(line.rstrip("\n"))
+
+    def __enter__(self) -> Group:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(MUST_HAPPEN)
+        for reader in self._readers:
+            reader.join(MUST_HAPPEN)
+            assert not reader.is_alive()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+    def expect(self, line: str) -> None:
+        """Read stdout lines until ``line``; fail (with stderr) if it does not come."""
+        while True:
+            try:
+                got = self.lines.get(timeout=MUST_HAPPEN)
+            except queue.Empty:
+                raise AssertionError(f"never printed {line!r}; stderr: {self.stderr()}") from None
+            if got == line:
+                return
+
+    def stays_alive(self, duration: float = WATCH) -> bool:
+        """Return True if the child is still running after watching it for ``duration``."""
+        try:
+            self.proc.wait(duration)
+        except subprocess.TimeoutExpired:
+            return True
+        return False
+
+    def wait(self, timeout: float = MUST_HAPPEN) -> int:
+        """Wait for the child's exit; return its status."""
+        return self.proc.wait(timeout)
+
+    def killpg(self, sig: int) -> None:
+        """Signal the whole group, as a terminal does on Ctrl-C."""
+        os.killpg(self.proc.pid, sig)
+
+    def stdout(self) -> list[str]:
+        """After the exit: the stdout lines not read yet."""
+        for reader in self._readers:
+            reader.join(MUST_HAPPEN)
+        return list(self.lines.queue)
+
+    def stderr(self) -> str:
+        """What the child wrote to stderr so far."""
+        return "\n".join(self.err)
+
+
+def gone(pid: int) -> bool:
+    """True if no process (not even a zombie) has this pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture
+def pool() -> Iterator[ProcessPoolExecutor]:
+    """A one-worker pool whose worker is already running; force-stopped afterwards."""
+    executor = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    assert executor.submit(process_tasks.square, 3).result(MUST_HAPPEN) == 9
+    yield executor
+    shutdown_process_pool(executor, MUST_HAPPEN, force_timeout=MUST_HAPPEN)
+
+
+def started_pid(path: Path) -> int:
+    """Wait until a ``mark_then_sleep`` task has written its pid to ``path``; return it."""
+    wait_until(lambda: path.exists() and path.read_text().endswith("\n"), "task started")
+    return int(path.read_text())
+
+
+# --- M1: a stuck worker keeps the pool, and the interpreter's exit, waiting --------------
+
+STUCK_POOL = """
+    import sys, time
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.naive.process_shutdown import naive_stop_pool
+    from patterns.process_shutdown import safe_context, shutdown_process_pool
+    from tests.process_tasks import mark_then_sleep
+    path = Path({path!r})
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    pool.submit(mark_then_sleep, str(path), 60)
+    while not path.exists():
+        time.sleep(0.001)
+    print("stopping", flush=True)
+    {stop}
+    print("stopped", flush=True)
+"""
+
+
+@pytest.mark.race("M1", "a stuck worker keeps the process pool and the exit waiting")
+@pytest.mark.parametrize(
+    "stop", ["naive_stop_pool(pool)", "pass  # the exit joins the pool"], ids=["with", "exit"]
+)
+def test_naive_stuck_worker_keeps_shutdown_and_exit_waiting(tmp_path: Path, stop: str) -> None:
+    """Broken: shutdown(), leaving ``with`` and the interpreter's exit wait for a stuck task."""
+    code = STUCK_POOL.format(path=str(tmp_path / "pid"), stop=stop)
+    with Group(code) as child:
+        child.expect("stopping")
+        assert child.stays_alive(), child.stderr()
+
+
+@pytest.mark.race("M1", "a stuck worker keeps the process pool and the exit waiting")
+def test_shutdown_process_pool_ends_a_stuck_worker_and_the_exit(tmp_path: Path) -> None:
+    """shutdown_process_pool returns on its deadline and the process exits at once, status 0."""
+    stop = "print(shutdown_process_pool(pool, 0.2, force_timeout=1.0).killed_pids, flush=True)"
+    code = STUCK_POOL.format(path=str(tmp_path / "pid"), stop=stop)
+    with Group(code) as child:
+        child.expect("stopping")
+        assert child.wait() == 0, child.stderr()
+        pid = int((tmp_path / "pid").read_text())
+        assert child.stdout()[:2] == [f"({pid},)", "stopped"]
+        assert gone(pid)
+
+
+@pytest.mark.race("M1", "a stuck worker keeps the process pool and the exit waiting")
+def test_shutdown_process_pool_kills_a_60s_task_within_its_budget(
+    pool: ProcessPoolExecutor, tmp_path: Path
+) -> None:
+    """A 60 s task: the call returns within timeout + force_timeout + 1 s, its worker gone."""
+    path = tmp_path / "pid"
+    running = pool.submit(process_tasks.mark_then_sleep, str(path), 60)
+    queued = [pool.submit(process_tasks.square, n) for n in range(4)]
+    pid = started_pid(path)
+    timeout, force_timeout = 0.3, 4.0
+    with elapsed() as took:
+        report = shutdown_process_pool(pool, timeout, force_timeout=force_timeout)
+    assert took() < timeout + force_timeout + 1.0
+    assert report.terminated
+    assert report.still_running == ()
+    assert report.forced
+    assert report.killed_pids == (pid,)
+    assert gone(pid)
+    with pytest.raises(BrokenProcessPool):
+        running.result(0)
+    # The call queue holds up to max_workers + 1 items: the last of four queued tasks
+    # cannot have left the pool, and every task is accounted for exactly once.
+    assert queued[-1].cancelled()
+    assert report.lost[0] == "mark_then_sleep"
+    assert len(report.never_started) + len(report.lost) == 5
+    assert report.never_started == ("square",) * len(report.never_started)
+
+
+INTERRUPTED_WAIT = """
+    import os, sys, threading, time
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import safe_context, shutdown_process_pool
+    from tests.process_tasks import mark_then_sleep
+    path = Path({path!r})
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    pool.submit(mark_then_sleep, str(path), 60)
+    while not (path.exists() and path.read_text().endswith("\\n")):
+        time.sleep(0.001)
+    pid = int(path.read_text())
+    main = threading.main_thread().ident
+
+    def announce():  # once the main thread waits inside shutdown_process_pool
+        while True:
+            frame, names = sys._current_frames().get(main), []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            if "_wait_then_force" in names and "_join_thread" in names:
+                print("waiting", flush=True)
+                return
+            time.sleep(0.001)  # polling an observation
+
+    threading.Thread(target=announce).start()
+    start = time.monotonic()
+    try:
+        shutdown_process_pool(pool, 60, force_timeout=5)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    try:
+        os.kill(pid, 0)
+        print("worker alive", flush=True)
+    except ProcessLookupError:
+        print("worker gone", flush=True)
+"""
+
+
+def test_ctrl_c_during_shutdown_process_pool_kills_the_workers_and_propagates(
+    tmp_path: Path,
+) -> None:
+    """A KeyboardInterrupt in the graceful wait kills and reaps the workers, then propagates."""
+    with Group(INTERRUPTED_WAIT.format(path=str(tmp_path / "pid"))) as child:
+        child.expect("waiting")
+        with elapsed() as took:
+            child.proc.send_signal(signal.SIGINT)  # the parent only: its workers are busy
+            assert child.wait() == 0, child.stderr()
+        assert took() < 5.0 + NOISE
+        assert child.stdout() == ["interrupted", "worker gone"]
+
+
+def test_shutdown_process_pool_sends_sigkill_to_a_worker_that_ignores_sigterm(
+    pool: ProcessPoolExecutor, tmp_path: Path
+) -> None:
+    """A worker deaf to SIGTERM is killed half-way through force_timeout and reaped."""
+    path = tmp_path / "pid"
+    pool.submit(process_tasks.deaf_then_sleep, str(path), 60)
+    pid = started_pid(path)
+    with elapsed() as took:
+        report = shutdown_process_pool(pool, 0.1, force_timeout=2.0)
+    assert took() < 0.1 + 2.0 + NOISE
+    assert report.terminated
+    assert report.killed_pids == (pid,)
+    assert gone(pid)
+
+
+def test_shutdown_process_pool_waits_for_work_that_finishes() -> None:
+    """Tasks that finish in time: nothing forced, nothing killed, every result delivered."""
+    executor = ProcessPoolExecutor(max_workers=2, mp_context=safe_context())
+    futures = [executor.submit(process_tasks.square, n) for n in range(6)]
+    report = shutdown_process_pool(executor, MUST_HAPPEN, force_timeout=MUST_HAPPEN)
+    assert report == PoolShutdownReport(terminated=True, still_running=(), elapsed=report.elapsed)
+    assert [f.result(0) for f in futures] == [n * n for n in range(6)]
+
+
+def test_shutdown_process_pool_on_an_unused_pool_returns_at_once() -> None:
+    """A pool that never started a worker terminates trivially."""
+    report = shutdown_process_pool(ProcessPoolExecutor(1), 1.0, force_timeout=1.0)
+    assert report.terminated
+    assert not report.forced
+    assert report.elapsed < NOISE
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan")])
+def test_shutdown_process_pool_refuses_a_bad_budget(bad: float) -> None:
+    """A negative, infinite or NaN budget is a ValueError that names the argument."""
+    executor = ProcessPoolExecutor(1)
+    with pytest.raises(ValueError, match="force_timeout"):
+        shutdown_process_pool(executor, 1.0, force_timeout=bad)
+    shutdown_process_pool(executor, 1.0, force_timeout=1.0)
+
+
+def test_pool_workers_live_in_the_private_processes_dict_until_shutdown() -> None:
+    """Pins the private attribute shutdown_process_pool reads, on this Python version.
+
+    ``_processes`` maps pid to process while the pool runs, and ``shutdown()`` sets it
+    to None (so it must be read first); the manager thread and its wake-up pipe are
+    dropped the same way, and the work items are in ``_pending_work_items``.
+    """
+    executor = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    future = executor.submit(process_tasks.square, 2)
+    assert future.result(MUST_HAPPEN) == 4
+    workers = executor._processes  # type: ignore[attr-defined]
+    assert isinstance(workers, dict)
+    [(pid, process)] = workers.items()
+    assert process.pid == pid
+    assert process.is_alive()
+    manager = executor._executor_manager_thread  # type: ignore[attr-defined]
+    assert isinstance(manager, threading.Thread)
+    assert hasattr(executor._executor_manager_thread_wakeup, "wakeup")  # type: ignore[attr-defined]
+    assert isinstance(executor._pending_work_items, dict)  # type: ignore[attr-defined]
+    assert hasattr(executor, "terminate_workers") == (sys.version_info >= (3, 14))
+    executor.shutdown(wait=False)
+    assert executor._processes is None  # type: ignore[attr-defined]
+    assert executor._executor_manager_thread is None  # type: ignore[attr-defined]
+    assert executor._executor_manager_thread_wakeup is None  # type: ignore[attr-defined]
+    manager.join(MUST_HAPPEN)
+    process.join(MUST_HAPPEN)
+    assert process.exitcode == 0
+
+
+# --- M2: a worker that dies breaks the whole pool -------------------------------------------
+
+
+def dying_worker(pool: ProcessPoolExecutor, tmp_path: Path, how: str) -> list[Future[int]]:
+    """A finished task, one whose worker then dies by ``how``, and one queued behind it."""
+    first = pool.submit(process_tasks.square, 5)
+    assert first.result(MUST_HAPPEN) == 25
+    trigger = tmp_path / "die"
+    futures = [first, pool.submit(process_tasks.die_when, str(trigger), how)]
+    futures.append(pool.submit(process_tasks.square, 6))
+    trigger.touch()  # only now may the worker die: every task was accepted
+    return futures
+
+
+@pytest.mark.race("M2", "a dead worker process breaks the pool: every pending future fails")
+@pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
+def test_naive_collect_loses_every_result_when_a_worker_dies(
+    pool: ProcessPoolExecutor, tmp_path: Path, how: str
+) -> None:
+    """Broken: the first BrokenProcessPool ends the loop, results and all."""
+    # The first result is there, and the caller gets none of it, nor what was lost.
+    futures = dying_worker(pool, tmp_path, how)
+    with pytest.raises(BrokenProcessPool):
+        naive_collect(futures)
+
+
+@pytest.mark.race("M2", "a dead worker process breaks the pool: every pending future fails")
+@pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
+def test_collect_reports_the_results_and_the_work_lost_to_a_dead_worker(
+    pool: ProcessPoolExecutor, tmp_path: Path, how: str
+) -> None:
+    """`collect` keeps the results, names the lost tasks; the pool shuts down without a hang."""
+    futures = dying_worker(pool, tmp_path, how)
+    outcome = collect(futures, MUST_HAPPEN)
+    assert outcome.results == {0: 25}
+    assert outcome.errors == {}
+    assert outcome.lost == (1, 2)
+    with pytest.raises(BrokenProcessPool):
+        pool.submit(process_tasks.square, 7)  # a broken pool refuses new work
+    with elapsed() as took:
+        report = shutdown_process_pool(pool, MUST_HAPPEN, force_timeout=MUST_HAPPEN)
+    assert report.terminated
+    assert not report.forced
+    assert took() < NOISE
+
+
+def test_collect_keeps_task_errors_apart_from_lost_work(pool: ProcessPoolExecutor) -> None:
+    """A task's own exception is an error at its position, not lost work."""
+    futures = [pool.submit(process_tasks.square, "x"), pool.submit(process_tasks.square, 3)]
+    outcome = collect(futures, MUST_HAPPEN)
+    assert isinstance(outcome.errors[0], TypeError)
+    assert outcome.results == {1: 9}
+    assert outcome.lost == ()
+
+
+CANCELLED_THEN_BROKEN = """
+    import threading, time
+    from concurrent.futures import Future, ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import safe_context, shutdown_process_pool
+    from tests.process_tasks import die_when, square
+    seen = []
+    threading.excepthook = lambda args: seen.append(args.exc_type.__name__)
+    trigger = {path!r}
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
+    pool.submit(die_when, trigger)
+    queued = [pool.submit(square, n) for n in range(3)]  # two fit in the call queue
+    while not Path(trigger + ".started").exists():
+        time.sleep(0.001)
+    assert queued[-1].cancel()  # still PENDING: it cannot have left the pool
+    Path(trigger).touch()  # the worker dies now
+    report = shutdown_process_pool(pool, 10, force_timeout=10)
+    print(seen, report.terminated, flush=True)
+"""
+
+
+def test_a_cancelled_queued_future_kills_the_pool_manager_on_3_11(tmp_path: Path) -> None:
+    """Pins: 3.11's manager dies with InvalidStateError on a future cancelled from outside.
+
+    A future the caller cancelled while it was queued is still in the manager's table
+    when a worker dies; 3.12+ skip it, 3.11.7 raises in the manager thread.
+    """
+    with Group(CANCELLED_THEN_BROKEN.format(path=str(tmp_path / "go"))) as child:
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    crashed = "['InvalidStateError'] True" if sys.version_info < (3, 12) else "[] True"
+    assert out == [crashed]
+
+
+def test_collect_counts_cancelled_and_unfinished_futures_as_lost_and_keeps_its_deadline() -> None:
+    """A cancelled future and one pending at the deadline are lost; collect returns in time."""
+    done: Future[int] = Future()
+    done.set_result(1)
+    cancelled: Future[int] = Future()
+    cancelled.cancel()
+    pending: Future[int] = Future()
+    with elapsed() as took:
+        outcome = collect([done, cancelled, pending], 0.2)
+    assert took() < 0.2 + NOISE
+    assert outcome.results == {0: 1}
+    assert outcome.lost == (1, 2)
+
+
+# --- M3: terminate() skips the child's finally and atexit ---------------------------------
+
+
+def careful_child(tmp_path: Path, method: str = "spawn") -> tuple[StoppableProcess, Path]:
+    """A started StoppableProcess running `careful`, parked in its loop."""
+    context = multiprocessing.get_context(method)
+    ready = context.Event()
+    log = tmp_path / "log"
+    child = StoppableProcess(process_tasks.careful, (ready, str(log)), context=context)
+    child.start()
+    assert ready.wait(MUST_HAPPEN), "the child never got ready"
+    return child, log
+
+
+@pytest.mark.race("M3", "Process.terminate() skips the child's finally and atexit")
+def test_naive_terminate_skips_finally_and_atexit(tmp_path: Path) -> None:
+    """Broken: SIGTERM ends the child where it stands; no cleanup line is written."""
+    child, log = careful_child(tmp_path)
+    process = child._process
+    assert process is not None
+    naive_stop_process(process)
+    assert process.exitcode == -signal.SIGTERM
+    assert not log.exists()
+    child.stop()
+
+
+@pytest.mark.race("M3", "Process.terminate() skips the child's finally and atexit")
+def test_stoppable_process_stops_on_request_and_runs_cleanup(tmp_path: Path) -> None:
+    """Asked to stop, the child returns: its finally and atexit run, exit code 0."""
+    child, log = careful_child(tmp_path)
+    report = child.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report.escalation == ""
+    assert report.exitcode == 0
+    assert log.read_text().splitlines() == ["stopped when asked", "finally", "atexit"]
+    assert child.stop() is report
+    assert child.pid is not None
+    assert gone(child.pid)
+
+
+def test_forkserver_children_run_atexit_only_from_3_13(tmp_path: Path) -> None:
+    """Pins: fork and forkserver children end with os._exit; 3.13 runs their atexit first."""
+    child, log = careful_child(tmp_path, "forkserver")
+    report = child.stop(MUST_HAPPEN)
+    assert report.exitcode == 0
+    at_exit = ["atexit"] if sys.version_info >= (3, 13) else []
+    assert log.read_text().splitlines() == ["stopped when asked", "finally", *at_exit]
+
+
+# --- M7: a multiprocessing.Event whose waiter was killed hangs set() ------------------------
+
+EVENT_SET = """
+    import multiprocessing, os, signal, time
+    from patterns.process_shutdown import StoppableProcess
+    from tests.process_tasks import careful
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    if {naive}:
+        stop = context.Event()
+        child = context.Process(target=careful, args=(stop, ready, os.devnull))
+        child.start()
+    else:
+        stoppable = StoppableProcess(careful, (ready, os.devnull), context=context).start()
+        child = stoppable._process
+    assert ready.wait(10)
+    if {naive}:  # wait until the child sleeps in stop.wait() (a private counter, observed)
+        deadline = time.monotonic() + 10
+        while stop._cond._sleeping_count.get_value() == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    os.kill(child.pid, signal.SIGKILL)  # the OOM killer, an operator, a crash
+    child.join(10)
+    print("killed; asking it to stop", flush=True)
+    if {naive}:
+        stop.set()
+    else:
+        print(stoppable.stop(10).exitcode, flush=True)
+    print("returned", flush=True)
+"""
+
+
+@pytest.mark.race("M7", "a multiprocessing.Event whose waiter was killed hangs set()")
+def test_naive_event_set_hangs_after_its_waiter_was_killed() -> None:
+    """Broken: Event.set() waits for every sleeper to acknowledge, a dead one too."""
+    with Group(EVENT_SET.format(naive=True)) as child:
+        child.expect("killed; asking it to stop")
+        assert child.stays_alive(), child.stderr()
+
+
+@pytest.mark.race("M7", "a multiprocessing.Event whose waiter was killed hangs set()")
+def test_stop_signal_never_waits_for_the_child() -> None:
+    """StoppableProcess signals through a pipe: stop() returns though the child was killed."""
+    with Group(EVENT_SET.format(naive=False)) as child:
+        child.expect("killed; asking it to stop")
+        assert child.wait() == 0, child.stderr()
+        assert child.stdout() == [str(-signal.SIGKILL), "returned"]
+
+
+@pytest.mark.parametrize(("deaf", "escalation"), [(False, "terminate"), (True, "kill")])
+def test_stoppable_process_forces_a_stubborn_child_within_its_budget(
+    deaf: bool, escalation: str
+) -> None:
+    """A child that ignores the request is terminated (or killed) as the last resort, saying so."""
+    context = safe_context()
+    ready = context.Event()
+    child = StoppableProcess(process_tasks.stubborn, (ready, deaf), context=context).start()
+    assert ready.wait(MUST_HAPPEN)
+    with elapsed() as took:
+        report = child.stop(1.0)
+    assert took() < 1.0 + NOISE
+    assert report.terminated
+    assert report.escalation == escalation
+    assert report.exitcode == -(signal.SIGKILL if deaf else signal.SIGTERM)
+    assert child.pid is not None
+    assert gone(child.pid)
+
+
+def test_stoppable_process_lifecycle_edges() -> None:
+    """Stop before start is a no-op report; a second start raises; bad budgets raise."""
+    child = StoppableProcess(process_tasks.stubborn, (None, False))
+    report = child.stop()
+    assert report.terminated
+    assert report.still_running == ()
+    assert child.stop() is report
+    with pytest.raises(RuntimeError, match="already started"):
+        child.start()
+    with pytest.raises(ValueError, match="stop_timeout"):
+        StoppableProcess(process_tasks.stubborn, stop_timeout=-1)
+
+
+# --- M4: a multiprocessing.Queue's feeder thread holds the exit ----------------------------
+
+QUEUE_EXIT = """
+    import multiprocessing
+    from patterns.naive.process_shutdown import naive_close_queue
+    from patterns.process_shutdown import abandon_queue, safe_context
+    q = safe_context().Queue()
+    q.put(b"x" * (4 << 20))  # more than a pipe holds; the consumer is gone
+    print("exiting", flush=True)
+    {close}(q)
+"""
+
+
+@pytest.mark.race("M4", "a multiprocessing.Queue's feeder thread holds the exit")
+def test_naive_queue_with_unread_items_hangs_the_exit() -> None:
+    """Broken: close() is not enough; the exit joins a feeder blocked on a full pipe."""
+    with Group(QUEUE_EXIT.format(close="naive_close_queue")) as child:
+        child.expect("exiting")
+        assert child.stays_alive(), child.stderr()
+
+
+@pytest.mark.race("M4", "a multiprocessing.Queue's feeder thread holds the exit")
+def test_abandon_queue_lets_the_producer_exit() -> None:
+    """cancel_join_thread: the process exits at once, status 0, the loss logged."""
+    with Group(QUEUE_EXIT.format(close="abandon_queue")) as child:
+        child.expect("exiting")
+        assert child.wait() == 0, child.stderr()
+        assert "items not yet sent are lost" in child.stderr()
+
+
+# --- M5: Ctrl-C reaches every process in the foreground group ------------------------------
+
+CTRL_C = """
+    import logging, time
+    from patterns.naive.process_shutdown import naive_start_child
+    from patterns.process_shutdown import StoppableProcess, safe_context
+    from tests.process_tasks import items
+    logging.basicConfig(level=logging.WARNING)
+    context = safe_context()
+    children, readies, stops = [], [], []
+    for name in ("a", "b"):
+        ready = context.Event()
+        if {naive}:  # the stop request is an Event nobody sets: Ctrl-C ends the children
+            stops.append(context.Event())  # kept: a collected Event's semaphore is unlinked
+            children.append(naive_start_child(context, items, (stops[-1], ready, name)))
+        else:
+            children.append(StoppableProcess(items, (ready, name), context=context).start())
+        readies.append(ready)
+    assert all(r.wait(10) for r in readies)
+    try:
+        print("ready", flush=True)  # inside the try: the Ctrl-C may come at once
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("parent: interrupted, stopping the children", flush=True)
+    for child in children:
+        if {naive}:
+            child.join(10)
+            print("exit code", child.exitcode, flush=True)
+        else:
+            print("exit code", child.stop(10).exitcode, flush=True)
+"""
+
+
+@pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
+def test_naive_children_each_get_their_own_keyboard_interrupt() -> None:
+    """Broken: each child dies of its own KeyboardInterrupt, traceback and all, work cut off."""
+    with Group(CTRL_C.format(naive=True)) as child:
+        child.expect("ready")
+        child.killpg(signal.SIGINT)
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    assert out[0] == "parent: interrupted, stopping the children"
+    assert out[1:] == ["exit code 1", "exit code 1"]
+    assert child.stderr().count("KeyboardInterrupt") == 2
+
+
+@pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
+def test_children_ignore_sigint_and_the_parent_stops_them() -> None:
+    """Children ignore SIGINT; the parent alone is interrupted and stops them: clean exits."""
+    with Group(CTRL_C.format(naive=False)) as child:
+        child.expect("ready")
+        child.killpg(signal.SIGINT)
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    assert out[0] == "parent: interrupted, stopping the children"
+    assert sorted(out[1:]) == [
+        "a finished cleanly",
+        "b finished cleanly",
+        "exit code 0",
+        "exit code 0",
+    ]
+    assert "KeyboardInterrupt" not in child.stderr()
+
+
+POOL_CTRL_C = """
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import collect, ignore_sigint, safe_context
+    from patterns.process_shutdown import shutdown_process_pool
+    from tests.process_tasks import item_until
+    finish, started = {finish!r}, {started!r}
+    pool = ProcessPoolExecutor(2, mp_context=safe_context(), initializer={initializer})
+    futures = [pool.submit(item_until, finish, started) for _ in range(2)]
+    while not (Path(started).exists() and len(Path(started).read_text().split()) == 2):
+        time.sleep(0.001)
+    try:
+        print("ready", flush=True)  # inside the try: the Ctrl-C may come at once
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("parent: interrupted, letting the items finish", flush=True)
+    Path(finish).touch()
+    outcome = collect(futures, 10)
+    errors = sorted(type(e).__name__ for e in outcome.errors.values())
+    print(sorted(outcome.results.values()), errors)
+    print(shutdown_process_pool(pool, 10, force_timeout=10).terminated, flush=True)
+"""
+
+
+@pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
+def test_naive_pool_workers_each_end_their_item_with_keyboard_interrupt(tmp_path: Path) -> None:
+    """Broken: with the default SIGINT handler every running task ends in KeyboardInterrupt."""
+    code = POOL_CTRL_C.format(
+        finish=str(tmp_path / "finish"), started=str(tmp_path / "started"), initializer=None
+    )
+    with Group(code) as child:
+        child.expect("ready")
+        child.killpg(signal.SIGINT)
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    assert out == [
+        "parent: interrupted, letting the items finish",
+        "[] ['KeyboardInterrupt', 'KeyboardInterrupt']",
+        "True",
+    ]
+
+
+@pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
+def test_pool_workers_started_with_ignore_sigint_finish_their_items(tmp_path: Path) -> None:
+    """initializer=ignore_sigint: only the parent is interrupted; the items finish."""
+    code = POOL_CTRL_C.format(
+        finish=str(tmp_path / "finish"),
+        started=str(tmp_path / "started"),
+        initializer="ignore_sigint",
+    )
+    with Group(code) as child:
+        child.expect("ready")
+        child.killpg(signal.SIGINT)
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    assert out == ["parent: interrupted, letting the items finish", "['done', 'done'] []", "True"]
+    assert "KeyboardInterrupt" not in child.stderr()
+
+
+# --- M6: fork() copies a lock another thread holds ------------------------------------------
+
+FORK_LOCK = """
+    import threading, warnings
+    import multiprocessing
+    from patterns.naive.process_shutdown import naive_context
+    from patterns.process_shutdown import safe_context
+    from tests import process_tasks
+    warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: "multi-threaded ... fork()"
+    holding, release = threading.Event(), threading.Event()
+    def holder():
+        with process_tasks.LOCK:  # e.g. a connection pool's lock, mid-update
+            holding.set()
+            release.wait()
+    t = threading.Thread(target=holder)
+    t.start()
+    holding.wait()
+    child = {context}().Process(target=process_tasks.take_lock)
+    child.start()
+    release.set()  # the parent's lock is free again; the child's copy is not
+    t.join()
+    child.join({join})
+    print("child alive" if child.is_alive() else f"child exit {{child.exitcode}}", flush=True)
+    if child.is_alive():
+        child.kill()
+        child.join()
+"""
+
+
+@pytest.mark.race("M6", "fork() while another thread holds a lock: the child's copy stays locked")
+def test_naive_fork_leaves_the_child_deadlocked_on_a_copied_lock() -> None:
+    """Broken: the forked child waits for ever on a lock no thread of its own will release."""
+    with Group(FORK_LOCK.format(context="naive_context", join=WATCH)) as child:
+        assert child.wait() == 0, child.stderr()
+        assert child.stdout() == ["child alive"]
+
+
+@pytest.mark.race("M6", "fork() while another thread holds a lock: the child's copy stays locked")
+def test_safe_context_child_starts_with_its_own_unlocked_lock() -> None:
+    """With forkserver (or spawn) the child imports the module afresh; its lock is free."""
+    with Group(FORK_LOCK.format(context="safe_context", join=MUST_HAPPEN)) as child:
+        assert child.wait() == 0, child.stderr()
+        assert child.stdout() == ["child exit 0"]
+
+
+FORK_LOGGING = """
+    import logging, threading, warnings
+    from patterns.naive.process_shutdown import naive_context
+    from tests import process_tasks
+    warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: "multi-threaded ... fork()"
+    logging.basicConfig(format="%(message)s")
+    handler = logging.getLogger().handlers[0]
+    holding, release = threading.Event(), threading.Event()
+    def holder():
+        handler.acquire()  # as a thread does while it writes a record
+        holding.set()
+        release.wait()
+        handler.release()
+    t = threading.Thread(target=holder)
+    t.start()
+    holding.wait()
+    child = naive_context().Process(target=process_tasks.log_one_line)
+    child.start()
+    child.join({join})
+    release.set()
+    t.join()
+    print("child alive" if child.is_alive() else f"child exit {{child.exitcode}}", flush=True)
+    if child.is_alive():
+        child.kill()
+        child.join()
+"""
+
+
+def test_logging_renews_its_handler_locks_in_a_forked_child() -> None:
+    """os.register_at_fork at work: logging gives a forked child fresh handler locks."""
+    with Group(FORK_LOGGING.format(join=MUST_HAPPEN)) as child:
+        assert child.wait() == 0, child.stderr()
+        assert child.stdout() == ["child exit 0"]
+    assert "logged in the child" in child.stderr()
+
+
+FORK_WARNING = """
+    import os, threading, warnings
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    stop.set()
+    t.join()
+    print([f"{w.category.__name__}: {w.message}" for w in caught], flush=True)
+"""
+
+
+def test_fork_with_threads_warns_from_3_12() -> None:
+    """Pins: 3.12+ warn (DeprecationWarning) when a multi-threaded process forks; 3.11 does not."""
+    with Group(FORK_WARNING) as child:
+        assert child.wait() == 0, child.stderr()
+        out = child.stdout()
+    if sys.version_info >= (3, 12):
+        assert out[0].startswith("['DeprecationWarning: This process (pid="), out
+        assert "multi-threaded" in out[0]
+    else:
+        assert out == ["[]"]
+
+
+def test_default_start_method_is_fork_on_linux_before_3_14() -> None:
+    """Pins: the naive default on Linux up to 3.13 is fork (3.14 changes it to forkserver)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the default start method differs by platform")
+    expected = "fork" if sys.version_info < (3, 14) else "forkserver"
+    assert multiprocessing.get_context().get_start_method() == expected
