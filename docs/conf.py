@@ -48,7 +48,8 @@ nitpick_ignore_regex = [
         (
             r"(asyncio|_asyncio|concurrent|threading|queue|socket|typing|collections|contextlib|"
             r"types|io|logging|"
-            r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref|atexit)"
+            r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref|atexit|"
+            r"multiprocessing)"
             r"(\..*)?"
         ),
     ),
@@ -56,7 +57,8 @@ nitpick_ignore_regex = [
         r"py:.*",
         (
             r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|TypeVar|"
-            r"Future\.\w+|ThreadPoolExecutor\.\w+|"
+            r"Future\.\w+|ThreadPoolExecutor\.\w+|BaseContext|Connection|"
+            r"ProcessPoolExecutor|BrokenProcessPool|"
             r"ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|TimeoutError|"
             r"ValueError|SystemError|object|float|int|str|bool|None)"
         ),

@@ -93,6 +93,13 @@ def _task_set() -> Any:
     return LoopThreadTaskSet(stop_timeout=5.0)
 
 
+def _stoppable_process() -> Any:
+    from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
+    from tests.process_tasks import wait_for_stop  # noqa: PLC0415
+
+    return StoppableProcess(wait_for_stop, name="contract-process", stop_timeout=5.0)
+
+
 CASES = [
     Case("TrackingExecutor", _tracking_executor),
     Case("ConsumerPool", _consumer_pool),
@@ -103,6 +110,7 @@ CASES = [
     Case("Bulkhead", _bulkhead),
     Case("Worker", _worker),
     Case("TaskSet", _task_set),
+    Case("StoppableProcess", _stoppable_process),
 ]
 
 pytestmark = pytest.mark.parametrize("case", CASES, ids=str)
