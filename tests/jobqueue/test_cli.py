@@ -171,7 +171,9 @@ def test_enqueue_prints_the_job_id_and_status_counts_it(workdir: Path) -> None:
     assert (second.returncode, second.stdout) == (0, "2\n")
     assert status(workdir) == {"queued": 2, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
     text = run_cli(["--db", "q.db", "status"], workdir)
-    assert text.stdout.split() == ["queued", "2", "running", "0", "done", "0", "failed", "0"]
+    assert text.stdout.split() == [
+        *("queued", "2", "running", "0", "done", "0", "failed", "0", "cancelled", "0")
+    ]
 
 
 def test_worker_exit_when_empty_runs_every_due_job_and_exits_zero(workdir: Path) -> None:
