@@ -44,31 +44,45 @@ Docs: docs/jobqueue/index.md
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    FINISHED_STATES,
+    CancelResult,
     Claim,
     Job,
     JobState,
     JsonValue,
     NewJob,
     Store,
+    WorkerRecord,
+    cancelled_reason,
+    check_job_id,
     check_lease,
     check_limit,
+    check_max_payload_bytes,
     check_owner,
+    check_state,
+    check_states,
+    check_text,
     check_time,
+    check_worker,
+    encode_result,
     expired_reason,
     new_token,
     prepare_enqueue,
     prepare_many,
+    storable_error,
 )
 
 __all__ = ["MemoryStore"]
@@ -92,6 +106,9 @@ class _Row:
     last_error: str | None
     created_at: float
     updated_at: float
+    timeout: float | None = None
+    result_json: str | None = None  # the handler's result as JSON text, once done
+    cancel_requested: bool = False
 
     def snapshot(self) -> Job:
         # json.loads builds a new payload each time: callers cannot mutate the stored one.
@@ -108,6 +125,9 @@ class _Row:
             last_error=self.last_error,
             created_at=self.created_at,
             updated_at=self.updated_at,
+            timeout=self.timeout,
+            result=None if self.result_json is None else json.loads(self.result_json),
+            cancel_requested=self.cancel_requested,
         )
 
     def end_lease(self, state: JobState, now: float) -> None:
@@ -124,14 +144,21 @@ def _no_op() -> None:
 class MemoryStore:
     """A thread-safe, non-durable ``Store``; ``clock`` supplies every timestamp."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self._clock = clock
-        # Guards _rows, _next_id and _closed. Every public method holds it for its whole
+        self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
+        # Guards _rows, _next_id, _workers and _closed. Every public method holds it for its whole
         # transition, so no caller ever sees (or acts on) a half-done transition. Nobody
         # waits on it for long: the only caller code run under it is the clock, which must
         # not call back into the store (the lock is not reentrant).
         self._lock = threading.Lock()
         self._rows: dict[int, _Row] = {}
+        self._workers: dict[str, WorkerRecord] = {}
         self._next_id = 1
         self._closed = False
         # The claim's indexes, guarded by _lock like the rows. An entry is live while its
@@ -168,6 +195,7 @@ class MemoryStore:
             last_error=None,
             created_at=now,
             updated_at=now,
+            timeout=new.timeout,
         )
         heapq.heappush(self._queued, (new.run_at, job_id))
         return job_id
@@ -180,13 +208,21 @@ class MemoryStore:
         run_at: float | None = None,
         delay: float | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
     ) -> int:
         """Add a job and return its id; a bad payload or argument writes nothing."""
         with self._lock:
             self._check_open()
             now = self._clock()
             new = prepare_enqueue(
-                now, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+                now,
+                task,
+                payload,
+                run_at=run_at,
+                delay=delay,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                max_payload_bytes=self._max_payload_bytes,
             )
             job_id = self._insert(new, now)
         logger.debug("enqueued job %d (%s) to run at %.3f", job_id, new.task, new.run_at)
@@ -197,7 +233,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             now = self._clock()
-            prepared = prepare_many(now, jobs)
+            prepared = prepare_many(now, jobs, self._max_payload_bytes)
             ids = [self._insert(new, now) for new in prepared]
         logger.debug("enqueued %d jobs", len(ids))
         return ids
@@ -207,7 +243,7 @@ class MemoryStore:
 
         Due means queued with ``run_at <= now``, or running with an expired lease
         (``lease_until <= now``). An expired job whose attempts are spent is marked failed
-        instead of being returned.
+        instead of being returned, and one with a cancel request is marked cancelled.
         """
         check_owner(owner)
         seconds = check_lease(lease)
@@ -221,6 +257,9 @@ class MemoryStore:
                 row = self._next_claimable(now)
                 if row is None:
                     break
+                if row.cancel_requested:  # expired while its worker was asked to cancel
+                    self._cancel_expired(row, now)
+                    continue
                 if row.state is JobState.RUNNING:
                     logger.warning(
                         "job %d: lease of %s expired, claiming it again", row.id, row.lease_owner
@@ -256,12 +295,21 @@ class MemoryStore:
             ):
                 self._stale_leases = max(0, self._stale_leases - 1)
                 continue  # ended, renewed or taken again since this entry was pushed
-            if row.attempts >= row.max_attempts:
+            if row.cancel_requested:
+                self._cancel_expired(row, now)
+            elif row.attempts >= row.max_attempts:
                 row.last_error = expired_reason(row.attempts)
                 row.end_lease(JobState.FAILED, now)
                 logger.warning("job %d failed: %s", row.id, row.last_error)
             else:
                 heapq.heappush(self._expired, (row.run_at, row.id))
+
+    @staticmethod
+    def _cancel_expired(row: _Row, now: float) -> None:
+        """End a job whose lease expired after a cancel request: cancelled, never run again."""
+        row.last_error = cancelled_reason("and its lease expired")
+        row.end_lease(JobState.CANCELLED, now)
+        logger.warning("job %d cancelled: %s", row.id, row.last_error)
 
     def _next_claimable(self, now: float) -> _Row | None:
         """Pop the due row with the smallest ``(run_at, id)``; call with the lock held."""
@@ -316,55 +364,92 @@ class MemoryStore:
             return None
         return row
 
-    def complete(self, claim: Claim) -> bool:
-        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
+    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
+        """Mark the job done with ``result``; False (no change) if the lease was lost.
+
+        A ``result`` that is not JSON or is over ``max_payload_bytes`` raises `TypeError` /
+        `ValueError` and changes nothing.
+        """
+        text = None if result is None else encode_result(result, self._max_payload_bytes)
         with self._lock:
             row = self._held(claim)
             if row is None:
                 return False
+            row.result_json = text
             row.end_lease(JobState.DONE, self._clock())
             self._lease_ended()
             return True
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost."""
+        text = storable_error(error)
         with self._lock:
             row = self._held(claim)
             if row is None:
                 return False
-            row.last_error = str(error)
+            row.last_error = text
             row.end_lease(JobState.FAILED, self._clock())
             self._lease_ended()
             return True
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
         when = check_time("run_at", run_at)
+        text = storable_error(error)
         with self._lock:
             row = self._held(claim)
             if row is None:
                 return False
-            row.last_error = str(error)
+            row.last_error = text
             row.run_at = when
-            row.end_lease(JobState.QUEUED, self._clock())
-            self._lease_ended()
-            heapq.heappush(self._queued, (row.run_at, row.id))
+            self._requeue_held(row)
             return True
 
     def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
         with self._lock:
             row = self._held(claim)
             if row is None:
                 return False
             row.attempts = max(0, row.attempts - 1)
-            row.end_lease(JobState.QUEUED, self._clock())
+            self._requeue_held(row)
+            return True
+
+    def _requeue_held(self, row: _Row) -> None:
+        """End a held lease back in the queue, or cancelled if a cancel was requested."""
+        if row.cancel_requested:
+            row.last_error = cancelled_reason("and its worker gave it back")
+            row.end_lease(JobState.CANCELLED, self._clock())
             self._lease_ended()
-            heapq.heappush(self._queued, (row.run_at, row.id))
+            return
+        row.end_lease(JobState.QUEUED, self._clock())
+        self._lease_ended()
+        heapq.heappush(self._queued, (row.run_at, row.id))
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
+        text = storable_error(reason)
+        with self._lock:
+            row = self._held(claim)
+            if row is None:
+                return False
+            row.last_error = text
+            row.end_lease(JobState.CANCELLED, self._clock())
+            self._lease_ended()
             return True
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        """Extend the lease; the renewed claim, or None if the lease was lost.
+
+        The renewed claim carries the caller's job snapshot with the new ``lease_until``,
+        and ``cancel_requested``.
+        """
         seconds = check_lease(lease)
         with self._lock:
             row = self._held(claim)
@@ -375,7 +460,10 @@ class MemoryStore:
             row.updated_at = now
             self._lease_ended()  # the entry of the old lease_until
             heapq.heappush(self._leases, (row.lease_until, row.id))
-            return Claim(row.snapshot(), claim.token, row.lease_until)
+            # The caller's snapshot with the new lease: no payload is decoded (a renew
+            # costs the same whatever the payload's size).
+            job = dataclasses.replace(claim.job, lease_until=row.lease_until, updated_at=now)
+            return Claim(job, claim.token, row.lease_until, row.cancel_requested)
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
@@ -383,6 +471,85 @@ class MemoryStore:
             self._check_open()
             row = self._rows.get(job_id)
             return None if row is None else row.snapshot()
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
+        wanted = None if state is None else check_state(state)
+        name = None if task is None else check_text("task", task)
+        count = check_limit(limit)
+        found: list[Job] = []
+        with self._lock:
+            self._check_open()
+            for job_id in sorted(self._rows, reverse=True):
+                row = self._rows[job_id]
+                if (wanted is None or row.state is wanted) and (name is None or row.task == name):
+                    found.append(row.snapshot())
+                    if len(found) == count:
+                        break
+        return found
+
+    def requeue(self, job_id: int) -> bool:
+        """Put a failed job back in the queue, due now, attempts 0, last error kept."""
+        check_job_id(job_id)
+        with self._lock:
+            self._check_open()
+            row = self._rows.get(job_id)
+            if row is None or row.state is not JobState.FAILED:
+                return False
+            self._requeue_failed_row(row, self._clock())
+        logger.info("job %d requeued", job_id)
+        return True
+
+    def requeue_failed(self, *, task: str | None = None) -> list[int]:
+        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
+        name = None if task is None else check_text("task", task)
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            ids = sorted(
+                row.id
+                for row in self._rows.values()
+                if row.state is JobState.FAILED and (name is None or row.task == name)
+            )
+            for job_id in ids:
+                self._requeue_failed_row(self._rows[job_id], now)
+        if ids:
+            logger.info("requeued %d failed jobs", len(ids))
+        return ids
+
+    def _requeue_failed_row(self, row: _Row, now: float) -> None:
+        row.state = JobState.QUEUED
+        row.attempts = 0
+        row.run_at = now
+        row.updated_at = now
+        row.cancel_requested = False
+        row.result_json = None
+        row.lease_owner = None
+        row.lease_until = None
+        heapq.heappush(self._queued, (row.run_at, row.id))
+
+    def cancel(self, job_id: int) -> CancelResult:
+        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
+        check_job_id(job_id)
+        with self._lock:
+            self._check_open()
+            row = self._rows.get(job_id)
+            if row is None:
+                return CancelResult.NOT_FOUND
+            if row.state in FINISHED_STATES:
+                return CancelResult.FINISHED
+            now = self._clock()
+            row.updated_at = now
+            if row.state is JobState.QUEUED:
+                row.state = JobState.CANCELLED
+                result = CancelResult.CANCELLED
+            else:
+                row.cancel_requested = True
+                result = CancelResult.REQUESTED
+        logger.info("job %d: cancel %s", job_id, result.value)
+        return result
 
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state, every state present (zero included)."""
@@ -405,10 +572,12 @@ class MemoryStore:
         known = [t for t in times if t is not None]
         return min(known) if known else None
 
-    def purge(self, *, older_than: float | None = None) -> int:
-        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+    def purge(
+        self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
+    ) -> int:
+        """Delete finished jobs in ``states`` (updated before ``older_than``); how many."""
         cutoff = None if older_than is None else check_time("older_than", older_than)
-        finished = (JobState.DONE, JobState.FAILED)
+        finished = check_states(states)
         with self._lock:
             self._check_open()
             doomed = [
@@ -421,6 +590,64 @@ class MemoryStore:
         if doomed:
             logger.info("purged %d finished jobs", len(doomed))
         return len(doomed)
+
+    def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        state: str,
+        started_at: float,
+        jobs_held: int,
+        ttl: float,
+    ) -> None:
+        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later."""
+        row = check_worker(
+            worker_id,
+            host=host,
+            pid=pid,
+            state=state,
+            started_at=started_at,
+            jobs_held=jobs_held,
+            ttl=ttl,
+        )
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            self._expire_workers(now)
+            self._workers[row.worker_id] = WorkerRecord(
+                id=row.worker_id,
+                host=row.host,
+                pid=row.pid,
+                state=row.state,
+                started_at=row.started_at,
+                last_seen=now,
+                expires_at=now + row.ttl,
+                jobs_held=row.jobs_held,
+            )
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Delete this worker's row (a worker that stopped); no error if there is none."""
+        name = check_text("worker_id", worker_id)
+        with self._lock:
+            self._check_open()
+            self._workers.pop(name, None)
+
+    def workers(self) -> list[WorkerRecord]:
+        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
+        with self._lock:
+            self._check_open()
+            self._expire_workers(self._clock())
+            return sorted(self._workers.values(), key=lambda w: (w.started_at, w.id))
+
+    def _expire_workers(self, now: float) -> None:
+        """Delete the rows of workers not seen before their expiry; call with the lock held."""
+        for name in [n for n, w in self._workers.items() if w.expires_at <= now]:
+            logger.info(
+                "worker %s expired (not seen since %.3f)", name, self._workers[name].last_seen
+            )
+            del self._workers[name]
 
     def clock(self) -> float:
         """The store's time now: the ``clock`` it was built with (`time.time` by default)."""

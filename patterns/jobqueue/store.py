@@ -66,13 +66,20 @@ __all__ = [
     "NewJob",
     "Store",
     "WorkerRecord",
+    "WorkerRow",
     "backoff",
+    "cancelled_reason",
+    "check_job_id",
     "check_lease",
     "check_limit",
+    "check_max_payload_bytes",
     "check_owner",
+    "check_state",
     "check_states",
+    "check_text",
     "check_time",
     "check_timeout",
+    "check_worker",
     "encode_payload",
     "encode_result",
     "expired_reason",
@@ -257,6 +264,17 @@ def check_timeout(timeout: object) -> float | None:
     return seconds
 
 
+def check_state(state: object) -> JobState:
+    """A job state given by value (``"failed"``) or member; `ValueError` naming the choices."""
+    if not isinstance(state, str):
+        raise TypeError(f"state must be a string, got {state!r}")
+    try:
+        return JobState(state)
+    except ValueError:
+        choices = ", ".join(s.value for s in JobState)
+        raise ValueError(f"unknown job state {state!r} (one of {choices})") from None
+
+
 def check_states(states: object) -> frozenset[JobState]:
     """`Store.purge`'s ``states`` as JobStates, each one of `FINISHED_STATES`."""
     if isinstance(states, str | bytes) or not isinstance(states, Collection):
@@ -273,6 +291,90 @@ def check_states(states: object) -> frozenset[JobState]:
     return frozenset(chosen)
 
 
+def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
+    """``value`` as a non-empty name every store can keep (UTF-8, no NUL, at most ``max_chars``).
+
+    `TypeError` if it is not a string, `ValueError` naming ``name`` otherwise: a name is
+    refused rather than escaped, since a caller looks jobs up by it.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {value!r}")
+    if not value.strip():
+        raise ValueError(f"{name} must be a non-empty name, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
+    if len(value) > max_chars:
+        raise ValueError(f"{name} is {len(value)} characters, over the limit of {max_chars}")
+    return value
+
+
+def check_job_id(job_id: object) -> int:
+    """A job id as an int (`TypeError` otherwise); any int is accepted, a missing one is absent."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TypeError(f"job id must be an int, got {job_id!r}")
+    return job_id
+
+
+def check_max_payload_bytes(value: object) -> int:
+    """A store's ``max_payload_bytes``: an int from 1 up; `TypeError` / `ValueError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_payload_bytes must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"max_payload_bytes must be at least 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """`Store.record_worker`'s arguments once checked (see `check_worker`)."""
+
+    worker_id: str
+    host: str
+    pid: int
+    state: str
+    started_at: float
+    jobs_held: int
+    ttl: float
+
+
+def check_worker(
+    worker_id: object,
+    *,
+    host: object,
+    pid: object,
+    state: object,
+    started_at: object,
+    jobs_held: object,
+    ttl: object,
+) -> WorkerRow:
+    """Validate `Store.record_worker`'s arguments; shared so every store refuses alike."""
+    seconds = check_time("ttl", ttl)
+    if seconds <= 0:
+        raise ValueError(f"ttl must be positive, got {seconds}")
+    return WorkerRow(
+        check_text("worker_id", worker_id),
+        check_text("host", host),
+        _check_count("pid", pid),
+        check_text("state", state, max_chars=40),
+        check_time("started_at", started_at),
+        _check_count("jobs_held", jobs_held),
+        seconds,
+    )
+
+
+def _check_count(name: str, value: object) -> int:
+    """An int between 0 and 2**31 - 1 (what every store's integer column holds)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not 0 <= value <= 2**31 - 1:
+        raise ValueError(f"{name} must be between 0 and {2**31 - 1}, got {value}")
+    return value
+
+
 def prepare_enqueue(
     now: float,
     task: object,
@@ -285,10 +387,7 @@ def prepare_enqueue(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> NewJob:
     """Validate `Store.enqueue` arguments; shared by every store so they refuse alike."""
-    if not isinstance(task, str):
-        raise TypeError(f"task must be a string, got {task!r}")
-    if not task.strip():
-        raise ValueError(f"task must be a non-empty name, got {task!r}")
+    name = check_text("task", task)
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
         raise TypeError(f"max_attempts must be an int, got {max_attempts!r}")
     if not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
@@ -307,7 +406,7 @@ def prepare_enqueue(
     else:
         when = now
     limit = check_timeout(timeout)
-    return NewJob(task, encode_payload(payload, max_payload_bytes), when, max_attempts, limit)
+    return NewJob(name, encode_payload(payload, max_payload_bytes), when, max_attempts, limit)
 
 
 def prepare_many(
@@ -363,6 +462,11 @@ def check_limit(limit: object) -> int:
 def new_token(owner: str) -> str:
     """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
     return f"{owner}:{uuid.uuid4().hex}"
+
+
+def cancelled_reason(how: str) -> str:
+    """The ``last_error`` of a job a store itself turned cancelled (``how`` says when)."""
+    return f"cancelled: a cancel was requested while it ran, {how}"
 
 
 def expired_reason(attempts: int) -> str:
