@@ -614,7 +614,10 @@ def _show(args: argparse.Namespace) -> int:
         ("updated", _when(job.updated_at, now)),
         ("lease owner", _printable(job.lease_owner) if job.lease_owner else "-"),
         ("lease until", _when(job.lease_until, now)),
-        ("fencing token", "= the lease owner (only that claim may settle the job)"),
+        (
+            "fencing token",
+            "the lease owner (only that claim may settle the job)" if job.lease_owner else "-",
+        ),
         ("timeout", timeout),
         ("cancel requested", "yes" if job.cancel_requested else "no"),
         ("last error", _printable(job.last_error) if job.last_error else "-"),
