@@ -68,6 +68,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -429,6 +430,11 @@ _STORE_ERRORS = _store_errors()
 _OPEN_ERRORS: tuple[type[Exception], ...] = (ImportError, ValueError, *_STORE_ERRORS)
 
 
+def _shown(db: str) -> str:
+    """``db`` fit for a message: a URL's password replaced by ``***``."""
+    return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", db)
+
+
 def _open_store(path: str, *, create: bool = False) -> SQLiteStore | PostgresStore:
     """Open the queue; without ``create``, an SQLite path that does not exist is refused."""
     if not create and not is_postgres_url(path) and not os.path.exists(path):
@@ -449,7 +455,7 @@ def _with_store(args: argparse.Namespace, action: Callable[[Store], T], *, what:
     except (TypeError, ValueError) as exc:  # an argument the store refused
         raise UsageError(str(exc)) from exc
     except _STORE_ERRORS as exc:
-        raise UsageError(f"{args.db}: cannot {what}: {exc}") from exc
+        raise UsageError(f"{_shown(args.db)}: cannot {what}: {exc}") from exc
     finally:
         store.close()
 
