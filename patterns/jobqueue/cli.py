@@ -840,8 +840,9 @@ def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
         # them forever. Their leases make the jobs run again after they expire.
         force_exit(EXIT_STILL_RUNNING, "shutdown budget spent with jobs still running")
     if not report.terminated:
-        # No job is running, but a worker thread did not end (stuck in a store call, say):
-        # the interpreter would wait for it at exit. Nothing is held, so exit 1 at once.
+        # No handler is running, but a worker thread did not end (stuck in a store call,
+        # say): the interpreter would wait for it at exit, so exit 1 at once. A claim it
+        # still held keeps its lease and runs again once the lease expires.
         logger.error("%s; a worker thread did not end in time", report.summary())
         force_exit(EXIT_FAILURE, "a worker thread did not end within the shutdown budget")
     logger.info("%s", report.summary())
