@@ -60,33 +60,47 @@ Docs: docs/jobqueue/index.md
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    FINISHED_STATES,
     JOB_COLUMNS,
+    CancelResult,
     Claim,
     Job,
     JobState,
     JsonValue,
     NewJob,
     Store,
+    WorkerRecord,
     backoff,
+    cancelled_reason,
+    check_job_id,
     check_lease,
     check_limit,
+    check_max_payload_bytes,
     check_owner,
+    check_state,
+    check_states,
+    check_text,
     check_time,
+    check_worker,
+    encode_result,
     expired_reason,
     job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
+    storable_error,
 )
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteStore", "StoreFileError"]
@@ -95,14 +109,19 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-"""The schema this code writes; kept in the file's ``PRAGMA user_version``."""
+SCHEMA_VERSION = 2
+"""The schema this code writes; kept in the file's ``PRAGMA user_version``.
+
+Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result`` and
+``cancel_requested``, and the ``workers`` table; opening a version 1 file migrates it.
+"""
 
 BUSY_TIMEOUT = 5.0
 """Seconds SQLite's busy handler waits for another connection's lock, per attempt."""
 
 _BUSY_RETRIES = 5  # transaction attempts before a busy error is raised to the caller
 _BACKOFF = 0.05  # seconds before the first retry; doubles each time, plus jitter
+_BACKOFF_CAP = 1.0  # the longest pause between two attempts, before jitter
 _SYNCHRONOUS = frozenset({"NORMAL", "FULL", "EXTRA"})
 _HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
@@ -131,6 +150,59 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX jobs_due ON jobs (state, run_at, id)",
         "CREATE INDEX jobs_lease ON jobs (state, lease_until)",
     ),
+    # Version 2. SQLite cannot change a CHECK constraint in place, so the table is rebuilt
+    # (one transaction, like every migration): ids are copied, and the AUTOINCREMENT
+    # counter (a row of sqlite_sequence) is carried over, so no purged id is ever reused.
+    (
+        """
+        CREATE TABLE jobs_v2 (
+            id           INTEGER PRIMARY KEY AUTOINCREMENT,  -- ids are never reused
+            task         TEXT    NOT NULL CHECK (task <> ''),
+            payload      TEXT    NOT NULL,                   -- JSON text, never pickle
+            state        TEXT    NOT NULL CHECK (state IN
+                             ('queued', 'running', 'done', 'failed', 'cancelled')),
+            run_at       REAL    NOT NULL,
+            attempts     INTEGER NOT NULL CHECK (attempts >= 0),
+            max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),
+            lease_owner  TEXT,
+            lease_until  REAL,
+            last_error   TEXT,
+            created_at   REAL    NOT NULL,
+            updated_at   REAL    NOT NULL,
+            timeout      REAL    CHECK (timeout IS NULL OR timeout > 0),  -- seconds
+            result       TEXT,                               -- JSON text, once done
+            cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+            CHECK ((state = 'running') = (lease_owner IS NOT NULL AND lease_until IS NOT NULL))
+        )
+        """,
+        """
+        INSERT INTO jobs_v2 (id, task, payload, state, run_at, attempts, max_attempts,
+                             lease_owner, lease_until, last_error, created_at, updated_at)
+        SELECT id, task, payload, state, run_at, attempts, max_attempts,
+               lease_owner, lease_until, last_error, created_at, updated_at FROM jobs
+        """,
+        "DELETE FROM sqlite_sequence WHERE name = 'jobs_v2'",
+        """
+        INSERT INTO sqlite_sequence (name, seq)
+        SELECT 'jobs_v2', seq FROM sqlite_sequence WHERE name = 'jobs'
+        """,
+        "DROP TABLE jobs",
+        "ALTER TABLE jobs_v2 RENAME TO jobs",
+        "CREATE INDEX jobs_due ON jobs (state, run_at, id)",
+        "CREATE INDEX jobs_lease ON jobs (state, lease_until)",
+        """
+        CREATE TABLE workers (
+            id         TEXT    PRIMARY KEY,  -- the worker's name, its tokens' prefix
+            host       TEXT    NOT NULL,
+            pid        INTEGER NOT NULL,
+            state      TEXT    NOT NULL,
+            started_at REAL    NOT NULL,
+            last_seen  REAL    NOT NULL,
+            expires_at REAL    NOT NULL,     -- not listed after this: the worker died
+            jobs_held  INTEGER NOT NULL
+        )
+        """,
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
 
@@ -147,6 +219,21 @@ _DUE_SQL = (
 )
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
+_WORKER_COLUMNS = (
+    "id",
+    "host",
+    "pid",
+    "state",
+    "started_at",
+    "last_seen",
+    "expires_at",
+    "jobs_held",
+)
+# The tables (and their columns) of each schema version: what opening checks a file has.
+_SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
+    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
+    2: {"jobs": JOB_COLUMNS, "workers": _WORKER_COLUMNS},
+}
 
 
 class StoreFileError(RuntimeError):
@@ -188,17 +275,21 @@ class SQLiteStore:
         *,
         clock: Callable[[], float] = time.time,
         synchronous: str = "NORMAL",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         level = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if level not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {level!r}")
+        self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self._path = os.fspath(path)
         self._clock = clock
         self._synchronous = level
-        # Guards _conn and _closed: held for every transaction (including its retries), so
-        # the connection is used by one thread at a time and close() cannot pull it away
-        # mid-transaction. Waited on by any thread calling a store method; the only caller
-        # code run while it is held is the clock, which must not call back into the store.
+        # Guards _conn and _closed: held for every transaction attempt, so the connection
+        # is used by one thread at a time and close() cannot pull it away mid-transaction.
+        # Never held during the pause between two attempts of a busy transaction, so a
+        # heartbeat's renew is not kept waiting by another thread's backoff. Waited on by
+        # any thread calling a store method; the only caller code run while it is held is
+        # the clock, which must not call back into the store.
         self._lock = threading.Lock()
         self._closed = False
         self._conn = self._open()
@@ -239,12 +330,15 @@ class SQLiteStore:
 
         SQLite would create it with mode 0644 (less the umask), so anyone on the machine
         could read every payload. Its -wal and -shm files copy the database file's mode.
-        An existing file is left exactly as it is.
+        An existing file is left exactly as it is. The path is resolved first: with
+        ``O_EXCL``, a dangling symlink counts as an existing file, and SQLite would then
+        create its target with the default mode.
         """
         if self._path in ("", ":memory:"):
             return
         try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            target = os.path.realpath(self._path)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return  # an existing file, or another process created it first
         except OSError as exc:
@@ -276,7 +370,8 @@ class SQLiteStore:
         """Check the file, set it to WAL, and create or migrate the schema."""
         try:
             # Refuse a foreign or newer file before changing anything in it (even its
-            # journal mode); the migration checks again under the write lock.
+            # journal mode): its version and, past version 0, the shape of its tables.
+            # The migration checks again under the write lock.
             version = self._retry_busy(lambda: self._inspect(conn))
             mode = self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             if str(mode).lower() != "wal":
@@ -324,6 +419,9 @@ class SQLiteStore:
         return version
 
     def _check_version(self, conn: sqlite3.Connection, version: int) -> None:
+        if version > 0:
+            self._check_shape(conn, version)
+            return
         if version == 0:
             tables = [
                 row[0]
@@ -355,30 +453,39 @@ class SQLiteStore:
                 conn.execute("ROLLBACK")
             raise
 
-    def _check_shape(self, conn: sqlite3.Connection) -> None:
-        columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(jobs)"))
-        if columns != JOB_COLUMNS:
-            raise StoreFileError(
-                f"{self._path}: schema version {SCHEMA_VERSION} but table 'jobs' has "
-                f"columns {list(columns)}, expected {list(JOB_COLUMNS)}; "
-                "this file was not written by this job store"
-            )
+    def _check_shape(self, conn: sqlite3.Connection, version: int = SCHEMA_VERSION) -> None:
+        """Refuse a file whose tables are not those of its schema ``version``."""
+        for table, expected in _SHAPES[version].items():
+            columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+            if columns != expected:
+                raise StoreFileError(
+                    f"{self._path}: schema version {version} but table {table!r} has "
+                    f"columns {list(columns)}, expected {list(expected)}; "
+                    "this file was not written by this job store"
+                )
 
     # --- transactions -------------------------------------------------------------------
 
-    def _retry_busy(self, step: Callable[[], T]) -> T:
+    def _retry_busy(self, step: Callable[[], T], *, locked: bool = False) -> T:
         """Run ``step``, retrying a bounded number of times while the database is busy.
 
         ``step`` must leave no transaction open when it raises (every caller rolls back),
-        so a retry starts from a clean slate and a final failure changed nothing.
+        so a retry starts from a clean slate and a final failure changed nothing. With
+        ``locked``, each attempt runs holding ``_lock`` on an open store, and the pause
+        between attempts does not: another thread's short transaction (a heartbeat's
+        renew) gets its turn instead of waiting out this one's backoff.
         """
         for attempt in range(1, _BUSY_RETRIES + 1):
             try:
-                return step()
+                if not locked:
+                    return step()
+                with self._lock:
+                    self._check_open()
+                    return step()
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or attempt == _BUSY_RETRIES:
                     raise
-                pause = backoff(_BACKOFF, attempt)
+                pause = backoff(_BACKOFF, attempt, _BACKOFF_CAP)
                 logger.warning(
                     "%s: database busy (%s), retry %d of %d in %.2f s",
                     self._path,
@@ -406,23 +513,19 @@ class SQLiteStore:
                 raise
             return result
 
-        with self._lock:
-            self._check_open()
-            try:
-                return self._retry_busy(once)
-            except sqlite3.DatabaseError as exc:
-                self._raise_if_damaged(exc)
-                raise
+        try:
+            return self._retry_busy(once, locked=True)
+        except sqlite3.DatabaseError as exc:
+            self._raise_if_damaged(exc)
+            raise
 
     def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run a single read statement (a consistent snapshot on its own in WAL mode)."""
-        with self._lock:
-            self._check_open()
-            try:
-                return self._retry_busy(lambda: body(self._conn))
-            except sqlite3.DatabaseError as exc:
-                self._raise_if_damaged(exc)
-                raise
+        try:
+            return self._retry_busy(lambda: body(self._conn), locked=True)
+        except sqlite3.DatabaseError as exc:
+            self._raise_if_damaged(exc)
+            raise
 
     def _raise_if_damaged(self, exc: sqlite3.DatabaseError) -> None:
         """Raise `StoreFileError` naming the file if ``exc`` says the file is damaged.
@@ -457,8 +560,8 @@ class SQLiteStore:
     def _insert(conn: sqlite3.Connection, new: NewJob, now: float) -> int:
         cursor = conn.execute(
             "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
-            " created_at, updated_at) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?)",
-            (new.task, new.payload_json, new.run_at, new.max_attempts, now, now),
+            " created_at, updated_at, timeout) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?, ?)",
+            (new.task, new.payload_json, new.run_at, new.max_attempts, now, now, new.timeout),
         )
         job_id = cursor.lastrowid
         assert job_id is not None  # an INSERT always sets it
@@ -472,13 +575,21 @@ class SQLiteStore:
         run_at: float | None = None,
         delay: float | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
     ) -> int:
         """Add a job and return its id; a bad payload or argument writes nothing."""
 
         # A bad argument raises inside the transaction, which rolls back: nothing written.
         def body(conn: sqlite3.Connection, now: float) -> int:
             new = prepare_enqueue(
-                now, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+                now,
+                task,
+                payload,
+                run_at=run_at,
+                delay=delay,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                max_payload_bytes=self._max_payload_bytes,
             )
             return self._insert(conn, new, now)
 
@@ -490,7 +601,8 @@ class SQLiteStore:
         """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
 
         def body(conn: sqlite3.Connection, now: float) -> list[int]:
-            return [self._insert(conn, new, now) for new in prepare_many(now, jobs)]
+            prepared = prepare_many(now, jobs, self._max_payload_bytes)
+            return [self._insert(conn, new, now) for new in prepared]
 
         ids = self._write(body)
         logger.debug("%s: enqueued %d jobs", self._path, len(ids))
@@ -501,13 +613,22 @@ class SQLiteStore:
 
         Due means queued with ``run_at <= now``, or running with an expired lease
         (``lease_until <= now``). An expired job whose attempts are spent is marked failed
-        instead of being returned.
+        instead of being returned, and one with a cancel request is marked cancelled.
         """
         check_owner(owner)
         seconds = check_lease(lease)
         count = check_limit(limit)
+        reason = cancelled_reason("and its lease expired")
 
         def body(conn: sqlite3.Connection, now: float) -> list[Claim]:
+            cancelled = conn.execute(
+                "UPDATE jobs SET state = 'cancelled', last_error = ?, lease_owner = NULL,"
+                " lease_until = NULL, updated_at = ?"
+                " WHERE state = 'running' AND lease_until <= ? AND cancel_requested = 1",
+                (reason, now, now),
+            ).rowcount
+            if cancelled:
+                logger.warning("%s: %d jobs %s", self._path, cancelled, reason)
             spent = conn.execute(
                 "SELECT id, attempts FROM jobs WHERE state = 'running'"
                 " AND lease_until <= ? AND attempts >= max_attempts",
@@ -554,7 +675,7 @@ class SQLiteStore:
         try:
             return self._select(conn, job_id)
         except StoreFileError as exc:
-            reason = str(exc)
+            reason = storable_error(exc)
         conn.execute(
             "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL,"
             " lease_until = NULL, updated_at = ? WHERE id = ?",
@@ -586,33 +707,67 @@ class SQLiteStore:
 
     _END_LEASE = "lease_owner = NULL, lease_until = NULL"
 
-    def complete(self, claim: Claim) -> bool:
-        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
-        return self._settle(claim, f"state = 'done', {self._END_LEASE}", ())
+    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
+        """Mark the job done with ``result``; False (no change) if the lease was lost.
+
+        A ``result`` that is not JSON or is over ``max_payload_bytes`` raises `TypeError` /
+        `ValueError` and changes nothing.
+        """
+        text = None if result is None else encode_result(result, self._max_payload_bytes)
+        return self._settle(claim, f"state = 'done', result = ?, {self._END_LEASE}", (text,))
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost."""
         return self._settle(
-            claim, f"state = 'failed', last_error = ?, {self._END_LEASE}", (str(error),)
+            claim, f"state = 'failed', last_error = ?, {self._END_LEASE}", (storable_error(error),)
         )
 
+    # A job given back (retry, release) while a cancel is requested would never run again
+    # usefully: it ends cancelled instead of queued, like MemoryStore._requeue_held.
+    _GIVE_BACK = (
+        "state = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END,"
+        " last_error = CASE cancel_requested WHEN 1 THEN ? ELSE {error} END"
+    )
+
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
         when = check_time("run_at", run_at)
         return self._settle(
             claim,
-            f"state = 'queued', last_error = ?, run_at = ?, {self._END_LEASE}",
-            (str(error), when),
+            f"{self._GIVE_BACK.format(error='?')}, run_at = ?, {self._END_LEASE}",
+            (cancelled_reason("and its worker gave it back"), storable_error(error), when),
         )
 
     def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
         return self._settle(
-            claim, f"state = 'queued', attempts = MAX(attempts - 1, 0), {self._END_LEASE}", ()
+            claim,
+            f"{self._GIVE_BACK.format(error='last_error')},"
+            f" attempts = MAX(attempts - 1, 0), {self._END_LEASE}",
+            (cancelled_reason("and its worker gave it back"),),
+        )
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
+        return self._settle(
+            claim,
+            f"state = 'cancelled', last_error = ?, {self._END_LEASE}",
+            (storable_error(reason),),
         )
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        """Extend the lease; the renewed claim, or None if the lease was lost.
+
+        Touches the lease only: the payload is neither read nor parsed, so a renew costs
+        the same whatever its size. The renewed claim carries the caller's job snapshot
+        with the new ``lease_until``, and ``cancel_requested``.
+        """
         seconds = check_lease(lease)
 
         def body(conn: sqlite3.Connection, now: float) -> Claim | None:
@@ -623,8 +778,11 @@ class SQLiteStore:
             )
             if cursor.rowcount != 1:
                 return None
-            job = self._select(conn, claim.job.id)
-            return None if job is None else Claim(job, claim.token, now + seconds)
+            (flag,) = conn.execute(
+                "SELECT cancel_requested FROM jobs WHERE id = ?", (claim.job.id,)
+            ).fetchone()
+            job = dataclasses.replace(claim.job, lease_until=now + seconds, updated_at=now)
+            return Claim(job, claim.token, now + seconds, bool(flag))
 
         renewed = self._write(body)
         if renewed is None:
@@ -638,7 +796,89 @@ class SQLiteStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
+        check_job_id(job_id)
         return self._read(lambda conn: self._select(conn, job_id))
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
+        where, params = ["1 = 1"], []
+        if state is not None:
+            where.append("state = ?")
+            params.append(check_state(state).value)
+        if task is not None:
+            where.append("task = ?")
+            params.append(check_text("task", task))
+        sql = f"SELECT {_COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
+        count = check_limit(limit)
+        rows = self._read(lambda conn: conn.execute(sql, (*params, count)).fetchall())
+        return [self._job(row) for row in rows]
+
+    _REQUEUE = (
+        "UPDATE jobs SET state = 'queued', attempts = 0, run_at = ?, updated_at = ?,"
+        " cancel_requested = 0, result = NULL WHERE state = 'failed'"
+    )
+
+    def requeue(self, job_id: int) -> bool:
+        """Put a failed job back in the queue, due now, attempts 0, last error kept."""
+        check_job_id(job_id)
+
+        def body(conn: sqlite3.Connection, now: float) -> bool:
+            cursor = conn.execute(f"{self._REQUEUE} AND id = ?", (now, now, job_id))
+            return cursor.rowcount == 1
+
+        done = self._write(body)
+        if done:
+            logger.info("%s: job %d requeued", self._path, job_id)
+        return done
+
+    def requeue_failed(self, *, task: str | None = None) -> list[int]:
+        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
+        name = None if task is None else check_text("task", task)
+        where = "" if name is None else " AND task = ?"
+        extra: tuple[str, ...] = () if name is None else (name,)
+
+        def body(conn: sqlite3.Connection, now: float) -> list[int]:
+            ids = [
+                int(row[0])
+                for row in conn.execute(
+                    f"SELECT id FROM jobs WHERE state = 'failed'{where} ORDER BY id", extra
+                )
+            ]
+            conn.execute(f"{self._REQUEUE}{where}", (now, now, *extra))
+            return ids
+
+        ids = self._write(body)
+        if ids:
+            logger.info("%s: requeued %d failed jobs", self._path, len(ids))
+        return ids
+
+    def cancel(self, job_id: int) -> CancelResult:
+        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
+        check_job_id(job_id)
+
+        def body(conn: sqlite3.Connection, now: float) -> CancelResult:
+            row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                return CancelResult.NOT_FOUND
+            if row[0] == JobState.QUEUED:
+                conn.execute(
+                    "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE id = ?",
+                    (now, job_id),
+                )
+                return CancelResult.CANCELLED
+            if row[0] == JobState.RUNNING:
+                conn.execute(
+                    "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?",
+                    (now, job_id),
+                )
+                return CancelResult.REQUESTED
+            return CancelResult.FINISHED
+
+        result = self._write(body)
+        logger.info("%s: job %d: cancel %s", self._path, job_id, result.value)
+        return result
 
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state, every state present (zero included)."""
@@ -661,22 +901,90 @@ class SQLiteStore:
         )
         return None if row[0] is None else float(row[0])
 
-    def purge(self, *, older_than: float | None = None) -> int:
-        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+    def purge(
+        self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
+    ) -> int:
+        """Delete finished jobs in ``states`` (updated before ``older_than``); how many."""
         cutoff = None if older_than is None else check_time("older_than", older_than)
+        chosen = sorted(state.value for state in check_states(states))
+        if not chosen:
+            return 0
 
         def body(conn: sqlite3.Connection, now: float) -> int:
-            sql = "DELETE FROM jobs WHERE state IN ('done', 'failed')"
-            params: tuple[float, ...] = ()
+            sql = f"DELETE FROM jobs WHERE state IN ({', '.join('?' * len(chosen))})"
+            params: tuple[object, ...] = tuple(chosen)
             if cutoff is not None:
                 sql += " AND updated_at < ?"
-                params = (cutoff,)
+                params += (cutoff,)
             return conn.execute(sql, params).rowcount
 
         purged = self._write(body)
         if purged:
             logger.info("%s: purged %d finished jobs", self._path, purged)
         return purged
+
+    def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        state: str,
+        started_at: float,
+        jobs_held: int,
+        ttl: float,
+    ) -> None:
+        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later."""
+        row = check_worker(
+            worker_id,
+            host=host,
+            pid=pid,
+            state=state,
+            started_at=started_at,
+            jobs_held=jobs_held,
+            ttl=ttl,
+        )
+
+        def body(conn: sqlite3.Connection, now: float) -> None:
+            self._expire_workers(conn, now)
+            conn.execute(
+                f"INSERT OR REPLACE INTO workers ({', '.join(_WORKER_COLUMNS)})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.worker_id,
+                    row.host,
+                    row.pid,
+                    row.state,
+                    row.started_at,
+                    now,
+                    now + row.ttl,
+                    row.jobs_held,
+                ),
+            )
+
+        self._write(body)
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Delete this worker's row (a worker that stopped); no error if there is none."""
+        name = check_text("worker_id", worker_id)
+        self._write(lambda conn, now: conn.execute("DELETE FROM workers WHERE id = ?", (name,)))
+
+    def workers(self) -> list[WorkerRecord]:
+        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
+
+        def body(conn: sqlite3.Connection, now: float) -> list[WorkerRecord]:
+            self._expire_workers(conn, now)
+            rows = conn.execute(
+                f"SELECT {', '.join(_WORKER_COLUMNS)} FROM workers ORDER BY started_at, id"
+            ).fetchall()
+            return [WorkerRecord(*row) for row in rows]
+
+        return self._write(body)
+
+    def _expire_workers(self, conn: sqlite3.Connection, now: float) -> None:
+        gone = conn.execute("DELETE FROM workers WHERE expires_at <= ?", (now,)).rowcount
+        if gone:
+            logger.info("%s: %d worker rows expired (workers that died?)", self._path, gone)
 
     def clock(self) -> float:
         """The store's time now: the ``clock`` it was built with (`time.time` by default)."""

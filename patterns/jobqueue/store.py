@@ -98,6 +98,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """The default limit on a payload's (and a result's) JSON text, in UTF-8 bytes: 1 MiB."""
 MAX_ERROR_CHARS = 4000
 """An error text longer than this is stored truncated (`storable_error`)."""
+_MAX_INT32 = 2**31 - 1  # the largest pid, jobs_held or limit accepted
 MAX_SECONDS = 1e10
 """The largest magnitude of any time in seconds a store accepts (about the year 2286)."""
 
@@ -313,9 +314,11 @@ def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
 
 
 def check_job_id(job_id: object) -> int:
-    """A job id as an int (`TypeError` otherwise); any int is accepted, a missing one is absent."""
+    """A job id: an int (`TypeError`) that a 64-bit column can hold (`ValueError`)."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise TypeError(f"job id must be an int, got {job_id!r}")
+    if not -(2**63) <= job_id < 2**63:
+        raise ValueError(f"job id {job_id} is out of range (no job can have it)")
     return job_id
 
 
@@ -370,8 +373,8 @@ def _check_count(name: str, value: object) -> int:
     """An int between 0 and 2**31 - 1 (what every store's integer column holds)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    if not 0 <= value <= 2**31 - 1:
-        raise ValueError(f"{name} must be between 0 and {2**31 - 1}, got {value}")
+    if not 0 <= value <= _MAX_INT32:
+        raise ValueError(f"{name} must be between 0 and {_MAX_INT32}, got {value}")
     return value
 
 
@@ -434,12 +437,8 @@ def prepare_many(
 
 
 def check_owner(owner: object) -> str:
-    """``owner`` as a non-empty string, or `TypeError` / `ValueError`."""
-    if not isinstance(owner, str):
-        raise TypeError(f"owner must be a string, got {owner!r}")
-    if not owner:
-        raise ValueError("owner must be a non-empty string")
-    return owner
+    """``owner`` as a storable, non-empty name (`check_text`), or `TypeError` / `ValueError`."""
+    return check_text("owner", owner)
 
 
 def check_lease(lease: object) -> float:
@@ -451,11 +450,11 @@ def check_lease(lease: object) -> float:
 
 
 def check_limit(limit: object) -> int:
-    """``limit`` as an int of at least 1, or `TypeError` / `ValueError`."""
+    """``limit`` as an int from 1 to 2**31 - 1, or `TypeError` / `ValueError`."""
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int, got {limit!r}")
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
+    if not 1 <= limit <= _MAX_INT32:
+        raise ValueError(f"limit must be between 1 and {_MAX_INT32}, got {limit}")
     return limit
 
 
@@ -489,6 +488,9 @@ JOB_COLUMNS = (
     "last_error",
     "created_at",
     "updated_at",
+    "timeout",
+    "result",
+    "cancel_requested",
 )
 """The columns of a SQL store's ``jobs`` table, in the order `job_from_row` reads them."""
 
@@ -500,11 +502,16 @@ def job_from_row(row: Sequence[Any]) -> Job:
     file or database it came from). Every call decodes afresh: the `Job` is a snapshot.
     """
     (job_id, task, payload, state, run_at, attempts, max_attempts) = row[:7]
-    (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:]
+    (lease_owner, lease_until, last_error, created_at, updated_at) = row[7:12]
+    (timeout, result, cancel_requested) = row[12:15]
     try:
         value = json.loads(payload)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"job {job_id} has a payload that is not JSON ({exc})") from exc
+    try:
+        outcome = None if result is None else json.loads(result)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job {job_id} has a result that is not JSON ({exc})") from exc
     return Job(
         id=int(job_id),
         task=task,
@@ -518,6 +525,9 @@ def job_from_row(row: Sequence[Any]) -> Job:
         last_error=last_error,
         created_at=created_at,
         updated_at=updated_at,
+        timeout=timeout,
+        result=outcome,
+        cancel_requested=bool(cancel_requested),
     )
 
 

@@ -136,8 +136,14 @@ def test_one_bad_job_in_a_batch_refuses_the_whole_batch(store: Store) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "needle"),
     [
-        ({"max_attempts": 0}, ValueError, "max_attempts must be at least 1, got 0"),
-        ({"max_attempts": -3}, ValueError, "max_attempts must be at least 1, got -3"),
+        ({"max_attempts": 0}, ValueError, "max_attempts must be between 1 and 1000000, got 0"),
+        ({"max_attempts": -3}, ValueError, "max_attempts must be between 1 and 1000000, got -3"),
+        ({"max_attempts": 10**20}, ValueError, "max_attempts must be between 1 and 1000000"),
+        ({"delay": 1e15}, ValueError, "delay must be within 1e\\+10 seconds"),
+        ({"delay": 10**400}, ValueError, "delay must be finite"),
+        ({"run_at": -1e300}, ValueError, "run_at must be within"),
+        ({"timeout": 1e15}, ValueError, "timeout must be within"),
+        ({"timeout": -1}, ValueError, "timeout must be positive"),
         ({"max_attempts": 1.5}, TypeError, "max_attempts must be an int"),
         ({"max_attempts": True}, TypeError, "max_attempts must be an int"),
         ({"delay": -1}, ValueError, "delay must not be negative"),
@@ -151,7 +157,7 @@ def test_one_bad_job_in_a_batch_refuses_the_whole_batch(store: Store) -> None:
 def test_bad_attempts_and_delays_are_refused_naming_the_argument(
     store: Store, kwargs: dict[str, Any], error: type[Exception], needle: str
 ) -> None:
-    """max_attempts <= 0, a negative or infinite delay: refused before anything is written."""
+    """Attempts or times out of range, absurd or of the wrong type: refused, nothing written."""
     with pytest.raises(error, match=needle):
         store.enqueue("t", None, **kwargs)
     assert store.counts() == EMPTY
@@ -165,7 +171,7 @@ def test_the_registry_refuses_max_attempts_below_one_and_unknown_tasks(store: St
     tasks.task(name="known")(lambda payload, ctx: None)
     with pytest.raises(LookupError, match=r"unknown task 'nope'; registered: \['known'\]"):
         tasks.enqueue(store, "nope")
-    with pytest.raises(ValueError, match="max_attempts must be at least 1"):
+    with pytest.raises(ValueError, match="max_attempts must be between 1 and 1000000"):
         tasks.enqueue(store, "known", max_attempts=0)
     assert store.counts() == EMPTY
 

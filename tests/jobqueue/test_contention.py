@@ -236,7 +236,13 @@ def test_workers_and_a_producer_on_one_file_run_every_job_once_and_survive_busy_
 
     store = SQLiteStore(db)
     try:
-        assert store.counts() == {"queued": 0, "running": 0, "done": JOBS, "failed": 0, "cancelled": 0}
+        assert store.counts() == {
+            "queued": 0,
+            "running": 0,
+            "done": JOBS,
+            "failed": 0,
+            "cancelled": 0,
+        }
     finally:
         store.close()
     runs: dict[int, list[tuple[str, float, float]]] = {}

@@ -52,7 +52,7 @@ HOSTILE_NAMES = [
     "'; DELETE FROM jobs WHERE '1'='1",
     "name \"with\" 'quotes' and ;semicolons;",
     "Robert'); UPDATE jobs SET state = 'done'; --",
-    "a\x00b",  # a NUL inside the name
+    "back\\slash `tick` $(echo cmd)",  # shell and escape syntax (a NUL is refused: below)
     "%s %d {0} ?",  # placeholders of every flavour
 ]
 
@@ -328,7 +328,10 @@ def test_sql_through_the_command_line_is_data_too(
     assert cli.main(["--db", str(db), "enqueue", SQL, payload]) == 0
     assert capsys.readouterr().out == "1\n"
     assert cli.main(["--db", str(db), "status", "--json"]) == 0
-    assert capsys.readouterr().out == '{"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}\n'
+    assert (
+        capsys.readouterr().out
+        == '{"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}\n'
+    )
     made = SQLiteStore(db)
     try:
         job = made.get(1)
@@ -336,6 +339,13 @@ def test_sql_through_the_command_line_is_data_too(
         made.close()
     assert job is not None
     assert (job.task, job.payload) == (SQL, {"q": "'; DROP TABLE jobs; --", "n": 1})
+
+
+def test_a_task_name_with_nul_is_refused_with_a_clear_error(store: SQLiteStore) -> None:
+    """NUL is not a name character (PostgreSQL text cannot hold it): every store refuses it."""
+    with pytest.raises(ValueError, match="task must not contain NUL"):
+        store.enqueue("a\x00b")
+    assert store.counts()["queued"] == 0
 
 
 # --- file permissions ----------------------------------------------------------------------------
@@ -413,5 +423,52 @@ def test_concurrent_first_opens_all_succeed_on_one_owner_only_file(tmp_path: Pat
     made = SQLiteStore(db)
     try:
         assert made.counts()["queued"] == 4
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The common umask: without the store's care a new file would be world-readable (0644)."""
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.parametrize("hops", [1, 2], ids=["symlink", "symlink-chain"])
+def test_a_dangling_symlink_as_path_creates_an_owner_only_target(
+    tmp_path: Path, umask_022: None, hops: int
+) -> None:
+    """The target a dangling symlink names is created 0600, and so are its -wal and -shm."""
+    target = tmp_path / "real" / "q.db"
+    target.parent.mkdir()
+    link = tmp_path / "link0.db"
+    link.symlink_to(target)
+    for hop in range(1, hops):
+        nxt = tmp_path / f"link{hop}.db"
+        nxt.symlink_to(link)
+        link = nxt
+    made = SQLiteStore(link)
+    try:
+        made.enqueue("t", {"secret": "payload"})
+        files = [target, Path(f"{target}-wal"), Path(f"{target}-shm")]
+        assert all(path.exists() for path in files), list(target.parent.iterdir())
+        assert {path.name: mode(path) for path in files} == dict.fromkeys(
+            (path.name for path in files), 0o600
+        )
+    finally:
+        made.close()
+    assert link.is_symlink()
+
+
+def test_a_new_store_file_is_owner_only_under_the_usual_umask(db: Path, umask_022: None) -> None:
+    """With umask 022 the database, its -wal and its -shm are 0600, not 0644."""
+    made = SQLiteStore(db)
+    try:
+        made.enqueue("t")
+        files = [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
+        assert [mode(path) for path in files] == [0o600] * 3
     finally:
         made.close()

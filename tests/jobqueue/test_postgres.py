@@ -862,14 +862,26 @@ def test_the_cli_enqueues_reports_and_runs_jobs_on_a_postgresql_url(
     first = run_cli(["--db", pg_database, "enqueue", "echo", '{"n": 1}'], cwd)
     assert (first.returncode, first.stdout) == (0, "1\n"), first.stderr
     status = run_cli(["--db", pg_database, "status", "--json"], cwd)
-    assert json.loads(status.stdout) == {"queued": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
+    assert json.loads(status.stdout) == {
+        "queued": 1,
+        "running": 0,
+        "done": 0,
+        "failed": 0,
+        "cancelled": 0,
+    }
     ran = run_cli(
         ["--db", pg_database, "worker", "--tasks", "pgjobs:tasks", "--exit-when-empty"], cwd
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "ran 1 {'n': 1}\ndone 1\n"
     status = run_cli(["--db", pg_database, "status", "--json"], cwd)
-    assert json.loads(status.stdout) == {"queued": 0, "running": 0, "done": 1, "failed": 0, "cancelled": 0}
+    assert json.loads(status.stdout) == {
+        "queued": 0,
+        "running": 0,
+        "done": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
 
 
 def test_the_cli_refuses_an_unreachable_server_with_status_2_after_its_retries(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import sqlite3
 import textwrap
@@ -91,7 +93,13 @@ def test_reopening_the_file_keeps_every_job_and_lease(db: Path) -> None:
     second = SQLiteStore(db)
     try:
         assert [second.get(i) for i in ids] == before
-        assert second.counts() == {"queued": 1, "running": 1, "done": 1, "failed": 0, "cancelled": 0}
+        assert second.counts() == {
+            "queued": 1,
+            "running": 1,
+            "done": 1,
+            "failed": 0,
+            "cancelled": 0,
+        }
         assert second.complete(running)  # the lease, and so the token, outlived the process
     finally:
         second.close()
@@ -118,7 +126,13 @@ def test_committed_work_survives_a_process_that_dies_without_closing(db: Path) -
     claimed = int(out.split()[1])
     reopened = SQLiteStore(db)
     try:
-        assert reopened.counts() == {"queued": 2, "running": 1, "done": 0, "failed": 0, "cancelled": 0}
+        assert reopened.counts() == {
+            "queued": 2,
+            "running": 1,
+            "done": 0,
+            "failed": 0,
+            "cancelled": 0,
+        }
         job = reopened.get(claimed)
         assert job is not None
         assert job.state is JobState.RUNNING
@@ -142,6 +156,105 @@ def test_the_claim_query_searches_indexes_instead_of_scanning_the_table(
     assert "INDEX jobs_due" in plan
     assert "INDEX jobs_lease" in plan
     assert "SCAN jobs" not in plan
+
+
+# --- schema migrations ---------------------------------------------------------------------
+
+# The version 1 schema as it was shipped, so a test can build a file an old release wrote.
+V1_SCHEMA = """
+CREATE TABLE jobs (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    task         TEXT    NOT NULL CHECK (task <> ''),
+    payload      TEXT    NOT NULL,
+    state        TEXT    NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed')),
+    run_at       REAL    NOT NULL,
+    attempts     INTEGER NOT NULL CHECK (attempts >= 0),
+    max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),
+    lease_owner  TEXT,
+    lease_until  REAL,
+    last_error   TEXT,
+    created_at   REAL    NOT NULL,
+    updated_at   REAL    NOT NULL,
+    CHECK ((state = 'running') = (lease_owner IS NOT NULL AND lease_until IS NOT NULL))
+);
+CREATE INDEX jobs_due ON jobs (state, run_at, id);
+CREATE INDEX jobs_lease ON jobs (state, lease_until);
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_version_1_file_is_migrated_keeping_every_job_its_ids_and_the_id_counter(
+    db: Path,
+) -> None:
+    """Opening a v1 file rebuilds it at v2 in one step: same rows, same ids, no id reused."""
+    conn = raw(db)
+    conn.executescript(V1_SCHEMA)
+    insert = (
+        "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts, lease_owner,"
+        " lease_until, last_error, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    rows = [
+        ("a", '{"n": 1}', "queued", 10.0, 0, 3, None, None, None, 1.0, 1.0),
+        ("b", "[1, 2]", "running", 11.0, 1, 3, "w:tok", 99.0, None, 2.0, 2.0),
+        ("c", "null", "failed", 12.0, 3, 3, None, None, "boom", 3.0, 3.0),
+        ("d", '"x"', "done", 13.0, 1, 1, None, None, None, 4.0, 4.0),
+    ]
+    conn.executemany(insert, rows)
+    conn.execute("DELETE FROM jobs WHERE id = 4")  # the highest id, purged: never reused
+    conn.close()
+    store = SQLiteStore(db)
+    try:
+        jobs = [store.get(i) for i in (1, 2, 3)]
+        assert [(j.task, j.payload, j.state.value) for j in jobs if j] == [
+            ("a", {"n": 1}, "queued"),
+            ("b", [1, 2], "running"),
+            ("c", None, "failed"),
+        ]
+        running = jobs[1]
+        assert running is not None
+        assert (running.lease_owner, running.lease_until, running.attempts) == ("w:tok", 99.0, 1)
+        assert (running.timeout, running.result, running.cancel_requested) == (None, None, False)
+        assert store.get(4) is None
+        assert store.enqueue("e") == 5
+        assert store.cancel(1).value == "cancelled"  # the new state is allowed now
+        assert store.requeue(3)
+    finally:
+        store.close()
+    assert pragma(db, "user_version") == SCHEMA_VERSION == 2
+    assert pragma(db, "journal_mode") == "wal"
+    conn = raw(db)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"jobs", "workers", "jobs_due", "jobs_lease"} <= names
+        assert "jobs_v2" not in names
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+
+
+def test_a_migration_that_fails_leaves_the_version_1_file_as_it_was(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild is one transaction: a failure half-way rolls it all back."""
+    conn = raw(db)
+    conn.executescript(V1_SCHEMA)
+    conn.execute(
+        "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
+        " created_at, updated_at) VALUES ('a', '1', 'queued', 1, 0, 3, 1, 1)"
+    )
+    conn.close()
+    broken = (*sqlite_store._MIGRATIONS[1][:-1], "THIS IS NOT SQL")
+    monkeypatch.setattr(sqlite_store, "_MIGRATIONS", (sqlite_store._MIGRATIONS[0], broken))
+    with pytest.raises(StoreFileError):
+        SQLiteStore(db)
+    assert pragma(db, "user_version") == 1
+    conn = raw(db)
+    try:
+        assert conn.execute("SELECT task FROM jobs").fetchall() == [("a",)]
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "jobs_v2" not in names
+    finally:
+        conn.close()
 
 
 # --- files that are not (our) job stores -------------------------------------------------
@@ -191,6 +304,37 @@ def test_another_applications_database_is_refused_and_left_unchanged(db: Path) -
         SQLiteStore(db)
     assert pragma(db, "journal_mode") == "delete"
     assert pragma(db, "user_version") == 0
+
+
+def _foreign_file(db: Path, version: int, table: str) -> None:
+    conn = sqlite3.connect(db)  # rollback-journal mode, as another application leaves it
+    conn.execute(table)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+
+
+FOREIGN_FILES = {
+    "jobs-table-v1": (1, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, name TEXT)"),
+    "jobs-table-v2": (2, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, name TEXT)"),
+    "other-table-v1": (1, "CREATE TABLE users (name TEXT)"),
+    "other-table-v0": (0, "CREATE TABLE users (name TEXT)"),
+    "newer": (99, "CREATE TABLE users (name TEXT)"),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN_FILES.values()), ids=list(FOREIGN_FILES))
+def test_a_refused_foreign_file_keeps_every_byte_and_gets_no_wal(
+    db: Path, case: tuple[int, str]
+) -> None:
+    """Nothing is written (not even journal_mode=WAL) until the file is known to be ours."""
+    _foreign_file(db, *case)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    with pytest.raises(StoreFileError):
+        SQLiteStore(db)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert pragma(db, "journal_mode") == "delete"
+    assert not Path(f"{db}-wal").exists()
 
 
 def test_a_foreign_jobs_table_at_our_version_is_refused(db: Path) -> None:
@@ -385,6 +529,51 @@ def test_a_lock_held_past_every_retry_raises_and_loses_no_job(
         assert job is not None
         assert (job.state, job.attempts, job.lease_owner) == (JobState.QUEUED, 0, None)
         assert [c.job.id for c in made.claim("w", lease=LEASE)] == [job_id]
+    finally:
+        other.close()
+        made.close()
+
+
+# --- renew touches the lease only; no sleep while holding the lock -------------------------
+
+
+def test_renew_reads_no_payload(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renew updates the lease and reads the cancel flag: no JSON is parsed, whatever its size."""
+    store.enqueue("t", {"blob": "x" * 100_000})
+    (claim,) = store.claim("w", lease=LEASE)
+
+    def no_parsing(*args: object, **kwargs: object) -> object:
+        raise AssertionError("renew parsed JSON")
+
+    monkeypatch.setattr(json, "loads", no_parsing)
+    renewed = store.renew(claim, lease=LEASE)
+    monkeypatch.undo()
+    assert renewed is not None
+    assert renewed.job.payload is claim.job.payload
+    assert renewed.lease_until >= claim.lease_until
+
+
+def test_the_store_lock_is_free_while_it_backs_off_between_busy_retries(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two attempts of a busy transaction the store's lock is released, then retaken."""
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.01)  # read when the store connects
+    made = SQLiteStore(db)
+    other = raw(db)
+    held_while_sleeping: list[bool] = []
+
+    def sleep(seconds: float) -> None:
+        held_while_sleeping.append(made._lock.locked())
+        if other.in_transaction:
+            other.execute("ROLLBACK")  # the next attempt gets the write lock
+
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(sqlite_store.time, "sleep", sleep)
+        job_id = made.enqueue("t")
+        monkeypatch.undo()
+        assert held_while_sleeping == [False]
+        assert made.get(job_id) is not None
     finally:
         other.close()
         made.close()
