@@ -300,7 +300,10 @@ class TaskRegistry:
     0.2's order: backend first, then hook), so a hook never runs for an outcome the
     store refused, and a hook's exception cannot undo the outcome:
 
-    * ``on_complete(job, result)`` after the job was marked done;
+    * ``on_complete(job, result)`` after the job was marked done, and only when that is
+      known: after a commit whose outcome is unknown (the connection broke during
+      ``COMMIT``; the worker's ``Outcome.UNKNOWN``) it is not called, though the job may
+      well be done;
     * ``on_failure(job, error, decision)`` after it was marked failed for good;
     * ``on_unreadiness(job, decision)`` after a job that was not ready was abandoned;
     * ``on_unexpected_error(error)`` for every `PhaseError`; its own exceptions are

@@ -41,17 +41,32 @@ Guarantees:
     * Every claimed job ends in exactly one `Outcome`: one store call that ended it was
       accepted (done, retried, failed, released), or the store refused it because
       another claim holds the lease now (lost), or every store call raised (unsettled:
-      the lease expires and the job runs again). Nothing is dropped.
+      the lease expires and the job runs again), or a commit broke with its outcome
+      unknown (unknown). Nothing is dropped.
     * An error outside the handler is a ``PhaseError`` naming its phase, logged, kept in
       the report and passed to ``on_unexpected_error``. If it leaves a decision unmade,
-      the default policy decides; if a store call raised, the job is released instead.
+      the default policy decides. If the store call that settles a job raised, one
+      fallback keeps the attempt spent (requeued with the default backoff while
+      attempts are left, failed after, with a storable reason): a job whose handler ran
+      is never given its attempt back because an outcome could not be written, so
+      ``max_attempts`` bounds its runs even when every write fails.
+    * Claims that keep raising are retried after a doubling wait, from
+      ``poll_interval`` up to 30 s: a broken store is never polled in a hot loop. Once
+      they have failed for ``store_outage_limit`` seconds the worker stops itself and
+      its report's ``failure`` says why; a failed claim never counts as "the queue is
+      empty" (``exit_when_empty``).
     * Once ``request_stop`` (or `Worker.stop`) has returned, no claim starts and no
       handler starts; a claim that was already under way is released unchanged.
+    * The STOPPED report is final: a claim handed off but never started (``prefetch``)
+      is released before `Worker.stop` returns, whichever thread requested the stop, or
+      named in ``still_held_ids`` if its release had not returned by the deadline.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
       thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
-      deadline are named in the report and keep their lease: not released (they are
-      still running), no longer renewed, so they run again once it expires if the
-      process exits.
+      deadline are named in the report and released there (their attempt given back,
+      the late handler's outcome refused by fencing): a stop never makes a job fail.
+      The process is expected to exit right after (a thread cannot be killed); a
+      restart finds such a job queued, attempts as before the claim. Only a job whose
+      release failed keeps its lease, and runs again once it expires.
     * Leases are renewed until the STOPPED transition, draining included.
     * `Worker.start` is all or nothing: if it fails part-way (a thread that cannot
       start, a ``KeyboardInterrupt``, a racing `Worker.stop`), what started is stopped,
@@ -96,7 +111,8 @@ from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
-from patterns.jobqueue.store import Claim, Job, JsonValue, Store
+from patterns.jobqueue.postgres import CommitUnknown
+from patterns.jobqueue.store import Claim, Job, JsonValue, Store, check_time, storable_error
 from patterns.jobqueue.tasks import (
     Decision,
     Fail,
@@ -159,6 +175,7 @@ class Outcome(enum.StrEnum):
     RELEASED = "released"  # store.release accepted: interrupted or never started
     LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
     UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
+    UNKNOWN = "unknown"  # the commit's outcome is unknown (the connection broke in COMMIT)
 
 
 class Step(enum.StrEnum):
@@ -186,8 +203,9 @@ class WorkerReport:
         terminated: True when every job in hand was settled and every thread the worker
             started has ended, within the budget.
         still_running: the jobs whose handler was still running at the deadline, named
-            ``"job <id>"``. They keep their lease (not released, no longer renewed): if
-            the process exits, each runs again once its lease expires.
+            ``"job <id>"``. Each was released (``released_running_ids``: queued again,
+            its attempt given back, its handler's late outcome refused); one whose
+            release failed keeps its lease and runs again once that expires.
         worker: the worker's name.
         still_running_ids: the ids of those jobs, in the same order.
         outcomes: for each job the worker held when the stop began (running, or handed
@@ -196,6 +214,13 @@ class WorkerReport:
         thread_failures: worker threads that died (each also stopped the worker).
         phases: seconds spent in DRAINING and, if it was entered, CANCELLING.
         elapsed: seconds the `Worker.stop` call took.
+        still_held_ids: claims never started whose release had not returned by the
+            deadline (a store call hanging): they keep their lease until it expires,
+            attempt spent. Empty unless ``terminated`` is False.
+        released_running_ids: the jobs of ``still_running`` the stop released.
+        failure: why the worker stopped itself because it could not work (the store
+            failed every claim for ``store_outage_limit``), or None. A process should
+            exit non-zero when it is set.
     """
 
     terminated: bool
@@ -207,6 +232,9 @@ class WorkerReport:
     thread_failures: tuple[ThreadFailure, ...] = ()
     phases: Mapping[WorkerState, float] = field(default_factory=dict)
     elapsed: float = 0.0
+    still_held_ids: tuple[int, ...] = ()
+    released_running_ids: tuple[int, ...] = ()
+    failure: str | None = None
 
     @property
     def completed(self) -> tuple[int, ...]:
@@ -227,7 +255,18 @@ class WorkerReport:
             f"{len(self.still_running)} still running"
         )
         if self.still_running:
-            text += f" {list(self.still_running_ids)} (they keep their lease)"
+            kept = [i for i in self.still_running_ids if i not in self.released_running_ids]
+            text += f" {list(self.still_running_ids)}"
+            if self.released_running_ids:
+                text += f" (released {list(self.released_running_ids)}: attempts given back)"
+            if kept:
+                text += f" (they keep their lease: {kept})"
+        if self.still_held_ids:
+            text += (
+                f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
+            )
+        if self.failure:
+            text += f"; stopped because {self.failure}"
         if self.errors or self.thread_failures:
             text += f"; {len(self.errors)} error(s), {len(self.thread_failures)} dead thread(s)"
         return text
@@ -247,11 +286,20 @@ class WorkerStats:
     lost: int
     unsettled: int
     errors: int
+    unknown: int = 0
 
     @property
     def settled(self) -> int:
         """Claimed jobs that reached an outcome (``claimed - settled`` are still in hand)."""
-        return self.done + self.retried + self.failed + self.released + self.lost + self.unsettled
+        return (
+            self.done
+            + self.retried
+            + self.failed
+            + self.released
+            + self.lost
+            + self.unsettled
+            + self.unknown
+        )
 
 
 class _ClaimState(enum.StrEnum):
@@ -281,6 +329,7 @@ class _Held:
     token: CancelToken  # the handler's, a child of the worker's
     state: _ClaimState = _ClaimState.WAITING
     outcome: Outcome | None = None  # set once, by _settle
+    released_at_deadline: bool = False  # released by the forced stop while it still ran
 
 
 class Worker:
@@ -305,6 +354,15 @@ class Worker:
             DRAINING gets the rest. ``cancel_timeout=stop_timeout`` cancels at once.
         lease: seconds each claim holds its job; renewed every ``heartbeat_interval``
             (default: a third of the lease) while the handler runs, draining included.
+            The heartbeat interval must be shorter than the lease (else every lease
+            lapses between renewals and every outcome is refused).
+        store_outage_limit: seconds the store may keep failing every claim before the
+            worker stops itself (default 60): the report's ``failure`` says why, so a
+            process can exit non-zero instead of retrying for ever.
+
+    Every interval is checked at construction, alone and against the others: a
+    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
+    naming the argument.
         on_shutdown: called exactly once, with the final `WorkerReport`, when the
             worker reaches STOPPED (``report.terminated`` says whether everything ended).
         install_signal_handlers: make the first SIGTERM/SIGINT call `request_stop` and a
@@ -336,12 +394,20 @@ class Worker:
         on_shutdown: Callable[[WorkerReport], object] | None = None,
         install_signal_handlers: bool = False,
         exit_when_empty: bool = False,
+        store_outage_limit: float = 60.0,
         name: str | None = None,
         clock: Callable[[], float] = time.time,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         _check_counts(concurrency, prefetch)
-        _check_times(poll_interval, stop_timeout, cancel_timeout, lease)
+        beat = _check_times(
+            poll_interval=poll_interval,
+            stop_timeout=stop_timeout,
+            cancel_timeout=cancel_timeout,
+            lease=lease,
+            heartbeat_interval=heartbeat_interval,
+            store_outage_limit=store_outage_limit,
+        )
         self.name = name or f"worker-{os.getpid()}-{next(_names)}"
         self._store = store
         self._tasks = tasks
@@ -355,6 +421,7 @@ class Worker:
         self._on_shutdown = on_shutdown
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
+        self._outage_limit = float(store_outage_limit)
         self._clock = clock
         self._step_hook = step_hook or _no_step_hook
 
@@ -374,6 +441,7 @@ class Worker:
         # the heartbeat renews the WAITING and RUNNING ones.
         self._held: dict[int, _Held] = {}
         self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
+        self._released_running: list[int] = []  # released at the deadline, handler running
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
         self._error_count = 0
@@ -382,6 +450,7 @@ class Worker:
         self._start_called = False  # set by the first start(), so a second one refuses
         self._stop_owner: threading.Thread | None = None  # the thread running stop()
         self._report: WorkerReport | None = None
+        self._failure: str | None = None  # why the worker stopped itself, if it did
 
         # Set by wake(), enqueue(), request_stop() and each handler thread when it frees
         # its slot; cleared by the claiming thread just before each claim; waited on by
@@ -395,6 +464,10 @@ class Worker:
         # _shut_down). A loop that begins after the stop began returns without claiming.
         self._claim_loop_began = threading.Event()
         self._claim_loop_ended = threading.Event()
+        # Set once request_stop() has settled every claim it took back from the hand-off
+        # (it may run in another thread than stop(), a signal handler's or the claimer's);
+        # waited on by the stop, so that no release happens after the report is final.
+        self._handoff_settled = threading.Event()
         # Set once, when the stop that owns the shutdown has built the final report;
         # waited on by any other stop() call.
         self._stopped = threading.Event()
@@ -412,7 +485,7 @@ class Worker:
             self._claim_loop, name=f"{self.name}-claimer", stop_timeout=stop_timeout
         )
         self._heartbeat = HousekeepingDaemon(
-            self._reporting_death(every(heartbeat_interval or lease / 3, self._renew_leases)),
+            self._reporting_death(every(beat, self._renew_leases)),
             name=f"{self.name}-heartbeat",
         )
         self._signals: SignalHandlers | None = None
@@ -501,8 +574,11 @@ class Worker:
         if not draining:
             return
         self._wake.set()
-        for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
-            self._settle_unstarted(claim)
+        try:
+            for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
+                self._settle_unstarted(claim)
+        finally:
+            self._handoff_settled.set()
 
     def wait_stop_requested(self, timeout: float | None = None) -> bool:
         """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
@@ -595,6 +671,7 @@ class Worker:
                 lost=self._counts[Outcome.LOST],
                 unsettled=self._counts[Outcome.UNSETTLED],
                 errors=self._error_count,
+                unknown=self._counts[Outcome.UNKNOWN],
             )
 
     def running_jobs(self) -> list[int]:
@@ -630,16 +707,61 @@ class Worker:
         claim_loop_ended = not self._claim_loop_began.is_set() or self._claim_loop_ended.wait(
             max(0.0, deadline - time.monotonic())
         )
+        # The request_stop that drained the hand-off may be another thread's, still
+        # releasing prefetched claims: the report waits for it, or names what it holds.
+        handoff_settled = self._handoff_settled.wait(max(0.0, deadline - time.monotonic()))
         self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
+        self._release_still_running()
         report = self._build_report(
-            start, terminated=pool.terminated and claimer.terminated and claim_loop_ended
+            start,
+            terminated=pool.terminated
+            and claimer.terminated
+            and claim_loop_ended
+            and handoff_settled,
         )
         with self._cond:
             self._transition(WorkerState.STOPPED, report.summary())
         return self._finish(report)
+
+    def _release_still_running(self) -> None:
+        """Give back the attempt of every job whose handler outlived the budget.
+
+        A stop must never turn a job failed: kept under its lease, such a job would come
+        back once the lease expired with this attempt spent (failed at once with
+        ``max_attempts=1``). The process exits right after the report (a thread cannot
+        be killed), and the release clears the lease, so the handler's late outcome is
+        refused (fencing) and the job runs again from the queue, like an interrupted one.
+        """
+        with self._cond:
+            late = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
+            for held in late:
+                held.released_at_deadline = True
+        for held in late:
+            job = held.claim.job
+            try:
+                accepted = self._release(held.claim)
+            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+                self._unexpected(Phase.RELEASE, job, exc)
+                accepted = False
+            if accepted:
+                logger.warning(
+                    "job %d (%s): still running at the stop deadline: released (attempt "
+                    "given back); its handler's late outcome will be refused",
+                    job.id,
+                    job.task,
+                )
+                with self._cond:
+                    self._released_running.append(job.id)
+            else:
+                logger.warning(
+                    "job %d (%s): still running at the stop deadline and not released; "
+                    "it keeps its lease",
+                    job.id,
+                    job.task,
+                )
 
     def _begin_cancelling(self) -> None:
         with self._cond:
@@ -683,9 +805,14 @@ class Worker:
         now = time.monotonic()
         with self._cond:
             still_running = tuple(self._running())
+            waiting = (_ClaimState.WAITING, _ClaimState.LOST)
+            still_held = tuple(sorted(i for i, h in self._held.items() if h.state in waiting))
             entered = dict(self._entered)
             return WorkerReport(
-                terminated=terminated and not still_running,
+                terminated=terminated and not still_running and not still_held,
+                still_held_ids=still_held,
+                released_running_ids=tuple(sorted(self._released_running)),
+                failure=self._failure,
                 still_running=tuple(f"job {job_id}" for job_id in still_running),
                 worker=self.name,
                 still_running_ids=still_running,
@@ -759,6 +886,7 @@ class Worker:
 
     def _claim_until_stopped(self, stopping: threading.Event) -> None:
         failures = 0
+        outage_since = 0.0  # monotonic time of the first claim of a run of failed ones
         while True:
             with self._cond:
                 # The pool-level check: a handler that swallowed its Interrupted cannot
@@ -777,6 +905,11 @@ class Worker:
                 claims = []
                 failures += 1
                 self._unexpected(Phase.DEQUEUE, None, exc)
+                now = time.monotonic()
+                outage_since = now if failures == 1 else outage_since
+                if now - outage_since >= self._outage_limit:
+                    self._give_up_on_store(failures, now - outage_since, exc, want)
+                    return
             with self._cond:
                 self._idle += want - len(claims)
                 self._claimed += len(claims)
@@ -802,6 +935,18 @@ class Worker:
                 return
             self._wake.wait(wait)
 
+    def _give_up_on_store(self, failures: int, lasted: float, exc: Exception, want: int) -> None:
+        """Stop the worker: the store has failed every claim for ``store_outage_limit``."""
+        reason = (
+            f"the store failed every claim for {lasted:.1f} s ({failures} claims; "
+            f"store_outage_limit {self._outage_limit:g} s): {_describe(exc)}"
+        )
+        with self._cond:
+            self._idle += want  # the claim that failed took no slot
+            self._failure = reason
+        logger.critical("worker %s: %s; stopping", self.name, reason)
+        self.request_stop(reason)
+
     def _hand_over(self, claim: Claim, stopping: threading.Event) -> None:
         """Put one claim on the hand-off to the handler threads (`ShutDown` once stopping)."""
         self._step_hook(Step.AFTER_CLAIM, claim, None)
@@ -814,7 +959,9 @@ class Worker:
     def _next_wait(self, failures: int) -> float | None:
         """Seconds to wait before claiming again: a backoff after failed claims, else idle."""
         if failures:
-            return min(self._poll_interval * 2.0 ** (failures - 1), _MAX_DEQUEUE_BACKOFF)
+            # The exponent is capped too: 2.0 ** 1024 overflows, and a store can fail longer.
+            doubled = self._poll_interval * 2.0 ** min(failures - 1, 32)
+            return min(doubled, _MAX_DEQUEUE_BACKOFF)
         return self._idle_wait()
 
     def _idle_wait(self) -> float | None:
@@ -964,6 +1111,7 @@ class Worker:
         settles the job; ``on_fail`` runs only once the store accepted the `Fail`.
         """
         job = run.claim.job
+        text = storable_error(text)  # what the store keeps: never a reason to raise
         decision, error = decide(job, text, policy, fallback)
         if error is not None:
             self._unexpected(policy_phase, job, error)
@@ -977,7 +1125,7 @@ class Worker:
                 lambda c: self._store.retry(c, text, run_at=run_at),
                 Outcome.RETRIED,
             )
-        reason = decision.reason or text
+        reason = storable_error(decision.reason or text)
         verb = "abandoned" if fail_phase is Phase.ABANDON else "failed for good"
         logger.error("%s: %s: %s", where, verb, reason)
         final = decision
@@ -1015,7 +1163,7 @@ class Worker:
         action: Callable[[Claim], bool],
         success: Outcome,
     ) -> Outcome:
-        """Make the store call; fall back to a release if it raises."""
+        """Make the store call; if it raises, one bounded fallback (`_fallback`)."""
         job = run.claim.job
         with self._cond:
             self._transition(_ClaimState.SETTLING, held=run)
@@ -1024,27 +1172,95 @@ class Worker:
             accepted = self._commit(phase, claim, action)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
             self._unexpected(phase, job, exc)
-            if phase is Phase.RELEASE:
-                return Outcome.UNSETTLED
-            try:
-                # The fallback: run it again later.
-                accepted = self._commit(Phase.RELEASE, claim, self._store.release)
-            except Exception as again:  # noqa: BLE001 - logged by _unexpected
-                self._unexpected(Phase.RELEASE, job, again)
-                logger.error(  # noqa: TRY400 - the traceback was just logged
-                    "job %d: unsettled; it runs again when its lease expires", job.id
-                )
-                return Outcome.UNSETTLED
-            success = Outcome.RELEASED
+            return self._fallback(run, claim, phase, exc)
         if not accepted:
+            self._log_refused(run, phase)
+            return Outcome.LOST
+        return success
+
+    def _fallback(self, run: _Held, claim: Claim, phase: Phase, exc: Exception) -> Outcome:
+        """The one store call made when the call that settles a job raised.
+
+        Never a release of a job whose handler ran (its attempt would be given back, and
+        an outcome that can never be recorded would run the job again at once, for
+        ever): the attempt stays spent. A job with attempts left is requeued after the
+        default backoff, one without is failed, each with a storable reason; a job
+        decided failed stays failed. A commit whose outcome is unknown repeats its own
+        kind of call: fencing refuses the second if the first applied. If the fallback
+        raises too, the job is unsettled: its lease expires and the store counts the
+        attempt, so ``max_attempts`` still bounds its runs.
+        """
+        job = claim.job
+        unknown = isinstance(exc, CommitUnknown)
+        reason = storable_error(
+            f"its outcome could not be recorded ({phase.value}): {_describe(exc)}"
+        )
+        action: Callable[[Claim], bool]
+        if phase is Phase.RELEASE:
+            if not unknown:
+                logger.error("job %d: unsettled; it runs again when its lease expires", job.id)
+                return Outcome.UNSETTLED
+            # The release may have applied; a second one is refused if it did.
+            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
+        elif phase in (Phase.NACK, Phase.ABANDON) or job.attempts >= job.max_attempts:
+            fallback_phase, outcome = Phase.NACK, Outcome.FAILED
+            action = lambda c: self._store.fail(c, reason)  # noqa: E731
+        else:
+            run_at = self._clock() + DEFAULT_POLICY.delay(job.attempts)
+            fallback_phase, outcome = Phase.REQUEUE, Outcome.RETRIED
+            action = lambda c: self._store.retry(c, reason, run_at=run_at)  # noqa: E731
+        if unknown:
             logger.warning(
-                "job %d: %s refused: its lease was taken over by another claim (fencing); "
-                "this worker's outcome is dropped",
+                "job %d: %s: outcome unknown: the commit may or may not have happened; "
+                "trying %s (refused if it did)",
+                job.id,
+                phase.value,
+                fallback_phase.value,
+            )
+        try:
+            accepted = self._commit(fallback_phase, claim, action)
+        except Exception as again:  # noqa: BLE001 - logged by _unexpected
+            self._unexpected(fallback_phase, job, again)
+            if unknown:
+                return Outcome.UNKNOWN
+            logger.error(  # noqa: TRY400 - the traceback was just logged
+                "job %d: unsettled; it runs again when its lease expires (attempt %d of %d spent)",
+                job.id,
+                job.attempts,
+                job.max_attempts,
+            )
+            return Outcome.UNSETTLED
+        if not accepted:
+            if unknown:
+                logger.warning(
+                    "job %d: %s refused after an unknown commit: the first %s most likely "
+                    "applied (or another claim holds the job now); outcome unknown",
+                    job.id,
+                    fallback_phase.value,
+                    phase.value,
+                )
+                return Outcome.UNKNOWN
+            self._log_refused(run, fallback_phase)
+            return Outcome.LOST
+        logger.warning("job %d: %s instead: %s", job.id, outcome.value, reason)
+        return outcome
+
+    def _log_refused(self, run: _Held, phase: Phase) -> None:
+        job = run.claim.job
+        if run.released_at_deadline:
+            logger.warning(
+                "job %d: %s refused: the job was released at the stop deadline while its "
+                "handler still ran; this late outcome is dropped",
                 job.id,
                 phase.value,
             )
-            return Outcome.LOST
-        return success
+            return
+        logger.warning(
+            "job %d: %s refused: its lease was taken over by another claim (fencing); "
+            "this worker's outcome is dropped",
+            job.id,
+            phase.value,
+        )
 
     def _commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two `Step` boundaries."""
@@ -1053,29 +1269,50 @@ class Worker:
         self._step_hook(Step.AFTER_COMMIT, claim, phase)
         return accepted
 
+    def _release(self, claim: Claim) -> bool:
+        """`Store.release`, repeated once if its commit's outcome is unknown.
+
+        The second call is refused if the first one applied; either way the job is not
+        left leased with its attempt spent because a connection broke at ``COMMIT``.
+        """
+        try:
+            return self._commit(Phase.RELEASE, claim, self._store.release)
+        except CommitUnknown as exc:
+            self._unexpected(Phase.RELEASE, claim.job, exc)
+            logger.warning(
+                "job %d: release: outcome unknown: the commit may or may not have happened; "
+                "releasing again (refused if it did)",
+                claim.job.id,
+            )
+            return self._commit(Phase.RELEASE, claim, self._store.release) or True
+
     def _settle_unstarted(self, claim: Claim) -> None:
         """Release a claim whose handler never started (the stop began, or the lease was lost)."""
         job = claim.job
         with self._cond:
-            held = self._held.pop(job.id, None)
+            # Still held (so a report made meanwhile names it) until its outcome is recorded.
+            held = self._held.get(job.id)
             claim = claim if held is None else held.claim  # the heartbeat may have renewed it
             lost = held is not None and held.state is _ClaimState.LOST
         if lost:
             logger.info("job %d: its lease was lost before it started; not run", job.id)
-            self._record(job, Outcome.LOST)
+            self._record(job, Outcome.LOST, held)
             return
         try:
-            accepted = self._commit(Phase.RELEASE, claim, self._store.release)
+            accepted = self._release(claim)
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
             self._unexpected(Phase.RELEASE, job, exc)
             outcome = Outcome.UNSETTLED
         else:
             outcome = Outcome.RELEASED if accepted else Outcome.LOST
         logger.info("job %d: released before it started (%s)", job.id, outcome.value)
-        self._record(job, outcome)
+        self._record(job, outcome, held)
 
-    def _record(self, job: Job, outcome: Outcome) -> None:
+    def _record(self, job: Job, outcome: Outcome, held: _Held | None = None) -> None:
+        """Count ``outcome``; with ``held``, also stop holding that claim (one lock hold)."""
         with self._cond:
+            if held is not None and self._held.get(job.id) is held:
+                del self._held[job.id]
             self._counts[outcome] += 1
             if self._state is not WorkerState.RUNNING:
                 self._late[job.id] = outcome
@@ -1189,21 +1426,57 @@ def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[W
     return durations
 
 
-def _check_counts(concurrency: int, prefetch: int) -> None:
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    if prefetch < 0:
-        raise ValueError(f"prefetch must not be negative, got {prefetch}")
+_MAX_THREADS = 10_000  # more handler threads (or prefetched claims) than this is a mistake
+
+
+def _check_counts(concurrency: object, prefetch: object) -> None:
+    for name, value, least in (("concurrency", concurrency, 1), ("prefetch", prefetch, 0)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if value < least:
+            which = "at least 1" if least else "not negative"
+            raise ValueError(f"{name} must be {which}, got {value}")
+        if value > _MAX_THREADS:
+            raise ValueError(f"{name} must be at most {_MAX_THREADS}, got {value}")
+
+
+def _seconds(name: str, value: object, *, zero_ok: bool = False) -> float:
+    """``value`` as seconds: a finite number within `MAX_SECONDS`, positive (or zero)."""
+    seconds = check_time(name, value)  # TypeError / ValueError naming the argument
+    if seconds < 0 or (seconds == 0 and not zero_ok):
+        which = "must not be negative" if zero_ok else "must be positive"
+        raise ValueError(f"{name} {which}, got {value!r}")
+    return seconds
 
 
 def _check_times(
-    poll_interval: float, stop_timeout: float, cancel_timeout: float | None, lease: float
-) -> None:
-    if poll_interval <= 0:
-        raise ValueError(f"poll_interval must be positive, got {poll_interval}")
-    if stop_timeout < 0:
-        raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
-    if cancel_timeout is not None and not 0 <= cancel_timeout <= stop_timeout:
-        raise ValueError("cancel_timeout must be between 0 and stop_timeout")
-    if lease <= 0:
-        raise ValueError(f"lease must be positive, got {lease}")
+    *,
+    poll_interval: object,
+    stop_timeout: object,
+    cancel_timeout: object,
+    lease: object,
+    heartbeat_interval: object,
+    store_outage_limit: object,
+) -> float:
+    """Check every interval alone and against the others; the heartbeat interval to use."""
+    _seconds("poll_interval", poll_interval)
+    stop = _seconds("stop_timeout", stop_timeout, zero_ok=True)
+    if cancel_timeout is not None:
+        cancel = _seconds("cancel_timeout", cancel_timeout, zero_ok=True)
+        if cancel > stop:
+            raise ValueError(
+                f"cancel_timeout must be between 0 and stop_timeout ({stop}), got {cancel}"
+            )
+    held = _seconds("lease", lease)
+    _seconds("store_outage_limit", store_outage_limit)
+    if heartbeat_interval is None:
+        return held / 3
+    beat = _seconds("heartbeat_interval", heartbeat_interval)
+    if beat >= held:
+        # Every lease would lapse between two renewals: each outcome refused, each job
+        # run again by another claim until its attempts are spent, then failed.
+        raise ValueError(
+            f"heartbeat_interval must be shorter than the lease ({held} s), got {beat}"
+            " (a third of it is the default)"
+        )
+    return beat

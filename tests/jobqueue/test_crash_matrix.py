@@ -91,9 +91,11 @@ def waits(payload, ctx):
 
 @tasks.task(max_attempts=100)
 def stubborn(payload, ctx):
-    """Ignores its token on attempt 1: blocks in time.sleep past any shutdown budget."""
+    """Ignores its token on its first run: blocks in time.sleep past any shutdown budget."""
     record(ctx, "start")
-    if ctx.attempt == 1:
+    first_run = os.path.join(HERE, "runs", f"stubborn-{ctx.job_id}")
+    if not os.path.exists(first_run):
+        open(first_run, "w").close()
         time.sleep(60)
     record(ctx, "end")
 
@@ -408,12 +410,17 @@ def test_a_job_that_kills_its_worker_every_time_ends_failed_instead_of_looping(q
     assert [event for event, _, _ in q.runs(poison)] == ["start", "start"]
 
 
-def test_a_handler_hanging_past_the_budget_exits_3_and_runs_again_after_its_lease(
+def test_a_handler_hanging_past_the_budget_exits_3_and_its_job_is_released_not_failed(
     q: Queue,
 ) -> None:
-    """A job ignoring its token past the budget: exit 3 on time; it keeps its lease, reruns."""
-    ids = q.enqueue(("stubborn", None), ("work", 0))
-    s = ids[0]
+    """A job ignoring its token past the budget: exit 3 on time, released with max_attempts=1."""
+    store = q.open_store()
+    try:
+        s = store.enqueue("stubborn", None, max_attempts=1)  # one attempt: a stop must not spend it
+        other = store.enqueue("work", 0)
+    finally:
+        store.close()
+    ids = [s, other]
     child = q.worker(stop_timeout=0.5)
     child.expect_out(f"start {s} ")
     with elapsed() as took:
@@ -421,11 +428,11 @@ def test_a_handler_hanging_past_the_budget_exits_3_and_runs_again_after_its_leas
         assert child.wait(0.5 + NOISE) == 3
     assert took() < 0.5 + NOISE
     q.killed.add(child.pid)
-    assert any(f"still running [{s}]" in line for line in child.err)
-    assert q.states(ids) == [(_R, 1), (_Q, 0)]  # not released: it was still running
+    assert any(f"still running [{s}] (released [{s}]" in line for line in child.err)
+    assert q.states(ids) == [(_Q, 0), (_Q, 0)]  # given back at the deadline, attempt and all
 
     q.drain()
-    assert q.states(ids) == [(_D, 2), (_D, 1)]
+    assert q.states(ids) == [(_D, 1), (_D, 1)]
     assert [q.ends(i) for i in ids] == [1, 1]
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
-from patterns.jobqueue.worker import Outcome, Worker
+from patterns.jobqueue.worker import Outcome, Worker, WorkerReport
 from tests.jobqueue.test_worker import (
     FakeClock,
     RecordingStore,
@@ -24,9 +24,16 @@ from tests.jobqueue.test_worker import (
     make_worker,
     running,
 )
-from tests.support import MUST_HAPPEN, Gate, wait_until
+from tests.support import (
+    MUST_HAPPEN,
+    Gate,
+    join_or_fail,
+    run_in_thread,
+    stays_blocked,
+    wait_until,
+)
 
-LEASE = 30.0
+LEASE = 1_000.0  # fake seconds: longer than the FOREVER heartbeat of make_worker
 HEARTBEAT = 0.01  # real seconds between heartbeat rounds; the store's time is the fake clock
 
 
@@ -197,6 +204,62 @@ def test_stop_releases_waiting_claims_unchanged_and_never_runs_them(
     }
     assert report.released == (jobs.ids[2], jobs.ids[3])
     assert jobs.ran == [1]
+    assert_one_outcome_per_claim(store)
+
+
+def stop_requested_elsewhere(
+    store: ClaimLogStore, jobs: Parking, worker: Worker
+) -> tuple[Gate, threading.Thread]:
+    """Job 1 running, 2 and 3 waiting; another thread's request_stop parked in a release."""
+    jobs.gates[1].wait_reached()
+    store.wait_for(lambda: len(store.claim_log) == 1, "one claim of three jobs")
+    releasing = Gate("request_stop's first release")
+    store.park["release"] = releasing
+    thread, _ = run_in_thread(lambda: worker.request_stop("signal"), "signal-handler")
+    releasing.wait_reached()
+    jobs.gates[1].open()  # job 1 may finish: the drain has nothing else to wait for
+    wait_until(lambda: worker.stats().done == 1, "job 1 done")
+    return releasing, thread
+
+
+def test_a_stop_never_reports_before_another_threads_release_of_prefetched_claims_returned(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """A release still in flight at the deadline is named in the report, never silently late."""
+    jobs = Parking(store, 3)
+    worker = make_worker(store, jobs.tasks, clock, concurrency=1, prefetch=2, lease=LEASE)
+    with running(worker, *jobs.gates.values()):
+        releasing, signal_handler = stop_requested_elsewhere(store, jobs, worker)
+        report = worker.stop(0.5)  # the release is parked for the whole budget
+        releasing.open()
+        join_or_fail(signal_handler)
+    assert not report.terminated
+    assert report.still_held_ids == (jobs.ids[2], jobs.ids[3])
+    assert dict(report.outcomes) == {jobs.ids[1]: Outcome.DONE}
+
+
+def test_a_stop_waits_for_another_threads_release_of_prefetched_claims_within_its_budget(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """The STOPPED report is final: the prefetched claims are released before stop() returns."""
+    jobs = Parking(store, 3)
+    worker = make_worker(store, jobs.tasks, clock, concurrency=1, prefetch=2, lease=LEASE)
+    with running(worker, *jobs.gates.values()):
+        releasing, signal_handler = stop_requested_elsewhere(store, jobs, worker)
+        stopper, stopped = run_in_thread(lambda: worker.stop(MUST_HAPPEN), "stopper")
+        assert stays_blocked(stopper)  # waiting for the release, not reporting without it
+        releasing.open()
+        join_or_fail(stopper)
+        join_or_fail(signal_handler)
+    report: WorkerReport = stopped["result"]
+    assert report.terminated
+    assert report.still_held_ids == ()
+    assert dict(report.outcomes) == {
+        jobs.ids[1]: Outcome.DONE,
+        jobs.ids[2]: Outcome.RELEASED,
+        jobs.ids[3]: Outcome.RELEASED,
+    }
+    assert [store.get(jobs.ids[n]).state for n in (2, 3)] == [JobState.QUEUED] * 2
     assert_one_outcome_per_claim(store)
 
 

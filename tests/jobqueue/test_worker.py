@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue.memory import MemoryStore
+from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import (
     Backoff,
@@ -31,12 +33,23 @@ from patterns.jobqueue.tasks import (
     TaskRegistry,
 )
 from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState
-from tests.support import MUST_HAPPEN, STAYS_BLOCKED, Gate, elapsed, join_or_fail, run_in_thread
+from tests.support import (
+    MUST_HAPPEN,
+    STAYS_BLOCKED,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    wait_until,
+)
 
 # Scheduling noise allowed on top of a stop budget (generous: the CI machine is shared).
 NOISE = 1.0
 # An idle wait no test could ever sit out: a test that finishes proves nobody waited for it.
 FOREVER = 600.0
+# The lease, in the fake clock's seconds: longer than FOREVER, so that a heartbeat
+# interval of FOREVER is valid (shorter than the lease) and never elapses in a test.
+LEASE = 1_000.0
 
 TERMINAL = ("complete", "fail", "retry", "release")
 
@@ -208,7 +221,7 @@ def make_worker(store: RecordingStore, tasks: TaskRegistry, clock: FakeClock, **
         "concurrency": 1,
         "poll_interval": FOREVER,
         "stop_timeout": MUST_HAPPEN,
-        "lease": 30.0,
+        "lease": LEASE,
         "heartbeat_interval": FOREVER,
         "name": "w1",
         "clock": clock,
@@ -408,10 +421,10 @@ def test_shutdown_table_a_job_ignoring_its_token_finishes_within_the_budget_and_
     assert store.get(job_id).state is JobState.DONE
 
 
-def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and_keeps_its_lease(
+def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and_released(
     store: RecordingStore, clock: FakeClock
 ) -> None:
-    """stop() returns on its deadline naming the job, which keeps its lease; nothing is released."""
+    """stop() returns on its deadline naming the job and giving its attempt back: never failed."""
     tasks = TaskRegistry()
     gate = Gate("stuck job")
     shutdowns: list[WorkerReport] = []
@@ -420,7 +433,7 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
     def stuck(payload, ctx):
         gate.arrive()
 
-    job_id = store.enqueue("stuck")
+    job_id = store.enqueue("stuck", max_attempts=1)  # kept under its lease, it would fail
     worker = make_worker(store, tasks, clock, on_shutdown=shutdowns.append)
     with running(worker, gate):
         gate.wait_reached()
@@ -428,16 +441,43 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
             report = worker.stop(0.2)
         assert took() < 0.2 + NOISE
         job = store.get(job_id)
-        assert job.state is JobState.RUNNING
-        assert job.lease_owner is not None
-        assert job.lease_owner.startswith("w1:")
+        assert (job.state, job.attempts, job.lease_owner) == (JobState.QUEUED, 0, None)
 
+    # The handler ended after the report: its outcome was refused (fencing).
+    wait_until(lambda: worker.stats().lost == 1, "the late outcome refused")
+    assert store.get(job_id).state is JobState.QUEUED
     assert not report.terminated
     assert (report.still_running, report.still_running_ids) == ((f"job {job_id}",), (job_id,))
-    assert report.released == ()
+    assert report.released_running_ids == (job_id,)
     assert set(report.phases) == {WorkerState.DRAINING, WorkerState.CANCELLING}
     assert shutdowns == [report]
-    assert f"still running [{job_id}] (they keep their lease)" in report.summary()
+    assert f"still running [{job_id}] (released [{job_id}]: attempts given back)" in (
+        report.summary()
+    )
+    [rerun] = store.inner.claim("restart", lease=LEASE)  # a restart runs it, first attempt
+    assert (rerun.job.id, rerun.job.attempts) == (job_id, 1)
+
+
+def test_a_job_still_running_whose_release_fails_at_the_deadline_keeps_its_lease(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """If the deadline's release raises, the report says the job keeps its lease."""
+    tasks = TaskRegistry()
+    gate = Gate("stuck job")
+
+    @tasks.task
+    def stuck(payload, ctx):
+        gate.arrive()
+
+    job_id = store.enqueue("stuck")
+    worker = make_worker(store, tasks, clock)
+    with running(worker, gate):
+        gate.wait_reached()
+        store.fail_always["release"] = boom("release")
+        report = worker.stop(0.2)
+        assert store.get(job_id).state is JobState.RUNNING
+    assert report.released_running_ids == ()
+    assert f"(they keep their lease: [{job_id}])" in report.summary()
 
 
 def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_swallowed_it(
@@ -557,11 +597,11 @@ def test_a_worker_whose_lease_was_taken_over_cannot_complete_the_job(
     tasks.on_complete = lambda job, result: completions.append(job.id)
     tasks.task(name="slow")(lambda payload, ctx: gate.arrive())
     job_id = store.enqueue("slow")
-    worker = make_worker(store, tasks, clock, lease=30.0)
+    worker = make_worker(store, tasks, clock, lease=LEASE)
     with running(worker, gate):
         gate.wait_reached()
-        clock.advance(31.0)  # the lease expires while the handler is paused
-        [takeover] = store.inner.claim("intruder", lease=30.0)
+        clock.advance(LEASE + 1)  # the lease expires while the handler is paused
+        [takeover] = store.inner.claim("intruder", lease=LEASE)
         gate.open()
         report = worker.stop()
 
@@ -596,11 +636,11 @@ def test_a_lease_lost_to_a_takeover_cancels_the_job_through_the_heartbeat(
             ended.set()
 
     store.enqueue("cooperative")
-    worker = make_worker(store, tasks, clock, lease=30.0, heartbeat_interval=0.01)
+    worker = make_worker(store, tasks, clock, lease=LEASE, heartbeat_interval=0.01)
     with running(worker):
         assert started.wait(MUST_HAPPEN)
-        clock.advance(31.0)
-        store.inner.claim("intruder", lease=30.0)
+        clock.advance(LEASE + 1)
+        store.inner.claim("intruder", lease=LEASE)
         # The next heartbeat finds the lease gone and cancels the job's token.
         assert ended.wait(MUST_HAPPEN)
         worker.stop()
@@ -893,8 +933,195 @@ def test_an_error_in_release_leaves_the_job_unsettled_until_its_lease_expires(
     assert worker.stats().unsettled == 1
     assert store.get(job_id).state is JobState.RUNNING  # claimable again once the lease ends
     assert_one_outcome_per_claim(store, unsettled=(job_id,))
-    clock.advance(31.0)
-    assert [c.job.id for c in store.inner.claim("next", lease=30.0)] == [job_id]
+    clock.advance(LEASE + 1)
+    assert [c.job.id for c in store.inner.claim("next", lease=LEASE)] == [job_id]
+
+
+def test_a_job_whose_completion_can_never_be_recorded_runs_at_most_max_attempts_times(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """A complete() that always raises keeps the attempt spent: failed after max_attempts runs."""
+    tasks = TaskRegistry()
+    runs: list[int] = []
+    holder: list[Worker] = []
+
+    @tasks.task(max_attempts=3)
+    def ok(payload, ctx):
+        runs.append(ctx.attempt)
+        if len(runs) > 6:  # the hot loop this test is about: end it, and fail below
+            holder[0].request_stop("looping")
+
+    store.fail_always["complete"] = boom("complete")
+    job_id = store.enqueue("ok")
+    for _ in range(6):  # each round: run what is due, then move past any backoff
+        worker = make_worker(store, tasks, clock, exit_when_empty=True, poll_interval=0.01)
+        holder[:] = [worker]
+        run_until_empty(worker)
+        if store.get(job_id).state is JobState.FAILED:
+            break
+        clock.advance(1_000.0)
+
+    found = store.get(job_id)
+    assert runs == [1, 2, 3]
+    assert (found.state, found.attempts) == (JobState.FAILED, 3)
+    assert "could not be recorded" in (found.last_error or "")
+
+
+def test_a_job_whose_failure_can_never_be_recorded_is_left_to_its_lease_with_the_attempt_spent(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """fail() and retry() always raising: no release, one run per lease, failed at expiry."""
+    tasks = TaskRegistry()
+    runs: list[int] = []
+
+    @tasks.task
+    def bad(payload, ctx):
+        runs.append(ctx.attempt)
+        raise ValueError(f"bad {payload}")
+
+    store.fail_always["fail"] = boom("fail")
+    store.fail_always["retry"] = boom("retry")
+    job_id = store.enqueue("bad", "\ud800", max_attempts=2)  # a text UTF-8 cannot hold
+    worker = make_worker(store, tasks, clock, poll_interval=0.01)
+    with running(worker):
+        wait_until(lambda: worker.stats().settled == 1, "the first run is settled")
+        found = store.get(job_id)
+        assert (found.state, found.attempts) == (JobState.RUNNING, 1)
+        assert_one_outcome_per_claim(store, unsettled=(job_id,))  # no release was accepted
+        clock.advance(LEASE + 1)  # the lease expires: the second and last attempt
+        worker.wake()
+        wait_until(lambda: worker.stats().settled == 2, "the second run is settled")
+        clock.advance(LEASE + 1)  # expired with its attempts spent: the next claim fails it
+        worker.wake()
+        wait_until(lambda: store.get(job_id).state is JobState.FAILED, "failed at expiry")
+    assert runs == [1, 2]
+    assert worker.stats().unsettled == 2
+    assert worker.stats().released == 0
+
+
+def test_a_store_whose_claim_keeps_raising_is_claimed_from_with_exponential_backoff(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """Claims back off (doubling from poll_interval, capped); no hot loop, no overflow."""
+    store.fail_always["claim"] = boom("claim")
+    worker = make_worker(store, TaskRegistry(), clock, poll_interval=0.01)
+    with elapsed() as took, running(worker):
+        wait_until(lambda: len(store.claim_states) >= 6, "six claims")
+        spent = took()
+    assert spent >= 0.01 + 0.02 + 0.04 + 0.08 + 0.16  # the five waits between six claims
+    assert worker._next_wait(5_000) == 30.0  # capped, though 2.0 ** 4999 would overflow
+
+
+class CommitThenBreak(RecordingStore):
+    """A store whose complete() commits, then raises CommitUnknown (the reply was lost)."""
+
+    def complete(self, claim: Claim, result: Any = None) -> bool:
+        """Commit, then report the broken connection."""
+        super().complete(claim)
+        raise CommitUnknown("connection lost during COMMIT (injected)")
+
+
+def test_a_completion_whose_commit_is_unknown_is_reported_as_unknown_not_lost_to_fencing(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Committed but unconfirmed: Outcome.UNKNOWN, no on_complete, and the log says why."""
+    store = CommitThenBreak(clock)
+    completed: list[int] = []
+    tasks = TaskRegistry(on_complete=lambda job, result: completed.append(job.id))
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(store, tasks, clock, exit_when_empty=True)
+    with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.worker"):
+        run_until_empty(worker)
+    assert store.get(job_id).state is JobState.DONE
+    stats = worker.stats()
+    assert (stats.unknown, stats.lost, stats.done) == (1, 0, 0)
+    assert completed == []  # the hook runs only for an outcome known to be recorded
+    text = caplog.text
+    assert "outcome unknown: the commit may or may not have happened" in text
+    assert "fencing" not in text
+
+
+def test_a_completion_whose_commit_is_unknown_and_did_not_apply_is_retried(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """The fallback after an unknown commit is accepted only if the first did not apply."""
+    store.fail_next["complete"] = [CommitUnknown("connection lost before COMMIT (injected)")]
+    tasks = TaskRegistry()
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(store, tasks, clock, exit_when_empty=True)
+    run_until_empty(worker)
+    found = store.get(job_id)
+    assert (found.state, found.attempts) == (JobState.QUEUED, 1)  # attempt kept: bounded
+    assert worker.stats().retried == 1
+
+
+def test_a_release_at_the_deadline_whose_commit_is_unknown_is_made_again(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """A stop's release that broke in COMMIT is repeated: the job is never left to fail."""
+    tasks = TaskRegistry()
+    gate = Gate("stuck job")
+
+    @tasks.task
+    def stuck(payload, ctx):
+        gate.arrive()
+
+    job_id = store.enqueue("stuck", max_attempts=1)
+    worker = make_worker(store, tasks, clock)
+    with running(worker, gate):
+        gate.wait_reached()
+        store.fail_next["release"] = [CommitUnknown("connection lost before COMMIT (injected)")]
+        report = worker.stop(0.2)
+        found = store.get(job_id)
+        assert (found.state, found.attempts) == (JobState.QUEUED, 0)
+    assert report.released_running_ids == (job_id,)
+
+
+@pytest.mark.parametrize("exit_when_empty", [False, True])
+def test_a_worker_whose_store_fails_every_claim_past_the_outage_limit_stops_with_the_reason(
+    store: RecordingStore, clock: FakeClock, exit_when_empty: bool
+) -> None:
+    """A store unusable for store_outage_limit stops the worker; a failed claim is not 'empty'."""
+    store.fail_always["claim"] = boom("claim")
+    worker = make_worker(
+        store,
+        TaskRegistry(),
+        clock,
+        poll_interval=0.01,
+        store_outage_limit=0.2,
+        exit_when_empty=exit_when_empty,
+    )
+    with elapsed() as took:
+        report = run_until_empty(worker)
+    assert took() >= 0.2
+    assert report.failure is not None
+    assert "store_outage_limit" in report.failure
+    assert "injected into claim" in report.failure
+    assert "stopped because the store failed every claim" in report.summary()
+    assert len(store.claim_states) >= 2  # it retried before giving up
+
+
+def test_a_worker_whose_claims_succeed_again_within_the_limit_goes_on(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """Failures shorter than the limit only back off; the worker then runs the job."""
+    store.fail_next["claim"] = [boom("claim"), boom("claim")]
+    tasks = TaskRegistry()
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(
+        store,
+        tasks,
+        clock,
+        poll_interval=0.01,
+        store_outage_limit=MUST_HAPPEN,
+        exit_when_empty=True,
+    )
+    report = run_until_empty(worker)
+    assert report.failure is None
+    assert store.get(job_id).state is JobState.DONE
 
 
 def test_an_error_in_on_shutdown_is_reported_in_the_final_report(
@@ -991,12 +1218,12 @@ def test_exit_when_empty_waits_for_a_job_of_a_dead_worker_until_its_lease_expire
     tasks = TaskRegistry()
     tasks.task(name="t")(lambda payload, ctx: None)
     job_id = store.enqueue("t")
-    store.inner.claim("dead-worker", lease=30.0)
+    store.inner.claim("dead-worker", lease=LEASE)
     worker = make_worker(store, tasks, clock, exit_when_empty=True)
     thread, outcome = run_in_thread(worker.run, "worker-main")
     try:
         assert not worker.wait_stop_requested(STAYS_BLOCKED)  # a job is running somewhere
-        clock.advance(31.0)
+        clock.advance(LEASE + 1)
         worker.wake()
     finally:
         join_or_fail(thread)
@@ -1166,3 +1393,43 @@ def test_nonsense_settings_are_refused(
     """Zero threads, a zero poll interval or lease, or a cancel share above budget are errors."""
     with pytest.raises(ValueError, match="must"):
         make_worker(store, TaskRegistry(), clock, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"lease": 30.0, "heartbeat_interval": 30.0}, "heartbeat_interval"),
+        ({"lease": 30.0, "heartbeat_interval": 45.0}, "heartbeat_interval"),
+        ({"heartbeat_interval": 0}, "heartbeat_interval"),
+        ({"heartbeat_interval": -1.0}, "heartbeat_interval"),
+        ({"lease": math.inf}, "lease"),
+        ({"lease": math.nan}, "lease"),
+        ({"lease": 1e15}, "lease"),
+        ({"lease": 10**400}, "lease"),
+        ({"poll_interval": math.nan}, "poll_interval"),
+        ({"poll_interval": 1e15}, "poll_interval"),
+        ({"stop_timeout": math.inf}, "stop_timeout"),
+        ({"stop_timeout": math.nan}, "stop_timeout"),
+        ({"cancel_timeout": math.nan}, "cancel_timeout"),
+        ({"cancel_timeout": -1.0}, "cancel_timeout"),
+        ({"store_outage_limit": 0}, "store_outage_limit"),
+        ({"store_outage_limit": math.inf}, "store_outage_limit"),
+        ({"concurrency": 10**9}, "concurrency"),
+    ],
+)
+def test_an_interval_out_of_range_alone_or_against_the_others_is_refused_by_name(
+    store: RecordingStore, clock: FakeClock, kwargs: dict[str, float], named: str
+) -> None:
+    """heartbeat_interval >= lease, inf, nan or huge numbers: ValueError naming the argument."""
+    with pytest.raises(ValueError, match=named):
+        make_worker(store, TaskRegistry(), clock, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["lease", "poll_interval", "heartbeat_interval", "concurrency"])
+def test_a_setting_of_the_wrong_type_is_refused_by_name(
+    store: RecordingStore, clock: FakeClock, name: str
+) -> None:
+    """A string or a bool where a number belongs: TypeError naming the argument."""
+    for bad in ("5", True):
+        with pytest.raises(TypeError, match=name):
+            make_worker(store, TaskRegistry(), clock, **{name: bad})

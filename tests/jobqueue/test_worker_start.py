@@ -78,6 +78,7 @@ def make_worker(store: SubscribingStore, **kwargs: Any) -> Worker:
         "concurrency": CONCURRENCY,
         "poll_interval": MUST_HAPPEN * 60,
         "heartbeat_interval": MUST_HAPPEN * 60,
+        "lease": MUST_HAPPEN * 600,  # the heartbeat interval must be shorter
         "stop_timeout": MUST_HAPPEN,
         "name": NAME,
     }
