@@ -5,7 +5,8 @@ Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``):
     python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD | -] [--payload-file F]
         [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
-        [--stop-timeout S] [--poll-interval S] [--lease S] [--exit-when-empty]
+        [--stop-timeout S] [--poll-interval S] [--lease S] [--store-outage-limit S]
+        [--exit-when-empty]
     python -m patterns.jobqueue --db PATH status [--json]
     python -m patterns.jobqueue --db PATH show ID [--json]
     python -m patterns.jobqueue --db PATH list [--state S] [--task T] [--limit N] [--json]
@@ -37,15 +38,17 @@ Exit status:
 ====== =================================================================================
 0      done (``worker``: stopped cleanly, nothing left running)
 1      ``worker``: stopped, but a thread died with an exception, a worker thread did not
-       end within the budget while no job was running, or the store stayed unusable
+       end within the budget while no job was running, or the store failed every claim
+       for ``--store-outage-limit`` seconds (the report's ``failure``, logged)
 2      the command did nothing: bad command-line input, an unimportable ``--tasks``, no
        such queue or job, a file that is not a store, a store that cannot be used (a
        read-only file, an unreachable server), or a refused request (``requeue`` of a job
        that is not failed, ``cancel`` of a finished job)
 3      ``worker``: the shutdown budget ran out with jobs still running (the report's
-       ``still_running``): they keep their lease (and run again once it expires); the
-       process exits at once with `os._exit`, because the interpreter would otherwise
-       wait for their non-daemon threads forever
+       ``still_running``): each was released at the deadline (attempt given back, its
+       late outcome refused), or, if its release failed, keeps its lease and runs again
+       once that expires; the process exits at once with `os._exit`, because the
+       interpreter would otherwise wait for their non-daemon threads forever
 130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
        handlers were installed or after they were put back (during start-up, say): what
        had started was stopped, and one line says "interrupted"
@@ -293,12 +296,20 @@ def _parser() -> _Parser:
         help="seconds a claim holds its job, renewed every third of it (default: 30)",
     )
     worker.add_argument(
+        "--store-outage-limit",
+        type=_seconds("store-outage-limit", minimum=0, inclusive=False, maximum=_MAX_WAIT),
+        default=60.0,
+        help="seconds the store may fail every claim (a read-only file, a server down) "
+        "before the worker stops and exits 1 with the reason (default: 60)",
+    )
+    worker.add_argument(
         "--exit-when-empty",
         action="store_true",
         help="stop once this worker is idle, no job is due now and none is running in any "
         "worker; jobs due later (a retry waiting out its backoff, a --delay) stay queued "
         "for the next worker, and a running job elsewhere (or its expiring lease) is "
-        "waited for (default: run until signalled)",
+        "waited for; a store that fails every claim is never empty (see "
+        "--store-outage-limit) (default: run until signalled)",
     )
 
     status = command("status", "print the number of jobs in each state")
@@ -821,6 +832,7 @@ def _run_worker(args: argparse.Namespace, registry: TaskRegistry, store: Store) 
                 poll_interval=args.poll_interval,
                 stop_timeout=args.stop_timeout,
                 lease=args.lease,
+                store_outage_limit=args.store_outage_limit,
                 install_signal_handlers=True,
                 exit_when_empty=args.exit_when_empty,
                 # The store's clock decides due times (the database's, on PostgreSQL).
@@ -837,7 +849,7 @@ def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
     if report.still_running:
         logger.error("%s", report.summary())
         # Threads still run jobs that ignored their token; a normal exit would join
-        # them forever. Their leases make the jobs run again after they expire.
+        # them forever. The stop released them (or their leases will expire).
         force_exit(EXIT_STILL_RUNNING, "shutdown budget spent with jobs still running")
     if not report.terminated:
         # No handler is running, but a worker thread did not end (stuck in a store call,
@@ -845,6 +857,9 @@ def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
         # still held keeps its lease and runs again once the lease expires.
         logger.error("%s; a worker thread did not end in time", report.summary())
         force_exit(EXIT_FAILURE, "a worker thread did not end within the shutdown budget")
+    if report.failure is not None:  # the worker stopped itself: the store stayed unusable
+        logger.error("%s", report.summary())
+        return EXIT_FAILURE
     logger.info("%s", report.summary())
     failed = bool(report.thread_failures or hook_failures)
     return EXIT_FAILURE if failed else EXIT_OK

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import DEFAULT_MAX_PAYLOAD_BYTES, Job
 from patterns.jobqueue.tasks import JobContext
 from patterns.jobqueue.worker import WorkerReport
+from tests.support import MUST_HAPPEN, child_env
 
 ERROR = "python -m patterns.jobqueue: error: "
 
@@ -229,6 +231,36 @@ def test_enqueue_into_a_read_only_queue_is_one_line_and_changes_nothing(
     assert db.read_bytes() == before
 
 
+def test_a_worker_on_a_read_only_queue_exits_1_with_the_reason_instead_of_looping(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every claim fails: past --store-outage-limit the worker stops itself and exits 1.
+
+    With --exit-when-empty too: a claim that fails is not an empty queue. A child
+    process, because the worker installs signal handlers and logs through logging.
+    """
+    db = tmp_path / "q.db"
+    assert run_cli(capsys, "--db", str(db), "enqueue", "fast")[0] == 0
+    command = [
+        *("--db", str(db), "worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"),
+        *("--exit-when-empty", "--poll-interval", "0.05", "--store-outage-limit", "0.5"),
+    ]
+    with immutable(db):
+        result = subprocess.run(
+            [sys.executable, "-m", "patterns.jobqueue", *command],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=MUST_HAPPEN * 3,
+            check=False,
+        )
+    assert result.returncode == cli.EXIT_FAILURE, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert "stopped because" in last
+    assert "readonly" in last
+    assert job(db, 1).state.value == "queued"  # nothing was claimed, nothing lost
+
+
 # --- the payload ------------------------------------------------------------------------------
 
 
@@ -341,8 +373,9 @@ class Exited(Exception):
         (WorkerReport(False, ("job 4",), "w", still_running_ids=(4,)), 3),
         # The claimer was stuck in a store call (a locked file) with no job running.
         (WorkerReport(terminated=False, still_running=(), worker="w"), 1),
+        (WorkerReport(True, (), "w", failure="the store failed every claim for 60 s"), 1),
     ],
-    ids=["clean", "jobs-still-running", "stuck-without-jobs"],
+    ids=["clean", "jobs-still-running", "stuck-without-jobs", "store-unusable"],
 )
 def test_the_worker_exit_status_matches_its_report(
     tmp_path: Path,
