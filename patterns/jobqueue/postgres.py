@@ -83,29 +83,43 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    FINISHED_STATES,
     JOB_COLUMNS,
+    CancelResult,
     Claim,
     Job,
     JobState,
     JsonValue,
     NewJob,
     Store,
+    WorkerRecord,
     backoff,
+    cancelled_reason,
+    check_job_id,
     check_lease,
     check_limit,
+    check_max_payload_bytes,
     check_owner,
+    check_state,
+    check_states,
+    check_text,
     check_time,
+    check_worker,
+    encode_result,
     expired_reason,
     job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
+    storable_error,
 )
 
 if TYPE_CHECKING:
@@ -126,8 +140,12 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-"""The schema this code writes; kept in the ``schema_version`` table of the store's schema."""
+SCHEMA_VERSION = 2
+"""The schema this code writes; kept in the ``schema_version`` table of the store's schema.
+
+Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result`` and
+``cancel_requested``, and the ``workers`` table; opening a version 1 schema migrates it.
+"""
 
 RETRIES = 5
 """Attempts of one store call while the connection keeps failing before ``COMMIT``."""
@@ -182,8 +200,27 @@ _COLUMNS = ", ".join(
         "j.last_error",
         _epoch("created_at"),
         _epoch("updated_at"),
+        "j.timeout",
+        "j.result::text",
+        "j.cancel_requested",
     ]
 )
+_WORKER_COLUMNS = (
+    "id",
+    "host",
+    "pid",
+    "state",
+    "started_at",
+    "last_seen",
+    "expires_at",
+    "jobs_held",
+)
+# The tables (and their columns) of each schema version: what opening checks a schema has,
+# before migrating it and after.
+_SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
+    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
+    2: {"jobs": JOB_COLUMNS, "workers": _WORKER_COLUMNS},
+}
 
 # Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -218,6 +255,33 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX ON {jobs} (run_at, id) WHERE state = 'queued'",
         "CREATE INDEX ON {jobs} (lease_until) WHERE state = 'running'",
     ),
+    # Version 2: new columns at the end (PostgreSQL can add them in place, and change the
+    # state CHECK, unlike SQLite), and the workers table. A payload and a result are json,
+    # not jsonb: json keeps the text as written, so a "\u0000" in it (which jsonb refuses)
+    # is stored and read back like any other escape.
+    (
+        """
+        ALTER TABLE {jobs}
+            ADD COLUMN timeout float8 CHECK (timeout IS NULL OR timeout > 0),  -- seconds
+            ADD COLUMN result json,                                            -- once done
+            ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false,
+            DROP CONSTRAINT jobs_state_check,
+            ADD CONSTRAINT jobs_state_check
+                CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled'))
+        """,
+        """
+        CREATE TABLE {workers} (
+            id         text        PRIMARY KEY,  -- the worker's name, its tokens' prefix
+            host       text        NOT NULL,
+            pid        integer     NOT NULL,
+            state      text        NOT NULL,
+            started_at timestamptz NOT NULL,
+            last_seen  timestamptz NOT NULL,
+            expires_at timestamptz NOT NULL,     -- not listed after this: the worker died
+            jobs_held  integer     NOT NULL
+        )
+        """,
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
 
@@ -226,22 +290,32 @@ assert len(_MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migr
 _SQL = {
     "insert": """
         INSERT INTO {jobs} (task, payload, state, run_at, attempts, max_attempts,
-                            created_at, updated_at)
+                            created_at, updated_at, timeout)
         SELECT t.task, t.payload::json, 'queued',
                COALESCE(to_timestamp(t.run_at), {now} + make_interval(secs => t.delay)),
-               0, t.max_attempts, {now}, {now}
+               0, t.max_attempts, {now}, {now}, t.timeout
           FROM unnest(%(tasks)s::text[], %(payloads)s::text[], %(run_ats)s::float8[],
-                      %(delays)s::float8[], %(max_attempts)s::integer[])
-               WITH ORDINALITY AS t(task, payload, run_at, delay, max_attempts, n)
+                      %(delays)s::float8[], %(max_attempts)s::integer[],
+                      %(timeouts)s::float8[])
+               WITH ORDINALITY AS t(task, payload, run_at, delay, max_attempts, timeout, n)
          ORDER BY t.n
         RETURNING id
     """,
     "notify": "SELECT pg_notify(%(channel)s, '')",
+    # Expired leases of jobs someone asked to cancel: cancelled, not claimed again.
+    "cancel_expired": """
+        UPDATE {jobs} SET state = 'cancelled', last_error = %(error)s, lease_owner = NULL,
+                          lease_until = NULL, updated_at = {now}
+         WHERE id IN (SELECT j.id FROM {jobs} AS j
+                       WHERE j.state = 'running' AND j.lease_until <= {now}
+                         AND j.cancel_requested
+                         FOR UPDATE SKIP LOCKED)
+    """,
     # Expired leases whose attempts are spent: failed, not claimed again.
     "spent": """
         SELECT j.id, j.attempts FROM {jobs} AS j
          WHERE j.state = 'running' AND j.lease_until <= {now}
-           AND j.attempts >= j.max_attempts
+           AND j.attempts >= j.max_attempts AND NOT j.cancel_requested
            FOR UPDATE SKIP LOCKED
     """,
     "fail_spent": """
@@ -254,7 +328,7 @@ _SQL = {
         SELECT j.id, j.state, j.lease_owner FROM {jobs} AS j
          WHERE (j.state = 'queued' AND j.run_at <= {now})
             OR (j.state = 'running' AND j.lease_until <= {now}
-                AND j.attempts < j.max_attempts)
+                AND j.attempts < j.max_attempts AND NOT j.cancel_requested)
          ORDER BY j.run_at, j.id
          LIMIT %(limit)s
            FOR UPDATE SKIP LOCKED
@@ -273,13 +347,55 @@ _SQL = {
         UPDATE {jobs} AS j SET {assignments}, updated_at = {now}
          WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
     """,
+    # The lease only: the payload is neither read nor sent back.
     "renew": """
         UPDATE {jobs} AS j
            SET lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
          WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
-        RETURNING {columns}
+        RETURNING extract(epoch FROM j.lease_until)::float8,
+                  extract(epoch FROM j.updated_at)::float8, j.cancel_requested
     """,
     "get": "SELECT {columns} FROM {jobs} AS j WHERE j.id = %(id)s",
+    "list": """
+        SELECT {columns} FROM {jobs} AS j
+         WHERE (%(state)s::text IS NULL OR j.state = %(state)s::text)
+           AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+         ORDER BY j.id DESC LIMIT %(limit)s
+    """,
+    # A dead letter back in the queue: due now, attempts reset, last_error kept.
+    "requeue": """
+        UPDATE {jobs} SET state = 'queued', attempts = 0, run_at = {now}, updated_at = {now},
+                          cancel_requested = false, result = NULL
+         WHERE state = 'failed'
+           AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
+           AND (%(task)s::text IS NULL OR task = %(task)s::text)
+        RETURNING id
+    """,
+    "cancel_state": "SELECT state FROM {jobs} WHERE id = %(id)s FOR UPDATE",
+    "cancel_queued": """
+        UPDATE {jobs} SET state = 'cancelled', updated_at = {now} WHERE id = %(id)s
+    """,
+    "cancel_running": """
+        UPDATE {jobs} SET cancel_requested = true, updated_at = {now} WHERE id = %(id)s
+    """,
+    "expire_workers": "DELETE FROM {workers} WHERE expires_at <= {now}",
+    "record_worker": """
+        INSERT INTO {workers} (id, host, pid, state, started_at, last_seen, expires_at,
+                               jobs_held)
+        VALUES (%(id)s, %(host)s, %(pid)s, %(state)s, to_timestamp(%(started_at)s::float8),
+                {now}, {now} + make_interval(secs => %(ttl)s), %(jobs_held)s)
+        ON CONFLICT (id) DO UPDATE
+           SET host = excluded.host, pid = excluded.pid, state = excluded.state,
+               started_at = excluded.started_at, last_seen = excluded.last_seen,
+               expires_at = excluded.expires_at, jobs_held = excluded.jobs_held
+    """,
+    "forget_worker": "DELETE FROM {workers} WHERE id = %(id)s",
+    "workers": """
+        SELECT id, host, pid, state, extract(epoch FROM started_at)::float8,
+               extract(epoch FROM last_seen)::float8, extract(epoch FROM expires_at)::float8,
+               jobs_held
+          FROM {workers} ORDER BY started_at, id
+    """,
     "counts": "SELECT state, count(*) FROM {jobs} GROUP BY state",
     "next_due": """
         SELECT extract(epoch FROM least(
@@ -288,19 +404,27 @@ _SQL = {
     """,
     "purge": """
         DELETE FROM {jobs}
-         WHERE state IN ('done', 'failed')
+         WHERE state = ANY(%(states)s::text[])
            AND (%(cutoff)s::float8 IS NULL OR updated_at < to_timestamp(%(cutoff)s::float8))
     """,
     "clock": "SELECT extract(epoch FROM clock_timestamp())::float8",
 }
 
 _END_LEASE = "lease_owner = NULL, lease_until = NULL"
+# A job given back (retry, release) while a cancel is requested would never run again
+# usefully: it ends cancelled instead of queued, as in MemoryStore._requeue_held.
+_GIVE_BACK = (
+    "state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,"
+    " last_error = CASE WHEN j.cancel_requested THEN %(cancelled)s ELSE {error} END"
+)
 _ASSIGNMENTS = {
-    "complete": f"state = 'done', {_END_LEASE}",
+    "complete": f"state = 'done', result = %(result)s::json, {_END_LEASE}",
     "fail": f"state = 'failed', last_error = %(error)s, {_END_LEASE}",
-    "retry": f"state = 'queued', last_error = %(error)s, run_at = to_timestamp(%(run_at)s),"
-    f" {_END_LEASE}",
-    "release": f"state = 'queued', attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
+    "retry": _GIVE_BACK.replace("{error}", "%(error)s")
+    + f", run_at = to_timestamp(%(run_at)s), {_END_LEASE}",
+    "release": _GIVE_BACK.replace("{error}", "j.last_error")
+    + f", attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
+    "mark_cancelled": f"state = 'cancelled', last_error = %(error)s, {_END_LEASE}",
 }
 
 
@@ -394,10 +518,12 @@ class PostgresStore:
         schema: str = "jobqueue",
         clock: Callable[[], float] | None = None,
         stop_timeout: float = 5.0,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         if stop_timeout < 0:
             raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
         self.stop_timeout = stop_timeout
+        self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self._pg = _import_psycopg()
         from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
 
@@ -433,6 +559,7 @@ class PostgresStore:
         self._names = {
             "schema": sql.Identifier(schema),
             "jobs": sql.Identifier(schema, "jobs"),
+            "workers": sql.Identifier(schema, "workers"),
             "version": sql.Identifier(schema, "schema_version"),
             "columns": sql.SQL(_COLUMNS),
             "now": sql.SQL(_NOW),
@@ -613,6 +740,8 @@ class PostgresStore:
             # ends with the transaction.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
             version = self._read_version(conn)
+            if version > 0:  # not ours unless its tables are those of its version
+                self._check_shape(conn, version)
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in self._migrations[target - 1]:
                     conn.execute(statement)
@@ -656,21 +785,24 @@ class PostgresStore:
             )
         return version
 
-    def _check_shape(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        columns = tuple(
-            row[0]
-            for row in conn.execute(
-                "SELECT column_name FROM information_schema.columns"
-                " WHERE table_schema = %s AND table_name = 'jobs' ORDER BY ordinal_position",
-                (self._schema,),
+    def _check_shape(
+        self, conn: psycopg.Connection[tuple[Any, ...]], version: int = SCHEMA_VERSION
+    ) -> None:
+        for table, expected in _SHAPES[version].items():
+            columns = tuple(
+                row[0]
+                for row in conn.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                    (self._schema, table),
+                )
             )
-        )
-        if columns != JOB_COLUMNS:
-            raise StoreSchemaError(
-                f"{self._where}: schema version {SCHEMA_VERSION} but table 'jobs' has "
-                f"columns {list(columns)}, expected {list(JOB_COLUMNS)}; "
-                "this schema was not written by this job store"
-            )
+            if columns != expected:
+                raise StoreSchemaError(
+                    f"{self._where}: schema version {version} but table {table!r} has "
+                    f"columns {list(columns)}, expected {list(expected)}; "
+                    "this schema was not written by this job store"
+                )
 
     # --- rows --------------------------------------------------------------------------------
 
@@ -693,6 +825,7 @@ class PostgresStore:
                     "run_ats": [new.run_at if absolute else None for new, absolute in prepared],
                     "delays": [None if absolute else new.run_at for new, absolute in prepared],
                     "max_attempts": [new.max_attempts for new, _ in prepared],
+                    "timeouts": [new.timeout for new, _ in prepared],
                 },
             ).fetchall()
             if rows:
@@ -711,11 +844,19 @@ class PostgresStore:
         run_at: float | None = None,
         delay: float | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
     ) -> int:
         """Add a job and return its id; a bad payload or argument writes nothing."""
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
         new = prepare_enqueue(
-            0.0, task, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+            0.0,
+            task,
+            payload,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            max_payload_bytes=self._max_payload_bytes,
         )
         (job_id,) = self._insert(
             [(_check_job(new, absolute=run_at is not None), run_at is not None)]
@@ -726,7 +867,9 @@ class PostgresStore:
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
         """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
         prepared = []
-        for index, (new, spec) in enumerate(zip(prepare_many(0.0, jobs), jobs, strict=True)):
+        for index, (new, spec) in enumerate(
+            zip(prepare_many(0.0, jobs, self._max_payload_bytes), jobs, strict=True)
+        ):
             absolute = spec.get("run_at") is not None
             try:
                 prepared.append((_check_job(new, absolute=absolute), absolute))
@@ -741,15 +884,22 @@ class PostgresStore:
 
         Due means queued with ``run_at <= now``, or running with an expired lease
         (``lease_until <= now``), ``now`` being the database's clock. An expired job whose
-        attempts are spent is marked failed instead of being returned. Rows that another
-        transaction holds locked at this moment are skipped, never waited for.
+        attempts are spent is marked failed instead of being returned, and one with a
+        cancel request is marked cancelled. Rows that another transaction holds locked at
+        this moment are skipped, never waited for.
         """
         check_owner(owner)
         seconds = _check_range("lease", check_lease(lease))
         count = check_limit(limit)
+        cancel_reason = cancelled_reason("and its lease expired")
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[Claim]:
             statements = self._statements
+            cancelled = conn.execute(
+                statements["cancel_expired"], {"clock": clock, "error": cancel_reason}
+            ).rowcount
+            if cancelled:
+                logger.warning("%s: %d jobs %s", self._where, cancelled, cancel_reason)
             spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
             for job_id, attempts in spent:
                 reason = expired_reason(attempts)
@@ -805,28 +955,56 @@ class PostgresStore:
             )
         return held
 
-    def complete(self, claim: Claim) -> bool:
-        """Mark the job done; False (and no change) if the claim no longer holds the lease."""
-        return self._settle(claim, "complete", {})
+    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
+        """Mark the job done with ``result``; False (no change) if the lease was lost.
+
+        A ``result`` that is not JSON or is over ``max_payload_bytes`` raises `TypeError` /
+        `ValueError` and changes nothing.
+        """
+        text = None if result is None else encode_result(result, self._max_payload_bytes)
+        return self._settle(claim, "complete", {"result": text})
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost."""
-        return self._settle(claim, "fail", {"error": str(error)})
+        return self._settle(claim, "fail", {"error": storable_error(error)})
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
 
-        ``run_at`` is on the database's clock: a worker computes it from `clock`.
+        ``run_at`` is on the database's clock: a worker computes it from `clock`. A job
+        with a cancel request ends cancelled instead (it would never run again).
         """
         when = _check_range("run_at", check_time("run_at", run_at))
-        return self._settle(claim, "retry", {"error": str(error), "run_at": when})
+        return self._settle(
+            claim,
+            "retry",
+            {
+                "error": storable_error(error),
+                "run_at": when,
+                "cancelled": cancelled_reason("and its worker gave it back"),
+            },
+        )
 
     def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
-        return self._settle(claim, "release", {})
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
+        return self._settle(
+            claim, "release", {"cancelled": cancelled_reason("and its worker gave it back")}
+        )
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
+        return self._settle(claim, "mark_cancelled", {"error": storable_error(reason)})
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost."""
+        """Extend the lease; the renewed claim, or None if the lease was lost.
+
+        Touches the lease only: the payload is neither read nor sent, so a renew costs the
+        same whatever its size. The renewed claim carries the caller's job snapshot with
+        the new ``lease_until``, and ``cancel_requested``.
+        """
         seconds = _check_range("lease", check_lease(lease))
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Claim | None:
@@ -836,8 +1014,9 @@ class PostgresStore:
             ).fetchone()
             if row is None:
                 return None
-            job = job_from_row(row)
-            return Claim(job, claim.token, job.lease_until or 0.0)
+            until, updated, flag = float(row[0]), float(row[1]), bool(row[2])
+            job = replace(claim.job, lease_until=until, updated_at=updated)
+            return Claim(job, claim.token, until, flag)
 
         renewed = self._transaction(body)
         if renewed is None:
@@ -851,14 +1030,75 @@ class PostgresStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
-        if not -(2**63) <= job_id < 2**63:  # outside bigint: never issued
-            return None
+        check_job_id(job_id)
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
             row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
             return None if row is None else job_from_row(row)
 
         return self._transaction(body)
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
+        params = {
+            "state": None if state is None else check_state(state).value,
+            "task": None if task is None else check_text("task", task),
+            "limit": check_limit(limit),
+        }
+        rows = self._transaction(
+            lambda conn, clock: conn.execute(self._statements["list"], params).fetchall()
+        )
+        return [job_from_row(row) for row in rows]
+
+    def _requeue(self, job_id: int | None, task: str | None) -> list[int]:
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
+            rows = conn.execute(
+                self._statements["requeue"], {"clock": clock, "id": job_id, "task": task}
+            ).fetchall()
+            if rows:
+                self._notify(conn)  # due now: an idle worker may take them
+            return sorted(int(row[0]) for row in rows)
+
+        return self._transaction(body)
+
+    def requeue(self, job_id: int) -> bool:
+        """Put a failed job back in the queue, due now, attempts 0, last error kept."""
+        check_job_id(job_id)
+        done = bool(self._requeue(job_id, None))
+        if done:
+            logger.info("%s: job %d requeued", self._where, job_id)
+        return done
+
+    def requeue_failed(self, *, task: str | None = None) -> list[int]:
+        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
+        ids = self._requeue(None, None if task is None else check_text("task", task))
+        if ids:
+            logger.info("%s: requeued %d failed jobs", self._where, len(ids))
+        return ids
+
+    def cancel(self, job_id: int) -> CancelResult:
+        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
+        check_job_id(job_id)
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> CancelResult:
+            statements = self._statements
+            params = {"clock": clock, "id": job_id}
+            row = conn.execute(statements["cancel_state"], params).fetchone()
+            if row is None:
+                return CancelResult.NOT_FOUND
+            if row[0] == JobState.QUEUED:
+                conn.execute(statements["cancel_queued"], params)
+                return CancelResult.CANCELLED
+            if row[0] == JobState.RUNNING:
+                conn.execute(statements["cancel_running"], params)
+                return CancelResult.REQUESTED
+            return CancelResult.FINISHED
+
+        result = self._transaction(body)
+        logger.info("%s: job %d: cancel %s", self._where, job_id, result.value)
+        return result
 
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state, every state present (zero included)."""
@@ -876,19 +1116,90 @@ class PostgresStore:
         )
         return None if row is None or row[0] is None else float(row[0])
 
-    def purge(self, *, older_than: float | None = None) -> int:
-        """Delete done and failed jobs (updated before ``older_than``); return how many."""
+    def purge(
+        self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
+    ) -> int:
+        """Delete finished jobs in ``states`` (updated before ``older_than``); how many."""
         cutoff = (
             None
             if older_than is None
             else _check_range("older_than", check_time("older_than", older_than))
         )
+        chosen = sorted(state.value for state in check_states(states))
+        params = {"cutoff": cutoff, "states": chosen}
         purged = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["purge"], {"cutoff": cutoff}).rowcount
+            lambda conn, clock: conn.execute(self._statements["purge"], params).rowcount
         )
         if purged:
             logger.info("%s: purged %d finished jobs", self._where, purged)
         return purged
+
+    # --- worker rows -------------------------------------------------------------------------
+
+    def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        state: str,
+        started_at: float,
+        jobs_held: int,
+        ttl: float,
+    ) -> None:
+        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later.
+
+        ``started_at`` is on the database's clock (a worker reads it from `clock`).
+        """
+        row = check_worker(
+            worker_id,
+            host=host,
+            pid=pid,
+            state=state,
+            started_at=started_at,
+            jobs_held=jobs_held,
+            ttl=ttl,
+        )
+        params = {
+            "id": row.worker_id,
+            "host": row.host,
+            "pid": row.pid,
+            "state": row.state,
+            "started_at": row.started_at,
+            "jobs_held": row.jobs_held,
+            "ttl": row.ttl,
+        }
+
+        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> None:
+            self._expire_workers(conn, clock)
+            conn.execute(self._statements["record_worker"], {**params, "clock": clock})
+
+        self._transaction(body)
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Delete this worker's row (a worker that stopped); no error if there is none."""
+        name = check_text("worker_id", worker_id)
+        self._transaction(
+            lambda conn, clock: conn.execute(self._statements["forget_worker"], {"id": name})
+        )
+
+    def workers(self) -> list[WorkerRecord]:
+        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
+
+        def body(
+            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
+        ) -> list[WorkerRecord]:
+            self._expire_workers(conn, clock)
+            return [WorkerRecord(*row) for row in conn.execute(self._statements["workers"])]
+
+        return self._transaction(body)
+
+    def _expire_workers(
+        self, conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
+    ) -> None:
+        gone = conn.execute(self._statements["expire_workers"], {"clock": clock}).rowcount
+        if gone:
+            logger.info("%s: %d worker rows expired (workers that died?)", self._where, gone)
 
     # --- time -----------------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ import pytest
 from patterns.jobqueue import cli
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.sqlite import SCHEMA_VERSION, SQLiteStore, StoreFileError
-from patterns.jobqueue.store import JobState, Store
-from patterns.jobqueue.tasks import PhaseError, TaskRegistry
+from patterns.jobqueue.store import MAX_ERROR_CHARS, JobState, Store
+from patterns.jobqueue.tasks import Backoff, PhaseError, TaskRegistry
 from patterns.jobqueue.worker import Worker
 from tests.support import MUST_HAPPEN, child_env, join_or_fail, run_in_thread
 
@@ -255,6 +255,57 @@ def test_a_handler_raising_anything_fails_its_job_and_the_worker_thread_lives_on
     assert bad_job.last_error is not None
     assert text in bad_job.last_error
     assert good_job.state is JobState.DONE
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Each store in turn, PostgreSQL included (on a fresh schema)."""
+    made: Store
+    if request.param == "memory":
+        made = MemoryStore()
+    elif request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "q.db")
+    else:
+        from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415 - optional
+
+        dsn = request.getfixturevalue("pg_dsn")
+        made = PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"))
+    yield made
+    made.close()
+
+
+UNSTORABLE = {"lone-surrogate": "\ud800", "nul": "a\x00b", "huge": "e" * 100_000}
+
+
+@pytest.mark.parametrize("payload", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
+def test_an_error_text_no_store_could_keep_as_is_still_ends_the_job_failed_in_its_attempts(
+    any_store: Store, payload: str
+) -> None:
+    """A handler's error quoting a lone surrogate, a NUL or 100 kB is stored, escaped and cut.
+
+    Before the fix SQLite raised UnicodeEncodeError and PostgreSQL DataError when the
+    outcome was recorded, the worker gave the attempt back, and the job ran again at once,
+    forever. Now each attempt is recorded: two runs, then failed.
+    """
+    tasks = TaskRegistry()
+    runs: list[None] = []
+
+    @tasks.task(max_attempts=2, retry=Backoff(base=0, jitter=0))
+    def echo_error(job_payload: Any, ctx: Any) -> None:
+        runs.append(None)
+        if len(runs) > 10:  # the old hot loop: end it, and let the assertions say why
+            return
+        raise ValueError(f"bad {job_payload}")
+
+    job_id = tasks.enqueue(any_store, "echo_error", payload)
+    run_until_empty(quick_worker(any_store, tasks))
+    job = any_store.get(job_id)
+    assert job is not None
+    assert len(runs) == 2
+    assert (job.state, job.attempts) == (JobState.FAILED, 2)
+    assert job.last_error is not None
+    assert job.last_error.startswith("ValueError: bad ")
+    assert len(job.last_error) <= MAX_ERROR_CHARS
 
 
 def test_a_handler_calling_sys_exit_does_not_end_the_worker_process(tmp_path: Path) -> None:

@@ -551,7 +551,72 @@ def test_a_new_schema_is_created_at_the_current_version(
     tables = admin_execute(
         pg_dsn, "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (pg_schema,)
     )
-    assert tables == [("jobs",), ("schema_version",)]
+    assert tables == [("jobs",), ("schema_version",), ("workers",)]
+
+
+# The version 1 schema as it was shipped, so a test can build what an old release wrote.
+V1_SCHEMA = [
+    'CREATE SCHEMA "{schema}"',
+    """
+    CREATE TABLE "{schema}".schema_version (
+        only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+        version  integer NOT NULL
+    )
+    """,
+    'INSERT INTO "{schema}".schema_version (version) VALUES (1)',
+    """
+    CREATE TABLE "{schema}".jobs (
+        id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        task         text        NOT NULL CHECK (task <> ''),
+        payload      json        NOT NULL,
+        state        text        NOT NULL
+                     CHECK (state IN ('queued', 'running', 'done', 'failed')),
+        run_at       timestamptz NOT NULL,
+        attempts     integer     NOT NULL CHECK (attempts >= 0),
+        max_attempts integer     NOT NULL CHECK (max_attempts >= 1),
+        lease_owner  text,
+        lease_until  timestamptz,
+        last_error   text,
+        created_at   timestamptz NOT NULL,
+        updated_at   timestamptz NOT NULL,
+        CHECK ((state = 'running') = (lease_owner IS NOT NULL AND lease_until IS NOT NULL))
+    )
+    """,
+    """CREATE INDEX ON "{schema}".jobs (run_at, id) WHERE state = 'queued'""",
+    """CREATE INDEX ON "{schema}".jobs (lease_until) WHERE state = 'running'""",
+]
+
+
+def test_a_version_1_schema_is_migrated_keeping_every_job_and_the_id_sequence(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """Opening a v1 schema adds the v2 columns and workers table; rows and ids stay."""
+    for statement in V1_SCHEMA:
+        admin_execute(pg_dsn, statement.format(schema=pg_schema))
+    insert = (
+        f'INSERT INTO "{pg_schema}".jobs (task, payload, state, run_at, attempts, max_attempts,'
+        " lease_owner, lease_until, last_error, created_at, updated_at)"
+        " VALUES (%s, %s, %s, now(), %s, 3, %s, %s, %s, now(), now())"
+    )
+    admin_execute(pg_dsn, insert, ("a", '{"n": 1}', "queued", 0, None, None, None))
+    admin_execute(pg_dsn, insert, ("b", "[1]", "running", 1, "w:tok", "2100-01-01", None))
+    admin_execute(pg_dsn, insert, ("c", "null", "failed", 3, None, None, "boom"))
+    admin_execute(pg_dsn, f'DELETE FROM "{pg_schema}".jobs WHERE task = %s', ("c",))
+    store = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        first, second = store.get(1), store.get(2)
+        assert first is not None
+        assert second is not None
+        assert (first.task, first.payload, first.state) == ("a", {"n": 1}, JobState.QUEUED)
+        assert (second.lease_owner, second.attempts) == ("w:tok", 1)
+        assert (second.timeout, second.result, second.cancel_requested) == (None, None, False)
+        assert store.get(3) is None
+        assert store.enqueue("d") == 4  # the identity sequence went on, no id reused
+        assert store.cancel(1).value == "cancelled"  # the new state is allowed
+        assert store.cancel(2).value == "requested"
+    finally:
+        store.close()
+    assert admin_execute(pg_dsn, f'SELECT version FROM "{pg_schema}".schema_version') == [(2,)]
 
 
 def test_a_newer_schema_version_is_refused_and_left_untouched(
@@ -586,6 +651,14 @@ def test_a_foreign_jobs_table_at_our_version_is_refused(pg_dsn: str, pg_schema: 
     admin_execute(pg_dsn, f'CREATE TABLE "{pg_schema}".jobs (id bigint, name text)')
     with pytest.raises(StoreSchemaError, match="was not written by this job store"):
         PostgresStore(pg_dsn, schema=pg_schema)
+    # Refused before any migration step: the foreign table is as it was.
+    columns = admin_execute(
+        pg_dsn,
+        "SELECT column_name FROM information_schema.columns"
+        " WHERE table_schema = %s AND table_name = 'jobs' ORDER BY ordinal_position",
+        (pg_schema,),
+    )
+    assert columns == [("id",), ("name",)]
 
 
 def test_concurrent_first_opens_create_the_schema_exactly_once(pg_dsn: str, pg_schema: str) -> None:
@@ -896,3 +969,20 @@ def test_the_cli_refuses_an_unreachable_server_with_status_2_after_its_retries(
     assert error.startswith("python -m patterns.jobqueue: error: ")
     assert "database unavailable after 5 attempts" in error
     assert "s3cret-pw" not in result.stderr
+
+
+def test_renew_reads_no_payload(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renew updates the lease and reads the cancel flag: no payload is sent or parsed."""
+    store.enqueue("t", {"blob": "x" * 100_000})
+    (claim,) = store.claim("w", lease=60)
+
+    def no_parsing(*args: object, **kwargs: object) -> object:
+        raise AssertionError("renew parsed JSON")
+
+    monkeypatch.setattr(json, "loads", no_parsing)
+    renewed = store.renew(claim, lease=60)
+    monkeypatch.undo()
+    assert renewed is not None
+    assert renewed.job.payload is claim.job.payload
+    assert renewed.lease_until >= claim.lease_until
+    assert renewed.cancel_requested is False

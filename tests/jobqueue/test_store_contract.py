@@ -86,20 +86,6 @@ def make_store(
         each.close()
 
 
-SQL_PENDING = {"postgres"}  # stores not yet on the new interface (this branch only)
-
-
-@pytest.fixture
-def pending_on_sql(request: pytest.FixtureRequest) -> None:
-    """Skip a test of the new interface on a store that does not implement it yet."""
-    kind = request.node.callspec.params.get("make_store")
-    if kind in SQL_PENDING:
-        pytest.skip(f"{kind} store: new interface not implemented yet")
-
-
-PENDING_ON_SQL = pytest.mark.usefixtures("pending_on_sql")
-
-
 @pytest.fixture
 def store(make_store: StoreFactory) -> Store:
     """Each store under test, on the fake clock, closed afterwards (PostgreSQL: a new schema)."""
@@ -367,8 +353,6 @@ def test_a_claim_whose_lease_was_taken_over_changes_nothing(
     store: Store, clock: FakeClock, action: Callable[[Store, Claim], object]
 ) -> None:
     """After expiry and a re-claim, the old claim's transitions return False/None and no-op."""
-    if not hasattr(store, "mark_cancelled"):
-        pytest.skip("mark_cancelled not implemented yet on this store")
     stale, current = _stale_and_current(store, clock)
     before = must_get(store, stale.job.id)
     clock.advance(1)
@@ -394,8 +378,6 @@ def test_a_settled_claim_cannot_settle_the_job_again(
     store: Store, action: Callable[[Store, Claim], object]
 ) -> None:
     """Once a claim completed its job, any further transition with it is refused."""
-    if not hasattr(store, "mark_cancelled"):
-        pytest.skip("mark_cancelled not implemented yet on this store")
     store.enqueue("t")
     claim = claim_one(store)
     assert store.complete(claim)
@@ -683,7 +665,6 @@ def test_the_backoff_doubles_from_the_first_pause_up_to_the_cap_with_jitter() ->
 # --- limits and hostile values: refused with the argument's name, or stored escaped -------
 
 
-@PENDING_ON_SQL
 def test_the_default_payload_limit_is_one_mebibyte(store: Store) -> None:
     """A payload of exactly 1 MiB of JSON is taken; one byte more is refused."""
     assert DEFAULT_MAX_PAYLOAD_BYTES == 1024 * 1024
@@ -695,7 +676,6 @@ def test_the_default_payload_limit_is_one_mebibyte(store: Store) -> None:
     assert store.counts()["queued"] == 1
 
 
-@PENDING_ON_SQL
 def test_a_payload_over_the_limit_is_refused_naming_its_size_and_the_limit(
     make_store: StoreFactory,
 ) -> None:
@@ -709,7 +689,6 @@ def test_a_payload_over_the_limit_is_refused_naming_its_size_and_the_limit(
     assert store.enqueue("t", "x" * 98) > 0
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize(
     ("limit", "error"), [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)]
 )
@@ -721,7 +700,6 @@ def test_a_bad_payload_limit_is_refused_when_the_store_is_built(
         make_store(max_payload_bytes=limit)
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize("text", ["a\u0000b", "\ud800", "caf\u00e9 \U0001f600", "\udfff\x00"])
 def test_a_payload_with_nul_or_a_lone_surrogate_round_trips(store: Store, text: str) -> None:
     """JSON escapes NUL and lone surrogates, so such a payload is stored and read back equal."""
@@ -738,7 +716,6 @@ HOSTILE_ERRORS = {
 }
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize("error", list(HOSTILE_ERRORS.values()), ids=list(HOSTILE_ERRORS))
 @pytest.mark.parametrize("method", ["fail", "retry", "mark_cancelled"])
 def test_every_error_text_is_stored_whatever_it_contains(
@@ -759,7 +736,6 @@ def test_every_error_text_is_stored_whatever_it_contains(
     assert stored.startswith(("bad", "a", "e"))
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -784,7 +760,6 @@ def test_an_absurd_number_is_a_value_error_naming_the_argument(
     assert store.counts() == EMPTY
 
 
-@PENDING_ON_SQL
 def test_absurd_times_on_other_methods_are_value_errors_naming_the_argument(
     store: Store,
 ) -> None:
@@ -802,7 +777,6 @@ def test_absurd_times_on_other_methods_are_value_errors_naming_the_argument(
     assert must_get(store, claim.job.id).lease_until == claim.lease_until
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize("task", ["a\x00b", "\ud800", "t" * 201])
 def test_a_task_name_that_cannot_be_stored_is_refused(store: Store, task: str) -> None:
     """A task name with NUL, a lone surrogate or over 200 characters is a ValueError."""
@@ -814,7 +788,6 @@ def test_a_task_name_that_cannot_be_stored_is_refused(store: Store, task: str) -
 # --- timeout and result ---------------------------------------------------------------------
 
 
-@PENDING_ON_SQL
 def test_a_job_keeps_its_timeout_and_a_claim_carries_it(store: Store) -> None:
     """enqueue(timeout=) is stored as seconds; None by default; both reach the claim."""
     timed = store.enqueue("t", timeout=2.5)
@@ -826,7 +799,6 @@ def test_a_job_keeps_its_timeout_and_a_claim_carries_it(store: Store) -> None:
     assert must_get(store, ids[0]).timeout == 7.0
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize("result", [None, 0, "text", [1, {"a": None}], {"n": 1.5}])
 def test_complete_stores_the_result_and_get_reads_it_back(store: Store, result: object) -> None:
     """A handler's JSON result is the done job's ``result``; a new job has none."""
@@ -837,7 +809,6 @@ def test_complete_stores_the_result_and_get_reads_it_back(store: Store, result: 
     assert (job.state, job.result) == (JobState.DONE, result)
 
 
-@PENDING_ON_SQL
 def test_a_result_that_is_not_json_or_too_big_changes_nothing(make_store: StoreFactory) -> None:
     """complete() with a bad result raises TypeError / ValueError; the claim still holds."""
     store = make_store(max_payload_bytes=50)
@@ -856,7 +827,6 @@ def test_a_result_that_is_not_json_or_too_big_changes_nothing(make_store: StoreF
 # --- renew touches the lease only -----------------------------------------------------------
 
 
-@PENDING_ON_SQL
 def test_renew_keeps_the_callers_job_snapshot_and_reports_no_cancel(
     store: Store, clock: FakeClock
 ) -> None:
@@ -874,7 +844,6 @@ def test_renew_keeps_the_callers_job_snapshot_and_reports_no_cancel(
 # --- cancel ---------------------------------------------------------------------------------
 
 
-@PENDING_ON_SQL
 def test_cancel_on_a_queued_job_cancels_it_and_it_never_runs(
     store: Store, clock: FakeClock
 ) -> None:
@@ -889,7 +858,6 @@ def test_cancel_on_a_queued_job_cancels_it_and_it_never_runs(
     assert store.cancel(job_id) is CancelResult.FINISHED
 
 
-@PENDING_ON_SQL
 def test_cancel_on_a_running_job_is_requested_and_the_next_renew_sees_it(
     store: Store, clock: FakeClock
 ) -> None:
@@ -914,7 +882,6 @@ def test_cancel_on_a_running_job_is_requested_and_the_next_renew_sees_it(
     assert store.counts() == {**EMPTY, "cancelled": 1}
 
 
-@PENDING_ON_SQL
 def test_a_handler_that_ignores_a_cancel_still_completes(store: Store) -> None:
     """A cancel request does not take the lease: the holder may still complete the job."""
     job_id = store.enqueue("t")
@@ -924,7 +891,6 @@ def test_a_handler_that_ignores_a_cancel_still_completes(store: Store) -> None:
     assert must_get(store, job_id).state is JobState.DONE
 
 
-@PENDING_ON_SQL
 def test_a_cancel_requested_job_whose_worker_died_ends_cancelled_at_the_next_claim(
     store: Store, clock: FakeClock
 ) -> None:
@@ -941,7 +907,6 @@ def test_a_cancel_requested_job_whose_worker_died_ends_cancelled_at_the_next_cla
     assert store.renew(stale, lease=LEASE) is None
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize("method", ["release", "retry"])
 def test_giving_back_a_cancel_requested_job_ends_it_cancelled(
     store: Store, clock: FakeClock, method: str
@@ -959,7 +924,6 @@ def test_giving_back_a_cancel_requested_job_ends_it_cancelled(
     assert store.claim("w", lease=LEASE) == []
 
 
-@PENDING_ON_SQL
 def test_cancel_on_a_finished_job_changes_nothing_and_on_a_missing_one_says_not_found(
     store: Store,
 ) -> None:
@@ -977,7 +941,6 @@ def test_cancel_on_a_finished_job_changes_nothing_and_on_a_missing_one_says_not_
         store.cancel("1")  # type: ignore[arg-type]
 
 
-@PENDING_ON_SQL
 def test_mark_cancelled_is_fenced_by_the_token(store: Store, clock: FakeClock) -> None:
     """A claim that lost its lease cannot mark the job cancelled."""
     stale, current = _stale_and_current(store, clock)
@@ -989,7 +952,6 @@ def test_mark_cancelled_is_fenced_by_the_token(store: Store, clock: FakeClock) -
 # --- requeue --------------------------------------------------------------------------------
 
 
-@PENDING_ON_SQL
 def test_requeue_puts_a_failed_job_back_with_attempts_reset_and_its_error_kept(
     store: Store, clock: FakeClock
 ) -> None:
@@ -1014,7 +976,6 @@ def test_requeue_puts_a_failed_job_back_with_attempts_reset_and_its_error_kept(
     assert claim_one(store).job.attempts == 1
 
 
-@PENDING_ON_SQL
 def test_requeue_is_refused_for_a_job_that_is_not_failed(store: Store) -> None:
     """queued, running, done, cancelled and missing jobs are left alone: False."""
     queued, running, done, cancelled = store.enqueue_many([{"task": "t"} for _ in range(4)])
@@ -1028,7 +989,6 @@ def test_requeue_is_refused_for_a_job_that_is_not_failed(store: Store) -> None:
     assert [must_get(store, i) for i in (queued, running, done, cancelled)] == before
 
 
-@PENDING_ON_SQL
 def test_requeue_failed_requeues_every_failed_job_or_those_of_one_task(store: Store) -> None:
     """requeue_failed(task=) takes only that task's dead letters; without it, all of them."""
     ids = store.enqueue_many([{"task": "a"}, {"task": "b"}, {"task": "a"}, {"task": "c"}])
@@ -1045,7 +1005,6 @@ def test_requeue_failed_requeues_every_failed_job_or_those_of_one_task(store: St
 # --- list_jobs ------------------------------------------------------------------------------
 
 
-@PENDING_ON_SQL
 def test_list_jobs_is_newest_first_and_filters_by_state_and_task(store: Store) -> None:
     """list_jobs returns Job snapshots by descending id, filtered, at most limit."""
     ids = store.enqueue_many([{"task": "a"}, {"task": "b"}, {"task": "a"}, {"task": "a"}])
@@ -1060,7 +1019,6 @@ def test_list_jobs_is_newest_first_and_filters_by_state_and_task(store: Store) -
     assert store.list_jobs()[-1] == must_get(store, ids[0])
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
@@ -1081,7 +1039,6 @@ def test_a_bad_list_jobs_argument_is_refused_naming_it(
 # --- purge by state -------------------------------------------------------------------------
 
 
-@PENDING_ON_SQL
 def test_purge_deletes_only_the_finished_states_asked_for(store: Store, clock: FakeClock) -> None:
     """purge(states=) deletes done, failed or cancelled rows only; the default takes all three."""
     ids = store.enqueue_many([{"task": "t"} for _ in range(5)])
@@ -1100,7 +1057,6 @@ def test_purge_deletes_only_the_finished_states_asked_for(store: Store, clock: F
     assert store.complete(running)
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize(
     ("states", "error", "message"),
     [
@@ -1137,7 +1093,6 @@ def _record(store: Store, worker_id: str, **changes: Any) -> None:
     store.record_worker(worker_id, **fields)
 
 
-@PENDING_ON_SQL
 def test_a_recorded_worker_is_listed_with_every_field_and_updated_in_place(
     store: Store, clock: FakeClock
 ) -> None:
@@ -1158,7 +1113,6 @@ def test_a_recorded_worker_is_listed_with_every_field_and_updated_in_place(
     assert (listed[1].pid, listed[1].last_seen, listed[1].expires_at) == (7, START, START + 10)
 
 
-@PENDING_ON_SQL
 def test_a_worker_row_past_its_expiry_is_not_listed_and_is_deleted(
     store: Store, clock: FakeClock
 ) -> None:
@@ -1173,7 +1127,6 @@ def test_a_worker_row_past_its_expiry_is_not_listed_and_is_deleted(
     assert [w.id for w in store.workers()] == ["alive", "dead"]  # same start: by id
 
 
-@PENDING_ON_SQL
 def test_forget_worker_deletes_its_row_and_is_harmless_twice(store: Store) -> None:
     """A stopped worker removes its row; forgetting an unknown id is not an error."""
     _record(store, "w")
@@ -1182,7 +1135,6 @@ def test_forget_worker_deletes_its_row_and_is_harmless_twice(store: Store) -> No
     assert store.workers() == []
 
 
-@PENDING_ON_SQL
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
     [
