@@ -51,8 +51,6 @@ def db(
         monkeypatch.setattr(cli, "_open_store", lambda path, *, create=False: shared)
         yield "memory.db"
         shared.really_close()
-    elif not hasattr(SQLiteStore if request.param == "sqlite" else PostgresStore, "list_jobs"):
-        pytest.skip("TEMPORARY: this store does not implement the operator methods yet")
     elif request.param == "sqlite":
         path = tmp_path / "q.db"
         SQLiteStore(path).close()
