@@ -245,17 +245,20 @@ def _parser() -> _Parser:
     )
     enqueue.add_argument(
         "--delay",
+        metavar="SECONDS",
         type=_seconds("delay", minimum=0, inclusive=True),
         help=f"seconds from now before it may run, 0 to {MAX_SECONDS:g} (default: 0)",
     )
     enqueue.add_argument(
         "--max-attempts",
+        metavar="N",
         type=_whole("max-attempts", maximum=MAX_ATTEMPTS_LIMIT),
         help=f"claims before it fails for good, 1 to {MAX_ATTEMPTS_LIMIT} "
         "(default: the task's, with --tasks; else 3)",
     )
     enqueue.add_argument(
         "--timeout",
+        metavar="SECONDS",
         type=_seconds("timeout", minimum=0, inclusive=False),
         help="seconds its handler may run per attempt "
         "(default: the task's, with --tasks; else no limit)",
@@ -273,30 +276,35 @@ def _parser() -> _Parser:
     )
     worker.add_argument(
         "--concurrency",
+        metavar="N",
         type=_whole("concurrency", maximum=_MAX_CONCURRENCY),
         default=4,
         help=f"handler threads, 1 to {_MAX_CONCURRENCY} (default: 4)",
     )
     worker.add_argument(
         "--stop-timeout",
+        metavar="SECONDS",
         type=_seconds("stop-timeout", minimum=0, inclusive=True, maximum=_MAX_WAIT),
         default=10.0,
         help="seconds the graceful stop may take: 3/4 draining, 1/4 cancelling (default: 10)",
     )
     worker.add_argument(
         "--poll-interval",
+        metavar="SECONDS",
         type=_seconds("poll-interval", minimum=0, inclusive=False, maximum=_MAX_WAIT),
         default=1.0,
         help="seconds an idle worker waits before it looks for due jobs again (default: 1)",
     )
     worker.add_argument(
         "--lease",
+        metavar="SECONDS",
         type=_seconds("lease", minimum=0, inclusive=False, maximum=_MAX_WAIT),
         default=30.0,
         help="seconds a claim holds its job, renewed every third of it (default: 30)",
     )
     worker.add_argument(
         "--store-outage-limit",
+        metavar="SECONDS",
         type=_seconds("store-outage-limit", minimum=0, inclusive=False, maximum=_MAX_WAIT),
         default=60.0,
         help="seconds the store may fail every claim (a read-only file, a server down) "
@@ -328,6 +336,7 @@ def _parser() -> _Parser:
     listing.add_argument("--task", metavar="TASK", help="only jobs of this task (default: all)")
     listing.add_argument(
         "--limit",
+        metavar="N",
         type=_whole("limit", maximum=_MAX_LIMIT),
         default=50,
         help=f"at most this many jobs, 1 to {_MAX_LIMIT} (default: 50)",
@@ -348,8 +357,8 @@ def _parser() -> _Parser:
     purge = command("purge", "delete finished jobs; prints how many")
     purge.add_argument(
         "--older-than",
-        type=_seconds("older-than", minimum=0, inclusive=True),
         metavar="SECONDS",
+        type=_seconds("older-than", minimum=0, inclusive=True),
         help="only jobs that finished at least this many seconds ago (default: 0, any)",
     )
     purge.add_argument(
