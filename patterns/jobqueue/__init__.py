@@ -25,6 +25,7 @@ from patterns.jobqueue.tasks import (
     Phase,
     PhaseError,
     Retry,
+    Task,
     TaskRegistry,
 )
 from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState, WorkerStats
@@ -44,6 +45,7 @@ __all__ = [
     "Retry",
     "SQLiteStore",
     "Store",
+    "Task",
     "TaskRegistry",
     "Worker",
     "WorkerReport",

@@ -56,7 +56,14 @@ from typing import Any, TypeAlias, overload
 
 from patterns import cancellation
 from patterns.cancellation import Cancelled
-from patterns.jobqueue.store import DEFAULT_MAX_ATTEMPTS, Job, JsonValue, Store
+from patterns.jobqueue.store import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS_LIMIT,
+    Job,
+    JsonValue,
+    Store,
+    check_timeout,
+)
 
 __all__ = [
     "Backoff",
@@ -168,6 +175,10 @@ class Task:
         fn: the handler, ``fn(payload, ctx)``.
         max_attempts: the default ``max_attempts`` of jobs enqueued through
             `TaskRegistry.enqueue`; the worker obeys the value stored in the job.
+        timeout: the default seconds a handler may run per attempt, or None (no limit);
+            a job's own ``timeout`` (set at enqueue) wins. The worker puts the deadline
+            on the handler's token: a handler that stops there fails the attempt with
+            "timed out after Xs" (the failure policy decides about a retry).
         retry: the failure policy: `Retry` or `Fail` for a job whose handler raised.
         ready: the readiness check, or None for "always ready".
         not_ready: the policy for a job whose check said no.
@@ -179,6 +190,7 @@ class Task:
     retry: FailurePolicy = Backoff()
     ready: Callable[[Job], bool] | None = None
     not_ready: UnreadinessPolicy = _REQUEUE_AFTER_DEFAULT
+    timeout: float | None = None
 
 
 class Phase(enum.StrEnum):
@@ -200,6 +212,7 @@ class Phase(enum.StrEnum):
     ABANDON = "abandon"  # store.fail for a job that was not ready
     ON_UNREADINESS = "on_unreadiness"
     RELEASE = "release"  # store.release: interrupted, never started, or the fallback
+    CANCEL = "cancel"  # store.mark_cancelled: the handler stopped on an operator's cancel
     HEARTBEAT = "heartbeat"  # store.renew in the heartbeat thread
     ON_SHUTDOWN = "on_shutdown"
 
@@ -255,6 +268,10 @@ class JobContext:
         self.token = token
         self.worker = worker
         self._stopping = stopping
+        # The reason of the first Interrupted that sleep() or check() raised, or None:
+        # the worker tells a handler that stopped at its deadline and returned from one
+        # that finished.
+        self.interrupted: str | None = None
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job.id} attempt={self.attempt} worker={self.worker!r}>"
@@ -283,6 +300,7 @@ class JobContext:
         try:
             self.token.sleep(seconds)
         except Cancelled as exc:
+            self.interrupted = self.interrupted or exc.reason
             raise Interrupted(exc.reason) from None
 
     def check(self) -> None:
@@ -290,6 +308,7 @@ class JobContext:
         try:
             self.token.check()
         except Cancelled as exc:
+            self.interrupted = self.interrupted or exc.reason
             raise Interrupted(exc.reason) from None
 
 
@@ -344,8 +363,19 @@ class TaskRegistry:
         """Register ``task``; `ValueError` if its name is taken."""
         if not task.name or not isinstance(task.name, str):
             raise ValueError(f"a task name must be a non-empty string, got {task.name!r}")
+        if isinstance(task.max_attempts, bool) or not isinstance(task.max_attempts, int):
+            raise TypeError(f"task {task.name!r}: max_attempts must be an int")
         if task.max_attempts < 1:
             raise ValueError(f"task {task.name!r}: max_attempts must be at least 1")
+        if task.max_attempts > MAX_ATTEMPTS_LIMIT:
+            raise ValueError(
+                f"task {task.name!r}: max_attempts must be at most {MAX_ATTEMPTS_LIMIT},"
+                f" got {task.max_attempts}"
+            )
+        try:
+            check_timeout(task.timeout)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"task {task.name!r}: {exc}") from None
         if task.name in self._tasks:
             raise ValueError(f"task {task.name!r} is already registered")
         self._tasks[task.name] = task
@@ -363,6 +393,7 @@ class TaskRegistry:
         retry: FailurePolicy | None = None,
         ready: Callable[[Job], bool] | None = None,
         not_ready: UnreadinessPolicy | None = None,
+        timeout: float | None = None,
     ) -> Callable[[Handler], Handler]: ...
 
     def task(
@@ -374,6 +405,7 @@ class TaskRegistry:
         retry: FailurePolicy | None = None,
         ready: Callable[[Job], bool] | None = None,
         not_ready: UnreadinessPolicy | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Register a handler: ``@tasks.task`` or ``@tasks.task(name=..., retry=...)``.
 
@@ -391,6 +423,7 @@ class TaskRegistry:
                     retry=retry if retry is not None else Backoff(),
                     ready=ready,
                     not_ready=not_ready if not_ready is not None else _REQUEUE_AFTER_DEFAULT,
+                    timeout=timeout,
                 )
             )
             return handler
@@ -406,8 +439,12 @@ class TaskRegistry:
         run_at: float | None = None,
         delay: float | None = None,
         max_attempts: int | None = None,
+        timeout: float | None = None,
     ) -> int:
-        """Enqueue a job for a registered task, with the task's ``max_attempts`` by default.
+        """Enqueue a job for a registered task, with the task's defaults for the rest.
+
+        ``max_attempts`` and ``timeout`` default to the task's (`get` returns the `Task`,
+        so a command line can show or use them too).
 
         Raises `LookupError` for a name nobody registered, so a typo fails here, in the
         producer, instead of as an "unknown task" failure in a worker later.
@@ -415,10 +452,10 @@ class TaskRegistry:
         task = self._tasks.get(name)
         if task is None:
             raise LookupError(f"unknown task {name!r}; registered: {sorted(self._tasks)}")
+        limit = task.timeout if timeout is None else timeout
+        attempts = task.max_attempts if max_attempts is None else max_attempts
+        if limit is None:  # the store's default; a store may predate per-job timeouts
+            return store.enqueue(name, payload, run_at=run_at, delay=delay, max_attempts=attempts)
         return store.enqueue(
-            name,
-            payload,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=task.max_attempts if max_attempts is None else max_attempts,
+            name, payload, run_at=run_at, delay=delay, max_attempts=attempts, timeout=limit
         )

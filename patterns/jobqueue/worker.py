@@ -67,7 +67,22 @@ Guarantees:
       The process is expected to exit right after (a thread cannot be killed); a
       restart finds such a job queued, attempts as before the claim. Only a job whose
       release failed keeps its lease, and runs again once it expires.
-    * Leases are renewed until the STOPPED transition, draining included.
+    * Leases are renewed until the STOPPED transition, draining included. Each beat
+      also writes the worker's row (`Store.record_worker`: state, jobs held; expiring
+      after three beats), as does each transition; STOPPED deletes it. A row write
+      that fails is logged (at most once a minute) and never stops the worker.
+    * A handler's return value is the job's ``result`` if the store can keep it (JSON,
+      within its size limit); otherwise the job completes with None and a WARNING
+      naming the job and why. Each completed job is logged at INFO with its duration.
+    * A job's ``timeout`` (its own, else its task's) is a deadline on the handler's
+      token: a handler that stops there (raises, or returns after a checkpoint raised)
+      fails the attempt with "timed out after Xs", for the failure policy to retry; one
+      that ignores it keeps its thread and slot, is logged once at WARNING and counted
+      (``WorkerStats.overdue``).
+    * An operator's `Store.cancel` of a running job reaches its handler at the next
+      beat (its token only): a handler that stops ends the job ``cancelled``
+      (`Outcome.CANCELLED`, no ``on_failure``); one that finishes anyway completes it,
+      and the log says it ignored the cancel.
     * `Worker.start` is all or nothing: if it fails part-way (a thread that cannot
       start, a ``KeyboardInterrupt``, a racing `Worker.stop`), what started is stopped,
       a claim already made is released, and the error propagates.
@@ -97,7 +112,9 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
+import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -105,14 +122,22 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Self
 
-from patterns.cancellation import Cancelled, CancelToken
+from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
 from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
 from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.store import Claim, Job, JsonValue, Store, check_time, storable_error
+from patterns.jobqueue.store import (
+    Claim,
+    Job,
+    JsonValue,
+    Store,
+    check_time,
+    encode_result,
+    storable_error,
+)
 from patterns.jobqueue.tasks import (
     Decision,
     Fail,
@@ -140,6 +165,8 @@ logger = logging.getLogger(__name__)
 _MAX_ERRORS_KEPT = 100  # PhaseErrors kept for the report; the count in stats is exact
 _MAX_DEQUEUE_BACKOFF = 30.0  # seconds between claims while the store keeps failing
 _HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
+_OVERDUE_GRACE = 0.5  # seconds past its timeout before a running handler is reported
+_ROW_LOG_EVERY = 60.0  # seconds between two log lines about failing worker-row writes
 _names = itertools.count(1)
 
 
@@ -176,6 +203,7 @@ class Outcome(enum.StrEnum):
     LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
     UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
     UNKNOWN = "unknown"  # the commit's outcome is unknown (the connection broke in COMMIT)
+    CANCELLED = "cancelled"  # store.mark_cancelled accepted: its handler stopped on a cancel
 
 
 class Step(enum.StrEnum):
@@ -287,6 +315,9 @@ class WorkerStats:
     unsettled: int
     errors: int
     unknown: int = 0
+    cancelled: int = 0
+    timed_out: int = 0  # attempts that ended because the handler's timeout passed
+    overdue: int = 0  # handlers found still running past their timeout (each once)
 
     @property
     def settled(self) -> int:
@@ -299,6 +330,7 @@ class WorkerStats:
             + self.lost
             + self.unsettled
             + self.unknown
+            + self.cancelled
         )
 
 
@@ -330,6 +362,10 @@ class _Held:
     state: _ClaimState = _ClaimState.WAITING
     outcome: Outcome | None = None  # set once, by _settle
     released_at_deadline: bool = False  # released by the forced stop while it still ran
+    cancel_requested: bool = False  # an operator cancelled the job (seen by a renew)
+    handler_token: CancelToken | None = None  # the handler's: ``token``'s child with its timeout
+    timeout: float | None = None  # seconds the handler may run (the job's, else the task's)
+    overdue_reported: bool = False  # the warning for a handler past its deadline was logged
 
 
 class Worker:
@@ -444,6 +480,9 @@ class Worker:
         self._released_running: list[int] = []  # released at the deadline, handler running
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
+        self._timed_out_count = 0
+        self._overdue = 0
+        self._init_worker_row(beat)
         self._error_count = 0
         self._errors: list[PhaseError] = []
         self._thread_failures: list[ThreadFailure] = []
@@ -494,6 +533,13 @@ class Worker:
         # wake() as the callback, unsubscribed by the stop once the claiming thread left.
         self._unsubscribe: Callable[[], object] | None = None
 
+    def _init_worker_row(self, beat: float) -> None:
+        self._beat = beat
+        self._started_at = 0.0  # the store's clock at start, for the worker row
+        self._row_failures = 0  # record_worker calls that raised; logged rate-limited
+        self._row_logged_at = -math.inf  # monotonic time of the last such log line
+        self._host = socket.gethostname()
+
     def __repr__(self) -> str:
         return f"<Worker {self.name} {self._state}>"
 
@@ -524,6 +570,7 @@ class Worker:
         return self
 
     def _start_parts(self) -> None:
+        self._started_at = self._clock()  # the worker row's started_at (the first beat writes it)
         unsubscribe = self._store.subscribe(self.wake)  # a no-op where nothing notifies
         with self._cond:
             self._unsubscribe = unsubscribe
@@ -574,6 +621,7 @@ class Worker:
         if not draining:
             return
         self._wake.set()
+        self._record_worker()  # operators watching `workers` see the drain at once
         try:
             for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
                 self._settle_unstarted(claim)
@@ -649,10 +697,17 @@ class Worker:
         run_at: float | None = None,
         delay: float | None = None,
         max_attempts: int | None = None,
+        timeout: float | None = None,
     ) -> int:
         """``TaskRegistry.enqueue`` into this worker's store, then `wake` the worker."""
         job_id = self._tasks.enqueue(
-            self._store, name, payload, run_at=run_at, delay=delay, max_attempts=max_attempts
+            self._store,
+            name,
+            payload,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
         )
         self.wake()
         return job_id
@@ -672,6 +727,9 @@ class Worker:
                 unsettled=self._counts[Outcome.UNSETTLED],
                 errors=self._error_count,
                 unknown=self._counts[Outcome.UNKNOWN],
+                cancelled=self._counts[Outcome.CANCELLED],
+                timed_out=self._timed_out_count,
+                overdue=self._overdue,
             )
 
     def running_jobs(self) -> list[int]:
@@ -715,6 +773,7 @@ class Worker:
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
         self._release_still_running()
+        self._forget_worker()  # after the heartbeat, which would write the row again
         report = self._build_report(
             start,
             terminated=pool.terminated
@@ -768,6 +827,7 @@ class Worker:
             running = self._running()
             self._transition(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
+        self._record_worker()
 
     def _finish(self, report: WorkerReport) -> WorkerReport:
         if self._on_shutdown is not None:
@@ -1025,7 +1085,8 @@ class Worker:
                 logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
                 self._record(job, Outcome.UNSETTLED)
 
-    def _lifecycle(self, run: _Held) -> Outcome:
+    def _before_handler(self, run: _Held) -> Task | Outcome:
+        """The task to run, or the outcome of a job that must not run now."""
         job = run.claim.job
         task = self._tasks.get(job.task)
         if task is None:
@@ -1039,29 +1100,110 @@ class Worker:
                 return self._after_failure(run, None, exc)
             if not ready:
                 return self._not_ready(run, task)
-        ctx = JobContext(job, run.token, worker=self.name, stopping=self._is_stopping)
+        if run.cancel_requested:  # cancelled by an operator while it waited: never run
+            return self._cancelled(run)
+        return task
+
+    def _lifecycle(self, run: _Held) -> Outcome:
+        job = run.claim.job
+        task = self._before_handler(run)
+        if isinstance(task, Outcome):
+            return task
+        limit = job.timeout if job.timeout is not None else task.timeout
+        # The handler's token: the job's (stop, lease lost, operator's cancel) plus its
+        # own deadline, which cancels only this child, with DEADLINE_EXCEEDED as reason.
+        token = run.token.child(timeout=limit)
+        with self._cond:
+            run.handler_token, run.timeout = token, limit
+        ctx = JobContext(job, token, worker=self.name, stopping=self._is_stopping)
         logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
         self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
+        began = time.monotonic()
         try:
             result = task.fn(job.payload, ctx)
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
             self._step_hook(Step.AFTER_HANDLER, run.claim, None)
-            if run.token.cancelled:
-                # Interrupted, or an error raised on the way out of a cancelled job:
-                # given back unchanged (Proletarian leaves such a job in the queue too).
-                logger.info("job %d: interrupted (%s): releasing it", job.id, run.token.reason)
-                return self._settle(run, Phase.RELEASE, self._store.release, Outcome.RELEASED)
+            if token.cancelled:
+                return self._stopped_by_token(run, task, token, exc)
             if isinstance(exc, Cancelled):
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
             return self._after_failure(run, task, exc)
         self._step_hook(Step.AFTER_HANDLER, run.claim, None)
-        return self._settle(
+        if ctx.interrupted == DEADLINE_EXCEEDED and not run.token.cancelled:
+            # It saw its deadline (a checkpoint raised) and returned: it stopped there.
+            return self._timed_out(run, task)
+        if run.cancel_requested:
+            logger.info(
+                "job %d (%s): the handler ignored the operator's cancel and finished: "
+                "completing it",
+                job.id,
+                job.task,
+            )
+        outcome = self._settle(
             run,
             Phase.ACK,
-            self._store.complete,
+            lambda c: self._complete(c, result),
             Outcome.DONE,
             lambda: self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result),
         )
+        if outcome is Outcome.DONE:
+            took = time.monotonic() - began
+            logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
+        return outcome
+
+    def _stopped_by_token(
+        self, run: _Held, task: Task, token: CancelToken, exc: BaseException
+    ) -> Outcome:
+        """The handler raised once its token was cancelled: why decides the outcome."""
+        job = run.claim.job
+        if run.cancel_requested:
+            return self._cancelled(run)
+        if token.reason == DEADLINE_EXCEEDED and not run.token.cancelled:
+            return self._timed_out(run, task)
+        # Interrupted by a stop (or a lost lease), or an error raised on the way out of a
+        # cancelled job: given back unchanged (Proletarian leaves such a job queued too).
+        logger.info("job %d: interrupted (%s): releasing it (%s)", job.id, token.reason, exc)
+        return self._settle(run, Phase.RELEASE, self._store.release, Outcome.RELEASED)
+
+    def _cancelled(self, run: _Held) -> Outcome:
+        job = run.claim.job
+        logger.info("job %d (%s): cancelled by operator; its handler stopped", job.id, job.task)
+        return self._settle(
+            run,
+            Phase.CANCEL,
+            lambda c: self._store.mark_cancelled(c, "cancelled by operator"),
+            Outcome.CANCELLED,
+        )
+
+    def _timed_out(self, run: _Held, task: Task) -> Outcome:
+        """The handler stopped at its deadline: a failed attempt, for the failure policy."""
+        with self._cond:
+            self._timed_out_count += 1
+        limit = run.timeout or 0.0
+        return self._after_failure(run, task, TimeoutError(f"timed out after {limit:g}s"))
+
+    def _complete(self, claim: Claim, result: JsonValue) -> bool:
+        """`Store.complete` with the handler's result, or None if the store cannot keep it."""
+        try:
+            encode_result(result)  # the default limit: a cheap check before the store's own
+        except (TypeError, ValueError) as exc:
+            return self._complete_without_result(claim, exc)
+        if result is None:
+            return self._store.complete(claim)
+        try:
+            return self._store.complete(claim, result)
+        except (TypeError, ValueError) as exc:  # over this store's own max_payload_bytes
+            return self._complete_without_result(claim, exc)
+
+    def _complete_without_result(self, claim: Claim, why: Exception) -> bool:
+        job = claim.job
+        logger.warning(
+            "job %d (%s): its result cannot be stored (%s); completing it with result None",
+            job.id,
+            job.task,
+            why,
+        )
+        return self._store.complete(claim)
 
     def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> Outcome:
         """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
@@ -1336,7 +1478,13 @@ class Worker:
         return run
 
     def _renew_leases(self) -> None:
-        """Renew every running claim's lease, then every waiting one's (they must hold too)."""
+        """Renew every running claim's lease, then every waiting one's (they must hold too).
+
+        Also: the worker's row, an operator's cancel seen on a renewed claim, and the
+        warning for a handler still running past its timeout.
+        """
+        self._record_worker()
+        self._report_overdue()
         with self._cond:
             held = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
             held += [h for h in self._held.values() if h.state is _ClaimState.WAITING]
@@ -1354,6 +1502,13 @@ class Worker:
                     continue  # started, settling or released meanwhile: not this beat's
                 if renewed is not None:
                     run.claim = renewed
+                    cancel = renewed.cancel_requested and not run.cancel_requested
+                    run.cancel_requested = run.cancel_requested or renewed.cancel_requested
+                    if cancel:
+                        # Only this job's token: the handler sees Interrupted at its
+                        # next checkpoint; its worker is not stopping.
+                        logger.info("job %d: cancel requested by an operator", job.id)
+                        run.token.cancel("cancelled by operator")
                     continue
                 if was is _ClaimState.WAITING:
                     self._transition(_ClaimState.LOST, held=run)
@@ -1364,6 +1519,75 @@ class Worker:
             else:
                 logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
                 run.token.cancel("lease lost")
+
+    def _report_overdue(self) -> None:
+        """Warn once for each handler still running past its timeout, and count it."""
+        now = time.monotonic()
+        overdue: list[tuple[_Held, CancelToken, float]] = []
+        with self._cond:
+            for held in self._held.values():
+                token = held.handler_token
+                if held.state is not _ClaimState.RUNNING or held.overdue_reported:
+                    continue
+                if token is None or token.deadline is None:
+                    continue
+                if now >= token.deadline + _OVERDUE_GRACE:
+                    held.overdue_reported = True
+                    self._overdue += 1
+                    overdue.append((held, token, token.deadline))
+        for held, token, deadline in overdue:
+            token.cancel(DEADLINE_EXCEEDED)  # what observing the deadline would do
+            job = held.claim.job
+            logger.warning(
+                "job %d (%s): still running %.1f s past its timeout of %gs: the handler "
+                "ignores its token; it keeps its handler thread until it returns",
+                job.id,
+                job.task,
+                now - deadline,
+                held.timeout or 0.0,
+            )
+
+    def _record_worker(self) -> None:
+        """Write this worker's row (state, jobs held); a failure is logged, rate-limited."""
+        with self._cond:
+            state, held = self._state, len(self._held)
+        try:
+            self._store.record_worker(
+                self.name,
+                host=self._host,
+                pid=os.getpid(),
+                state=state.value,
+                started_at=self._started_at,
+                jobs_held=held,
+                ttl=3 * self._beat,
+            )
+        except Exception as exc:  # noqa: BLE001 - a row is for operators; never stop for it
+            self._row_failed("record_worker", exc)
+
+    def _forget_worker(self) -> None:
+        try:
+            self._store.forget_worker(self.name)
+        except Exception as exc:  # noqa: BLE001 - the row expires by itself
+            self._row_failed("forget_worker", exc)
+
+    def _row_failed(self, what: str, exc: Exception) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self._row_failures += 1
+            failures = self._row_failures
+            quiet = now - self._row_logged_at < _ROW_LOG_EVERY
+            if not quiet:
+                self._row_logged_at = now
+        if not quiet:
+            logger.warning(
+                "worker %s: could not write its row (%s: %d error(s) so far; logged at most "
+                "every %g s): %s",
+                self.name,
+                what,
+                failures,
+                _ROW_LOG_EVERY,
+                _describe(exc),
+            )
 
     # --- errors -----------------------------------------------------------------------------
 

@@ -150,12 +150,32 @@ class FaultStore:
         self.ledger.claimed(claims)
         return claims
 
-    def complete(self, claim: Claim) -> bool:
+    def complete(self, claim: Claim, result: Any = None) -> bool:
         """Pass through, noting an accepted call."""
         self._check()
-        accepted = self.inner.complete(claim)
+        if result is None:  # what this module's handlers return; no store needs it then
+            accepted = self.inner.complete(claim)
+        else:
+            accepted = self.inner.complete(claim, result)
         self.ledger.settled("complete", claim, accepted)
         return accepted
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        """Pass through, noting an accepted call."""
+        self._check()
+        accepted = self.inner.mark_cancelled(claim, reason)
+        self.ledger.settled("mark_cancelled", claim, accepted)
+        return accepted
+
+    def record_worker(self, worker_id: str, **row: Any) -> None:
+        """Pass through."""
+        self._check()
+        self.inner.record_worker(worker_id, **row)
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Pass through."""
+        self._check()
+        self.inner.forget_worker(worker_id)
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Pass through, noting an accepted call."""

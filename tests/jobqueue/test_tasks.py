@@ -265,7 +265,7 @@ def test_a_phase_error_names_its_phase_and_job_and_chains_the_cause() -> None:
 
 
 def test_the_phase_names_are_qdolors_plus_the_workers_own() -> None:
-    """Every qdolor phase exists under its Python spelling, plus release, heartbeat, on_shutdown."""
+    """Every qdolor phase in its Python spelling, plus release, cancel, heartbeat, on_shutdown."""
     qdolor = {
         "dequeue",
         "ready",
@@ -279,4 +279,4 @@ def test_the_phase_names_are_qdolors_plus_the_workers_own() -> None:
         "abandon",
         "on_unreadiness",
     }
-    assert {p.value for p in Phase} == qdolor | {"release", "heartbeat", "on_shutdown"}
+    assert {p.value for p in Phase} == qdolor | {"release", "cancel", "heartbeat", "on_shutdown"}

@@ -51,7 +51,7 @@ FOREVER = 600.0
 # interval of FOREVER is valid (shorter than the lease) and never elapses in a test.
 LEASE = 1_000.0
 
-TERMINAL = ("complete", "fail", "retry", "release")
+TERMINAL = ("complete", "fail", "retry", "release", "mark_cancelled")
 
 
 class FakeClock:
@@ -140,9 +140,33 @@ class RecordingStore:
                 self.events.append(("store", "claim", claim.job.id))
         return claims
 
-    def complete(self, claim: Claim) -> bool:
+    def complete(self, claim: Claim, result: Any = None) -> bool:
         """Record if accepted."""
-        return self._terminal("complete", claim, lambda: self.inner.complete(claim))
+        return self._terminal("complete", claim, lambda: self.inner.complete(claim, result))
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        """Record if accepted."""
+        return self._terminal(
+            "mark_cancelled", claim, lambda: self.inner.mark_cancelled(claim, reason)
+        )
+
+    def cancel(self, job_id: int) -> Any:
+        """Pass through."""
+        return self.inner.cancel(job_id)
+
+    def record_worker(self, worker_id: str, **row: Any) -> None:
+        """Pass through, unless told to fail."""
+        self._before("record_worker")
+        self.inner.record_worker(worker_id, **row)
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Pass through, unless told to fail."""
+        self._before("forget_worker")
+        self.inner.forget_worker(worker_id)
+
+    def workers(self) -> list[Any]:
+        """Pass through."""
+        return self.inner.workers()
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Record if accepted."""
