@@ -542,9 +542,8 @@ def _enqueue(args: argparse.Namespace) -> int:
             )
         else:
             options["max_attempts"] = task.max_attempts
-            task_timeout = getattr(task, "timeout", None)  # a registry with per-task timeouts
-            if task_timeout is not None:
-                options["timeout"] = task_timeout
+            if task.timeout is not None:
+                options["timeout"] = task.timeout
     if args.max_attempts is not None:
         options["max_attempts"] = args.max_attempts
     if args.timeout is not None:

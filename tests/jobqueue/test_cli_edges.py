@@ -317,7 +317,7 @@ from patterns.jobqueue.tasks import TaskRegistry
 
 tasks = TaskRegistry()
 
-@tasks.task(max_attempts=7)
+@tasks.task(max_attempts=7, timeout=12.5)
 def patient(payload, ctx):
     return None
 """
@@ -326,19 +326,23 @@ def patient(payload, ctx):
 def test_enqueue_with_tasks_uses_the_tasks_defaults_and_warns_about_an_unknown_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The registered max_attempts by default, the command line's when given; a warning."""
+    """The registered max_attempts and timeout by default, the command line's when given."""
     (tmp_path / "edge_tasks.py").write_text(textwrap.dedent(TASKS_MODULE))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     with_tasks = ["--db", "q.db", "enqueue", "--tasks", "edge_tasks:tasks"]
     assert run_cli(capsys, *with_tasks, "patient") == (0, "1\n", "")
-    assert run_cli(capsys, *with_tasks, "patient", "--max-attempts", "2")[:2] == (0, "2\n")
+    assert run_cli(capsys, *with_tasks, "patient", "--max-attempts", "2", "--timeout", "3")[:2] == (
+        0,
+        "2\n",
+    )
     status, out, err = run_cli(capsys, *with_tasks, "patinet")
     assert (status, out) == (0, "3\n")
     [warning] = err.splitlines()
     assert warning.startswith("python -m patterns.jobqueue: warning: task 'patinet' is not in")
     assert "registered: patient" in warning
     assert [job(tmp_path / "q.db", n).max_attempts for n in (1, 2, 3)] == [7, 2, 3]
+    assert [job(tmp_path / "q.db", n).timeout for n in (1, 2, 3)] == [12.5, 3.0, None]
     assert_refused(run_cli(capsys, *with_tasks[:-1], "nosuch:tasks", "patient"), "cannot import")
 
 
