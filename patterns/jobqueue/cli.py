@@ -472,8 +472,8 @@ def _with_store(args: argparse.Namespace, action: Callable[[Store], T], *, what:
     store = _open_store(args.db, create=args.command == "enqueue")
     try:
         return action(store)
-    except (TypeError, ValueError) as exc:  # an argument the store refused
-        raise UsageError(str(exc)) from exc
+    except (TypeError, ValueError, StoreFileError) as exc:  # a refused argument, a bad file
+        raise UsageError(str(exc)) from exc  # (a StoreFileError names the file itself)
     except _STORE_ERRORS as exc:
         raise UsageError(f"{_shown(args.db)}: cannot {what}: {exc}") from exc
     finally:
