@@ -467,6 +467,7 @@ class MemoryStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
+        check_job_id(job_id)
         with self._lock:
             self._check_open()
             row = self._rows.get(job_id)

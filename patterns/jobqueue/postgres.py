@@ -494,6 +494,9 @@ class PostgresStore:
             only as right as that clock: never use one with workers on several machines.
         stop_timeout: `close`'s default budget, in seconds, for the listener thread to end
             (5 s: longer than a connection attempt to an unreachable server takes).
+        max_payload_bytes: the largest payload (and result) JSON text accepted, in bytes.
+        create: False for commands that only read: a schema without a job store then
+            raises `StoreSchemaError` ("no such queue") and nothing is created.
 
     The constructor connects, checks or creates the schema, and raises
     `StoreUnavailable` if the server cannot be reached within ``RETRIES`` attempts,
@@ -519,11 +522,13 @@ class PostgresStore:
         clock: Callable[[], float] | None = None,
         stop_timeout: float = 5.0,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        create: bool = True,
     ) -> None:
         if stop_timeout < 0:
             raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
         self.stop_timeout = stop_timeout
         self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
+        self._create = create
         self._pg = _import_psycopg()
         from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
 
@@ -770,6 +775,10 @@ class PostgresStore:
             )
         )
         if not tables:
+            if not self._create:  # a reader must not leave an empty queue behind
+                raise StoreSchemaError(
+                    f"{self._where}: no such queue (schema {self._schema!r} has no job store)"
+                )
             return 0
         if "schema_version" not in tables:
             raise StoreSchemaError(
@@ -1030,7 +1039,8 @@ class PostgresStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):  # outside bigint: never issued
+            return None
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
             row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
@@ -1065,7 +1075,8 @@ class PostgresStore:
 
     def requeue(self, job_id: int) -> bool:
         """Put a failed job back in the queue, due now, attempts 0, last error kept."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return False
         done = bool(self._requeue(job_id, None))
         if done:
             logger.info("%s: job %d requeued", self._where, job_id)
@@ -1080,7 +1091,8 @@ class PostgresStore:
 
     def cancel(self, job_id: int) -> CancelResult:
         """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return CancelResult.NOT_FOUND
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> CancelResult:
             statements = self._statements

@@ -30,11 +30,16 @@ Guarantees:
       still holds the lease; they return False (None for renew) otherwise.
     * A failed transaction leaves the file as it was; a committed one survives a process
       crash, and with ``synchronous="FULL"`` a power loss too.
-    * Opening a file that is not an SQLite database, a database that is not a job store,
-      or a job store with a newer schema raises `StoreFileError` naming the file, and so
-      does a transaction that finds the file damaged; none of them changes the file.
-    * A new database file is created readable and writable by its owner only (0600);
-      SQLite gives its ``-wal`` and ``-shm`` files the same mode.
+    * Opening a file that is not an SQLite database, a database that is not a job store
+      (its version and its tables' columns are checked before anything is written, the
+      switch to WAL included), or a job store with a newer schema raises `StoreFileError`
+      naming the file, and so does a transaction that finds the file damaged; none of
+      them changes the file. A version 1 file is migrated in one transaction.
+    * A new database file is created readable and writable by its owner only (0600),
+      through a dangling symlink too; SQLite gives its ``-wal`` and ``-shm`` files the
+      same mode.
+    * The store's lock is never held while it sleeps between busy retries, and a renew
+      touches the lease only (no payload is read).
 
 Python:
     3.11+: it reads the ``sqlite_errorcode`` that errors raised by ``sqlite3`` carry.
@@ -255,7 +260,9 @@ def _no_op() -> None:
 class SQLiteStore:
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
-    The file is created with the current schema if it does not exist. ``synchronous`` is
+    The file is created with the current schema if it does not exist, unless ``create``
+    is False: then a missing file raises `StoreFileError` and nothing is created (for
+    commands that only read). ``synchronous`` is
     SQLite's durability setting in WAL mode: ``"NORMAL"`` (the default) may lose the last
     transactions on power loss but never corrupts the file; ``"FULL"`` (or ``"EXTRA"``)
     makes every commit durable at the cost of an fsync per transition.
@@ -276,12 +283,14 @@ class SQLiteStore:
         clock: Callable[[], float] = time.time,
         synchronous: str = "NORMAL",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        create: bool = True,
     ) -> None:
         level = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if level not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, got {level!r}")
         self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self._path = os.fspath(path)
+        self._create = create
         self._clock = clock
         self._synchronous = level
         # Guards _conn and _closed: held for every transaction attempt, so the connection
@@ -305,8 +314,18 @@ class SQLiteStore:
     # --- opening ------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        if not self._create and not os.path.exists(self._path):
+            # A reader (an operator's status or list) must not leave an empty queue behind.
+            raise StoreFileError(f"{self._path}: no such queue (the file does not exist)")
         self._create_owner_only()
         self._check_header()
+        if os.path.isfile(self._path) and not os.access(self._path, os.W_OK):
+            # SQLite would open it read-only without a word (even asked for mode=rw), and
+            # the first enqueue or claim would fail instead of the open.
+            raise StoreFileError(
+                f"{self._path}: the job store file is read-only; a store needs to write it, "
+                "even to read (WAL mode)"
+            )
         try:
             # check_same_thread=False: the connection moves between threads, but _lock
             # makes sure only one uses it at a time, which is what that check protects.
@@ -796,7 +815,8 @@ class SQLiteStore:
 
     def get(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return None
         return self._read(lambda conn: self._select(conn, job_id))
 
     def list_jobs(
@@ -822,7 +842,8 @@ class SQLiteStore:
 
     def requeue(self, job_id: int) -> bool:
         """Put a failed job back in the queue, due now, attempts 0, last error kept."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return False
 
         def body(conn: sqlite3.Connection, now: float) -> bool:
             cursor = conn.execute(f"{self._REQUEUE} AND id = ?", (now, now, job_id))
@@ -856,7 +877,8 @@ class SQLiteStore:
 
     def cancel(self, job_id: int) -> CancelResult:
         """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
-        check_job_id(job_id)
+        if not check_job_id(job_id):
+            return CancelResult.NOT_FOUND
 
         def body(conn: sqlite3.Connection, now: float) -> CancelResult:
             row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()

@@ -33,6 +33,8 @@ Limits, the same on every store: a payload's JSON text is at most ``max_payload_
 (`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor argument); ``max_attempts`` at
 most `MAX_ATTEMPTS_LIMIT`; every time in seconds within +-`MAX_SECONDS`. An error text is
 stored through `storable_error`: lone surrogates and NUL escaped, at most `MAX_ERROR_CHARS`.
+A name (task, owner, worker) is refused instead (`check_text`): no NUL, no lone surrogate,
+at most 200 characters. `Store.renew` never reads the payload, whatever its size.
 
 Shared by the stores, so that none imports another: the argument checks and row
 preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
@@ -95,7 +97,7 @@ DEFAULT_MAX_ATTEMPTS = 3
 MAX_ATTEMPTS_LIMIT = 1_000_000
 """The largest ``max_attempts`` a store accepts (an absurd number is a mistake, not a policy)."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
-"""The default limit on a payload's (and a result's) JSON text, in UTF-8 bytes: 1 MiB."""
+"""The default limit, in UTF-8 bytes, on the JSON text of a payload or a result (1 MiB)."""
 MAX_ERROR_CHARS = 4000
 """An error text longer than this is stored truncated (`storable_error`)."""
 _MAX_INT32 = 2**31 - 1  # the largest pid, jobs_held or limit accepted
@@ -299,11 +301,12 @@ def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
     refused rather than escaped, since a caller looks jobs up by it.
     """
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {value!r}")
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}..."
     if not value.strip():
-        raise ValueError(f"{name} must be a non-empty name, got {value!r}")
+        raise ValueError(f"{name} must be a non-empty name, got {shown}")
     if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL, got {value!r}")
+        raise ValueError(f"{name} must not contain NUL, got {shown}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -313,13 +316,15 @@ def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
     return value
 
 
-def check_job_id(job_id: object) -> int:
-    """A job id: an int (`TypeError`) that a 64-bit column can hold (`ValueError`)."""
+def check_job_id(job_id: object) -> bool:
+    """Whether a job could have ``job_id``; `TypeError` if it is not an int.
+
+    An int outside a 64-bit column's range names no job (False), like any unknown id:
+    `Store.get` returns None for it, `Store.requeue` False, `Store.cancel` NOT_FOUND.
+    """
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise TypeError(f"job id must be an int, got {job_id!r}")
-    if not -(2**63) <= job_id < 2**63:
-        raise ValueError(f"job id {job_id} is out of range (no job can have it)")
-    return job_id
+    return -(2**63) <= job_id < 2**63
 
 
 def check_max_payload_bytes(value: object) -> int:

@@ -455,6 +455,19 @@ def test_a_read_only_directory_is_refused_for_a_new_store_and_an_existing_one(
     assert sidecars(existing) == []
 
 
+def test_a_read_only_store_file_is_refused_at_open_not_at_the_first_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SQLite would open an unwritable file read-only and fail later: the store says so at once."""
+    path = tmp_path / "q.db"
+    before = a_store_file(path)
+    with read_only(path):
+        with pytest.raises(StoreFileError, match="read-only") as caught:
+            SQLiteStore(path)
+        assert str(path) in str(caught.value)
+    assert path.read_bytes() == before
+
+
 NOT_SQLITE = {
     "text": b"name,email\nada,ada@example.com\n" * 100,
     "binary": bytes(range(256)) * 32,

@@ -986,3 +986,17 @@ def test_renew_reads_no_payload(store: PostgresStore, monkeypatch: pytest.Monkey
     assert renewed.job.payload is claim.job.payload
     assert renewed.lease_until >= claim.lease_until
     assert renewed.cancel_requested is False
+
+
+def test_create_false_refuses_a_missing_schema_and_creates_nothing(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """A reader's open (create=False) of a schema without a job store is "no such queue"."""
+    with pytest.raises(StoreSchemaError, match="no such queue"):
+        PostgresStore(pg_dsn, schema=pg_schema, create=False)
+    found = admin_execute(
+        pg_dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (pg_schema,)
+    )
+    assert found == [(0,)]
+    PostgresStore(pg_dsn, schema=pg_schema).close()
+    PostgresStore(pg_dsn, schema=pg_schema, create=False).close()

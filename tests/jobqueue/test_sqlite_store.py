@@ -158,6 +158,16 @@ def test_the_claim_query_searches_indexes_instead_of_scanning_the_table(
     assert "SCAN jobs" not in plan
 
 
+def test_create_false_refuses_a_missing_file_and_creates_nothing(tmp_path: Path) -> None:
+    """A reader's open (create=False) of a path that does not exist is "no such queue"."""
+    path = tmp_path / "missing.db"
+    with pytest.raises(StoreFileError, match="no such queue"):
+        SQLiteStore(path, create=False)
+    assert list(tmp_path.iterdir()) == []
+    SQLiteStore(path).close()
+    SQLiteStore(path, create=False).close()  # an existing store opens as usual
+
+
 # --- schema migrations ---------------------------------------------------------------------
 
 # The version 1 schema as it was shipped, so a test can build a file an old release wrote.

@@ -137,6 +137,22 @@ def test_get_of_an_unknown_id_is_none(store: Store) -> None:
     assert store.get(12345) is None
 
 
+@pytest.mark.parametrize("job_id", [-1, 0, 2**63, -(2**63) - 1, 10**30])
+def test_an_id_no_job_can_have_is_simply_not_found(store: Store, job_id: int) -> None:
+    """Ids outside a 64-bit column are unknown ids: no OverflowError, no range error."""
+    assert store.get(job_id) is None
+    assert store.requeue(job_id) is False
+    assert store.cancel(job_id) is CancelResult.NOT_FOUND
+
+
+@pytest.mark.parametrize("job_id", ["1", 1.0, None, True])
+def test_an_id_that_is_not_an_int_is_a_type_error(store: Store, job_id: object) -> None:
+    """get, requeue and cancel take an int id and say so otherwise."""
+    for method in (store.get, store.requeue, store.cancel):
+        with pytest.raises(TypeError, match="job id must be an int"):
+            method(job_id)  # type: ignore[operator]
+
+
 def test_a_returned_job_is_a_snapshot_that_cannot_change_the_store(store: Store) -> None:
     """Mutating the payload of a returned job leaves the stored job as it was."""
     job_id = store.enqueue("t", {"items": [1, 2]})
@@ -767,6 +783,10 @@ def test_absurd_times_on_other_methods_are_value_errors_naming_the_argument(
     store.enqueue("t")
     with pytest.raises(ValueError, match="lease"):
         store.claim("w", lease=10**400)
+    with pytest.raises(ValueError, match="limit must be between 1 and"):
+        store.claim("w", lease=LEASE, limit=10**20)
+    with pytest.raises(ValueError, match="limit must be between 1 and"):
+        store.list_jobs(limit=2**40)
     claim = claim_one(store)
     with pytest.raises(ValueError, match="run_at"):
         store.retry(claim, "x", run_at=1e15)
