@@ -29,9 +29,9 @@ kept), ``cancel`` cancels a queued job or asks a running one's worker to cancel 
 
 ``--db`` is an SQLite file, or a ``postgresql://`` URL (the queue then lives in that
 database's ``jobqueue`` schema, shared by workers on several machines). Every command but
-``enqueue`` and ``worker`` refuses an SQLite path that does not exist ("no such queue")
-instead of creating it; ``:memory:`` and ``file:`` URIs are refused (the queue would
-vanish with the process).
+``enqueue`` and ``worker`` refuses a queue that does not exist ("no such queue": an SQLite
+path, or a database without the schema) instead of creating it; ``:memory:`` and
+``file:`` URIs are refused (the queue would vanish with the process).
 
 Exit status:
 
@@ -456,13 +456,13 @@ def _shown(db: str) -> str:
 
 
 def _open_store(path: str, *, create: bool = False) -> SQLiteStore | PostgresStore:
-    """Open the queue; without ``create``, an SQLite path that does not exist is refused."""
+    """Open the queue; without ``create``, a queue that does not exist is refused, not made."""
     if not create and not is_postgres_url(path) and not os.path.exists(path):
         raise UsageError(f"no such queue: {path}")
     try:
         if is_postgres_url(path):
-            return PostgresStore(path)
-        return SQLiteStore(path)
+            return PostgresStore(path, create=create)
+        return SQLiteStore(path, create=create)
     except _OPEN_ERRORS as exc:
         raise UsageError(str(exc)) from exc
 

@@ -63,7 +63,8 @@ Guarantees:
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
       thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
       deadline are named in the report and released there (their attempt given back,
-      the late handler's outcome refused by fencing): a stop never makes a job fail.
+      the late handler's outcome refused by fencing): a stop never makes a job fail
+      (a second signal exits without a stop, so its running job keeps its lease).
       The process is expected to exit right after (a thread cannot be killed); a
       restart finds such a job queued, attempts as before the claim. Only a job whose
       release failed keeps its lease, and runs again once it expires.
@@ -99,7 +100,8 @@ Python:
     Checked on CPython 3.11.7, 3.12.1 and 3.13.0.
 
 Docs: docs/jobqueue/design.md (the pitfalls of Proletarian's and qdolor's workers, and
-the map from Proletarian's names to these).
+the map from Proletarian's names to these); docs/jobqueue/guarantees.md (what a restart
+finds after each way a worker ends).
 
 See also:
     ``patterns.jobqueue.tasks`` (handlers, policies, phases), ``patterns.jobqueue.outcomes``
@@ -395,10 +397,6 @@ class Worker:
         store_outage_limit: seconds the store may keep failing every claim before the
             worker stops itself (default 60): the report's ``failure`` says why, so a
             process can exit non-zero instead of retrying for ever.
-
-    Every interval is checked at construction, alone and against the others: a
-    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
-    naming the argument.
         on_shutdown: called exactly once, with the final `WorkerReport`, when the
             worker reaches STOPPED (``report.terminated`` says whether everything ended).
         install_signal_handlers: make the first SIGTERM/SIGINT call `request_stop` and a
@@ -409,6 +407,10 @@ class Worker:
             store's; `time.time` for every store by default).
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
             in the thread that is there. None (the default): a no-op.
+
+    Every interval is checked at construction, alone and against the others: a
+    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
+    naming the argument.
 
     Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
     own) and a context manager that starts on entry and stops on exit. A worker runs

@@ -215,29 +215,27 @@ def immutable(path: Path) -> Iterator[None]:
         subprocess.run([chattr, "-i", str(path)], check=True)
 
 
-def test_enqueue_into_a_read_only_queue_is_one_line_and_changes_nothing(
+def test_a_read_only_queue_is_refused_in_one_line_by_every_command_and_left_unchanged(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A file that cannot be written: exit 2, the file and the reason named, no traceback."""
+    """A file that cannot be written (WAL needs to, even to read): exit 2 naming it, no change."""
     db = tmp_path / "q.db"
     assert run_cli(capsys, "--db", str(db), "enqueue", "t")[0] == 0
     before = db.read_bytes()
     with immutable(db):
-        assert_refused(
-            run_cli(capsys, "--db", str(db), "enqueue", "t"), f"{db}: cannot enqueue", "readonly"
-        )
-        status, out, err = run_cli(capsys, "--db", str(db), "status", "--json")
-        assert (status, json.loads(out)["queued"], err) == (0, 1, "")  # reading still works
+        for command in (["enqueue", "t"], ["status"], ["list"], ["cancel", "1"]):
+            assert_refused(run_cli(capsys, "--db", str(db), *command), str(db), "read-only")
     assert db.read_bytes() == before
 
 
-def test_a_worker_on_a_read_only_queue_exits_1_with_the_reason_instead_of_looping(
+def test_a_worker_on_a_read_only_queue_is_refused_in_one_line_instead_of_looping(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every claim fails: past --store-outage-limit the worker stops itself and exits 1.
+    """Before the worker starts: exit 2 and the reason; with --exit-when-empty it never exits 0.
 
-    With --exit-when-empty too: a claim that fails is not an empty queue. A child
-    process, because the worker installs signal handlers and logs through logging.
+    A child process, as a shell runs it (the worker installs signal handlers). A store
+    that becomes unusable after the worker opened it is the worker's outage limit:
+    ``test_the_worker_exit_status_matches_its_report`` maps its report to status 1.
     """
     db = tmp_path / "q.db"
     assert run_cli(capsys, "--db", str(db), "enqueue", "fast")[0] == 0
@@ -254,10 +252,10 @@ def test_a_worker_on_a_read_only_queue_exits_1_with_the_reason_instead_of_loopin
             timeout=MUST_HAPPEN * 3,
             check=False,
         )
-    assert result.returncode == cli.EXIT_FAILURE, result.stderr
-    last = result.stderr.splitlines()[-1]
-    assert "stopped because" in last
-    assert "readonly" in last
+    assert (result.returncode, result.stdout) == (cli.EXIT_USAGE, ""), result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(ERROR)
+    assert "read-only" in line
     assert job(db, 1).state.value == "queued"  # nothing was claimed, nothing lost
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from patterns.jobqueue import cli
 from patterns.jobqueue.postgres import PostgresStore
-from tests.jobqueue.conftest import admin_execute
+from tests.jobqueue.conftest import admin_execute, url_with_database
 
 ERROR = "python -m patterns.jobqueue: error: "
 
@@ -103,3 +103,21 @@ def test_enqueue_into_a_read_only_database_is_one_line_and_exit_2(
     assert password not in err
     status, out, err = run_cli(capsys, "--db", pg_database, "status", "--json")
     assert (status, json.loads(out)["queued"]) == (0, 1), err
+
+
+def test_a_command_that_only_reads_refuses_a_database_without_a_queue_and_creates_nothing(
+    capsys: pytest.CaptureFixture[str], pg_dsn: str, pg_database: str
+) -> None:
+    """status, list, show, workers on a database with no job store: "no such queue", exit 2."""
+    for command in (["status"], ["list"], ["show", "1"], ["workers"], ["purge"]):
+        status, out, err = run_cli(capsys, "--db", pg_database, *command)
+        assert (status, out) == (2, ""), err
+        [line] = err.splitlines()
+        assert line.startswith(ERROR)
+        assert "no such queue" in line
+    name = pg_database.rsplit("/", 1)[1]
+    schemas = admin_execute(
+        url_with_database(pg_dsn, name),
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'jobqueue'",
+    )
+    assert schemas == [(0,)]
