@@ -1,33 +1,53 @@
 """``python -m patterns.jobqueue``: the job queue's command line, a contract tools can rely on.
 
-Usage::
+Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``)::
 
-    python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD] [--delay S] [--max-attempts N]
+    python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD | -] [--payload-file F]
+        [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
-        [--stop-timeout S] [--poll-interval S] [--lease S] [--exit-when-empty]
+        [--stop-timeout S] [--poll-interval S] [--lease S] [--store-outage-limit S]
+        [--exit-when-empty]
     python -m patterns.jobqueue --db PATH status [--json]
+    python -m patterns.jobqueue --db PATH show ID [--json]
+    python -m patterns.jobqueue --db PATH list [--state S] [--task T] [--limit N] [--json]
+    python -m patterns.jobqueue --db PATH requeue (ID | --failed [--task T])
+    python -m patterns.jobqueue --db PATH cancel ID
+    python -m patterns.jobqueue --db PATH purge [--older-than S] [--state S ...]
+    python -m patterns.jobqueue --db PATH workers [--json]
     python -m patterns.jobqueue demo
 
-``enqueue`` prints the new job's id. ``status`` prints the number of jobs in each state
-(``--json``: an object with the keys ``queued``, ``running``, ``done`` and ``failed``).
-``worker`` runs a ``Worker`` on the SQLite file with the handlers of the ``TaskRegistry``
-named by ``MODULE:ATTRIBUTE`` (importable from the current directory or ``PYTHONPATH``),
-logging to stderr. The first SIGTERM or SIGINT starts the graceful stop (DRAINING, then
-CANCELLING, within ``--stop-timeout``); a second one exits at once. ``demo`` runs a
-self-contained walkthrough on a temporary database.
+``enqueue`` prints the new job's id (``-`` reads the payload from stdin). ``status`` prints
+the number of jobs in each state (``--json``: an object keyed by every state). ``show``
+prints every field of one job; ``list`` one line per job, newest first; ``workers`` the
+live workers. ``requeue`` puts a failed job back in the queue (attempts reset, last error
+kept), ``cancel`` cancels a queued job or asks a running one's worker to cancel it,
+``purge`` deletes finished jobs. ``worker`` runs a ``Worker`` with the handlers of the
+``TaskRegistry`` named by ``MODULE:ATTRIBUTE`` (importable from the current directory or
+``PYTHONPATH``), logging to stderr; the first SIGTERM or SIGINT starts the graceful stop
+(DRAINING, then CANCELLING, within ``--stop-timeout``), a second one exits at once.
+``demo`` runs a self-contained walkthrough on a temporary database.
 
-``--db`` may also be a ``postgresql://`` URL: the queue then lives in that database's
-``jobqueue`` schema (``PostgresStore``), workers on several machines can share it, and an
-unreachable server at start-up is exit status 2.
+``--db`` is an SQLite file, or a ``postgresql://`` URL (the queue then lives in that
+database's ``jobqueue`` schema, shared by workers on several machines). Every command but
+``enqueue`` and ``worker`` refuses a queue that does not exist ("no such queue": an SQLite
+path, or a database without the schema) instead of creating it; ``:memory:`` and
+``file:`` URIs are refused (the queue would vanish with the process).
 
-Exit status of ``worker``:
+Exit status:
 
 ====== =================================================================================
-0      stopped cleanly: nothing left running (``--exit-when-empty``, or a signal)
-1      stopped, but a worker thread (or any thread) died with an exception
-2      bad command-line input, an unimportable ``--tasks``, or a file that is not a store
-3      the shutdown budget ran out with jobs still running: they keep their lease (and run
-       again once it expires); the process exits at once with `os._exit`, because the
+0      done (``worker``: stopped cleanly, nothing left running)
+1      ``worker``: stopped, but a thread died with an exception, a worker thread did not
+       end within the budget while no job was running, or the store failed every claim
+       for ``--store-outage-limit`` seconds (the report's ``failure``, logged)
+2      the command did nothing: bad command-line input, an unimportable ``--tasks``, no
+       such queue or job, a file that is not a store, a store that cannot be used (a
+       read-only file, an unreachable server), or a refused request (``requeue`` of a job
+       that is not failed, ``cancel`` of a finished job)
+3      ``worker``: the shutdown budget ran out with jobs still running (the report's
+       ``still_running``): each was released at the deadline (attempt given back, its
+       late outcome refused), or, if its release failed, keeps its lease and runs again
+       once that expires; the process exits at once with `os._exit`, because the
        interpreter would otherwise wait for their non-daemon threads forever
 130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
        handlers were installed or after they were put back (during start-up, say): what
@@ -35,23 +55,30 @@ Exit status of ``worker``:
 143    a second SIGTERM forced the exit (128 + 15)
 ====== =================================================================================
 
-This module and the demo print: they are the user interface. The library logs.
+Every error is one line on stderr, never a traceback. This module and the demo print:
+they are the user interface. The library logs.
+
+Docs: docs/jobqueue/operations.md
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import importlib
 import json
 import logging
 import math
 import os
+import re
+import sqlite3
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from typing import NoReturn, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from patterns.exit_hooks import force_exit
 from patterns.jobqueue.demo_tasks import tasks as demo_tasks
@@ -62,12 +89,24 @@ from patterns.jobqueue.postgres import (
     is_postgres_url,
 )
 from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
-from patterns.jobqueue.store import JobState, Store, encode_payload
+from patterns.jobqueue.store import (
+    FINISHED_STATES,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_SECONDS,
+    CancelResult,
+    Job,
+    JobState,
+    JsonValue,
+    Store,
+    WorkerRecord,
+    encode_payload,
+)
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker import Worker, WorkerReport
 from patterns.thread_exceptions import LoggingExcepthook
 
 __all__ = [
+    "DB_VARIABLE",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
@@ -85,10 +124,23 @@ EXIT_STILL_RUNNING = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
 PROG = "python -m patterns.jobqueue"
+DB_VARIABLE = "JOBQUEUE_DB"
+"""The environment variable naming the queue when ``--db`` is not given."""
+
+# The longest wait a worker option may ask for: a store's time limit, and what
+# threading's waits accept (TIMEOUT_MAX, about 292 years on Linux, less elsewhere).
+_MAX_WAIT = min(MAX_SECONDS, threading.TIMEOUT_MAX)
+_MAX_CONCURRENCY = 1000  # threads in one process: more is a typo, not a plan
+_MAX_LIMIT = 100_000  # rows one `list` prints
+_MAX_ID = 2**63 - 1  # the largest id SQLite and PostgreSQL (bigint) can hold
+_MAX_PAYLOAD_INPUT = 64 * 1024 * 1024  # bytes read from stdin or a file, at most
+_SHOWN_ERROR = 60  # characters of a last error on a `list` line
+
+T = TypeVar("T")
 
 
 class UsageError(Exception):
-    """Bad command-line input; reported as one line on stderr, exit status 2."""
+    """The command did nothing: reported as one line on stderr, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,65 +151,225 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _number(kind: str, *, minimum: float, inclusive: bool) -> type[float]:
+def _seconds(
+    name: str, *, minimum: float, inclusive: bool, maximum: float = MAX_SECONDS
+) -> Callable[[str], float]:
+    """A parser of a number of seconds in [minimum, maximum] (or (minimum, maximum])."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a finite number of seconds, got {text}"
+            )
+        if value < minimum or (value == minimum and not inclusive):
             bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
-            raise argparse.ArgumentTypeError(f"{kind} must be {bound}, got {text}")
+            raise argparse.ArgumentTypeError(f"{name} must be {bound}, got {text}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be at most {maximum:g} seconds, got {text}"
+            )
         return value
 
-    parse.__name__ = kind
-    return parse  # type: ignore[return-value]
+    parse.__name__ = name
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _whole(name: str, *, minimum: int = 1, maximum: int) -> Callable[[str], int]:
+    """A parser of a whole number in [minimum, maximum]."""
+
+    def parse(text: str) -> int:
+        digits = text.strip()
+        if not digits.lstrip("+-").isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        if len(digits) > 30:  # int() of a few thousand digits raises ValueError
+            sign = "at least" if digits.startswith("-") else "at most"
+            bound = minimum if digits.startswith("-") else maximum
+            raise argparse.ArgumentTypeError(f"{name} must be {sign} {bound}, got {digits}")
+        value = int(digits)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {maximum}, got {value}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+_job_id = _whole("job id", maximum=_MAX_ID)
 
 
 def _parser() -> _Parser:
-    parser = _Parser(prog=PROG, description="A durable SQLite-backed job queue.")
-    parser.add_argument(
-        "--db",
-        metavar="PATH",
-        help="the SQLite file (created on first use), or a postgresql:// URL",
+    db_help = (
+        "the queue: an SQLite file (created by enqueue and worker only) or a postgresql:// "
+        f"URL; accepted before or after the command (default: ${DB_VARIABLE})"
     )
+    parser = _Parser(prog=PROG, description="A durable job queue on SQLite or PostgreSQL.")
+    parser.add_argument("--db", metavar="PATH", default=None, help=db_help)
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the worker's log level on stderr (default: INFO)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    enqueue = commands.add_parser("enqueue", help="add a job; prints its id")
-    enqueue.add_argument("task", metavar="TASK")
-    enqueue.add_argument("payload", metavar="JSON_PAYLOAD", nargs="?", default="null")
-    enqueue.add_argument("--delay", type=_number("delay", minimum=0, inclusive=True))
-    enqueue.add_argument("--max-attempts", type=_positive_int)
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        # SUPPRESS: absent after the command, it leaves the value given before it alone.
+        sub.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)
+        return sub
 
-    worker = commands.add_parser("worker", help="run a worker until signalled")
-    worker.add_argument("--tasks", required=True, metavar="MODULE:ATTRIBUTE")
-    worker.add_argument("--concurrency", type=_positive_int, default=4)
+    def json_flag(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--json", action="store_true", help="print JSON, times as raw seconds since the epoch"
+        )
+
+    enqueue = command("enqueue", "add a job; prints its id")
+    enqueue.add_argument("task", metavar="TASK", help="the task's registered name")
+    enqueue.add_argument(
+        "payload",
+        metavar="JSON_PAYLOAD",
+        nargs="?",
+        default=None,
+        help="the payload as JSON; - reads it from stdin (default: null)",
+    )
+    enqueue.add_argument(
+        "--payload-file",
+        metavar="PATH",
+        help="read the JSON payload from this file (default: none, JSON_PAYLOAD is used)",
+    )
+    enqueue.add_argument(
+        "--delay",
+        metavar="SECONDS",
+        type=_seconds("delay", minimum=0, inclusive=True),
+        help=f"seconds from now before it may run, 0 to {MAX_SECONDS:g} (default: 0)",
+    )
+    enqueue.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=_whole("max-attempts", maximum=MAX_ATTEMPTS_LIMIT),
+        help=f"claims before it fails for good, 1 to {MAX_ATTEMPTS_LIMIT} "
+        "(default: the task's, with --tasks; else 3)",
+    )
+    enqueue.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_seconds("timeout", minimum=0, inclusive=False),
+        help="seconds its handler may run per attempt "
+        "(default: the task's, with --tasks; else no limit)",
+    )
+    enqueue.add_argument(
+        "--tasks",
+        metavar="MODULE:ATTRIBUTE",
+        help="a TaskRegistry: its defaults for the task, and a warning for an unknown name "
+        "(default: none: 3 attempts, no timeout, no check)",
+    )
+
+    worker = command("worker", "run a worker until signalled")
+    worker.add_argument(
+        "--tasks", required=True, metavar="MODULE:ATTRIBUTE", help="the TaskRegistry to run"
+    )
+    worker.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=_whole("concurrency", maximum=_MAX_CONCURRENCY),
+        default=4,
+        help=f"handler threads, 1 to {_MAX_CONCURRENCY} (default: 4)",
+    )
     worker.add_argument(
         "--stop-timeout",
-        type=_number("stop-timeout", minimum=0, inclusive=True),
+        metavar="SECONDS",
+        type=_seconds("stop-timeout", minimum=0, inclusive=True, maximum=_MAX_WAIT),
         default=10.0,
+        help="seconds the graceful stop may take: 3/4 draining, 1/4 cancelling (default: 10)",
     )
     worker.add_argument(
-        "--poll-interval", type=_number("poll-interval", minimum=0, inclusive=False), default=1.0
+        "--poll-interval",
+        metavar="SECONDS",
+        type=_seconds("poll-interval", minimum=0, inclusive=False, maximum=_MAX_WAIT),
+        default=1.0,
+        help="seconds an idle worker waits before it looks for due jobs again (default: 1)",
     )
-    worker.add_argument("--lease", type=_number("lease", minimum=0, inclusive=False), default=30.0)
-    worker.add_argument("--exit-when-empty", action="store_true")
+    worker.add_argument(
+        "--lease",
+        metavar="SECONDS",
+        type=_seconds("lease", minimum=0, inclusive=False, maximum=_MAX_WAIT),
+        default=30.0,
+        help="seconds a claim holds its job, renewed every third of it (default: 30)",
+    )
+    worker.add_argument(
+        "--store-outage-limit",
+        metavar="SECONDS",
+        type=_seconds("store-outage-limit", minimum=0, inclusive=False, maximum=_MAX_WAIT),
+        default=60.0,
+        help="seconds the store may fail every claim (a read-only file, a server down) "
+        "before the worker stops and exits 1 with the reason (default: 60)",
+    )
+    worker.add_argument(
+        "--exit-when-empty",
+        action="store_true",
+        help="stop once this worker is idle, no job is due now and none is running in any "
+        "worker; jobs due later (a retry waiting out its backoff, a --delay) stay queued "
+        "for the next worker, and a running job elsewhere (or its expiring lease) is "
+        "waited for; a store that fails every claim is never empty (see "
+        "--store-outage-limit) (default: run until signalled)",
+    )
 
-    status = commands.add_parser("status", help="print the number of jobs in each state")
-    status.add_argument("--json", action="store_true")
+    status = command("status", "print the number of jobs in each state")
+    json_flag(status)
+
+    show = command("show", "print every field of one job")
+    show.add_argument("id", metavar="ID", type=_job_id)
+    json_flag(show)
+
+    listing = command("list", "print jobs, newest first, one line each")
+    listing.add_argument(
+        "--state",
+        choices=[s.value for s in JobState],
+        help="only jobs in this state (default: all)",
+    )
+    listing.add_argument("--task", metavar="TASK", help="only jobs of this task (default: all)")
+    listing.add_argument(
+        "--limit",
+        metavar="N",
+        type=_whole("limit", maximum=_MAX_LIMIT),
+        default=50,
+        help=f"at most this many jobs, 1 to {_MAX_LIMIT} (default: 50)",
+    )
+    json_flag(listing)
+
+    requeue = command("requeue", "put a failed job back in the queue, attempts reset")
+    requeue.add_argument("id", metavar="ID", type=_job_id, nargs="?", help="the failed job")
+    requeue.add_argument("--failed", action="store_true", help="every failed job instead")
+    requeue.add_argument(
+        "--task", metavar="TASK", help="with --failed: only this task's jobs (default: every task)"
+    )
+
+    cancel = command("cancel", "cancel a queued job, or ask a running job's worker to")
+    cancel.add_argument("id", metavar="ID", type=_job_id)
+
+    finished = sorted(s.value for s in FINISHED_STATES)
+    purge = command("purge", "delete finished jobs; prints how many")
+    purge.add_argument(
+        "--older-than",
+        metavar="SECONDS",
+        type=_seconds("older-than", minimum=0, inclusive=True),
+        help="only jobs that finished at least this many seconds ago (default: 0, any)",
+    )
+    purge.add_argument(
+        "--state",
+        action="append",
+        choices=finished,
+        help=f"only jobs in this state; repeatable (default: all of {', '.join(finished)})",
+    )
+
+    workers = command("workers", "print the live workers")
+    json_flag(workers)
 
     commands.add_parser("demo", help="run the walkthrough on a temporary database")
     return parser
@@ -169,15 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "demo":
             return _demo()
-        _require_db(args)
-        if args.command == "enqueue":
-            return _enqueue(args)
-        if args.command == "status":
-            return _status(args)
-        return _worker(args)
+        args.db = _queue_name(args)
+        return _COMMANDS[args.command](args)
     except UsageError as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the cause said
-        print(f"{PROG}: error: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
+        _error(str(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
         # Ctrl-C before the worker's own handlers were installed (or after they were put
@@ -186,56 +393,405 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _require_db(args: argparse.Namespace) -> None:
-    if not args.db:
-        raise UsageError(f"the following arguments are required: --db (for {args.command})")
+def _error(text: str) -> None:
+    message = " ".join(text.split())  # one line, whatever the cause said
+    print(f"{PROG}: error: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
 
 
-def _open_store(path: str) -> SQLiteStore | PostgresStore:
+def _warn(text: str) -> None:
+    message = " ".join(text.split())
+    print(f"{PROG}: warning: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
+
+
+def _out(text: str = "") -> None:
+    print(text)  # noqa: T201 - the CLI's output
+
+
+# --- the queue: which one, opened how --------------------------------------------------------
+
+
+def _queue_name(args: argparse.Namespace) -> str:
+    name: str | None = args.db or os.environ.get(DB_VARIABLE) or None
+    if name is None:
+        raise UsageError(
+            f"the following arguments are required: --db (for {args.command}), or set {DB_VARIABLE}"
+        )
+    if is_postgres_url(name):
+        return name
+    if name.strip() == ":memory:" or "mode=memory" in name or name.startswith("file::memory:"):
+        raise UsageError(
+            f"--db {name}: an in-memory database vanishes when this command exits, and "
+            "every job with it; give a file path"
+        )
+    if name.startswith("file:"):
+        raise UsageError(f"--db {name}: SQLite URIs are not accepted; give a file path")
+    return name
+
+
+def _store_errors() -> tuple[type[Exception], ...]:
+    """What a store raises when it cannot do what it was asked (never a bad argument)."""
+    errors: list[type[Exception]] = [
+        StoreFileError,
+        StoreSchemaError,
+        StoreUnavailable,
+        sqlite3.Error,
+        OSError,
+    ]
+    try:
+        import psycopg  # noqa: PLC0415 - optional: installed with the postgres extra
+    except ImportError:
+        pass
+    else:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+_STORE_ERRORS = _store_errors()
+_OPEN_ERRORS: tuple[type[Exception], ...] = (ImportError, ValueError, *_STORE_ERRORS)
+
+
+def _shown(db: str) -> str:
+    """``db`` fit for a message: a URL's password replaced by ``***``."""
+    return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", db)
+
+
+def _open_store(path: str, *, create: bool = False) -> SQLiteStore | PostgresStore:
+    """Open the queue; without ``create``, a queue that does not exist is refused, not made."""
+    if not create and not is_postgres_url(path) and not os.path.exists(path):
+        raise UsageError(f"no such queue: {path}")
     try:
         if is_postgres_url(path):
-            return PostgresStore(path)
-        return SQLiteStore(path)
-    except (StoreFileError, StoreSchemaError, StoreUnavailable, ImportError, ValueError) as exc:
+            return PostgresStore(path, create=create)
+        return SQLiteStore(path, create=create)
+    except _OPEN_ERRORS as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _with_store(args: argparse.Namespace, action: Callable[[Store], T], *, what: str) -> T:
+    """Open the queue, run ``action`` on it, close it; a store error is one line, exit 2."""
+    store = _open_store(args.db, create=args.command == "enqueue")
+    try:
+        return action(store)
+    except (TypeError, ValueError, StoreFileError) as exc:  # a refused argument, a bad file
+        raise UsageError(str(exc)) from exc  # (a StoreFileError names the file itself)
+    except _STORE_ERRORS as exc:
+        raise UsageError(f"{_shown(args.db)}: cannot {what}: {exc}") from exc
+    finally:
+        store.close()
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+
+def _read_payload(args: argparse.Namespace) -> tuple[str, str]:
+    """(the payload's JSON text, where it came from)."""
+    if args.payload is not None and args.payload_file is not None:
+        raise UsageError("give the payload as JSON_PAYLOAD or --payload-file, not both")
+    if args.payload_file is not None:
+        where = f"--payload-file {args.payload_file}"
+        try:
+            with open(args.payload_file, "rb") as file:
+                data = file.read(_MAX_PAYLOAD_INPUT + 1)
+        except OSError as exc:
+            raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from exc
+    elif args.payload == "-":
+        where = "stdin"
+        stream = getattr(sys.stdin, "buffer", None)
+        try:
+            data = (
+                stream.read(_MAX_PAYLOAD_INPUT + 1)
+                if stream is not None
+                else sys.stdin.read(_MAX_PAYLOAD_INPUT + 1).encode()
+            )
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read the payload from stdin: {exc}") from exc
+    else:
+        return ("null" if args.payload is None else args.payload), "the command line"
+    if len(data) > _MAX_PAYLOAD_INPUT:
+        raise UsageError(f"the payload from {where} is over {_MAX_PAYLOAD_INPUT} bytes")
+    try:
+        return data.decode("utf-8"), where
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the payload from {where} is not UTF-8 text: {exc}") from exc
+
+
+def _parse_payload(text: str, where: str) -> JsonValue:
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        detail = exc if isinstance(exc, ValueError) else "nested too deeply"
+        raise UsageError(f"invalid JSON payload {shown!r} from {where}: {detail}") from exc
+    try:
+        encode_payload(payload)  # NaN, or over the limit: refuse before opening the file
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"payload from {where}: {exc}") from exc
+    return payload
 
 
 def _enqueue(args: argparse.Namespace) -> int:
-    try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"invalid JSON payload {args.payload!r}: {exc}") from exc
-    try:
-        encode_payload(payload)  # NaN and the like: refuse before opening the file
-    except TypeError as exc:
-        raise UsageError(str(exc)) from exc
-    store = _open_store(args.db)
-    try:
-        options = {} if args.max_attempts is None else {"max_attempts": args.max_attempts}
-        job_id = store.enqueue(args.task, payload, delay=args.delay, **options)
-    except (TypeError, ValueError, StoreFileError) as exc:  # the last: a damaged file
-        raise UsageError(str(exc)) from exc
-    finally:
-        store.close()
-    print(job_id)  # noqa: T201 - the contract: enqueue prints the id
+    payload = _parse_payload(*_read_payload(args))
+    options: dict[str, Any] = {}
+    if args.tasks is not None:
+        registry = _load_registry(args.tasks)
+        task = registry.get(args.task)
+        if task is None:
+            _warn(
+                f"task {args.task!r} is not in {args.tasks} (registered: "
+                f"{', '.join(sorted(registry)) or 'none'}); enqueued anyway"
+            )
+        else:
+            options["max_attempts"] = task.max_attempts
+            if task.timeout is not None:
+                options["timeout"] = task.timeout
+    if args.max_attempts is not None:
+        options["max_attempts"] = args.max_attempts
+    if args.timeout is not None:
+        options["timeout"] = args.timeout
+    job_id = _with_store(
+        args,
+        lambda store: store.enqueue(args.task, payload, delay=args.delay, **options),
+        what="enqueue",
+    )
+    _out(str(job_id))  # the contract: enqueue prints the id
     return EXIT_OK
+
+
+# --- reading the queue ------------------------------------------------------------------------
 
 
 def _status(args: argparse.Namespace) -> int:
-    store = _open_store(args.db)
-    try:
-        counts = store.counts()
-    except StoreFileError as exc:  # a damaged file
-        raise UsageError(str(exc)) from exc
-    finally:
-        store.close()
-    ordered = {state.value: counts[state.value] for state in JobState}
+    counts = _with_store(args, lambda store: store.counts(), what="count the jobs")
+    ordered = {state.value: counts.get(state.value, 0) for state in JobState}
     if args.json:
-        print(json.dumps(ordered))  # noqa: T201 - the CLI's output
+        _out(json.dumps(ordered))
     else:
         for state, count in ordered.items():
-            print(f"{state:<8} {count}")  # noqa: T201 - the CLI's output
+            _out(f"{state:<9} {count}")
     return EXIT_OK
+
+
+def _printable(text: object) -> str:
+    """``text`` without control characters (a hostile task name cannot move the cursor)."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
+def _iso(seconds: float) -> str:
+    """Seconds since the epoch as ISO 8601 UTC, milliseconds; the raw number if out of range."""
+    try:
+        moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{seconds:g}"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _span(seconds: float) -> str:
+    """A duration for a human: 3.2 s, 12.5 min, 3.1 h, 4.2 days."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _when(seconds: float | None, now: float) -> str:
+    """ISO 8601 UTC and how far from the store's now: "... (in 3.2 s)" or "(4.0 s ago)"."""
+    if seconds is None:
+        return "-"
+    delta = seconds - now
+    relative = (
+        "now"
+        if abs(delta) < 0.05
+        else (f"in {_span(delta)}" if delta > 0 else f"{_span(-delta)} ago")
+    )
+    return f"{_iso(seconds)} ({relative})"
+
+
+def _job_json(job: Job) -> dict[str, Any]:
+    fields = dataclasses.asdict(job)
+    fields["state"] = job.state.value
+    fields["fencing_token"] = job.lease_owner
+    return fields
+
+
+def _show(args: argparse.Namespace) -> int:
+    def read(store: Store) -> tuple[Job | None, float]:
+        return store.get(args.id), store.clock()
+
+    job, now = _with_store(args, read, what="read the job")
+    if job is None:
+        raise UsageError(f"no job {args.id}")
+    if args.json:
+        _out(json.dumps(_job_json(job)))
+        return EXIT_OK
+    timeout = "none" if job.timeout is None else f"{job.timeout:g} s per attempt"
+    rows = [
+        ("task", _printable(job.task)),
+        ("state", job.state.value),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("run at", _when(job.run_at, now)),
+        ("created", _when(job.created_at, now)),
+        ("updated", _when(job.updated_at, now)),
+        ("lease owner", _printable(job.lease_owner) if job.lease_owner else "-"),
+        ("lease until", _when(job.lease_until, now)),
+        (
+            "fencing token",
+            "the lease owner (only that claim may settle the job)" if job.lease_owner else "-",
+        ),
+        ("timeout", timeout),
+        ("cancel requested", "yes" if job.cancel_requested else "no"),
+        ("last error", _printable(job.last_error) if job.last_error else "-"),
+        ("payload", _printable(json.dumps(job.payload))),
+        ("result", _printable(json.dumps(job.result))),
+    ]
+    _out(f"job {job.id}")
+    for name, value in rows:
+        _out(f"  {name:<17}{value}")
+    return EXIT_OK
+
+
+def _shorten(text: str | None, width: int) -> str:
+    if not text:
+        return "-"
+    flat = " ".join(_printable(text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _list(args: argparse.Namespace) -> int:
+    def read(store: Store) -> tuple[list[Job], float]:
+        return store.list_jobs(state=args.state, task=args.task, limit=args.limit), store.clock()
+
+    jobs, now = _with_store(args, read, what="list the jobs")
+    if args.json:
+        _out(json.dumps([_job_json(job) for job in jobs]))
+        return EXIT_OK
+    rows = [
+        (
+            str(job.id),
+            job.state.value,
+            _shorten(job.task, 30),
+            f"{job.attempts}/{job.max_attempts}",
+            _when(job.run_at, now),
+            _shorten(job.last_error, _SHOWN_ERROR),
+        )
+        for job in jobs
+    ]
+    _table(("ID", "STATE", "TASK", "ATTEMPTS", "RUN AT", "LAST ERROR"), rows, right=(0,))
+    return EXIT_OK
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        cells = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        return "  ".join(cells).rstrip()
+
+    _out(line(header))
+    for row in rows:
+        _out(line(row))
+
+
+def _workers(args: argparse.Namespace) -> int:
+    def read(store: Store) -> tuple[list[WorkerRecord], float]:
+        return store.workers(), store.clock()
+
+    records, now = _with_store(args, read, what="list the workers")
+    if args.json:
+        _out(json.dumps([dataclasses.asdict(record) for record in records]))
+        return EXIT_OK
+    if not records:
+        _out("no live workers")
+        return EXIT_OK
+    rows = [
+        (
+            _printable(r.id),
+            _printable(r.host),
+            str(r.pid),
+            r.state.upper(),
+            _when(r.started_at, now),
+            _when(r.last_seen, now),
+            str(r.jobs_held),
+        )
+        for r in records
+    ]
+    _table(("WORKER", "HOST", "PID", "STATE", "STARTED", "LAST SEEN", "JOBS"), rows, right=(2, 6))
+    return EXIT_OK
+
+
+# --- changing jobs ----------------------------------------------------------------------------
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    if args.failed == (args.id is not None):
+        raise UsageError("requeue takes a job ID or --failed, exactly one of them")
+    if args.task is not None and not args.failed:
+        raise UsageError("--task goes with --failed")
+    if args.failed:
+        ids = _with_store(
+            args, lambda store: store.requeue_failed(task=args.task), what="requeue jobs"
+        )
+        _out(f"requeued {len(ids)} job(s){': ' + ' '.join(map(str, ids)) if ids else ''}")
+        return EXIT_OK
+
+    def one(store: Store) -> tuple[bool, Job | None]:
+        if store.requeue(args.id):
+            return True, None
+        return False, store.get(args.id)
+
+    done, job = _with_store(args, one, what="requeue the job")
+    if done:
+        _out(f"job {args.id} requeued: queued, due now, attempts reset (its last error kept)")
+        return EXIT_OK
+    if job is None:
+        raise UsageError(f"no job {args.id}")
+    raise UsageError(
+        f"job {args.id} is {job.state.value}, not failed: only a failed job is requeued"
+    )
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    def cancel(store: Store) -> tuple[CancelResult, Job | None]:
+        result = store.cancel(args.id)
+        return result, (store.get(args.id) if result is CancelResult.FINISHED else None)
+
+    result, job = _with_store(args, cancel, what="cancel the job")
+    if result is CancelResult.CANCELLED:
+        _out(f"job {args.id} cancelled: it was queued and will never run")
+        return EXIT_OK
+    if result is CancelResult.REQUESTED:
+        _out(
+            f"job {args.id} is running: cancel requested; its worker's next heartbeat picks "
+            "it up (show it to see how it ended)"
+        )
+        return EXIT_OK
+    if result is CancelResult.FINISHED:
+        state = job.state.value if job is not None else "finished"
+        raise UsageError(f"job {args.id} already ended ({state}): nothing to cancel")
+    raise UsageError(f"no job {args.id}")
+
+
+def _purge(args: argparse.Namespace) -> int:
+    states = frozenset(args.state) if args.state else FINISHED_STATES
+
+    def purge(store: Store) -> int:
+        cutoff = None if args.older_than is None else store.clock() - args.older_than
+        return store.purge(older_than=cutoff, states=states)
+
+    count = _with_store(args, purge, what="purge jobs")
+    _out(f"purged {count} job(s)")
+    return EXIT_OK
+
+
+# --- the worker -------------------------------------------------------------------------------
 
 
 def _load_registry(spec: str) -> TaskRegistry:
@@ -266,7 +822,7 @@ def _worker(args: argparse.Namespace) -> int:
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
-    store = _open_store(args.db)
+    store = _open_store(args.db, create=True)
     try:
         return _run_worker(args, registry, store)
     finally:
@@ -276,27 +832,58 @@ def _worker(args: argparse.Namespace) -> int:
 def _run_worker(args: argparse.Namespace, registry: TaskRegistry, store: Store) -> int:
     # Any thread that dies anywhere in the process is logged and makes the status 1.
     with LoggingExcepthook(chain=False) as hook:
-        worker = Worker(
-            store,
-            registry,
-            concurrency=args.concurrency,
-            poll_interval=args.poll_interval,
-            stop_timeout=args.stop_timeout,
-            lease=args.lease,
-            install_signal_handlers=True,
-            exit_when_empty=args.exit_when_empty,
-            # The store's clock decides due times (the database's, on PostgreSQL): retries too.
-            clock=store.clock,
-        )
+        try:
+            worker = Worker(
+                store,
+                registry,
+                concurrency=args.concurrency,
+                poll_interval=args.poll_interval,
+                stop_timeout=args.stop_timeout,
+                lease=args.lease,
+                store_outage_limit=args.store_outage_limit,
+                install_signal_handlers=True,
+                exit_when_empty=args.exit_when_empty,
+                # The store's clock decides due times (the database's, on PostgreSQL).
+                clock=store.clock,
+            )
+        except (TypeError, ValueError) as exc:  # options the worker finds inconsistent
+            raise UsageError(str(exc)) from exc
         report = worker.run()
-        if not report.terminated:
-            logger.error("%s", report.summary())
-            # Threads still run jobs that ignored their token; a normal exit would join
-            # them forever. Their leases make the jobs run again after they expire.
-            force_exit(EXIT_STILL_RUNNING, "shutdown budget spent with jobs still running")
-        logger.info("%s", report.summary())
-        failed = bool(report.thread_failures or hook.failures)
+        return _exit_status(report, hook_failures=len(hook.failures))
+
+
+def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
+    """The worker's exit status, read from its report (see the module docstring)."""
+    if report.still_running:
+        logger.error("%s", report.summary())
+        # Threads still run jobs that ignored their token; a normal exit would join
+        # them forever. The stop released them (or their leases will expire).
+        force_exit(EXIT_STILL_RUNNING, "shutdown budget spent with jobs still running")
+    if not report.terminated:
+        # No handler is running, but a worker thread did not end (stuck in a store call,
+        # say): the interpreter would wait for it at exit, so exit 1 at once. A claim it
+        # still held keeps its lease and runs again once the lease expires.
+        logger.error("%s; a worker thread did not end in time", report.summary())
+        force_exit(EXIT_FAILURE, "a worker thread did not end within the shutdown budget")
+    if report.failure is not None:  # the worker stopped itself: the store stayed unusable
+        logger.error("%s", report.summary())
+        return EXIT_FAILURE
+    logger.info("%s", report.summary())
+    failed = bool(report.thread_failures or hook_failures)
     return EXIT_FAILURE if failed else EXIT_OK
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "enqueue": _enqueue,
+    "worker": _worker,
+    "status": _status,
+    "show": _show,
+    "list": _list,
+    "requeue": _requeue,
+    "cancel": _cancel,
+    "purge": _purge,
+    "workers": _workers,
+}
 
 
 # --- the demo ----------------------------------------------------------------------------------
@@ -505,10 +1092,11 @@ def _tally(screen: _Screen, store: SQLiteStore, ids: dict[int, str]) -> int:
         say(f"   {line}")
     counts = store.counts()
     total = sum(counts.values())
-    settled = counts["done"] + counts["failed"]
+    cancelled = counts.get("cancelled", 0)
+    settled = counts["done"] + counts["failed"] + cancelled
     say(
         f"   {len(ids)} enqueued = {counts['done']} done + {counts['failed']} failed"
-        f" + {counts['queued']} queued + {counts['running']} running"
+        f" + {cancelled} cancelled + {counts['queued']} queued + {counts['running']} running"
     )
     if total == len(ids) == settled:
         say("   Nothing lost, nothing left behind.")

@@ -24,6 +24,15 @@ __all__ = ["tasks"]
 tasks = TaskRegistry()
 
 
+def _option(payload: JsonValue, key: str, default: float) -> float:
+    """``payload[key]`` as a number; ``default`` for a null payload or a missing key."""
+    if payload is None:
+        return default
+    if not isinstance(payload, dict):
+        raise TypeError(f"the payload must be a JSON object or null, got {payload!r}")
+    return float(payload.get(key, default))
+
+
 @tasks.task
 def fast(payload: JsonValue, ctx: JobContext) -> str:
     """Return at once."""
@@ -32,24 +41,25 @@ def fast(payload: JsonValue, ctx: JobContext) -> str:
 
 @tasks.task
 def slow(payload: JsonValue, ctx: JobContext) -> str:
-    """Block for ``payload["seconds"]`` without looking at the token."""
-    time.sleep(float(payload.get("seconds", 0.5)))
+    """Block for ``payload["seconds"]`` (default 0.5) without looking at the token."""
+    time.sleep(_option(payload, "seconds", 0.5))
     return "slow done"
 
 
 @tasks.task
 def crunch(payload: JsonValue, ctx: JobContext) -> int:
-    """Do ``payload["steps"]`` steps of ``payload["step"]`` seconds, a checkpoint before each."""
-    steps = int(payload.get("steps", 20))
+    """Do ``payload["steps"]`` (20) steps of ``payload["step"]`` (0.1) s, each a checkpoint."""
+    steps = int(_option(payload, "steps", 20))
+    step = _option(payload, "step", 0.1)
     for _ in range(steps):
-        ctx.sleep(float(payload.get("step", 0.1)))  # a checkpoint: raises Interrupted on cancel
+        ctx.sleep(step)  # a checkpoint: raises Interrupted on cancel
     return steps
 
 
 @tasks.task(retry=Backoff(base=0.2, factor=2.0, jitter=0.5))
 def flaky(payload: JsonValue, ctx: JobContext) -> str:
-    """Fail until attempt ``payload["succeed_on"]``, then succeed."""
-    if ctx.attempt < int(payload.get("succeed_on", 2)):
+    """Fail until attempt ``payload["succeed_on"]`` (default 2), then succeed."""
+    if ctx.attempt < _option(payload, "succeed_on", 2):
         raise ConnectionError(f"service unavailable (attempt {ctx.attempt})")
     return f"succeeded on attempt {ctx.attempt}"
 

@@ -185,7 +185,7 @@ def test_the_registry_refuses_max_attempts_below_one_and_unknown_tasks(store: St
         (["enqueue", "t", "--max-attempts", "0"], "must be at least 1, got 0"),
         (["enqueue", "t", "--max-attempts", "-1"], "must be at least 1, got -1"),
         (["enqueue", "t", "--delay", "-1"], "delay must be >= 0, got -1"),
-        (["enqueue", "t", "--delay", "nan"], "delay must be >= 0, got nan"),
+        (["enqueue", "t", "--delay", "nan"], "delay must be a finite number of seconds, got nan"),
         (["enqueue", "t", "--delay", "soon"], "'soon' is not a number of seconds"),
         (["worker", "--tasks", "m:t", "--stop-timeout", "-1"], "stop-timeout must be >= 0"),
         # One name for the budget: the old spelling is not an alias.

@@ -171,7 +171,9 @@ def test_enqueue_prints_the_job_id_and_status_counts_it(workdir: Path) -> None:
     assert (second.returncode, second.stdout) == (0, "2\n")
     assert status(workdir) == {"queued": 2, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
     text = run_cli(["--db", "q.db", "status"], workdir)
-    assert text.stdout.split() == ["queued", "2", "running", "0", "done", "0", "failed", "0"]
+    assert text.stdout.split() == [
+        *("queued", "2", "running", "0", "done", "0", "failed", "0", "cancelled", "0")
+    ]
 
 
 def test_worker_exit_when_empty_runs_every_due_job_and_exits_zero(workdir: Path) -> None:
@@ -223,12 +225,12 @@ def test_a_second_signal_forces_the_exit_at_once(
         child.close()
 
 
-def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_runs_again_later(
+def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_is_released(
     workdir: Path,
 ) -> None:
-    """Past the budget the process exits 3 at once; the job keeps its lease and reruns after it."""
+    """Past the budget the process exits 3 at once; the job was released, attempt given back."""
     run_cli(["--db", "q.db", "enqueue", "blocks"], workdir)
-    child = Child([*WORKER, "--stop-timeout", "0.5", "--lease", "1"], workdir)
+    child = Child([*WORKER, "--stop-timeout", "0.5", "--lease", "60"], workdir)
     try:
         child.expect("out", "started 1 attempt 1")
         with elapsed() as took:
@@ -237,14 +239,14 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_runs_agai
         assert took() < 0.5 + NOISE
         log = "\n".join(child.rest("err"))
         assert "DRAINING -> CANCELLING" in log
-        assert "1 still running [1] (they keep their lease)" in log
+        assert "1 still running [1] (released [1]: attempts given back)" in log
     finally:
         child.close()
-    assert status(workdir)["running"] == 1  # not released: a job that ignores its token
-    # After the lease expires, the next worker runs it again (this time it is let finish).
+    assert status(workdir)["queued"] == 1  # not failed, not waiting out a 60 s lease
+    # The next worker runs it at once, as its first attempt again (this time it finishes).
     rerun = run_cli([*WORKER, "--exit-when-empty"], workdir, stdin="go\n")
     assert rerun.returncode == 0, rerun.stderr
-    assert "started 1 attempt 2" in rerun.stdout
+    assert "started 1 attempt 1" in rerun.stdout
     assert status(workdir) == {"queued": 0, "running": 0, "done": 1, "failed": 0, "cancelled": 0}
 
 

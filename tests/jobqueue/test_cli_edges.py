@@ -1,0 +1,425 @@
+"""The command line's rough edges: careless and hostile input, each one line and exit 2.
+
+Run in-process through `patterns.jobqueue.cli.main` (the exit status and stderr a shell
+sees), on SQLite files in ``tmp_path``. Where the worker's own behaviour would need a
+process or a long wait, the test replaces `Worker` with a stand-in that returns a chosen
+`WorkerReport`, so the mapping from report to exit status is checked exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from patterns.jobqueue import cli, demo_tasks
+from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.store import DEFAULT_MAX_PAYLOAD_BYTES, Job
+from patterns.jobqueue.tasks import JobContext
+from patterns.jobqueue.worker import WorkerReport
+from tests.support import MUST_HAPPEN, child_env
+
+ERROR = "python -m patterns.jobqueue: error: "
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``python -m patterns.jobqueue ARGS``, in-process: (status, stdout, stderr)."""
+    status = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_refused(result: tuple[int, str, str], *needles: str) -> str:
+    """Exit status 2, nothing on stdout, one line on stderr naming the problem; the line."""
+    status, out, err = result
+    assert status == cli.EXIT_USAGE, (status, out, err)
+    assert out == ""
+    [line] = err.splitlines()
+    assert line.startswith(ERROR), line
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+def job(path: Path, job_id: int) -> Job:
+    """The job as the store has it now."""
+    store = SQLiteStore(path)
+    try:
+        found = store.get(job_id)
+    finally:
+        store.close()
+    assert found is not None
+    return found
+
+
+# --- numbers ----------------------------------------------------------------------------------
+
+HUGE = "100000000000000000000"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["enqueue", "t", "--max-attempts", HUGE],
+            f"max-attempts must be at most 1000000, got {HUGE}",
+        ),
+        (["enqueue", "t", "--max-attempts", "1" * 5000], "max-attempts must be at most 1000000"),
+        (["enqueue", "t", "--max-attempts", "2.5"], "'2.5' is not a whole number"),
+        (["enqueue", "t", "--delay", "nan"], "delay must be a finite number of seconds, got nan"),
+        (["enqueue", "t", "--delay", "inf"], "delay must be a finite number of seconds, got inf"),
+        (["enqueue", "t", "--delay", "1e300"], "delay must be at most 1e+10 seconds, got 1e300"),
+        (["enqueue", "t", "--timeout", "0"], "timeout must be > 0, got 0"),
+        (["enqueue", "t", "--timeout", "1e15"], "timeout must be at most 1e+10 seconds"),
+        (["worker", "--tasks", "m:t", "--lease", "1e15"], "lease must be at most"),
+        (["worker", "--tasks", "m:t", "--poll-interval", "1e15"], "poll-interval must be at most"),
+        (["worker", "--tasks", "m:t", "--stop-timeout", "1e15"], "stop-timeout must be at most"),
+        (["worker", "--tasks", "m:t", "--stop-timeout", "nan"], "stop-timeout must be a finite"),
+        (["worker", "--tasks", "m:t", "--concurrency", "100000"], "concurrency must be at most"),
+        (["show", str(2**63)], f"job id must be at most {2**63 - 1}"),
+        (["cancel", "0"], "job id must be at least 1, got 0"),
+        (["list", "--limit", "0"], "limit must be at least 1"),
+        (["purge", "--older-than", "-1"], "older-than must be >= 0, got -1"),
+    ],
+)
+def test_numbers_out_of_range_are_refused_in_one_line_before_anything_is_opened(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    """Huge, infinite, NaN or too-small numbers: exit 2 naming the option and the bound."""
+    db = tmp_path / "q.db"
+    assert_refused(run_cli(capsys, "--db", str(db), *args), needle)
+    assert not db.exists()
+
+
+SECONDS = {"delay", "timeout", "stop_timeout", "poll_interval", "lease", "older_than"}
+
+
+def test_every_option_that_takes_a_value_says_its_default_and_times_say_seconds() -> None:
+    """``--help`` of each command: every optional value names its default, and its unit."""
+    parser = cli._parser()
+    [commands] = [a for a in parser._actions if a.dest == "command"]
+    checked = 0
+    for sub in [parser, *cast(dict[str, Any], commands.choices).values()]:
+        for action in sub._actions:
+            if not action.option_strings or action.nargs == 0 or action.required:
+                continue  # help, flags, and --tasks of the worker (no default to state)
+            text = " ".join((action.help or "").split())
+            assert "default" in text, (sub.prog, action.option_strings, text)
+            if action.dest in SECONDS:
+                assert "second" in text, (sub.prog, action.option_strings, text)
+            checked += 1
+    assert checked >= 25
+
+
+def test_exit_when_empty_says_what_it_does_with_jobs_due_later() -> None:
+    """A retry waiting out its backoff does not keep the worker: the help says so."""
+    parser = cli._parser()
+    [commands] = [a for a in parser._actions if a.dest == "command"]
+    worker = cast(dict[str, Any], commands.choices)["worker"]
+    [flag] = [a for a in worker._actions if a.dest == "exit_when_empty"]
+    text = " ".join((flag.help or "").split())
+    assert "retry" in text
+    assert "stay queued" in text
+    assert "running in any worker" in text
+
+
+# --- which queue ------------------------------------------------------------------------------
+
+
+def test_db_is_accepted_after_the_command_and_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--db`` before or after the command, or ``$JOBQUEUE_DB``; the command line wins."""
+    first, second = tmp_path / "a.db", tmp_path / "b.db"
+    assert run_cli(capsys, "enqueue", "t", "--db", str(first))[:2] == (0, "1\n")
+    monkeypatch.setenv("JOBQUEUE_DB", str(second))
+    assert run_cli(capsys, "enqueue", "t")[:2] == (0, "1\n")
+    assert run_cli(capsys, "enqueue", "t")[:2] == (0, "2\n")
+    assert run_cli(capsys, "--db", str(first), "enqueue", "t")[:2] == (0, "2\n")
+    status, out, _ = run_cli(capsys, "status", "--json", "--db", str(first))
+    assert (status, json.loads(out)["queued"]) == (0, 2)
+    monkeypatch.delenv("JOBQUEUE_DB")
+    assert_refused(run_cli(capsys, "status"), "--db", "JOBQUEUE_DB")
+
+
+READERS = [
+    ["status"],
+    ["status", "--json"],
+    ["show", "1"],
+    ["list"],
+    ["workers"],
+    ["requeue", "1"],
+    ["cancel", "1"],
+    ["purge"],
+]
+
+
+@pytest.mark.parametrize("args", READERS, ids=" ".join)
+def test_a_queue_that_does_not_exist_is_not_created_by_commands_that_only_inspect_or_change_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """Exit 2 with "no such queue: PATH", and no file; a dangling symlink is not followed."""
+    missing = tmp_path / "typo.db"
+    assert_refused(run_cli(capsys, "--db", str(missing), *args), f"no such queue: {missing}")
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "target.db")
+    assert_refused(run_cli(capsys, "--db", str(link), *args), "no such queue")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.db"]
+
+
+@pytest.mark.parametrize("db", [":memory:", "file::memory:", "file:q?mode=memory", "file:q.db"])
+@pytest.mark.parametrize("args", [["enqueue", "t"], ["worker", "--tasks", "m:t"], *READERS[:4]])
+def test_an_in_memory_database_or_an_sqlite_uri_is_refused_for_every_command(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    db: str,
+    args: list[str],
+) -> None:
+    """The job would vanish with the process: refused, whatever the command."""
+    monkeypatch.chdir(tmp_path)
+    line = assert_refused(run_cli(capsys, "--db", db, *args), db)
+    assert "memory" in line or "URI" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """Make ``path`` unwritable, even for root (``chattr +i``), for the block; else skip."""
+    if os.geteuid() != 0:
+        path.chmod(0o400)
+        try:
+            yield
+        finally:
+            path.chmod(0o600)
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None:
+        pytest.skip("running as root and chattr is missing: no way to make a file read-only")
+    made = subprocess.run([chattr, "+i", str(path)], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"running as root and chattr +i is refused here: {made.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", str(path)], check=True)
+
+
+def test_a_read_only_queue_is_refused_in_one_line_by_every_command_and_left_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file that cannot be written (WAL needs to, even to read): exit 2 naming it, no change."""
+    db = tmp_path / "q.db"
+    assert run_cli(capsys, "--db", str(db), "enqueue", "t")[0] == 0
+    before = db.read_bytes()
+    with immutable(db):
+        for command in (["enqueue", "t"], ["status"], ["list"], ["cancel", "1"]):
+            assert_refused(run_cli(capsys, "--db", str(db), *command), str(db), "read-only")
+    assert db.read_bytes() == before
+
+
+def test_a_worker_on_a_read_only_queue_is_refused_in_one_line_instead_of_looping(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before the worker starts: exit 2 and the reason; with --exit-when-empty it never exits 0.
+
+    A child process, as a shell runs it (the worker installs signal handlers). A store
+    that becomes unusable after the worker opened it is the worker's outage limit:
+    ``test_the_worker_exit_status_matches_its_report`` maps its report to status 1.
+    """
+    db = tmp_path / "q.db"
+    assert run_cli(capsys, "--db", str(db), "enqueue", "fast")[0] == 0
+    command = [
+        *("--db", str(db), "worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"),
+        *("--exit-when-empty", "--poll-interval", "0.05", "--store-outage-limit", "0.5"),
+    ]
+    with immutable(db):
+        result = subprocess.run(
+            [sys.executable, "-m", "patterns.jobqueue", *command],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=MUST_HAPPEN * 3,
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (cli.EXIT_USAGE, ""), result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(ERROR)
+    assert "read-only" in line
+    assert job(db, 1).state.value == "queued"  # nothing was claimed, nothing lost
+
+
+# --- the payload ------------------------------------------------------------------------------
+
+
+def test_the_payload_comes_from_stdin_or_a_file_and_bad_json_names_where_it_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``enqueue TASK -`` reads stdin, ``--payload-file`` a file; errors say which."""
+    db = str(tmp_path / "q.db")
+    big = {"blob": "x" * (DEFAULT_MAX_PAYLOAD_BYTES // 2)}  # far past what argv should carry
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(big).encode())))
+    assert run_cli(capsys, "--db", db, "enqueue", "t", "-")[:2] == (0, "1\n")
+    assert job(tmp_path / "q.db", 1).payload == big
+    payload_file = tmp_path / "p.json"
+    payload_file.write_text('{"n": [1, 2]}\n')
+    assert run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(payload_file))[0] == 0
+    assert job(tmp_path / "q.db", 2).payload == {"n": [1, 2]}
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"{oops")))
+    assert_refused(run_cli(capsys, "--db", db, "enqueue", "t", "-"), "invalid JSON", "from stdin")
+    payload_file.write_text("[1,")
+    assert_refused(
+        run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(payload_file)),
+        "invalid JSON",
+        f"from --payload-file {payload_file}",
+    )
+    payload_file.write_bytes(b'"\xff"')
+    assert_refused(
+        run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(payload_file)),
+        "not UTF-8",
+    )
+    assert_refused(
+        run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(tmp_path / "nope")),
+        "cannot read --payload-file",
+        "No such file",
+    )
+    assert_refused(
+        run_cli(capsys, "--db", db, "enqueue", "t", "1", "--payload-file", str(payload_file)),
+        "not both",
+    )
+    payload_file.write_text(json.dumps("y" * DEFAULT_MAX_PAYLOAD_BYTES))
+    assert_refused(
+        run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(payload_file)),
+        f"over the limit of {DEFAULT_MAX_PAYLOAD_BYTES} bytes",
+    )
+    assert_refused(run_cli(capsys, "--db", db, "enqueue", "t", "[" * 100_000), "invalid JSON")
+    out = run_cli(capsys, "--db", db, "status", "--json")[1]
+    assert json.loads(out)["queued"] == 2  # nothing refused was written
+
+
+# --- enqueue with the registry ----------------------------------------------------------------
+
+TASKS_MODULE = """
+from patterns.jobqueue.tasks import TaskRegistry
+
+tasks = TaskRegistry()
+
+@tasks.task(max_attempts=7, timeout=12.5)
+def patient(payload, ctx):
+    return None
+"""
+
+
+def test_enqueue_with_tasks_uses_the_tasks_defaults_and_warns_about_an_unknown_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registered max_attempts and timeout by default, the command line's when given."""
+    (tmp_path / "edge_tasks.py").write_text(textwrap.dedent(TASKS_MODULE))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with_tasks = ["--db", "q.db", "enqueue", "--tasks", "edge_tasks:tasks"]
+    assert run_cli(capsys, *with_tasks, "patient") == (0, "1\n", "")
+    assert run_cli(capsys, *with_tasks, "patient", "--max-attempts", "2", "--timeout", "3")[:2] == (
+        0,
+        "2\n",
+    )
+    status, out, err = run_cli(capsys, *with_tasks, "patinet")
+    assert (status, out) == (0, "3\n")
+    [warning] = err.splitlines()
+    assert warning.startswith("python -m patterns.jobqueue: warning: task 'patinet' is not in")
+    assert "registered: patient" in warning
+    assert [job(tmp_path / "q.db", n).max_attempts for n in (1, 2, 3)] == [7, 2, 3]
+    assert [job(tmp_path / "q.db", n).timeout for n in (1, 2, 3)] == [12.5, 3.0, None]
+    assert_refused(run_cli(capsys, *with_tasks[:-1], "nosuch:tasks", "patient"), "cannot import")
+
+
+# --- the worker's exit status, read from its report ---------------------------------------------
+
+
+class ReportingWorker:
+    """Stands in for `Worker`: ``run()`` returns the report the test chose."""
+
+    report: WorkerReport
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def run(self) -> WorkerReport:
+        """The chosen report, at once."""
+        return self.report
+
+
+class Exited(Exception):
+    """What the stand-in `force_exit` raises instead of ending the test process."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+@pytest.mark.parametrize(
+    ("report", "expected"),
+    [
+        (WorkerReport(terminated=True, still_running=(), worker="w"), 0),
+        (WorkerReport(False, ("job 4",), "w", still_running_ids=(4,)), 3),
+        # The claimer was stuck in a store call (a locked file) with no job running.
+        (WorkerReport(terminated=False, still_running=(), worker="w"), 1),
+        (WorkerReport(True, (), "w", failure="the store failed every claim for 60 s"), 1),
+    ],
+    ids=["clean", "jobs-still-running", "stuck-without-jobs", "store-unusable"],
+)
+def test_the_worker_exit_status_matches_its_report(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    report: WorkerReport,
+    expected: int,
+) -> None:
+    """3 only when the report names jobs still running; a stuck thread alone is 1."""
+    ReportingWorker.report = report
+    monkeypatch.setattr(cli, "Worker", ReportingWorker)
+
+    def force_exit(status: int, reason: str = "") -> None:
+        raise Exited(status)
+
+    monkeypatch.setattr(cli, "force_exit", force_exit)
+    tasks = "patterns.jobqueue.demo_tasks:tasks"
+    try:
+        status = cli.main(["--db", str(tmp_path / "q.db"), "worker", "--tasks", tasks])
+    except Exited as exc:
+        status = exc.status
+    assert status == expected
+
+
+# --- the demo's handlers ---------------------------------------------------------------------
+
+
+class Context:
+    """The little of `JobContext` the demo handlers read."""
+
+    attempt = 2
+
+    def sleep(self, seconds: float) -> None:
+        """A checkpoint that is never cancelled, and takes no time."""
+
+
+def test_the_demo_handlers_accept_the_default_null_payload() -> None:
+    """``enqueue slow`` with no payload sends null: the handlers take their defaults."""
+    ctx = cast(JobContext, Context())
+    assert demo_tasks.slow({"seconds": 0}, ctx) == "slow done"
+    assert demo_tasks.slow(None, cast(JobContext, Context())) == "slow done"  # 0.5 s
+    assert demo_tasks.crunch(None, ctx) == 20
+    assert demo_tasks.flaky(None, ctx) == "succeeded on attempt 2"
+    with pytest.raises(TypeError, match="must be a JSON object or null"):
+        demo_tasks.slow([1], ctx)
