@@ -69,9 +69,10 @@ Guarantees:
       restart finds such a job queued, attempts as before the claim. Only a job whose
       release failed keeps its lease, and runs again once it expires.
     * Leases are renewed until the STOPPED transition, draining included. Each beat
-      also writes the worker's row (`~patterns.jobqueue.store.Store.record_worker`: state, jobs held; expiring
-      after three beats), as does each transition; STOPPED deletes it. A row write
-      that fails is logged (at most once a minute) and never stops the worker.
+      also writes the worker's row (`~patterns.jobqueue.store.Store.record_worker`:
+      state, jobs held; expiring after three beats), as does each transition; STOPPED
+      deletes it. A row write that fails is logged (at most once a minute) and never
+      stops the worker.
     * A handler's return value is the job's ``result`` if the store can keep it (JSON,
       within its size limit); otherwise the job completes with None and a WARNING
       naming the job and why. Each completed job is logged at INFO with its duration.
@@ -80,8 +81,9 @@ Guarantees:
       fails the attempt with "timed out after Xs", for the failure policy to retry; one
       that ignores it keeps its thread and slot, is logged once at WARNING and counted
       (``WorkerStats.overdue``).
-    * An operator's `~patterns.jobqueue.store.Store.cancel` of a running job reaches its handler at the next
-      beat (its token only): a handler that stops ends the job ``cancelled``
+    * An operator's `~patterns.jobqueue.store.Store.cancel` of a running job reaches
+      its handler at the next beat (its token only): a handler that stops ends the job
+      ``cancelled``
       (``Outcome.CANCELLED``, no ``on_failure``); one that finishes anyway completes it,
       and the log says it ignored the cancel.
     * `Worker.start` is all or nothing: if it fails part-way (a thread that cannot
