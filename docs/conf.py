@@ -22,6 +22,7 @@ extensions = [
     "sphinx.ext.graphviz",
     "sphinx_copybutton",
     "pitfall_catalogue",
+    "lanes",
 ]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
