@@ -231,3 +231,37 @@ def test_b1_naive_light_waits_for_the_heavy_query_and_fixed_is_answered_during_i
     fixed = SCENARIOS["bulkhead.b1"].fixed()
     assert "503" in first(fixed, "answers /heavy (2)").text
     assert first(fixed, "answers /light: 200").index < first(fixed, "the heavy query ends").index
+
+
+def test_p15_naive_child_leaves_the_file_without_end_and_fixed_writes_it_before_exit() -> None:
+    """P15 in a child: naive, no finally and no END; fixed, the finally runs after main."""
+    naive = SCENARIOS["daemon_threads.p15"].naive()
+    assert [e.text for e in naive.events if e.thread == "export"][-1] == "writes row 2"
+    assert "'row 2'" in bad(naive)[0].text
+    assert bad(naive)[0].thread == "parent"
+
+    fixed = SCENARIOS["daemon_threads.p15"].fixed()
+    assert first(fixed, "main returns").index < first(fixed, "finally: writes END").index
+    assert "'END'" in first(fixed, "child exited 0").text
+
+
+def test_p22_naive_child_sleeps_through_a_workers_signal_and_fixed_wakes() -> None:
+    """P22 in a child: naive, on_stop waits for the parent's second signal; fixed, it does not."""
+    naive = SCENARIOS["exit_hooks.p22"].naive()
+    [asleep] = bad(naive)
+    assert first(naive, "signal delivered", "helper").index < asleep.index
+    assert asleep.index < first(naive, "on_stop()").index
+    assert first(naive, "on_stop()").thread == "MainThread"
+
+    fixed = SCENARIOS["exit_hooks.p22"].fixed()
+    assert first(fixed, "on_stop()").thread not in {"MainThread", "parent"}
+    assert first(fixed, "on_stop()").index < first(fixed, "wakes: stopped").index
+    assert not any("to the process" in e.text for e in fixed.events)
+
+
+def test_a_foreign_event_older_than_the_last_one_is_refused() -> None:
+    """Events from a child are merged in time order; one out of order is an error, not a guess."""
+    tracer = Tracer()
+    tracer.record(200, "child", "late")
+    with pytest.raises(ValueError, match="older than the last one"):
+        tracer.record(100, "child", "early")

@@ -12,20 +12,13 @@ they are the code, run again on every build.
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, ClassVar
 
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
-from patterns.teaching.scenarios import SCENARIOS
-
-HOW_TO_READ = (
-    "Each lane is a thread; the marks are numbered in the order they happened, spaced by "
-    "order, not to scale, and the key gives each mark's time since the first one. "
-    "The failure is red. Drawn from runs made while this page was built."
-)
+from patterns.teaching.scenarios import SCENARIOS, pair_html
 
 
 class RaceLanes(SphinxDirective):
@@ -41,21 +34,7 @@ class RaceLanes(SphinxDirective):
         if key not in SCENARIOS:
             known = ", ".join(sorted(SCENARIOS))
             raise self.error(f"race-lanes: unknown scenario {key!r}; known: {known}")
-        scenario = SCENARIOS[key]
-        naive, fixed = scenario.naive(), scenario.fixed()
-        naive.title = f"Naive: {naive.title}"
-        fixed.title = f"Fixed: {fixed.title}"
-        columns = max(len(naive.events), len(fixed.events))
-        html = (
-            f'<figure class="race-lanes" id="race-lanes-{escape(key.replace(".", "-"))}">'
-            '<div class="race-lanes-pair">'
-            f'<div class="race-lanes-one">{naive.svg(columns=columns)}</div>'
-            f'<div class="race-lanes-one">{fixed.svg(columns=columns)}</div>'
-            "</div>"
-            f"<figcaption><p>{escape(scenario.pitfall)}: {escape(scenario.caption)} "
-            f"<em>{escape(HOW_TO_READ)}</em></p></figcaption>"
-            "</figure>"
-        )
+        html = pair_html(key, when="Drawn from runs made while this page was built.")
         return [nodes.raw("", html, format="html")]
 
 

@@ -57,23 +57,45 @@ class Tracer:
         with self._lock:
             self._labels[thread] = label
 
-    def mark(self, text: str, *, bad: bool = False, after: Event | None = None) -> Event:
-        """Record ``text`` now, in the calling thread's lane.
+    def mark(
+        self,
+        text: str,
+        *,
+        bad: bool = False,
+        after: Event | None = None,
+        thread: str | None = None,
+    ) -> Event:
+        """Record ``text`` now, in the calling thread's lane (or the lane ``thread``).
 
         ``bad`` marks the failure; ``after`` is an earlier event (in another lane) this
         one had to wait for, drawn as a dotted arrow from it.
         """
-        thread = threading.current_thread().name
+        name = threading.current_thread().name if thread is None else thread
         with self._lock:  # timestamp taken under the lock, so index order is time order
-            event = Event(
-                index=len(self._events),
-                t_ns=time.perf_counter_ns(),
-                thread=thread,
-                text=text,
-                bad=bad,
-                after=None if after is None else after.index,
-            )
-            self._events.append(event)
+            return self._append(time.perf_counter_ns(), name, text, bad, after)
+
+    def record(self, t_ns: int, thread: str, text: str, *, bad: bool = False) -> Event:
+        """Add an event recorded elsewhere (another process's ``perf_counter_ns()``).
+
+        On Linux and macOS ``perf_counter`` is one clock for every process, so events from
+        a child and from this process can share a trace. Raises `ValueError` for an event
+        older than the last one, rather than drawing them out of order.
+        """
+        with self._lock:
+            if self._events and t_ns < self._events[-1].t_ns:
+                raise ValueError(f"event {text!r} at {t_ns} ns is older than the last one")
+            return self._append(t_ns, thread, text, bad, None)
+
+    def _append(self, t_ns: int, thread: str, text: str, bad: bool, after: Event | None) -> Event:
+        event = Event(
+            index=len(self._events),
+            t_ns=t_ns,
+            thread=thread,
+            text=text,
+            bad=bad,
+            after=None if after is None else after.index,
+        )
+        self._events.append(event)
         return event
 
     @property

@@ -12,16 +12,24 @@ in a mark. Docs: docs/_ext/lanes.py
 from __future__ import annotations
 
 import contextlib
+import html
 import io
+import json
 import logging
+import os
 import queue
 import re
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from patterns import (
     bulkhead,
@@ -41,7 +49,7 @@ from patterns.naive import supervisor as naive_supervisor
 from patterns.naive import thread_exceptions as naive_thread_exceptions
 from patterns.teaching.lanes import Event, Tracer
 
-__all__ = ["SCENARIOS", "Scenario"]
+__all__ = ["SCENARIOS", "Scenario", "pair_html"]
 
 # How long a scenario waits for something that must happen (it happens in microseconds;
 # this only turns a broken scenario into an error instead of a hang).
@@ -609,6 +617,237 @@ def _b1_fixed() -> Tracer:
     return _b1_run(fixed=True)
 
 
+# --- scenarios that need a process of their own: interpreter exit, signals -----------
+# The child prints one JSON line per mark (its perf_counter_ns, thread, text); the parent
+# adds its own marks and merges both by time into one trace.
+
+_CHILD_MARK = """
+import json, sys, threading, time
+
+def mark(text, bad=False):
+    line = json.dumps({"t": time.perf_counter_ns(), "thread": threading.current_thread().name,
+                       "text": text, "bad": bad})
+    sys.stdout.write(line + "\\n")  # one write per line: threads may mark at once
+    sys.stdout.flush()
+"""
+
+
+class _Child:
+    """A child interpreter running ``code``; its marks and the parent's, in time order."""
+
+    def __init__(self, code: str, parent_lane: str = "parent") -> None:
+        self.parent_lane = parent_lane
+        self.marks: list[tuple[int, str, str, bool]] = []
+        self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.mark("starts the child")
+        root = Path(__file__).resolve().parent.parent.parent  # the checkout, for `patterns`
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD_MARK + code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.reader = _thread("child-reader", self._read)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+        self.lines.put(None)
+
+    def mark(self, text: str, *, bad: bool = False) -> None:
+        self.marks.append((time.perf_counter_ns(), self.parent_lane, text, bad))
+
+    def expect(self, text: str) -> None:
+        """Wait for the child's mark that starts with ``text``."""
+        while True:
+            item = self.lines.get(timeout=MUST_HAPPEN)
+            if item is None:
+                raise RuntimeError(f"child ended before {text!r}: {self.stderr()}")
+            self._keep(item)
+            if str(item["text"]).startswith(text):
+                return
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.stderr and self.proc.poll() is not None else ""
+
+    def finish(self) -> int:
+        """Wait for the child to exit; collect its remaining marks; return its status."""
+        try:
+            status = self.proc.wait(MUST_HAPPEN)
+        finally:
+            self.proc.kill()
+            self.proc.wait()
+            _join(self.reader)
+        while (item := self.lines.get_nowait()) is not None:
+            self._keep(item)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        return status
+
+    def _keep(self, item: dict[str, Any]) -> None:
+        self.marks.append((int(item["t"]), str(item["thread"]), str(item["text"]), item["bad"]))
+
+    def trace(self, title: str, lanes: dict[str, str]) -> Tracer:
+        tracer = Tracer(title, lanes)
+        for t_ns, thread, text, bad in sorted(self.marks):
+            tracer.record(t_ns, thread, text, bad=bad)
+        return tracer
+
+
+# daemon_threads, P15: a daemon thread is abandoned mid-file at exit. The export is the
+# race tests' child, with marks.
+_P15_CHILD = """
+import queue
+from patterns.daemon_threads import run_with_service
+from patterns.naive.daemon_threads import naive_run_with_daemon
+
+rows = queue.Queue()
+both_written = threading.Event()
+
+def export(stopping):
+    out = open({path!r}, "w")
+    try:
+        out.write("BEGIN\\n")
+        mark("opens export.txt, writes BEGIN")
+        while not stopping.is_set():
+            try:
+                row = rows.get(timeout=0.05)  # a bounded wait, so a stop is noticed
+            except queue.Empty:
+                continue
+            out.write(row + "\\n")
+            out.flush()
+            mark("writes " + row)
+            if row == "row 2":
+                both_written.set()
+    finally:
+        out.write("END\\n")
+        out.close()
+        mark("finally: writes END, closes the file")
+
+def main():
+    rows.put("row 1")
+    rows.put("row 2")
+    both_written.wait(30)
+    mark("main returns")
+
+{function}(main, export, name="export"{extra})
+"""
+
+
+def _p15_run(fixed: bool) -> Tracer:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "export.txt")
+        code = _P15_CHILD.format(
+            function="run_with_service" if fixed else "naive_run_with_daemon",
+            path=str(path),
+            extra=", stop_timeout=5" if fixed else "",
+        )
+        child = _Child(code)
+        status = child.finish()
+        last = path.read_text().splitlines()[-1]
+    whole = last == "END"
+    child.mark(
+        f"child exited {status}; export.txt ends with {last!r}"
+        + ("" if whole else ": no END, and nothing said so"),
+        bad=not whole,
+    )
+    title = "run_with_service" if fixed else "naive_run_with_daemon"
+    return child.trace(title, {"MainThread": "child main", "export": "export thread"})
+
+
+def _p15_naive() -> Tracer:
+    return _p15_run(fixed=False)
+
+
+def _p15_fixed() -> Tracer:
+    return _p15_run(fixed=True)
+
+
+# exit_hooks, P22: a signal taken by another thread, while the main thread sleeps in
+# Event.wait(). The child is the race tests' one, with marks.
+_P22_CHILD = """
+import inspect, signal
+from patterns.exit_hooks import install_signal_handlers
+from patterns.naive.exit_hooks import naive_install_stop_handler
+
+# The line of Condition.wait where a wait with no timeout sleeps in C: seeing the main
+# thread there means it is asleep, not on its way.
+_src, _first = inspect.getsourcelines(threading.Condition.wait)
+ASLEEP = _first + next(i for i, s in enumerate(_src)
+                       if s.strip() == "waiter.acquire()"
+                       and _src[i - 1].strip() == "if timeout is None:")
+
+def main_is_asleep():
+    # Asleep in Condition.wait, called by Event.wait, called by the module's own
+    # stop.wait() (Thread.start() waits in an Event too: that one does not count).
+    frames = []
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return (len(frames) >= 3 and frames[0].f_code is threading.Condition.wait.__code__
+            and frames[0].f_lineno == ASLEEP and frames[2].f_code.co_name == "<module>")
+
+stop = threading.Event()
+
+def on_stop():
+    mark("on_stop(): stop.set()")
+    stop.set()
+
+{install}(on_stop)
+
+def signal_this_thread():
+    while not main_is_asleep():
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+    mark("SIGTERM aimed at this thread (pthread_kill)")
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    mark("signal delivered")
+
+helper = threading.Thread(target=signal_this_thread, name="helper")
+helper.start()
+mark("stop.wait(), no timeout")
+stop.wait()
+mark("wakes: stopped")
+helper.join()
+"""
+
+
+def _p22_run(fixed: bool) -> Tracer:
+    install = "install_signal_handlers" if fixed else "naive_install_stop_handler"
+    child = _Child(_P22_CHILD.format(install=install))
+    try:
+        child.expect("signal delivered")
+        if fixed:
+            child.expect("wakes")
+        else:
+            try:
+                child.proc.wait(LOOK)
+            except subprocess.TimeoutExpired:
+                child.mark("the child's main thread sleeps on", bad=True)
+            else:
+                raise RuntimeError("P22: the naive child exited after a worker's signal")
+            child.mark("SIGTERM to the process: the main thread takes this one")
+            child.proc.send_signal(signal.SIGTERM)
+        status = child.finish()
+    finally:
+        child.proc.kill()
+    child.mark(f"child exited {status}")
+    lanes = {"MainThread": "child main", "helper": "child helper"}
+    return child.trace(install, lanes)
+
+
+def _p22_naive() -> Tracer:
+    return _p22_run(fixed=False)
+
+
+def _p22_fixed() -> Tracer:
+    return _p22_run(fixed=True)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "executor_shutdown.p1": Scenario(
         "P1",
@@ -652,6 +891,21 @@ SCENARIOS: dict[str, Scenario] = {
         "under a supervisor the producer notices the death and returns what it could "
         "not deliver.",
     ),
+    "daemon_threads.p15": Scenario(
+        "P15",
+        _p15_naive,
+        _p15_fixed,
+        "The daemon thread is abandoned at exit, its finally never runs and the file has "
+        "no END; a service stopped in main's finally writes END before the process exits.",
+    ),
+    "exit_hooks.p22": Scenario(
+        "P22",
+        _p22_naive,
+        _p22_fixed,
+        "A SIGTERM taken by a helper thread never wakes a main thread asleep in "
+        "stop.wait() with the textbook handler; with install_signal_handlers, on_stop "
+        "runs in a thread of its own and the main thread wakes.",
+    ),
     "bulkhead.b1": Scenario(
         "B1",
         _b1_naive,
@@ -661,3 +915,32 @@ SCENARIOS: dict[str, Scenario] = {
         "so /light is answered while the heavy query runs.",
     ),
 }
+
+
+HOW_TO_READ = (
+    "Each lane is a thread; the marks are numbered in the order they happened, spaced by "
+    "order, not to scale, and the key gives each mark's time since the first one. "
+    "The failure is red."
+)
+
+
+def pair_html(key: str, *, when: str = "Drawn from runs made just now.") -> str:
+    """Run ``SCENARIOS[key]`` and return both pictures as one HTML figure with a caption.
+
+    Inline SVG, so the drawing takes the page's text colour (light and dark themes);
+    side by side when there is room for both, one above the other when there is not.
+    """
+    scenario = SCENARIOS[key]
+    naive, fixed = scenario.naive(), scenario.fixed()
+    naive.title = f"Naive: {naive.title}"
+    fixed.title = f"Fixed: {fixed.title}"
+    columns = max(len(naive.events), len(fixed.events))
+    one = 'style="flex:1 1 20em;min-width:0"'
+    caption = f"{scenario.pitfall}: {scenario.caption} {HOW_TO_READ} {when}"
+    return (
+        f'<figure class="race-lanes" id="race-lanes-{html.escape(key.replace(".", "-"))}">'
+        '<div class="race-lanes-pair" style="display:flex;flex-wrap:wrap;gap:1em">'
+        f"<div {one}>{naive.svg(columns=columns)}</div>"
+        f"<div {one}>{fixed.svg(columns=columns)}</div>"
+        f"</div><figcaption><p>{html.escape(caption)}</p></figcaption></figure>"
+    )
