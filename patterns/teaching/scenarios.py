@@ -645,7 +645,7 @@ class _Child:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _CHILD_MARK + code],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             text=True,
             env=env,
         )
@@ -661,32 +661,36 @@ class _Child:
         self.marks.append((time.perf_counter_ns(), self.parent_lane, text, bad))
 
     def expect(self, text: str) -> None:
-        """Wait for the child's mark that starts with ``text``."""
-        while True:
+        """Wait for the child's mark that starts with ``text``, unless it came already.
+
+        Two threads' lines reach the pipe in the order they were written, not marked.
+        """
+        while not any(mark[2].startswith(text) for mark in self.marks if mark[1] != "parent"):
             item = self.lines.get(timeout=MUST_HAPPEN)
             if item is None:
-                raise RuntimeError(f"child ended before {text!r}: {self.stderr()}")
+                raise RuntimeError(f"child ended before {text!r}: {self.marks}")
             self._keep(item)
-            if str(item["text"]).startswith(text):
-                return
-
-    def stderr(self) -> str:
-        return self.proc.stderr.read() if self.proc.stderr and self.proc.poll() is not None else ""
 
     def finish(self) -> int:
         """Wait for the child to exit; collect its remaining marks; return its status."""
         try:
-            status = self.proc.wait(MUST_HAPPEN)
+            return self.proc.wait(MUST_HAPPEN)
         finally:
+            self.close()
+
+    def close(self) -> None:
+        """Kill the child if it still runs, and collect what it printed (idempotent)."""
+        if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait()
-            _join(self.reader)
-        while (item := self.lines.get_nowait()) is not None:
-            self._keep(item)
+        self.proc.wait()
+        _join(self.reader)
+        while not self.lines.empty():
+            item = self.lines.get_nowait()
+            if item is not None:
+                self._keep(item)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
-        return status
 
     def _keep(self, item: dict[str, Any]) -> None:
         self.marks.append((int(item["t"]), str(item["thread"]), str(item["text"]), item["bad"]))
@@ -747,7 +751,10 @@ def _p15_run(fixed: bool) -> Tracer:
             extra=", stop_timeout=5" if fixed else "",
         )
         child = _Child(code)
-        status = child.finish()
+        try:
+            status = child.finish()
+        finally:
+            child.close()
         last = path.read_text().splitlines()[-1]
     whole = last == "END"
     child.mark(
