@@ -366,7 +366,7 @@ def _silent_death_run(fixed: bool) -> Tracer:
 
     def stand_in_for_the_default_hook(args: threading.ExceptHookArgs) -> None:
         # What the default hook would do, minus the print (kept out of the build log).
-        tracer.mark(f"default hook: prints {args.exc_type.__name__} to stderr")
+        tracer.mark(f"threading.excepthook (the default prints {args.exc_type.__name__})")
 
     def work() -> None:
         tracer.mark("raises ValueError('bad row 3')")
@@ -421,7 +421,7 @@ def _p9_naive() -> Tracer:
         try:
             naive_supervisor.naive_consume(q, _poison)
         except ValueError as exc:  # what the default hook would print, and nothing more
-            tracer.mark(f"dies of ValueError({exc}); only stderr hears")
+            tracer.mark(f"dies of ValueError({exc}); the default hook would only print it")
         died.set()
 
     def items() -> Iterator[str]:
