@@ -186,16 +186,16 @@ def test_p10_naive_strands_two_consumers_and_fixed_ends_all_three() -> None:
 
 
 def test_p14_naive_ignores_the_flag_and_fixed_wakes_every_consumer_on_shutdown() -> None:
-    """P14: the flag changes nothing until wake-up items come; shutdown() wakes both."""
+    """P14: the flag changes nothing until wake-up items come; shutdown() wakes all three."""
     naive = SCENARIOS["closable_queue.p14"].naive()
     stop = first(naive, "stop.set()")
     assert all(stop.index < e.index for e in bad(naive))
-    assert len([e for e in bad(naive) if "as if it were data" in e.text]) == 2
+    assert len([e for e in bad(naive) if "as if it were data" in e.text]) == 3
 
     fixed = SCENARIOS["closable_queue.p14"].fixed()
     shutdown = first(fixed, "q.shutdown()")
     woken = [e for e in fixed.events if "ShutDown" in e.text]
-    assert len(woken) == 2
+    assert len(woken) == 3
     assert all(e.after == shutdown.index for e in woken)
 
 

@@ -317,14 +317,14 @@ def _p14_naive() -> Tracer:
         naive_closable_queue.naive_consume(q, handle, stop)
         tracer.mark("sees the flag: returns")
 
-    threads = [_thread(f"consumer-{i}", consumer) for i in range(2)]
+    threads = [_thread(f"consumer-{i}", consumer) for i in range(3)]
     for thread in threads:
         _blocked_in(thread, "get")
     tracer.mark("stop.set(); join()")
     stop.set()
     if not _still_blocked(threads[0]):
         raise RuntimeError("P14: a consumer saw the flag while blocked in get()")
-    tracer.mark("join() does not return: both still in get()", bad=True)
+    tracer.mark("join() does not return: all three still in get()", bad=True)
     tracer.mark("puts one wake-up item per consumer")
     for _ in threads:
         q.put("wake-up")
@@ -347,7 +347,7 @@ def _p14_fixed() -> Tracer:
             tracer.mark(f"handles {item!r}")
 
     closed: Event | None = None
-    threads = [_thread(f"consumer-{i}", consumer) for i in range(2)]
+    threads = [_thread(f"consumer-{i}", consumer) for i in range(3)]
     for thread in threads:
         _blocked_in(thread, "get")
     closed = tracer.mark("q.shutdown(); join()")
