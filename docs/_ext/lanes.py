@@ -34,7 +34,10 @@ class RaceLanes(SphinxDirective):
         if key not in SCENARIOS:
             known = ", ".join(sorted(SCENARIOS))
             raise self.error(f"race-lanes: unknown scenario {key!r}; known: {known}")
-        html = pair_html(key, when="Drawn from runs made while this page was built.")
+        try:
+            html = pair_html(key, when="Drawn from runs made while this page was built.")
+        except Exception as exc:  # a scenario that broke: one clear build error, not a crash
+            raise self.error(f"race-lanes {key}: the scenario failed: {exc!r}") from exc
         return [nodes.raw("", html, format="html")]
 
 
