@@ -23,6 +23,7 @@ extensions = [
     "sphinx_copybutton",
     "pitfall_catalogue",
     "notebook_download",
+    "lanes",
 ]
 
 myst_enable_extensions = ["colon_fence", "deflist"]

@@ -1,0 +1,268 @@
+"""The race pictures: the tracer, the SVG it draws, and the scenarios the docs build runs."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from patterns.teaching.lanes import Event, Tracer
+from patterns.teaching.scenarios import SCENARIOS
+
+from .support import join_or_fail
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def first(tracer: Tracer, text: str, thread: str | None = None) -> Event:
+    """The first event whose text contains ``text`` (in ``thread``'s lane, if given)."""
+    for event in tracer.events:
+        if text in event.text and (thread is None or event.thread == thread):
+            return event
+    raise AssertionError(f"no event {text!r} in {[e.text for e in tracer.events]}")
+
+
+def bad(tracer: Tracer) -> list[Event]:
+    """The events marked as the failure."""
+    return [event for event in tracer.events if event.bad]
+
+
+# --- the tracer ----------------------------------------------------------------------------
+
+
+def test_marks_from_many_threads_get_one_lane_each_in_first_seen_order() -> None:
+    """Every mark is kept, with its thread, and indices follow the timestamps."""
+    tracer = Tracer()
+    tracer.mark("main first")
+    start = threading.Barrier(4)
+
+    def marker() -> None:
+        start.wait(10)
+        for i in range(50):
+            tracer.mark(f"mark {i}")
+
+    threads = [threading.Thread(target=marker, name=f"t{i}") for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        join_or_fail(thread)
+
+    events = tracer.events
+    assert len(events) == 1 + 4 * 50
+    assert [e.index for e in events] == list(range(len(events)))
+    assert all(a.t_ns <= b.t_ns for a, b in itertools.pairwise(events))
+    assert tracer.lanes[0] == "MainThread"
+    assert sorted(tracer.lanes[1:]) == ["t0", "t1", "t2", "t3"]
+    for name in ["t0", "t1", "t2", "t3"]:  # each thread's own marks stay in its order
+        assert [e.text for e in events if e.thread == name] == [f"mark {i}" for i in range(50)]
+
+
+def test_a_lane_can_be_named_in_advance_or_later() -> None:
+    """A label replaces the thread's name in the picture; the thread name stays in the event."""
+    tracer = Tracer(lanes={"MainThread": "main"})
+    tracer.mark("x")
+    tracer.name_lane("MainThread", "the main thread")
+    assert tracer.label("MainThread") == "the main thread"
+    assert tracer.label("other") == "other"
+    assert tracer.events[0].thread == "MainThread"
+
+
+# --- the picture ---------------------------------------------------------------------------
+
+
+def two_lane_trace() -> Tracer:
+    """Main closes; a worker fails because of it, and says so with a < and an &."""
+    tracer = Tracer("a <title> & more", {"MainThread": "main"})
+    closed = tracer.mark("out.close() <now>")
+
+    def worker() -> None:
+        tracer.mark("write() failed: a < b & c > d", bad=True, after=closed)
+
+    thread = threading.Thread(target=worker, name="worker")
+    thread.start()
+    join_or_fail(thread)
+    return tracer
+
+
+def test_the_svg_is_well_formed_with_one_lane_per_thread() -> None:
+    """The SVG parses as XML, has a viewBox, a lane label per thread and a mark per event."""
+    tracer = two_lane_trace()
+    root = ET.fromstring(tracer.svg("what to look at"))
+
+    assert root.tag == f"{SVG}svg"
+    assert len(root.get("viewBox", "").split()) == 4
+    lanes = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "lane"]
+    assert lanes == ["main", "worker"]
+    assert len(list(root.iter(f"{SVG}circle"))) == 2
+    assert [c.get("class") for c in root.iter(f"{SVG}circle")].count("bad") == 1
+    assert len(list(root.iter(f"{SVG}polygon"))) == 1  # the arrow from the close to the failure
+
+
+def test_the_svg_escapes_every_text() -> None:
+    """Angle brackets and ampersands in titles and events come back intact, not as markup."""
+    tracer = two_lane_trace()
+    svg = tracer.svg("a caption with <b>")
+    # Joined with spaces: the key wraps long lines at a space.
+    texts = " ".join(t.text or "" for t in ET.fromstring(svg).iter(f"{SVG}text"))
+
+    assert "a <title> & more" in texts
+    assert "out.close() <now>" in texts
+    assert "a < b & c > d" in texts
+    assert "<b>" not in svg  # escaped in the source, present in the parsed text
+    assert "a caption with <b>" in texts
+
+
+def test_columns_widen_the_time_axis_for_a_side_by_side_pair() -> None:
+    """Two pictures drawn with the same columns share one width."""
+    short, long = Tracer(), Tracer()
+    short.mark("one")
+    for i in range(12):
+        long.mark(f"event {i}")
+    width = [ET.fromstring(t.svg(columns=12)).get("viewBox", "").split()[2] for t in (short, long)]
+    assert width[0] == width[1]
+
+
+# --- the scenarios -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", sorted(SCENARIOS))
+def test_each_naive_scenario_records_its_failure(key: str) -> None:
+    """The naive run goes wrong, and the trace has the moment it did, marked bad."""
+    tracer = SCENARIOS[key].naive()
+    assert bad(tracer), [e.text for e in tracer.events]
+    ET.fromstring(tracer.svg(SCENARIOS[key].caption))
+
+
+@pytest.mark.parametrize("key", sorted(SCENARIOS))
+def test_each_fixed_scenario_records_no_failure(key: str) -> None:
+    """The pattern holds under the same interleaving: nothing in the trace is marked bad."""
+    tracer = SCENARIOS[key].fixed()
+    assert bad(tracer) == []
+    assert len(tracer.lanes) >= 2
+    ET.fromstring(tracer.svg(SCENARIOS[key].caption))
+
+
+def test_p1_naive_close_comes_before_the_failed_write_and_fixed_after_the_write() -> None:
+    """P1: naive, the close overtakes the write; fixed, the close waits for it."""
+    naive = SCENARIOS["executor_shutdown.p1"].naive()
+    close, [failed] = first(naive, "out.close()"), bad(naive)
+    assert (close.thread, failed.thread) == ("MainThread", "worker_0")
+    assert close.index < failed.index
+    assert failed.after == close.index
+    assert "closed file" in failed.text
+
+    fixed = SCENARIOS["executor_shutdown.p1"].fixed()
+    assert first(fixed, "write('result') done").index < first(fixed, "out.close()").index
+    assert "'result'" in first(fixed, "when it was closed").text
+
+
+def test_c1_naive_runs_steps_after_the_cancel_and_fixed_stops_after_the_current_one() -> None:
+    """C1: every step after the cancel runs naive; none does with crunch."""
+    naive = SCENARIOS["cancellation.c1"].naive()
+    cancel, [late] = first(naive, "token.cancel"), bad(naive)
+    assert cancel.index < late.index
+    assert late.text.startswith("step(1)")
+    assert "returned 4" in first(naive, "returned", "worker_0").text
+
+    fixed = SCENARIOS["cancellation.c1"].fixed()
+    assert [e.text for e in fixed.events if e.text.startswith("step(")] == ["step(0)"]
+    assert first(fixed, "token.cancel").index < first(fixed, "raised Cancelled").index
+
+
+def test_p10_naive_strands_two_consumers_and_fixed_ends_all_three() -> None:
+    """P10: after one pill exactly one consumer returns before the failure; fixed, all three."""
+    naive = SCENARIOS["poison_pill.p10"].naive()
+    [stranded] = bad(naive)
+    returned = [e for e in naive.events if e.text.startswith("took a pill")]
+    assert len([e for e in returned if e.index < stranded.index]) == 1
+    assert len(returned) == 3  # the two others only after the scenario's extra pills
+
+    fixed = SCENARIOS["poison_pill.p10"].fixed()
+    returned = [e for e in fixed.events if e.text.startswith("took a pill")]
+    assert len(returned) == 3
+    assert all(first(fixed, "send_pills").index < e.index for e in returned)
+
+
+def test_p14_naive_ignores_the_flag_and_fixed_wakes_every_consumer_on_shutdown() -> None:
+    """P14: the flag changes nothing until wake-up items come; shutdown() wakes all three."""
+    naive = SCENARIOS["closable_queue.p14"].naive()
+    stop = first(naive, "stop.set()")
+    assert all(stop.index < e.index for e in bad(naive))
+    assert len([e for e in bad(naive) if "as if it were data" in e.text]) == 3
+
+    fixed = SCENARIOS["closable_queue.p14"].fixed()
+    shutdown = first(fixed, "q.shutdown()")
+    woken = [e for e in fixed.events if "ShutDown" in e.text]
+    assert len(woken) == 3
+    assert all(e.after == shutdown.index for e in woken)
+
+
+def test_silent_death_naive_exits_0_and_fixed_logs_and_exits_1() -> None:
+    """A worker's ValueError leaves status 0 naive; run_main logs it and returns 1."""
+    naive = SCENARIOS["thread_exceptions.silent_death"].naive()
+    assert bad(naive)[-1].text.startswith("exit status 0")
+    assert first(naive, "raises ValueError").thread == "worker"
+
+    fixed = SCENARIOS["thread_exceptions.silent_death"].fixed()
+    logged = first(fixed, "logs ERROR", "worker")
+    assert "bad row 3" in logged.text
+    assert logged.index < first(fixed, "exit status 1").index
+
+
+def test_p9_naive_producer_blocks_after_the_death_and_fixed_returns_what_is_left() -> None:
+    """P9: naive, the put blocks after the consumer died; fixed, the producer returns 'b'."""
+    naive = SCENARIOS["supervisor.p9"].naive()
+    [blocked] = bad(naive)
+    assert first(naive, "dies of ValueError", "consumer").index < blocked.index
+
+    fixed = SCENARIOS["supervisor.p9"].fixed()
+    died = first(fixed, "died", "consumer")
+    returned = first(fixed, "returned ['b']", "producer")
+    assert first(fixed, "lets the consumer fail").index < died.index < returned.index
+
+
+def test_b1_naive_light_waits_for_the_heavy_query_and_fixed_is_answered_during_it() -> None:
+    """B1: naive, /light is answered only after the heavy query; fixed, while it runs."""
+    naive = SCENARIOS["bulkhead.b1"].naive()
+    ends = first(naive, "the heavy query ends")
+    assert bad(naive)[0].index < ends.index < first(naive, "answers /light").index
+
+    fixed = SCENARIOS["bulkhead.b1"].fixed()
+    assert "503" in first(fixed, "answers /heavy (2)").text
+    assert first(fixed, "answers /light: 200").index < first(fixed, "the heavy query ends").index
+
+
+def test_p15_naive_child_leaves_the_file_without_end_and_fixed_writes_it_before_exit() -> None:
+    """P15 in a child: naive, no finally and no END; fixed, the finally runs after main."""
+    naive = SCENARIOS["daemon_threads.p15"].naive()
+    assert [e.text for e in naive.events if e.thread == "export"][-1] == "writes row 2"
+    assert "'row 2'" in bad(naive)[0].text
+    assert bad(naive)[0].thread == "parent"
+
+    fixed = SCENARIOS["daemon_threads.p15"].fixed()
+    assert first(fixed, "main returns").index < first(fixed, "finally: writes END").index
+    assert "'END'" in first(fixed, "child exited 0").text
+
+
+def test_p22_naive_child_sleeps_through_a_workers_signal_and_fixed_wakes() -> None:
+    """P22 in a child: naive, on_stop waits for the parent's second signal; fixed, it does not."""
+    naive = SCENARIOS["exit_hooks.p22"].naive()
+    [asleep] = bad(naive)
+    assert first(naive, "signal delivered", "helper").index < asleep.index
+    assert asleep.index < first(naive, "on_stop()").index
+    assert first(naive, "on_stop()").thread == "MainThread"
+
+    fixed = SCENARIOS["exit_hooks.p22"].fixed()
+    assert first(fixed, "on_stop()").thread not in {"MainThread", "parent"}
+    assert first(fixed, "on_stop()").index < first(fixed, "wakes: stopped").index
+    assert not any("to the process" in e.text for e in fixed.events)
+
+
+def test_a_foreign_event_older_than_the_last_one_is_refused() -> None:
+    """Events from a child are merged in time order; one out of order is an error, not a guess."""
+    tracer = Tracer()
+    tracer.record(200, "child", "late")
+    with pytest.raises(ValueError, match="older than the last one"):
+        tracer.record(100, "child", "early")
