@@ -34,7 +34,8 @@ Guarantees:
       (its version and its tables' columns are checked before anything is written, the
       switch to WAL included), or a job store with a newer schema raises `StoreFileError`
       naming the file, and so does a transaction that finds the file damaged; none of
-      them changes the file. A version 1 file is migrated in one transaction.
+      them changes the file, and once damage is found every later write is refused
+      before it touches the file. A version 1 file is migrated in one transaction.
     * A new database file is created readable and writable by its owner only (0600),
       through a dangling symlink too; SQLite gives its ``-wal`` and ``-shm`` files the
       same mode.
@@ -301,6 +302,10 @@ class SQLiteStore:
         # the clock, which must not call back into the store.
         self._lock = threading.Lock()
         self._closed = False
+        # Set (under _lock) once a transaction found the file damaged: from then on every
+        # write is refused before it touches the file, so nothing is written into a file
+        # that is known to be broken (a worker's row included) until it is reopened.
+        self._damage: str | None = None
         self._conn = self._open()
 
     def __repr__(self) -> str:
@@ -520,6 +525,8 @@ class SQLiteStore:
         """Run ``body(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction, with retries."""
 
         def once() -> T:
+            if self._damage is not None:
+                raise StoreFileError(self._damage)
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -554,10 +561,13 @@ class SQLiteStore:
         """
         code = getattr(exc, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-            raise StoreFileError(
+            message = (
                 f"{self._path}: the database file is damaged ({exc}); nothing was changed; "
                 "restore it from a backup or recover it with the sqlite3 shell's .recover"
-            ) from exc
+            )
+            with self._lock:
+                self._damage = self._damage or message
+            raise StoreFileError(message) from exc
 
     def _check_open(self) -> None:
         if self._closed:
