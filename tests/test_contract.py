@@ -95,7 +95,7 @@ def _task_set() -> Any:
 
 def _stoppable_process() -> Any:
     from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
-    from tests.process_tasks import wait_for_stop  # noqa: PLC0415
+    from patterns.teaching.process_tasks import wait_for_stop  # noqa: PLC0415
 
     return StoppableProcess(wait_for_stop, name="contract-process", stop_timeout=5.0)
 

@@ -34,7 +34,7 @@ from patterns.process_shutdown import (
     safe_context,
     shutdown_process_pool,
 )
-from tests import process_tasks
+from patterns.teaching import process_tasks
 from tests.support import MUST_HAPPEN, NOISE, child_env, elapsed, wait_until
 
 # How long a test watches a child that must *not* exit (it is blocked for ever, or for
@@ -155,7 +155,7 @@ STUCK_POOL = """
     from pathlib import Path
     from patterns.naive.process_shutdown import naive_stop_pool
     from patterns.process_shutdown import safe_context, shutdown_process_pool
-    from tests.process_tasks import mark_then_sleep
+    from patterns.teaching.process_tasks import mark_then_sleep
     path = Path({path!r})
     pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
     pool.submit(mark_then_sleep, str(path), 60)
@@ -225,7 +225,7 @@ INTERRUPTED_WAIT = """
     from concurrent.futures import ProcessPoolExecutor
     from pathlib import Path
     from patterns.process_shutdown import safe_context, shutdown_process_pool
-    from tests.process_tasks import mark_then_sleep
+    from patterns.teaching.process_tasks import mark_then_sleep
     path = Path({path!r})
     pool = ProcessPoolExecutor(max_workers=1, mp_context=safe_context())
     pool.submit(mark_then_sleep, str(path), 60)
@@ -402,7 +402,7 @@ CANCELLED_THEN_BROKEN = """
     from concurrent.futures import Future, ProcessPoolExecutor
     from pathlib import Path
     from patterns.process_shutdown import safe_context, shutdown_process_pool
-    from tests.process_tasks import die_when, square
+    from patterns.teaching.process_tasks import die_when, square
     seen = []
     threading.excepthook = lambda args: seen.append(args.exc_type.__name__)
     trigger = {path!r}
@@ -499,7 +499,7 @@ def test_forkserver_children_run_atexit_only_from_3_13(tmp_path: Path) -> None:
 EVENT_SET = """
     import multiprocessing, os, signal, time
     from patterns.process_shutdown import StoppableProcess
-    from tests.process_tasks import careful
+    from patterns.teaching.process_tasks import careful
     context = multiprocessing.get_context("spawn")
     ready = context.Event()
     if {naive}:
@@ -610,7 +610,7 @@ CTRL_C = """
     import logging, time
     from patterns.naive.process_shutdown import naive_start_child
     from patterns.process_shutdown import StoppableProcess, safe_context
-    from tests.process_tasks import items
+    from patterns.teaching.process_tasks import items
     logging.basicConfig(level=logging.WARNING)
     context = safe_context()
     children, readies, stops = [], [], []
@@ -674,7 +674,7 @@ POOL_CTRL_C = """
     from pathlib import Path
     from patterns.process_shutdown import collect, ignore_sigint, safe_context
     from patterns.process_shutdown import shutdown_process_pool
-    from tests.process_tasks import item_until
+    from patterns.teaching.process_tasks import item_until
     finish, started = {finish!r}, {started!r}
     pool = ProcessPoolExecutor(2, mp_context=safe_context(), initializer={initializer})
     futures = [pool.submit(item_until, finish, started) for _ in range(2)]
@@ -735,7 +735,7 @@ FORK_LOCK = """
     import multiprocessing
     from patterns.naive.process_shutdown import naive_context
     from patterns.process_shutdown import safe_context
-    from tests import process_tasks
+    from patterns.teaching import process_tasks
     warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: "multi-threaded ... fork()"
     holding, release = threading.Event(), threading.Event()
     def holder():
@@ -776,7 +776,7 @@ def test_safe_context_child_starts_with_its_own_unlocked_lock() -> None:
 FORK_LOGGING = """
     import logging, threading, warnings
     from patterns.naive.process_shutdown import naive_context
-    from tests import process_tasks
+    from patterns.teaching import process_tasks
     warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: "multi-threaded ... fork()"
     logging.basicConfig(format="%(message)s")
     handler = logging.getLogger().handlers[0]

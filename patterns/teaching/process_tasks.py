@@ -1,4 +1,4 @@
-"""Functions the process tests run in child processes (importable there by name).
+"""Functions the process tests and notebook 13 run in child processes (importable by name).
 
 A child started with ``spawn`` or ``forkserver`` unpickles its target by module and
 name, so these cannot live in a test module that pytest imports under another name.
