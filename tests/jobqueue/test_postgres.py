@@ -170,11 +170,18 @@ def run_skewed(skew: float, kind: str, where: str, schema: str, role: str) -> li
 
 
 @pytest.mark.race("PG1", "leases judged by each machine's clock: a fast clock takes a live job")
-def test_naive_client_clocks_let_a_fast_machine_take_over_a_live_lease(tmp_path: Path) -> None:
+def test_naive_client_clocks_let_a_fast_machine_take_over_a_live_lease(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
     """With each machine's own clock, one an hour ahead claims a job leased a moment ago."""
     path = str(tmp_path / "shared.db")  # SQLite on a shared disk stands in for any such store
     slow = run_skewed(-1800, "sqlite", path, "", "first")
     fast = run_skewed(+1800, "sqlite", path, "", "second")
+    record_property(
+        "observed",
+        f"the 30 min slow machine claimed jobs {slow}, then the 30 min fast one claimed {fast}"
+        " while the first lease (60 s) was live",
+    )
     assert slow == [1]
     assert fast == [1]  # the same job, its 60 s lease not over: two machines now run it
 
