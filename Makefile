@@ -76,10 +76,11 @@ bench: $(STAMP)
 	$(PG) sh -c 'for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
 		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done'
 
-# The crash soak, long form: kill -9 at random moments, round after round (~4 min).
+# The crash soak, long form: kill -9 at random moments, round after round, on SQLite and on
+# PostgreSQL (the throwaway cluster; ~4 min each).
 # `make test` runs a short version (SOAK_ROUNDS defaults to 3 there).
 soak: $(STAMP)
-	SOAK_ROUNDS=$${SOAK_ROUNDS:-200} $(VENV)/bin/pytest tests/jobqueue/test_crash_matrix.py -k soak -o faulthandler_timeout=0 -p no:cacheprovider
+	SOAK_ROUNDS=$${SOAK_ROUNDS:-200} $(PG) $(VENV)/bin/pytest tests/jobqueue/test_crash_matrix.py -k soak -o faulthandler_timeout=0 -p no:cacheprovider
 
 races: $(STAMP)
 	$(PG) $(VENV)/bin/pytest -m race -v --race-table -p no:cacheprovider
