@@ -130,14 +130,27 @@ _OVERFLOW = (
     "(() => { const d = document.documentElement;"
     " return d.scrollWidth > d.clientWidth ? [d.scrollWidth, d.clientWidth] : null; })()"
 )
-_WIDEST = (
-    "(() => { const w = document.documentElement.clientWidth; let best = null;"
-    " for (const e of document.body.querySelectorAll('*')) {"
+# Content wider than the screen that no scrolling box inside the article holds: it is cut
+# off, or it makes the page's whole content area scroll sideways (furo's ``div.content``
+# scrolls, so the body's width alone does not show it). A table or a code block that
+# scrolls inside its own box is fine: that box fits, and the reader scrolls just it.
+_SPILLS = (
+    "(() => { const w = document.documentElement.clientWidth; const found = [];"
+    " const main = document.querySelector('article') || document.body;"
+    " for (const e of main.querySelectorAll('*')) {"
     "  const r = e.getBoundingClientRect();"
-    "  if (r.right > w + 1 && (!best || r.right > best[1]))"
-    "   best = [e.tagName.toLowerCase() + (e.className ? '.' + String(e.className)"
-    "     .split(' ').join('.') : ''), Math.round(r.right)]; }"
-    " return best; })()"
+    "  if (!r.width || r.right <= w + 1) continue;"
+    "  let a = e.parentElement, held = false;"
+    "  while (a && a !== main) {"
+    "   const ox = getComputedStyle(a).overflowX;"
+    "   if ((ox === 'auto' || ox === 'scroll') && a.getBoundingClientRect().right <= w + 1)"
+    "    { held = true; break; }"
+    "   a = a.parentElement; }"
+    "  if (held) continue;"
+    "  found.push(e.tagName.toLowerCase() + (e.className ? '.' + String(e.className)"
+    "   .trim().split(/\\s+/).join('.') : '') + ' to ' + Math.round(r.right) + 'px');"
+    "  if (found.length === 3) break; }"
+    " return found; })()"
 )
 
 
@@ -187,14 +200,17 @@ def check_pages(
         if width <= PHONE:
             overflow = page.evaluate(_OVERFLOW)
             if overflow:
-                widest = page.evaluate(_WIDEST)
                 problems.append(
                     Problem(
                         str(name),
                         width,
                         "horizontal scroll",
-                        f"body {overflow[0]}px wide on a {overflow[1]}px screen; widest: {widest}",
+                        f"body {overflow[0]}px wide on a {overflow[1]}px screen",
                     )
+                )
+            for spill in page.evaluate(_SPILLS):
+                problems.append(
+                    Problem(str(name), width, "wider than the screen, not in a scroll box", spill)
                 )
     page.remove_listener("console", on_console)
     page.remove_listener("response", on_response)

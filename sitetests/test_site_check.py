@@ -63,4 +63,24 @@ def test_each_kind_of_breakage_is_reported_on_its_page(tmp_path: Path) -> None:
     assert "horizontal scroll" not in desktop
     wide = [p for p in phone if p.kind == "horizontal scroll"]
     assert [p.page for p in wide] == ["broken.html"], phone
-    assert "table" in wide[0].detail  # the report names the element that spills
+    spills = [p for p in phone if p.kind.startswith("wider than the screen")]
+    assert {p.page for p in spills} == {"broken.html"}, phone
+    assert any(p.detail.startswith("table") for p in spills)  # it names what spills
+
+
+WIDE_CELL = "a cell that does not wrap, far wider than a phone's screen " * 2
+PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<link rel="icon" href="data:,"><title>{title}</title></head>
+<body><div style="overflow-x: auto"><article>{body}</article></div></body></html>"""
+
+
+def test_a_wide_table_counts_unless_a_box_inside_the_article_scrolls_it(tmp_path: Path) -> None:
+    """A theme's scrolling content area hides a spill from the body's width; it still counts."""
+    table = f'<table><tr><td style="white-space: nowrap">{WIDE_CELL}</td></tr></table>'
+    (tmp_path / "spills.html").write_text(PAGE.format(title="spills", body=table))
+    boxed = f'<div style="overflow-x: auto">{table}</div>'
+    (tmp_path / "boxed.html").write_text(PAGE.format(title="boxed", body=boxed))
+    with serving(tmp_path) as base, browser_pages() as tabs:
+        phone = check_pages(base, pages_of(tmp_path), tabs[PHONE], PHONE)
+    assert {p.page for p in phone} == {"spills.html"}, phone
+    assert all(p.kind.startswith("wider than the screen") for p in phone), phone
