@@ -64,6 +64,7 @@ from patterns.jobqueue.store import (
     JobState,
     JsonValue,
     NewJob,
+    Settlement,
     Store,
     WorkerRecord,
     cancelled_reason,
@@ -82,6 +83,7 @@ from patterns.jobqueue.store import (
     new_token,
     prepare_enqueue,
     prepare_many,
+    settle_each,
     storable_error,
 )
 
@@ -431,6 +433,10 @@ class MemoryStore:
         row.end_lease(JobState.QUEUED, self._clock())
         self._lease_ended()
         heapq.heappush(self._queued, (row.run_at, row.id))
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """Record several outcomes; see `Store.settle_many`."""
+        return settle_each(self, items)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""

@@ -99,6 +99,7 @@ from patterns.jobqueue.store import (
     JobState,
     JsonValue,
     NewJob,
+    Settlement,
     Store,
     WorkerRecord,
     backoff,
@@ -119,6 +120,7 @@ from patterns.jobqueue.store import (
     new_token,
     prepare_enqueue,
     prepare_many,
+    settle_each,
     storable_error,
 )
 
@@ -1002,6 +1004,10 @@ class PostgresStore:
         return self._settle(
             claim, "release", {"cancelled": cancelled_reason("and its worker gave it back")}
         )
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """Record several outcomes; see `Store.settle_many`."""
+        return settle_each(self, items)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""

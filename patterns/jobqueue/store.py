@@ -66,6 +66,8 @@ __all__ = [
     "JobState",
     "JsonValue",
     "NewJob",
+    "Settle",
+    "Settlement",
     "Store",
     "WorkerRecord",
     "WorkerRow",
@@ -89,6 +91,7 @@ __all__ = [
     "new_token",
     "prepare_enqueue",
     "prepare_many",
+    "settle_each",
     "storable_error",
 ]
 
@@ -161,6 +164,27 @@ class Claim:
     token: str
     lease_until: float
     cancel_requested: bool = False
+
+
+class Settle(enum.StrEnum):
+    """Which outcome a `Settlement` records (one per single-job method of `Store`)."""
+
+    COMPLETE = "complete"  # `Store.complete` with ``result``
+    FAIL = "fail"  # `Store.fail` with ``error``
+    RETRY = "retry"  # `Store.retry` with ``error`` and ``run_at``
+    RELEASE = "release"  # `Store.release`
+    CANCEL = "cancel"  # `Store.mark_cancelled` with ``error`` as the reason
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """One claimed job's outcome, for `Store.settle_many`."""
+
+    kind: Settle
+    claim: Claim
+    result: JsonValue = None  # COMPLETE only
+    error: str = ""  # FAIL, RETRY, CANCEL
+    run_at: float = 0.0  # RETRY only
 
 
 @dataclass(frozen=True)
@@ -601,6 +625,17 @@ class Store(Protocol):
         """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
         ...
 
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """Record several outcomes in one transaction; one entry per item, in order.
+
+        Each entry means what the single-job method returns: True applied, False refused
+        by fencing (that claim alone; the others still apply). An item the store refuses
+        before writing (a result `encode_result` rejects) is its exception, and the others
+        still apply. A failure of the transaction itself raises, as a single call would:
+        nothing applied, or, for a commit whose outcome is unknown, any of it may have.
+        """
+        ...
+
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled (its handler stopped on a cancel request).
 
@@ -703,3 +738,27 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store's resources; idempotent."""
         ...
+
+
+def settle_each(store: Store, items: Sequence[Settlement]) -> list[bool | Exception]:
+    """`Store.settle_many`'s meaning, one single-job call (one transaction) per item.
+
+    Not atomic across items: a store error part-way raises with the earlier items applied.
+    """
+    done: list[bool | Exception] = []
+    for item in items:
+        claim = item.claim
+        try:
+            if item.kind is Settle.COMPLETE:
+                done.append(store.complete(claim, item.result))
+            elif item.kind is Settle.FAIL:
+                done.append(store.fail(claim, item.error))
+            elif item.kind is Settle.RETRY:
+                done.append(store.retry(claim, item.error, run_at=item.run_at))
+            elif item.kind is Settle.RELEASE:
+                done.append(store.release(claim))
+            else:
+                done.append(store.mark_cancelled(claim, item.error))
+        except (TypeError, ValueError) as exc:  # the item's own data, not the store
+            done.append(exc)
+    return done
