@@ -435,7 +435,7 @@ class MemoryStore:
         heapq.heappush(self._queued, (row.run_at, row.id))
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes; see `Store.settle_many`."""
+        """Record several outcomes; see `~patterns.jobqueue.store.Store.settle_many`."""
         return settle_each(self, items)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:

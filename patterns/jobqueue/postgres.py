@@ -1006,7 +1006,7 @@ class PostgresStore:
         )
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes; see `Store.settle_many`."""
+        """Record several outcomes; see `~patterns.jobqueue.store.Store.settle_many`."""
         return settle_each(self, items)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
