@@ -155,7 +155,7 @@ def _marker_rows(
     for t, label in markers:
         w = _text_w(label)
         start = min(max(px(t) - w / 2, _PAD), width - _PAD - w)
-        row = next((r for r, edge in enumerate(rows) if start > edge + 6), len(rows))
+        row = next((r for r, edge in enumerate(rows) if start > edge + 12), len(rows))
         if row == len(rows):
             rows.append(0.0)
         rows[row] = start + w
