@@ -92,6 +92,26 @@ def test_timeline_chart_draws_markers_in_time_order_with_their_labels() -> None:
     assert labels[0].get("y") == labels[2].get("y")
 
 
+def test_timeline_chart_no_marker_line_crosses_a_label_below_it() -> None:
+    """Close markers stack their labels downwards, each starting right of every line above."""
+    root = _timeline(markers=[(0.5, "SIGTERM"), (0.52, "cancel"), (0.54, "stopped"), (0.6, "x")])
+    lines = _by_class(root, "line", "marker")
+    labels = _by_class(root, "text", "marker-label")
+    assert len({label.get("y") for label in labels}) == 4  # four rows: each reaches the next
+    for line in lines:
+        for label in labels:
+            if float(label.get("y")) > float(line.get("y1")):  # a label lower than the line's top
+                assert float(label.get("x")) > float(line.get("x1"))
+
+
+def test_timeline_chart_puts_a_label_at_the_right_edge_left_of_its_line() -> None:
+    """A marker at the end of the axis has its label on the left, inside the picture."""
+    root = _timeline(markers=[(2.0, "the last moment")])
+    [line] = _by_class(root, "line", "marker")
+    [label] = _by_class(root, "text", "marker-label")
+    assert 0 <= float(label.get("x")) < float(line.get("x1"))
+
+
 def test_timeline_chart_axis_covers_markers_outside_the_samples() -> None:
     """A marker after the last sample still lands inside the plot, right of every sample."""
     root = _timeline(markers=[(0.1, "SIGTERM"), (3.0, "restart")])

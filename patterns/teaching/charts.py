@@ -146,21 +146,25 @@ def _legend(names: Sequence[str], width: float, y: float, parts: list[str]) -> f
 def _marker_rows(
     markers: Sequence[tuple[float, str]], px: Callable[[float], float], width: float
 ) -> tuple[int, list[tuple[float, float, int, str]]]:
-    """Place each marker's label in the first row where it overlaps no other label.
+    """Place each marker's label beside the top of its line, in rows, top row first.
 
+    A label starts just right of its line (or ends just left of it, near the right edge).
+    Markers come in time order, so a label goes one row below every earlier label that
+    reaches its line or its text: it then overlaps no label, and no line crosses it (a
+    line runs down from its own label, and the labels below it start further right).
     Returns the number of rows and, per marker, (line x, label x, row, label).
     """
-    rows: list[float] = []  # the right edge of the last label in each row
-    placed = []
+    placed: list[tuple[float, float, int, str]] = []
+    ends: list[tuple[float, int]] = []  # (right edge, row) of each label so far
     for t, label in markers:
-        w = _text_w(label)
-        start = min(max(px(t) - w / 2, _PAD), width - _PAD - w)
-        row = next((r for r, edge in enumerate(rows) if start > edge + 12), len(rows))
-        if row == len(rows):
-            rows.append(0.0)
-        rows[row] = start + w
-        placed.append((px(t), start, row, label))
-    return len(rows), placed
+        x = px(t)
+        w = _text_w(label) * 1.2  # bold, often capitals: wider than the average glyph
+        start = x + 4 if x + 4 + w <= width - _PAD else max(float(_PAD), x - 4 - w)
+        reach = min(start, x)
+        row = 1 + max((r for end, r in ends if end + 8 > reach), default=-1)
+        ends.append((start + w, row))
+        placed.append((x, start, row, label))
+    return 1 + max((row for _, _, row, _ in placed), default=-1), placed
 
 
 def timeline_chart(
@@ -176,8 +180,9 @@ def timeline_chart(
 
     ``series`` maps a name (shown in the legend) to one value per sample time; each value
     holds until the next sample. ``markers`` are ``(time, label)`` pairs in time order,
-    each drawn as a dashed vertical line with its label above the plot (labels that would
-    overlap go on a row of their own). The time axis covers every sample and every marker.
+    each drawn as a dashed vertical line with its label beside the line's top, above the
+    plot (a label that would overlap another, or be crossed by a line, goes a row lower).
+    The time axis covers every sample and every marker.
 
     Raises `ValueError` for no times or no series, a series whose length is not the number
     of times, a time or value that is not finite, times that go backwards, and markers
@@ -215,8 +220,9 @@ def timeline_chart(
         parts.append(
             f'<text class="marker-label" x="{label_x:.1f}" y="{label_y:.1f}" '
             f'font-weight="bold">{escape(label)}</text>'
-            f'<line class="marker" x1="{line_x:.1f}" y1="{label_y + 4:.1f}" x2="{line_x:.1f}" '
-            f'y2="{bottom:.1f}" stroke="currentColor" stroke-dasharray="4 3" stroke-opacity="0.8"/>'
+            f'<line class="marker" x1="{line_x:.1f}" y1="{label_y - _FONT + 2:.1f}" '
+            f'x2="{line_x:.1f}" y2="{bottom:.1f}" stroke="currentColor" stroke-dasharray="4 3" '
+            f'stroke-opacity="0.8"/>'
         )
     for v, text in zip(y_ticks, y_texts, strict=True):  # grid lines and their values
         parts.append(
