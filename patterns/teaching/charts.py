@@ -7,6 +7,7 @@ text colour, so it reads in light and dark themes); show it with ``IPython.displ
 inline, since an SVG shown as an image cannot see the page's colour. Every text is escaped.
 Bad input (nothing to draw, a NaN, series of the wrong length, moments out of order) is a
 `ValueError` that names it. Stdlib only; 3.11+.
+Docs: notebooks/08-bulkhead.ipynb (bar_chart), notebooks/09-jobqueue.ipynb (timeline_chart).
 """
 
 from __future__ import annotations
