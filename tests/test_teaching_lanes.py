@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 import threading
 import xml.etree.ElementTree as ET
 
@@ -327,6 +328,31 @@ def test_a7_naive_gather_waits_for_the_stubborn_task_and_fixed_names_it_on_the_d
     assert "cancelled=('sleeper',)" in returned.text
     assert first(fixed, "catches CancelledError").index < returned.index
     assert returned.index < first(fixed, "released", "stubborn").index
+
+
+def test_m3_naive_terminate_leaves_no_cleanup_and_fixed_stop_runs_finally_and_atexit() -> None:
+    """M3, processes as lanes: naive, the child's last mark is its wait; fixed, cleanup, exit 0."""
+    naive = SCENARIOS["process_shutdown.m3"].naive()
+    assert naive.lanes == ("parent", "careful")
+    assert [e.text for e in naive.events if e.thread == "careful"] == [
+        "ready; waits in stop.wait()"
+    ]
+    [failed] = bad(naive)
+    assert failed.text.startswith(f"exit code {-signal.SIGTERM}")
+    assert first(naive, "terminate()", "parent").index < failed.index
+
+    fixed = SCENARIOS["process_shutdown.m3"].fixed()
+    child = [e.text.split(":")[0] for e in fixed.events if e.thread == "careful"]
+    assert child == [
+        "ready; waits in stop.wait()",
+        "stop.wait() returned",
+        "finally",
+        "atexit handler runs",
+    ]
+    asked = first(fixed, "child.stop()", "parent")
+    returned = first(fixed, "stop() returned: exit code 0, escalation none", "parent")
+    assert asked.index < first(fixed, "stop.wait() returned", "careful").index
+    assert first(fixed, "atexit", "careful").index < returned.index
 
 
 def test_an_asyncio_scenario_runs_even_where_an_event_loop_already_runs() -> None:

@@ -17,6 +17,7 @@ import html
 import io
 import json
 import logging
+import multiprocessing
 import os
 import queue
 import re
@@ -40,6 +41,7 @@ from patterns import (
     closable_queue,
     executor_shutdown,
     poison_pill,
+    process_shutdown,
     supervisor,
     thread_exceptions,
 )
@@ -50,8 +52,10 @@ from patterns.naive import cancellation as naive_cancellation
 from patterns.naive import closable_queue as naive_closable_queue
 from patterns.naive import executor_shutdown as naive_executor_shutdown
 from patterns.naive import poison_pill as naive_poison_pill
+from patterns.naive import process_shutdown as naive_process_shutdown
 from patterns.naive import supervisor as naive_supervisor
 from patterns.naive import thread_exceptions as naive_thread_exceptions
+from patterns.teaching import process_tasks
 from patterns.teaching.lanes import Event, Tracer
 
 __all__ = ["SCENARIOS", "Scenario", "pair_html"]
@@ -891,10 +895,15 @@ class _Child:
         self.marks.append((int(item["t"]), str(item["thread"]), str(item["text"]), item["bad"]))
 
     def trace(self, title: str, lanes: dict[str, str]) -> Tracer:
-        tracer = Tracer(title, lanes)
-        for t_ns, thread, text, bad in sorted(self.marks):
-            tracer.record(t_ns, thread, text, bad=bad)
-        return tracer
+        return _merged(title, lanes, self.marks)
+
+
+def _merged(title: str, lanes: dict[str, str], marks: list[tuple[int, str, str, bool]]) -> Tracer:
+    """A trace of marks (time, lane, text, bad) made in several processes, in time order."""
+    tracer = Tracer(title, lanes)
+    for t_ns, lane, text, bad in sorted(marks):
+        tracer.record(t_ns, lane, text, bad=bad)
+    return tracer
 
 
 # daemon_threads, P15: a daemon thread is abandoned mid-file at exit. The export is the
@@ -1050,6 +1059,63 @@ def _p22_fixed() -> Tracer:
     return _p22_run(fixed=True)
 
 
+# process_shutdown, M3: terminate() skips the child's cleanup. The child is the race
+# tests' `careful`, each step a mark in a file (JSON lines) that the parent merges with its
+# own marks by time. Started with spawn, as the tests do.
+
+
+def _m3_run(fixed: bool) -> Tracer:
+    context = multiprocessing.get_context("spawn")
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False) -> None:
+        marks.append((time.perf_counter_ns(), "parent", text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "marks")
+        ready = context.Event()
+        child = process_shutdown.StoppableProcess(
+            process_tasks.careful_marked, (ready, str(path)), name="careful", context=context
+        )
+        mark("StoppableProcess(careful).start(): spawns the child")
+        child.start()
+        try:
+            if not ready.wait(MUST_HAPPEN):
+                raise RuntimeError("scenario stuck: the M3 child never got ready")
+            if fixed:
+                mark("child.stop(): one byte down the stop pipe, then join")
+                report = child.stop(MUST_HAPPEN)
+                mark(
+                    f"stop() returned: exit code {report.exitcode}, "
+                    f"escalation {report.escalation or 'none'}"
+                )
+            else:
+                process = child._process  # as the race test does: the naive call needs it
+                assert process is not None
+                mark("naive_stop_process(process): terminate(), then join()")
+                naive_process_shutdown.naive_stop_process(process)
+                exitcode = process.exitcode
+        finally:
+            child.stop(MUST_HAPPEN)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+    seen = [str(line["text"]) for line in lines]
+    if not fixed:
+        if any(text.startswith(("finally", "atexit")) for text in seen):
+            raise RuntimeError(f"M3: the terminated child cleaned up after all: {seen}")
+        mark(f"exit code {exitcode}: no finally, no atexit, nothing said so", bad=True)
+    marks += [(int(line["t"]), str(line["lane"]), str(line["text"]), False) for line in lines]
+    title = "StoppableProcess.stop()" if fixed else "naive_stop_process"
+    return _merged(title, {"parent": "parent", "careful": "child process"}, marks)
+
+
+def _m3_naive() -> Tracer:
+    return _m3_run(fixed=False)
+
+
+def _m3_fixed() -> Tracer:
+    return _m3_run(fixed=True)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "executor_shutdown.p1": Scenario(
         "P1",
@@ -1131,6 +1197,15 @@ SCENARIOS: dict[str, Scenario] = {
         "A task that catches its CancelledError keeps the naive gather waiting, and nothing "
         "names it; shutdown_tasks returns on its deadline with the task named in still_running.",
         "an asyncio task (all of them take turns in one thread, at each await)",
+    ),
+    "process_shutdown.m3": Scenario(
+        "M3",
+        _m3_naive,
+        _m3_fixed,
+        "terminate() ends the child where it waits: its finally and atexit never run, and "
+        "the exit code is -15; asked through StoppableProcess.stop(), the child returns, "
+        "cleans up and exits with 0.",
+        "a process (the child's marks come back from its own clock, the same one)",
     ),
 }
 
