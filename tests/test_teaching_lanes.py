@@ -335,7 +335,8 @@ def test_m3_naive_terminate_leaves_no_cleanup_and_fixed_stop_runs_finally_and_at
     naive = SCENARIOS["process_shutdown.m3"].naive()
     assert naive.lanes == ("parent", "careful")
     assert [e.text for e in naive.events if e.thread == "careful"] == [
-        "ready; waits in stop.wait()"
+        "ready; waits in stop.wait()",
+        "ended by SIGTERM inside stop.wait()",  # the parent's mark, from the exit code
     ]
     [failed] = bad(naive)
     assert failed.text.startswith(f"exit code {-signal.SIGTERM}")

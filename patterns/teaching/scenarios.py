@@ -1077,7 +1077,7 @@ def _m3_run(fixed: bool) -> Tracer:
         child = process_shutdown.StoppableProcess(
             process_tasks.careful_marked, (ready, str(path)), name="careful", context=context
         )
-        mark("StoppableProcess(careful).start(): spawns the child")
+        mark("StoppableProcess(careful).start(), with spawn")
         child.start()
         try:
             if not ready.wait(MUST_HAPPEN):
@@ -1102,6 +1102,8 @@ def _m3_run(fixed: bool) -> Tracer:
     if not fixed:
         if any(text.startswith(("finally", "atexit")) for text in seen):
             raise RuntimeError(f"M3: the terminated child cleaned up after all: {seen}")
+        t_ns = time.perf_counter_ns()  # what the parent saw: the child ended in its wait
+        marks.append((t_ns, "careful", "ended by SIGTERM inside stop.wait()", False))
         mark(f"exit code {exitcode}: no finally, no atexit, nothing said so", bad=True)
     marks += [(int(line["t"]), str(line["lane"]), str(line["text"]), False) for line in lines]
     title = "StoppableProcess.stop()" if fixed else "naive_stop_process"
@@ -1205,7 +1207,8 @@ SCENARIOS: dict[str, Scenario] = {
         "terminate() ends the child where it waits: its finally and atexit never run, and "
         "the exit code is -15; asked through StoppableProcess.stop(), the child returns, "
         "cleans up and exits with 0.",
-        "a process (the child's marks come back from its own clock, the same one)",
+        "a process (the child writes its marks to a file, the parent merges them with its "
+        "own: perf_counter is one clock for both)",
     ),
 }
 
