@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import signal
 import threading
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from patterns.teaching.lanes import Event, Tracer
-from patterns.teaching.scenarios import SCENARIOS
+from patterns.teaching.scenarios import SCENARIOS, pair_html
 
 from .support import join_or_fail
 
@@ -67,6 +69,33 @@ def test_a_lane_can_be_named_in_advance_or_later() -> None:
     assert tracer.label("MainThread") == "the main thread"
     assert tracer.label("other") == "other"
     assert tracer.events[0].thread == "MainThread"
+
+
+def test_inside_an_asyncio_task_the_lane_is_the_tasks_name() -> None:
+    """Tasks sharing one thread get a lane each; a thread of to_thread keeps the thread's name."""
+    tracer = Tracer()
+
+    async def worker() -> None:
+        tracer.mark("in the task")
+        await asyncio.sleep(0)
+        await asyncio.to_thread(tracer.mark, "in a thread of the default executor")
+        tracer.mark("explicit", lane="elsewhere")
+
+    async def main() -> None:
+        await asyncio.gather(
+            asyncio.create_task(worker(), name="task-a"),
+            asyncio.create_task(worker(), name="task-b"),
+        )
+
+    asyncio.run(main())
+    tracer.mark("outside any loop")
+    lanes = [e.thread for e in tracer.events]
+    assert lanes[:2] == ["task-a", "task-b"]
+    assert [e.thread for e in tracer.events if e.text == "in the task"] == ["task-a", "task-b"]
+    in_thread = {e.thread for e in tracer.events if "default executor" in e.text}
+    assert in_thread.isdisjoint({"task-a", "task-b", "MainThread"})
+    assert {e.thread for e in tracer.events if e.text == "explicit"} == {"elsewhere"}
+    assert lanes[-1] == threading.current_thread().name
 
 
 # --- the picture ---------------------------------------------------------------------------
@@ -258,6 +287,88 @@ def test_p22_naive_child_sleeps_through_a_workers_signal_and_fixed_wakes() -> No
     assert first(fixed, "on_stop()").thread not in {"MainThread", "parent"}
     assert first(fixed, "on_stop()").index < first(fixed, "wakes: stopped").index
     assert not any("to the process" in e.text for e in fixed.events)
+
+
+def test_a1_naive_stop_ends_one_consumer_task_and_fixed_shutdown_ends_all_three() -> None:
+    """A1, tasks as lanes: naive, one task returns and two wait; fixed, all three after shutdown."""
+    naive = SCENARIOS["async_queue.a1"].naive()
+    [waiting] = bad(naive)
+    returned = [e for e in naive.events if e.text.startswith("took STOP")]
+    assert [e.thread for e in returned if e.index < waiting.index] == [returned[0].thread]
+    assert len(returned) == 3  # the two others only after the scenario's extra STOPs
+    assert returned[0].thread not in waiting.text
+    handled = [e for e in naive.events if e.text.startswith("handles item")]
+    assert len(handled) == 6
+    assert all(e.index < waiting.index for e in handled)
+    assert {e.thread for e in naive.events} == {"main", "consumer-0", "consumer-1", "consumer-2"}
+
+    fixed = SCENARIOS["async_queue.a1"].fixed()
+    shutdown = first(fixed, "q.shutdown()", "main")
+    ended = [e for e in fixed.events if "QueueShutDown" in e.text]
+    assert len(ended) == 3
+    assert all(e.after == shutdown.index for e in ended)
+    assert max(e.index for e in fixed.events if e.text.startswith("handles item")) < min(
+        e.index for e in ended
+    )
+    assert "6 items handled" in first(fixed, "gather() returned", "main").text
+
+
+def test_a7_naive_gather_waits_for_the_stubborn_task_and_fixed_names_it_on_the_deadline() -> None:
+    """A7: naive, gather ends only when the scenario releases the task; fixed, before that."""
+    naive = SCENARIOS["asyncio_shutdown.a7"].naive()
+    caught = first(naive, "catches CancelledError", "stubborn")
+    [hanging] = bad(naive)
+    assert first(naive, "cancel each", "stopper").index == caught.after
+    assert caught.index < hanging.index < first(naive, "released", "stubborn").index
+    assert first(naive, "released").index < first(naive, "gather returned", "stopper").index
+
+    fixed = SCENARIOS["asyncio_shutdown.a7"].fixed()
+    returned = first(fixed, "returned: terminated=False", "stopper")
+    assert "still_running=('stubborn',)" in returned.text
+    assert "cancelled=('sleeper',)" in returned.text
+    assert first(fixed, "catches CancelledError").index < returned.index
+    assert returned.index < first(fixed, "released", "stubborn").index
+
+
+def test_m3_naive_terminate_leaves_no_cleanup_and_fixed_stop_runs_finally_and_atexit() -> None:
+    """M3, processes as lanes: naive, the child's last mark is its wait; fixed, cleanup, exit 0."""
+    naive = SCENARIOS["process_shutdown.m3"].naive()
+    assert naive.lanes == ("parent", "careful")
+    assert [e.text for e in naive.events if e.thread == "careful"] == [
+        "ready; waits in stop.wait()",
+        "ended by SIGTERM inside stop.wait()",  # the parent's mark, from the exit code
+    ]
+    [failed] = bad(naive)
+    assert failed.text.startswith(f"exit code {-signal.SIGTERM}")
+    assert first(naive, "terminate()", "parent").index < failed.index
+
+    fixed = SCENARIOS["process_shutdown.m3"].fixed()
+    child = [e.text.split(":")[0] for e in fixed.events if e.thread == "careful"]
+    assert child == [
+        "ready; waits in stop.wait()",
+        "stop.wait() returned",
+        "finally",
+        "atexit handler runs",
+    ]
+    asked = first(fixed, "child.stop()", "parent")
+    returned = first(fixed, "stop() returned: exit code 0, escalation none", "parent")
+    assert asked.index < first(fixed, "stop.wait() returned", "careful").index
+    assert first(fixed, "atexit", "careful").index < returned.index
+
+
+def test_an_asyncio_scenario_runs_even_where_an_event_loop_already_runs() -> None:
+    """As in a notebook, whose kernel runs a loop: the scenario's loop gets a thread of its own."""
+
+    async def from_inside_a_loop() -> Tracer:
+        return SCENARIOS["async_queue.a1"].naive()
+
+    assert bad(asyncio.run(from_inside_a_loop()))
+
+
+def test_the_caption_says_what_a_lane_is() -> None:
+    """Thread pictures say threads; asyncio pictures say tasks."""
+    assert "Each lane is an asyncio task" in pair_html("asyncio_shutdown.a7")
+    assert "Each lane is a thread;" in pair_html("cancellation.c1")
 
 
 def test_a_foreign_event_older_than_the_last_one_is_refused() -> None:

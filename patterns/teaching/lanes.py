@@ -1,15 +1,17 @@
-"""Record what each thread did, and when, then draw it as a lane diagram (SVG text).
+"""Record what each thread (or asyncio task) did, and when, then draw it as a lane diagram.
 
 Call `Tracer.mark` from the code being watched (a scenario, never a pattern module); each
-call records `time.perf_counter_ns()`, the calling thread's name and a line of text.
-`Tracer.svg` draws one horizontal lane per thread, in the order the threads were first
-seen, with the events numbered in the order they happened and a key below the lanes
-giving each event's text and its time since the first event. Stdlib only; 3.11+.
+call records `time.perf_counter_ns()`, the lane (the current asyncio task's name inside a
+task, otherwise the calling thread's name) and a line of text. `Tracer.svg` draws SVG
+text: one horizontal lane per thread or task, in the order they were first seen, with
+the events numbered in the order they happened and a key below the lanes giving each
+event's text and its time since the first event. Stdlib only; 3.11+.
 Docs: docs/_ext/lanes.py (the ``race-lanes`` directive).
 """
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 import threading
 import time
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-__all__ = ["Event", "Tracer", "render_svg"]
+__all__ = ["Event", "Tracer", "current_lane", "render_svg"]
 
 # Colours that read on furo's light and dark backgrounds alike: everything else is drawn
 # in currentColor, which an inline SVG takes from the page's text colour.
@@ -27,22 +29,31 @@ MUTED_OPACITY = "0.35"
 
 @dataclass(frozen=True)
 class Event:
-    """One thing one thread did: when (perf_counter_ns), in which lane, and what."""
+    """One thing one thread (or task) did: when (perf_counter_ns), in which lane, and what."""
 
     index: int  # position in the trace, from 0, in the order the events happened
     t_ns: int
-    thread: str  # the name of the thread that recorded it
+    thread: str  # the lane: the name of the thread, asyncio task or process that recorded it
     text: str
     bad: bool = False  # the moment it went wrong: drawn in red
     after: int | None = None  # index of an event in another lane this one waited for
 
 
-class Tracer:
-    """A thread-safe record of events, one lane per thread.
+def current_lane() -> str:
+    """The name of the running asyncio task, or of the calling thread outside any task."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop runs in this thread
+        task = None
+    return threading.current_thread().name if task is None else task.get_name()
 
-    ``lanes`` names lanes in advance (thread name -> label); `name_lane` adds one later,
-    for a thread whose name is known only once it runs. A lane's position is the order
-    in which its thread first recorded an event.
+
+class Tracer:
+    """A thread-safe record of events, one lane per thread (or asyncio task).
+
+    ``lanes`` names lanes in advance (thread or task name -> label); `name_lane` adds one
+    later, for a thread whose name is known only once it runs. A lane's position is the
+    order in which its thread or task first recorded an event.
     """
 
     def __init__(self, title: str = "", lanes: Mapping[str, str] | None = None) -> None:
@@ -53,7 +64,7 @@ class Tracer:
         self._labels: dict[str, str] = dict(lanes or {})
 
     def name_lane(self, thread: str, label: str) -> None:
-        """Show the lane of the thread called ``thread`` as ``label``."""
+        """Show the lane of the thread (or task) called ``thread`` as ``label``."""
         with self._lock:
             self._labels[thread] = label
 
@@ -63,14 +74,15 @@ class Tracer:
         *,
         bad: bool = False,
         after: Event | None = None,
-        thread: str | None = None,
+        lane: str | None = None,
     ) -> Event:
-        """Record ``text`` now, in the calling thread's lane (or the lane ``thread``).
+        """Record ``text`` now, in the lane ``lane`` or else the caller's (`current_lane`).
 
-        ``bad`` marks the failure; ``after`` is an earlier event (in another lane) this
-        one had to wait for, drawn as a dotted arrow from it.
+        Inside an asyncio task the lane is the task's name: tasks sharing one thread get
+        a lane each. ``bad`` marks the failure; ``after`` is an earlier event (in another
+        lane) this one had to wait for, drawn as a dotted arrow from it.
         """
-        name = threading.current_thread().name if thread is None else thread
+        name = current_lane() if lane is None else lane
         with self._lock:  # timestamp taken under the lock, so index order is time order
             return self._append(time.perf_counter_ns(), name, text, bad, after)
 
@@ -137,7 +149,7 @@ def _ms(ns: int) -> str:
 
 
 def render_svg(tracer: Tracer, caption: str = "", *, columns: int = 0) -> str:
-    """Draw ``tracer``'s events: one lane per thread, x by event order, a numbered key.
+    """Draw ``tracer``'s events: one lane per thread or task, x by event order, a key.
 
     The spacing along a lane is the order of the events, not their duration (a real
     interleaving spans microseconds to seconds); each event's time since the first one

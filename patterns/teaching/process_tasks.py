@@ -1,4 +1,4 @@
-"""Functions the process tests and notebook 13 run in child processes (importable by name).
+"""Functions the process tests, notebook 13 and the M3 picture run in child processes.
 
 A child started with ``spawn`` or ``forkserver`` unpickles its target by module and
 name, so these cannot live in a test module that pytest imports under another name.
@@ -9,7 +9,9 @@ letting the test guess how long that takes.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -56,6 +58,28 @@ def careful(stop: StopSignal, ready: Event, path: str) -> None:
         append(path, "stopped when asked")
     finally:
         append(path, "finally")
+
+
+def mark(path: str, text: str) -> None:
+    """Append a timestamped mark for a lane diagram: one JSON line (time, process name, text).
+
+    ``perf_counter_ns`` is one clock for every process on Linux and macOS, so the parent
+    can merge these marks with its own by time.
+    """
+    lane = multiprocessing.current_process().name
+    append(path, json.dumps({"t": time.perf_counter_ns(), "lane": lane, "text": text}))
+
+
+def careful_marked(stop: StopSignal, ready: Event, path: str) -> None:
+    """`careful`, with each step a timestamped mark in ``path`` (the M3 race picture)."""
+    atexit.register(mark, path, "atexit handler runs")
+    try:
+        mark(path, "ready; waits in stop.wait()")
+        ready.set()
+        stop.wait()
+        mark(path, "stop.wait() returned: stops when asked")
+    finally:
+        mark(path, "finally: cleans up")
 
 
 def stubborn(stop: StopSignal, ready: Event, deaf: bool) -> None:

@@ -11,11 +11,13 @@ in a mark. Docs: docs/_ext/lanes.py
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import io
 import json
 import logging
+import multiprocessing
 import os
 import queue
 import re
@@ -25,31 +27,40 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from patterns import (
+    async_queue,
+    asyncio_shutdown,
     bulkhead,
     cancellation,
     closable_queue,
     executor_shutdown,
     poison_pill,
+    process_shutdown,
     supervisor,
     thread_exceptions,
 )
+from patterns.naive import async_queue as naive_async_queue
+from patterns.naive import asyncio_shutdown as naive_asyncio_shutdown
 from patterns.naive import bulkhead as naive_bulkhead
 from patterns.naive import cancellation as naive_cancellation
 from patterns.naive import closable_queue as naive_closable_queue
 from patterns.naive import executor_shutdown as naive_executor_shutdown
 from patterns.naive import poison_pill as naive_poison_pill
+from patterns.naive import process_shutdown as naive_process_shutdown
 from patterns.naive import supervisor as naive_supervisor
 from patterns.naive import thread_exceptions as naive_thread_exceptions
+from patterns.teaching import process_tasks
 from patterns.teaching.lanes import Event, Tracer
 
 __all__ = ["SCENARIOS", "Scenario", "pair_html"]
+
+T = TypeVar("T")
 
 # How long a scenario waits for something that must happen (it happens in microseconds;
 # this only turns a broken scenario into an error instead of a hang).
@@ -66,6 +77,7 @@ class Scenario:
     naive: Callable[[], Tracer]
     fixed: Callable[[], Tracer]
     caption: str
+    lanes: str = "a thread"  # what one lane is, for the caption ("an asyncio task" ...)
 
 
 def _blocked_in(thread: threading.Thread, func_name: str) -> None:
@@ -617,6 +629,193 @@ def _b1_fixed() -> Tracer:
     return _b1_run(fixed=True)
 
 
+# --- asyncio: the lanes are tasks, all in one thread ---------------------------------
+
+
+def _run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(main())`` in a thread of its own, the main task's lane named "main".
+
+    A thread of its own because a notebook's kernel already runs a loop in this one;
+    bounded, so a broken scenario is an error instead of a hang.
+    """
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    async def bounded() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name("main")
+        async with asyncio.timeout(MUST_HAPPEN):
+            outcome.append(await main())
+
+    def run() -> None:
+        try:
+            asyncio.run(bounded())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failure.append(exc)
+
+    _join(_thread("event-loop", run))
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+async def _parked(q: Any, count: int, what: str) -> None:
+    """Let the loop run until ``count`` tasks wait in ``q.get()`` (an asyncio queue).
+
+    Reads the queue's private list of futures its getters await: an observation of where
+    they are. Each ``sleep(0)`` gives every ready task one step, so a few suffice.
+    """
+    for _ in range(1000):
+        if sum(not waiter.done() for waiter in q._getters) == count:
+            return
+        await asyncio.sleep(0)
+    raise RuntimeError(f"scenario stuck: never saw {count} task(s) {what}")
+
+
+# async_queue, A1: one sentinel for three consumer tasks.
+
+_A1_ITEMS = 6
+
+
+async def _a1_handle(tracer: Tracer, item: int) -> None:
+    tracer.mark(f"handles item {item}")
+    await asyncio.sleep(0)  # a real handler awaits something: the other tasks get a turn
+
+
+async def _a1_naive_main(tracer: Tracer) -> None:
+    q: asyncio.Queue[int | naive_async_queue.Stop] = asyncio.Queue()
+
+    async def consumer() -> None:
+        tracer.mark("naive_consume(q): waits in get()")
+        handled = await naive_async_queue.naive_consume(q, lambda i: _a1_handle(tracer, i))
+        tracer.mark(f"took STOP: returns ({handled} handled)")
+
+    tracer.mark("starts 3 consumer tasks")
+    tasks = {asyncio.create_task(consumer(), name=f"consumer-{i}") for i in range(3)}
+    await _parked(q, 3, "waiting in get()")
+    tracer.mark(f"puts {_A1_ITEMS} items; naive_stop(q): one STOP")
+    for item in range(_A1_ITEMS):
+        await q.put(item)
+    await naive_async_queue.naive_stop(q)
+    done, waiting = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    await _parked(q, 2, "waiting on the empty queue")
+    late, _ = await asyncio.wait(waiting, timeout=LOOK)
+    if len(done) != 1 or late or not q.empty():
+        raise RuntimeError("A1: the one sentinel did not leave exactly two tasks waiting")
+    names = " and ".join(sorted(task.get_name() for task in waiting))
+    tracer.mark(f"{names} wait in get() on an empty queue, forever; gather() would too", bad=True)
+    tracer.mark("(the scenario puts 2 more STOPs, to end them)")
+    for _ in waiting:
+        q.put_nowait(naive_async_queue.STOP)
+    await asyncio.wait(waiting)
+
+
+async def _a1_fixed_main(tracer: Tracer) -> None:
+    q: async_queue.ClosableAsyncQueue[int] = async_queue.ClosableAsyncQueue()
+    closed: list[Event] = []
+
+    async def consumer() -> int:
+        tracer.mark("consume_until_shutdown(q): waits in get()")
+        handled = await async_queue.consume_until_shutdown(q, lambda i: _a1_handle(tracer, i))
+        tracer.mark(f"get() raised QueueShutDown: returns ({handled} handled)", after=closed[0])
+        return handled
+
+    tracer.mark("starts 3 consumer tasks")
+    tasks = [asyncio.create_task(consumer(), name=f"consumer-{i}") for i in range(3)]
+    await _parked(q, 3, "waiting in get()")
+    closed.append(tracer.mark(f"puts {_A1_ITEMS} items; q.shutdown()"))
+    for item in range(_A1_ITEMS):
+        await q.put(item)
+    q.shutdown()
+    counts = await asyncio.gather(*tasks)
+    tracer.mark(f"gather() returned: {sum(counts)} items handled, every consumer ended")
+
+
+def _a1_naive() -> Tracer:
+    tracer = Tracer("naive_consume, naive_stop", {"main": "main"})
+    _run_async(lambda: _a1_naive_main(tracer))
+    return tracer
+
+
+def _a1_fixed() -> Tracer:
+    tracer = Tracer("consume_until_shutdown, q.shutdown()", {"main": "main"})
+    _run_async(lambda: _a1_fixed_main(tracer))
+    return tracer
+
+
+# asyncio_shutdown, A7: cancel, then gather, and a task that swallows its cancel.
+
+
+async def _a7_main(tracer: Tracer, fixed: bool) -> None:
+    release = asyncio.Event()
+    cancel_at: list[Event] = []
+
+    async def stubborn() -> str:
+        tracer.mark("waits in release.wait()")
+        while True:
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                tracer.mark("catches CancelledError and waits again", after=cancel_at[0])
+                continue
+            tracer.mark("released: returns")
+            return "released"
+
+    async def sleeper() -> None:
+        tracer.mark("waits for an event nobody sets")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            tracer.mark("CancelledError: ends", after=cancel_at[0])
+            raise
+
+    tracer.mark("starts stubborn and sleeper")
+    tasks = [
+        asyncio.create_task(stubborn(), name="stubborn"),
+        asyncio.create_task(sleeper(), name="sleeper"),
+    ]
+    await asyncio.sleep(0)  # one step each: both reach their wait
+
+    async def stop() -> None:
+        if fixed:
+            cancel_at.append(tracer.mark(f"shutdown_tasks(tasks, timeout={LOOK})"))
+            report = await asyncio_shutdown.shutdown_tasks(tasks, LOOK)
+            tracer.mark(
+                f"returned: terminated={report.terminated}, "
+                f"still_running={report.still_running}, cancelled={report.cancelled}"
+            )
+        else:
+            cancel_at.append(
+                tracer.mark("naive_shutdown_tasks(tasks): cancel each, gather with no deadline")
+            )
+            await naive_asyncio_shutdown.naive_shutdown_tasks(tasks)
+            tracer.mark("gather returned")
+
+    with _log_as_marks(tracer, asyncio_shutdown.__name__):
+        stopper = asyncio.create_task(stop(), name="stopper")
+        done, _ = await asyncio.wait([stopper], timeout=None if fixed else LOOK)
+    if fixed != bool(done):
+        raise RuntimeError(f"A7: the {'fixed' if fixed else 'naive'} stop did the unexpected")
+    if not fixed:
+        tracer.mark("the stop still waits in gather(), and nothing says for which task", bad=True)
+    tracer.mark("(the scenario sets release, to end stubborn)")
+    release.set()
+    await asyncio.wait([stopper, *tasks])
+
+
+def _a7_naive() -> Tracer:
+    tracer = Tracer("naive_shutdown_tasks", {"main": "main"})
+    _run_async(lambda: _a7_main(tracer, fixed=False))
+    return tracer
+
+
+def _a7_fixed() -> Tracer:
+    tracer = Tracer("shutdown_tasks", {"main": "main"})
+    _run_async(lambda: _a7_main(tracer, fixed=True))
+    return tracer
+
+
 # --- scenarios that need a process of their own: interpreter exit, signals -----------
 # The child prints one JSON line per mark (its perf_counter_ns, thread, text); the parent
 # adds its own marks and merges both by time into one trace.
@@ -696,10 +895,15 @@ class _Child:
         self.marks.append((int(item["t"]), str(item["thread"]), str(item["text"]), item["bad"]))
 
     def trace(self, title: str, lanes: dict[str, str]) -> Tracer:
-        tracer = Tracer(title, lanes)
-        for t_ns, thread, text, bad in sorted(self.marks):
-            tracer.record(t_ns, thread, text, bad=bad)
-        return tracer
+        return _merged(title, lanes, self.marks)
+
+
+def _merged(title: str, lanes: dict[str, str], marks: list[tuple[int, str, str, bool]]) -> Tracer:
+    """A trace of marks (time, lane, text, bad) made in several processes, in time order."""
+    tracer = Tracer(title, lanes)
+    for t_ns, lane, text, bad in sorted(marks):
+        tracer.record(t_ns, lane, text, bad=bad)
+    return tracer
 
 
 # daemon_threads, P15: a daemon thread is abandoned mid-file at exit. The export is the
@@ -855,6 +1059,65 @@ def _p22_fixed() -> Tracer:
     return _p22_run(fixed=True)
 
 
+# process_shutdown, M3: terminate() skips the child's cleanup. The child is the race
+# tests' `careful`, each step a mark in a file (JSON lines) that the parent merges with its
+# own marks by time. Started with spawn, as the tests do.
+
+
+def _m3_run(fixed: bool) -> Tracer:
+    context = multiprocessing.get_context("spawn")
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False) -> None:
+        marks.append((time.perf_counter_ns(), "parent", text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "marks")
+        ready = context.Event()
+        child = process_shutdown.StoppableProcess(
+            process_tasks.careful_marked, (ready, str(path)), name="careful", context=context
+        )
+        mark("StoppableProcess(careful).start(), with spawn")
+        child.start()
+        try:
+            if not ready.wait(MUST_HAPPEN):
+                raise RuntimeError("scenario stuck: the M3 child never got ready")
+            if fixed:
+                mark("child.stop(): one byte down the stop pipe, then join")
+                report = child.stop(MUST_HAPPEN)
+                mark(
+                    f"stop() returned: exit code {report.exitcode}, "
+                    f"escalation {report.escalation or 'none'}"
+                )
+            else:
+                process = child._process  # as the race test does: the naive call needs it
+                assert process is not None
+                mark("naive_stop_process(process): terminate(), then join()")
+                naive_process_shutdown.naive_stop_process(process)
+                exitcode = process.exitcode
+        finally:
+            child.stop(MUST_HAPPEN)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+    seen = [str(line["text"]) for line in lines]
+    if not fixed:
+        if any(text.startswith(("finally", "atexit")) for text in seen):
+            raise RuntimeError(f"M3: the terminated child cleaned up after all: {seen}")
+        t_ns = time.perf_counter_ns()  # what the parent saw: the child ended in its wait
+        marks.append((t_ns, "careful", "ended by SIGTERM inside stop.wait()", False))
+        mark(f"exit code {exitcode}: no finally, no atexit, nothing said so", bad=True)
+    marks += [(int(line["t"]), str(line["lane"]), str(line["text"]), False) for line in lines]
+    title = "StoppableProcess.stop()" if fixed else "naive_stop_process"
+    return _merged(title, {"parent": "parent", "careful": "child process"}, marks)
+
+
+def _m3_naive() -> Tracer:
+    return _m3_run(fixed=False)
+
+
+def _m3_fixed() -> Tracer:
+    return _m3_run(fixed=True)
+
+
 SCENARIOS: dict[str, Scenario] = {
     "executor_shutdown.p1": Scenario(
         "P1",
@@ -921,14 +1184,42 @@ SCENARIOS: dict[str, Scenario] = {
         "/light waits for a thread; the bulkhead refuses the second heavy call at once, "
         "so /light is answered while the heavy query runs.",
     ),
+    "async_queue.a1": Scenario(
+        "A1",
+        _a1_naive,
+        _a1_fixed,
+        "One STOP ends one consumer task and the other two wait in get() on an empty queue; "
+        "one shutdown() ends all three once the six items are handed out.",
+        "an asyncio task (all of them take turns in one thread, at each await)",
+    ),
+    "asyncio_shutdown.a7": Scenario(
+        "A7",
+        _a7_naive,
+        _a7_fixed,
+        "A task that catches its CancelledError keeps the naive gather waiting, and nothing "
+        "names it; shutdown_tasks returns on its deadline with the task named in still_running.",
+        "an asyncio task (all of them take turns in one thread, at each await)",
+    ),
+    "process_shutdown.m3": Scenario(
+        "M3",
+        _m3_naive,
+        _m3_fixed,
+        "terminate() ends the child where it waits: its finally and atexit never run, and "
+        "the exit code is -15; asked through StoppableProcess.stop(), the child returns, "
+        "cleans up and exits with 0.",
+        "a process (the child writes its marks to a file, the parent merges them with its "
+        "own: perf_counter is one clock for both)",
+    ),
 }
 
 
-HOW_TO_READ = (
-    "Each lane is a thread; the marks are numbered in the order they happened, spaced by "
-    "order, not to scale, and the key gives each mark's time since the first one. "
-    "The failure is red."
-)
+def how_to_read(lanes: str = "a thread") -> str:
+    """The sentence that says how to read a picture whose lanes are ``lanes``."""
+    return (
+        f"Each lane is {lanes}; the marks are numbered in the order they happened, spaced "
+        "by order, not to scale, and the key gives each mark's time since the first one. "
+        "The failure is red."
+    )
 
 
 def pair_html(key: str, *, when: str = "Drawn from runs made just now.") -> str:
@@ -943,7 +1234,7 @@ def pair_html(key: str, *, when: str = "Drawn from runs made just now.") -> str:
     fixed.title = f"Fixed: {fixed.title}"
     columns = max(len(naive.events), len(fixed.events))
     one = 'style="flex:1 1 20em;min-width:0"'
-    caption = f"{scenario.pitfall}: {scenario.caption} {HOW_TO_READ} {when}"
+    caption = f"{scenario.pitfall}: {scenario.caption} {how_to_read(scenario.lanes)} {when}"
     return (
         f'<figure class="race-lanes" id="race-lanes-{html.escape(key.replace(".", "-"))}">'
         '<div class="race-lanes-pair" style="display:flex;flex-wrap:wrap;gap:1em">'
