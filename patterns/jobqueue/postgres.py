@@ -99,6 +99,7 @@ from patterns.jobqueue.store import (
     JobState,
     JsonValue,
     NewJob,
+    Settle,
     Settlement,
     Store,
     WorkerRecord,
@@ -120,7 +121,7 @@ from patterns.jobqueue.store import (
     new_token,
     prepare_enqueue,
     prepare_many,
-    settle_each,
+    prepare_settlement,
     storable_error,
 )
 
@@ -349,6 +350,35 @@ _SQL = {
         UPDATE {jobs} AS j SET {assignments}, updated_at = {now}
          WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
     """,
+    # Several outcomes in one statement, each fenced alone: a row is updated only while its
+    # item's token holds the lease, and each kind does what its single statement above does
+    # (see _ASSIGNMENTS). The items' (id, token) pairs are distinct, so no row joins twice.
+    "settle_many": """
+        UPDATE {jobs} AS j
+           SET state = CASE t.kind
+                         WHEN 'complete' THEN 'done'
+                         WHEN 'fail' THEN 'failed'
+                         WHEN 'cancel' THEN 'cancelled'
+                         ELSE CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END
+                       END,
+               result = CASE WHEN t.kind = 'complete' THEN t.result::json ELSE j.result END,
+               last_error = CASE
+                              WHEN t.kind IN ('fail', 'cancel') THEN t.error
+                              WHEN t.kind = 'complete' THEN j.last_error
+                              WHEN j.cancel_requested THEN %(cancelled)s
+                              WHEN t.kind = 'retry' THEN t.error
+                              ELSE j.last_error
+                            END,
+               run_at = CASE WHEN t.kind = 'retry' THEN to_timestamp(t.run_at) ELSE j.run_at END,
+               attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
+                               ELSE j.attempts END,
+               lease_owner = NULL, lease_until = NULL, updated_at = {now}
+          FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(kinds)s::text[],
+                      %(results)s::text[], %(errors)s::text[], %(run_ats)s::float8[])
+               AS t(id, token, kind, result, error, run_at)
+         WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
+        RETURNING t.id, t.token, t.kind
+    """,
     # The lease only: the payload is neither read nor sent back.
     "renew": """
         UPDATE {jobs} AS j
@@ -414,7 +444,7 @@ _SQL = {
 
 _END_LEASE = "lease_owner = NULL, lease_until = NULL"
 # A job given back (retry, release) while a cancel is requested would never run again
-# usefully: it ends cancelled instead of queued, as in MemoryStore._requeue_held.
+# usefully: it ends cancelled instead of queued, as in MemoryStore._settle_held.
 _GIVE_BACK = (
     "state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,"
     " last_error = CASE WHEN j.cancel_requested THEN %(cancelled)s ELSE {error} END"
@@ -1006,8 +1036,80 @@ class PostgresStore:
         )
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes; see `Store.settle_many`."""
-        return settle_each(self, items)
+        """Record several outcomes in one transaction and one statement; see `Store.settle_many`.
+
+        Every item is checked first (`prepare_settlement`, and a retry's ``run_at`` within
+        PostgreSQL's range: a bad one is its own exception and is not sent); the rest go
+        in one ``UPDATE ... FROM unnest(...)`` that fences each row by its own token, then
+        one ``COMMIT``: two round trips whatever the number of items. Of two items for one
+        claim, the first applies and the second is False, as one after the other would
+        be. A release that applied sends one ``NOTIFY``. The connection breaking before
+        ``COMMIT`` is retried, during ``COMMIT`` raises `CommitUnknown`, as for a single
+        call; a transaction that failed applied none of the items. An empty list does
+        nothing.
+        """
+        if not items:
+            return []
+        done: list[bool | Exception] = []
+        sent: dict[tuple[int, str], int] = {}  # (job id, token) -> the index of its item
+        columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
+        for index, item in enumerate(items):
+            try:
+                kind, text, when = prepare_settlement(item, self._max_payload_bytes)
+                if kind is Settle.RETRY:
+                    _check_range("run_at", when)
+            except (TypeError, ValueError) as exc:
+                done.append(exc)
+                continue
+            done.append(False)
+            key = (item.claim.job.id, item.claim.token)
+            if key in sent:
+                continue  # the same claim again: the first item ends its lease, this is False
+            sent[key] = index
+            for column, value in zip(
+                columns,
+                (
+                    key[0],
+                    key[1],
+                    kind.value,
+                    text if kind is Settle.COMPLETE else None,
+                    None if kind is Settle.COMPLETE else text,
+                    when,
+                ),
+                strict=True,
+            ):
+                column.append(value)
+        if not sent:
+            return done
+        ids, tokens, kinds, results, errors, run_ats = columns
+
+        def body(
+            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
+        ) -> list[tuple[Any, ...]]:
+            rows = conn.execute(
+                self._statements["settle_many"],
+                {
+                    "clock": clock,
+                    "cancelled": cancelled_reason("and its worker gave it back"),
+                    "ids": ids,
+                    "tokens": tokens,
+                    "kinds": kinds,
+                    "results": results,
+                    "errors": errors,
+                    "run_ats": run_ats,
+                },
+            ).fetchall()
+            if any(kind == Settle.RELEASE for _, _, kind in rows):
+                self._notify(conn)  # due again now: another idle worker may take it
+            return rows
+
+        for job_id, token, _ in self._transaction(body):
+            done[sent.pop((int(job_id), token))] = True
+        for job_id, token in sent:
+            logger.info(
+                "%s: job %d: claim %s no longer holds the lease", self._where, job_id, token
+            )
+        return done
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
