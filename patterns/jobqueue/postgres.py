@@ -352,7 +352,8 @@ _SQL = {
     """,
     # Several outcomes in one statement, each fenced alone: a row is updated only while its
     # item's token holds the lease, and each kind does what its single statement above does
-    # (see _ASSIGNMENTS). The items' (id, token) pairs are distinct, so no row joins twice.
+    # (see _ASSIGNMENTS). {values} is one row per item (_settle_values); the items' (id,
+    # token) pairs are distinct, so no row is joined twice.
     "settle_many": """
         UPDATE {jobs} AS j
            SET state = CASE t.kind
@@ -373,9 +374,7 @@ _SQL = {
                attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
                                ELSE j.attempts END,
                lease_owner = NULL, lease_until = NULL, updated_at = {now}
-          FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(kinds)s::text[],
-                      %(results)s::text[], %(errors)s::text[], %(run_ats)s::float8[])
-               AS t(id, token, kind, result, error, run_at)
+          FROM (VALUES {values}) AS t(id, token, kind, result, error, run_at)
          WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
         RETURNING t.id, t.token, t.kind
     """,
@@ -458,6 +457,26 @@ _ASSIGNMENTS = {
     + f", attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
     "mark_cancelled": f"state = 'cancelled', last_error = %(error)s, {_END_LEASE}",
 }
+
+
+# settle_many sends at most this many items per statement (more make more statements in
+# the same transaction), so that a store prepares at most this many statement texts.
+_SETTLE_ROWS = 64
+
+
+# The outcome of each Settle kind in _ASSIGNMENTS (the single-job statements).
+_SINGLE = {
+    Settle.COMPLETE: "complete",
+    Settle.FAIL: "fail",
+    Settle.RETRY: "retry",
+    Settle.RELEASE: "release",
+    Settle.CANCEL: "mark_cancelled",
+}
+
+
+def _settle_names(n: int) -> tuple[str, ...]:
+    """The parameter names of item ``n``'s row in settle_many's VALUES."""
+    return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
 
 
 class StoreUnavailable(RuntimeError):
@@ -602,7 +621,9 @@ class PostgresStore:
             "now": sql.SQL(_NOW),
         }
         self._statements = {
-            name: self._compose(text) for name, text in _SQL.items() if name != "settle"
+            name: self._compose(text)
+            for name, text in _SQL.items()
+            if name not in {"settle", "settle_many"}
         }
         self._settle_sql = {
             outcome: self._compose(_SQL["settle"], assignments=sql.SQL(text))
@@ -610,7 +631,8 @@ class PostgresStore:
         }
         self._migrations = [[self._compose(text) for text in step] for step in _MIGRATIONS]
 
-        # Guards _conn, _closed, _prepared and _offset: held for every transaction (and its
+        # Guards _conn, _closed, _prepared, _offset and the settle_many statements that
+        # _settle_statement adds to _statements: held for every transaction (and its
         # reconnection), so the connection serves one thread at a time and close() cannot
         # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
         # caller code run under it is the test clock, which must not call the store.
@@ -1036,23 +1058,23 @@ class PostgresStore:
         )
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes in one transaction and one statement; see `Store.settle_many`.
+        """Record several outcomes in one transaction; see `Store.settle_many`.
 
         Every item is checked first (`prepare_settlement`, and a retry's ``run_at`` within
         PostgreSQL's range: a bad one is its own exception and is not sent); the rest go
-        in one ``UPDATE ... FROM unnest(...)`` that fences each row by its own token, then
-        one ``COMMIT``: two round trips whatever the number of items. Of two items for one
-        claim, the first applies and the second is False, as one after the other would
-        be. A release that applied sends one ``NOTIFY``. The connection breaking before
-        ``COMMIT`` is retried, during ``COMMIT`` raises `CommitUnknown`, as for a single
-        call; a transaction that failed applied none of the items. An empty list does
-        nothing.
+        in one ``UPDATE ... FROM (VALUES ...)`` that fences each row by its own token (one
+        statement per `_SETTLE_ROWS` items), then one ``COMMIT``: two round trips for a
+        batch of up to that many. Of two items for one claim, the first applies and the
+        second is False, as one after the other would be. A release that applied sends
+        one ``NOTIFY``. The connection breaking before ``COMMIT`` is retried, during
+        ``COMMIT`` raises `CommitUnknown`, as for a single call; a transaction that
+        failed applied none of the items. An empty list does nothing.
         """
         if not items:
             return []
         done: list[bool | Exception] = []
         sent: dict[tuple[int, str], int] = {}  # (job id, token) -> the index of its item
-        columns: tuple[list[Any], ...] = ([], [], [], [], [], [])
+        rows: list[tuple[int, str, str, str | None, str | None, float]] = []
         for index, item in enumerate(items):
             try:
                 kind, text, when = prepare_settlement(item, self._max_payload_bytes)
@@ -1066,42 +1088,35 @@ class PostgresStore:
             if key in sent:
                 continue  # the same claim again: the first item ends its lease, this is False
             sent[key] = index
-            for column, value in zip(
-                columns,
-                (
-                    key[0],
-                    key[1],
-                    kind.value,
-                    text if kind is Settle.COMPLETE else None,
-                    None if kind is Settle.COMPLETE else text,
-                    when,
-                ),
-                strict=True,
-            ):
-                column.append(value)
-        if not sent:
+            result, error = (text, None) if kind is Settle.COMPLETE else (None, text)
+            rows.append((*key, kind.value, result, error, when))
+        if not rows:
             return done
-        ids, tokens, kinds, results, errors, run_ats = columns
+        reason = cancelled_reason("and its worker gave it back")
 
         def body(
             conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
         ) -> list[tuple[Any, ...]]:
-            rows = conn.execute(
-                self._statements["settle_many"],
-                {
-                    "clock": clock,
-                    "cancelled": cancelled_reason("and its worker gave it back"),
-                    "ids": ids,
-                    "tokens": tokens,
-                    "kinds": kinds,
-                    "results": results,
-                    "errors": errors,
-                    "run_ats": run_ats,
-                },
-            ).fetchall()
-            if any(kind == Settle.RELEASE for _, _, kind in rows):
+            common = {"clock": clock, "cancelled": reason}
+            if len(rows) == 1:  # the single-job statement: the same change, a simpler plan
+                (job_id, token, kind, result, error, when) = rows[0]
+                single = {"id": job_id, "token": token, "result": result, "error": error}
+                cursor = conn.execute(
+                    self._settle_sql[_SINGLE[Settle(kind)]], {**common, **single, "run_at": when}
+                )
+                applied = [rows[0][:3]] if cursor.rowcount == 1 else []
+            else:
+                applied = []
+                for start in range(0, len(rows), _SETTLE_ROWS):
+                    chunk = rows[start : start + _SETTLE_ROWS]
+                    params = dict(common)
+                    for n, row in enumerate(chunk):
+                        params.update(zip(_settle_names(n), row, strict=True))
+                    statement = self._settle_statement(len(chunk))
+                    applied += conn.execute(statement, params).fetchall()
+            if any(kind == Settle.RELEASE for _, _, kind in applied):
                 self._notify(conn)  # due again now: another idle worker may take it
-            return rows
+            return applied
 
         for job_id, token, _ in self._transaction(body):
             done[sent.pop((int(job_id), token))] = True
@@ -1110,6 +1125,27 @@ class PostgresStore:
                 "%s: job %d: claim %s no longer holds the lease", self._where, job_id, token
             )
         return done
+
+    def _settle_statement(self, count: int) -> sql.Composed:
+        """settle_many's statement for ``count`` items; call with _lock held (it adds it).
+
+        One text per count, so that each gets its own prepared statement whose plan knows
+        how many rows it joins: the plan is made once per count, not at every call.
+        """
+        name = f"settle_many {count}"  # made on first use, kept with the other statements
+        statement = self._statements.get(name)
+        if statement is None:
+            from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+            values = ", ".join(
+                "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
+                    *(f"%({name})s" for name in _settle_names(n))
+                )
+                for n in range(count)
+            )
+            statement = self._compose(_SQL["settle_many"], values=sql.SQL(values))
+            self._statements[name] = statement
+        return statement
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""

@@ -27,7 +27,7 @@ import pytest
 
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import CommitUnknown, PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
 from patterns.jobqueue.store import (
     Claim,
     Job,
@@ -113,24 +113,31 @@ KINDS = list(Settle)
 # --- each item does what its single method does ------------------------------------------
 
 
+@pytest.mark.parametrize("alone", [True, False], ids=["alone", "with-another"])
 @pytest.mark.parametrize("cancel_requested", [False, True], ids=["plain", "cancel-requested"])
 @pytest.mark.parametrize("kind", KINDS, ids=[k.value for k in KINDS])
 def test_each_kind_in_a_batch_leaves_its_job_as_its_single_method_leaves_a_twin(
-    store: Store, clock: FakeClock, kind: Settle, cancel_requested: bool
+    store: Store, clock: FakeClock, kind: Settle, cancel_requested: bool, alone: bool
 ) -> None:
-    """A batch item and the single call leave two twin jobs equal in every field but the id."""
-    store.enqueue_many([{"task": "t", "payload": {"p": 1}}] * 2)
+    """A batch item and the single call leave two twin jobs equal in every field but the id.
+
+    Alone in its batch or with another item: a store may take another path for one item.
+    """
+    store.enqueue_many([{"task": "t", "payload": {"p": 1}}] * 3)
     clock.now += 5
-    batched, alone = claim_all(store, 2)
+    batched, twin, other = claim_all(store, 3)
     if cancel_requested:
         store.cancel(batched.job.id)
-        store.cancel(alone.job.id)
+        store.cancel(twin.job.id)
     clock.now += 5
     common = {"result": {"r": [1, "x"]}, "error": "it broke", "run_at": START + 600}
-    assert store.settle_many([Settlement(kind, batched, **common)]) == [True]
-    assert single(store, Settlement(kind, alone, **common)) is True
+    batch = [Settlement(kind, batched, **common)]
+    if not alone:
+        batch.append(Settlement(Settle.COMPLETE, other))
+    assert store.settle_many(batch) == [True] * len(batch)
+    assert single(store, Settlement(kind, twin, **common)) is True
     after = must_get(store, batched.job.id)
-    assert as_twin(after) == as_twin(must_get(store, alone.job.id))
+    assert as_twin(after) == as_twin(must_get(store, twin.job.id))
     assert after.updated_at == clock.now
     assert (after.lease_owner, after.lease_until) == (None, None)
 
@@ -350,6 +357,30 @@ def test_sqlite_a_statement_failing_mid_batch_applies_none_of_its_items(tmp_path
         store.close()
 
 
+def test_sqlite_a_batch_that_finds_the_file_damaged_raises_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Pages overwritten under the jobs: StoreFileError naming the file; no byte changes."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    store.enqueue_many([{"task": "t", "payload": {"n": n, "pad": "x" * 200}} for n in range(200)])
+    claims = claim_all(store, 200)
+    store.close()  # checkpointed: the whole store is in the file
+    data = path.read_bytes()
+    damaged = data[:8192] + b"\xde\xad\xbe\xef" * 2048 + data[16384:]
+    path.write_bytes(damaged)
+    store = SQLiteStore(path)
+    try:
+        batch = [Settlement(Settle.COMPLETE, c) for c in claims]
+        for _ in range(2):
+            with pytest.raises(StoreFileError, match="the database file is damaged") as caught:
+                store.settle_many(batch)
+            assert str(path) in str(caught.value)
+    finally:
+        store.close()
+    assert path.read_bytes() == damaged
+
+
 # --- one transaction: PostgreSQL -----------------------------------------------------------
 
 
@@ -374,6 +405,13 @@ def terminate(dsn: str, pid: int) -> None:
     assert row[0] is True
 
 
+def job_ids(params: object) -> set[int]:
+    """The job ids in a store statement's parameters: "id", or "id0", "id1"... of a batch."""
+    if not isinstance(params, dict):
+        return set()
+    return {v for k, v in params.items() if k.rstrip("0123456789") == "id"}
+
+
 def test_postgres_a_connection_broken_during_commit_is_commit_unknown(
     pg_dsn: str, pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -389,8 +427,7 @@ def test_postgres_a_connection_broken_during_commit_is_commit_unknown(
     commits: list[int] = []
 
     def execute(conn: psycopg.Connection[Any], query: Any, params: Any = None, **kw: Any) -> Any:
-        if isinstance(params, dict):
-            written.update(params.get("ids") or [params.get("id")])
+        written.update(job_ids(params))
         return real_execute(conn, query, params, **kw)
 
     def commit_on_a_dead_session(conn: psycopg.Connection[Any]) -> None:
@@ -491,7 +528,7 @@ if where.startswith("postgresql://"):
 
     store = PostgresStore(where, schema=sys.argv[3])
 else:
-    from patterns.jobqueue.sqlite import SQLiteStore
+    from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
 
     store = SQLiteStore(where, synchronous="FULL")
 claims = store.claim("child", lease=3600, limit=4)
@@ -515,8 +552,8 @@ elif phase == "inside":
     written = set()
 
     def execute(conn, query, params=None, **kwargs):
-        if isinstance(params, dict):
-            written.update(params.get("ids") or [params.get("id")])
+        if isinstance(params, dict):  # "id" for a single outcome, "id0", "id1"... for a batch
+            written.update(v for k, v in params.items() if k.rstrip("0123456789") == "id")
         return real_execute(conn, query, params, **kwargs)
 
     def commit(conn):
