@@ -322,9 +322,10 @@ _SQL = {
            FOR UPDATE SKIP LOCKED
     """,
     "fail_spent": """
-        UPDATE {jobs} SET state = 'failed', last_error = %(error)s, lease_owner = NULL,
-                          lease_until = NULL, updated_at = {now}
-         WHERE id = %(id)s
+        UPDATE {jobs} AS j SET state = 'failed', last_error = t.error, lease_owner = NULL,
+                               lease_until = NULL, updated_at = {now}
+          FROM unnest(%(ids)s::bigint[], %(errors)s::text[]) AS t(id, error)
+         WHERE j.id = t.id
     """,
     # The claim's read: due rows that no other transaction has locked, oldest first.
     "due": """
@@ -964,12 +965,14 @@ class PostgresStore:
             if cancelled:
                 logger.warning("%s: %d jobs %s", self._where, cancelled, cancel_reason)
             spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
-            for job_id, attempts in spent:
-                reason = expired_reason(attempts)
+            if spent:  # all in one statement: a claim's round trips do not grow with them
+                reasons = [expired_reason(attempts) for _, attempts in spent]
                 conn.execute(
-                    statements["fail_spent"], {"clock": clock, "error": reason, "id": job_id}
+                    statements["fail_spent"],
+                    {"clock": clock, "ids": [row[0] for row in spent], "errors": reasons},
                 )
-                logger.warning("%s: job %d failed: %s", self._where, job_id, reason)
+                for (job_id, _), reason in zip(spent, reasons, strict=True):
+                    logger.warning("%s: job %d failed: %s", self._where, job_id, reason)
             due = conn.execute(statements["due"], {"clock": clock, "limit": count}).fetchall()
             if not due:
                 return []

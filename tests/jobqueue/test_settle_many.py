@@ -645,3 +645,63 @@ def test_settle_each_is_the_meaning_a_batch_must_match(store: Store) -> None:
     each = settle_each(store, make(claims[4:]))
     assert [type(x) for x in batched] == [type(x) for x in each]
     assert [x for x in batched if isinstance(x, bool)] == [x for x in each if isinstance(x, bool)]
+
+
+# --- claim(limit=n): one transaction, a fixed number of statements ---------------------------
+
+
+def test_sqlite_a_claim_of_many_jobs_is_one_transaction(tmp_path: Path) -> None:
+    """claim(limit=16), expired leases to fail included: one BEGIN IMMEDIATE, one COMMIT."""
+    clock = FakeClock()
+    store = SQLiteStore(tmp_path / "jobs.db", clock=clock)
+    try:
+        store.enqueue_many([{"task": "t", "max_attempts": 1}] * 5)
+        claim_all(store, 5)
+        clock.now += LEASE + 1  # their leases expire, with no attempt left
+        store.enqueue_many([{"task": "t"}] * 16)
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        assert len(store.claim("w", lease=LEASE, limit=16)) == 16
+        store._conn.set_trace_callback(None)
+        assert [s for s in statements if s.startswith(("BEGIN", "COMMIT"))] == [
+            "BEGIN IMMEDIATE",
+            "COMMIT",
+        ]
+        assert store.counts()["failed"] == 5
+    finally:
+        store.close()
+
+
+def test_postgres_a_claim_of_many_jobs_takes_the_same_few_statements_however_many(
+    pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """claim(limit=16) failing 10 spent leases: one transaction, five statements, not one a job."""
+    import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+
+    clock = FakeClock()
+    store = PostgresStore(pg_dsn, schema=pg_schema, clock=clock)
+    try:
+        store.enqueue_many([{"task": "t", "max_attempts": 1}] * 10)
+        claim_all(store, 10)
+        clock.now += LEASE + 1  # their leases expire, with no attempt left
+        store.enqueue_many([{"task": "t"}] * 16)
+        calls: list[str] = []
+        real_execute, real_commit = psycopg.Connection.execute, psycopg.Connection.commit
+
+        def execute(conn: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any) -> Any:
+            calls.append("execute")
+            return real_execute(conn, query, *args, **kw)
+
+        def commit(conn: psycopg.Connection[Any]) -> None:
+            calls.append("commit")
+            real_commit(conn)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        monkeypatch.setattr(psycopg.Connection, "commit", commit)
+        assert len(store.claim("w", lease=LEASE, limit=16)) == 16
+        monkeypatch.undo()
+        # expired-and-cancelled, spent (select, then fail them all), due, take; one COMMIT
+        assert calls == ["execute"] * 5 + ["commit"]
+        assert store.counts()["failed"] == 10
+    finally:
+        store.close()
