@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from patterns.jobqueue import sqlite as sqlite_store
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import CommitUnknown, PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
@@ -38,7 +39,7 @@ from patterns.jobqueue.store import (
     settle_each,
 )
 from tests.jobqueue.conftest import admin_execute
-from tests.support import MUST_HAPPEN, child_env
+from tests.support import MUST_HAPPEN, child_env, join_or_fail, run_in_thread, stays_blocked
 
 START = 1_000_000.0
 LEASE = 30.0
@@ -379,6 +380,48 @@ def test_sqlite_a_batch_that_finds_the_file_damaged_raises_and_changes_nothing(
     finally:
         store.close()
     assert path.read_bytes() == damaged
+
+
+def test_sqlite_a_batch_waits_for_another_connections_write_lock(tmp_path: Path) -> None:
+    """While another connection holds the write lock the batch waits, then applies."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        store.enqueue_many([{"task": "t"}] * 2)
+        batch = [Settlement(Settle.COMPLETE, c) for c in claim_all(store, 2)]
+        other.execute("BEGIN IMMEDIATE")
+        thread, result = run_in_thread(lambda: store.settle_many(batch), name="settler")
+        assert stays_blocked(thread)  # no "database is locked" error: it waits
+        other.execute("COMMIT")
+        join_or_fail(thread)
+        assert result == {"result": [True, True]}
+    finally:
+        other.close()
+        store.close()
+
+
+def test_sqlite_a_lock_held_past_every_retry_raises_and_applies_none_of_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the bounded busy retries the batch raises "locked"; every job is as it was."""
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.02)  # read when the store connects
+    monkeypatch.setattr(sqlite_store, "_BUSY_RETRIES", 2)
+    monkeypatch.setattr(sqlite_store, "_BACKOFF", 0.01)
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        store.enqueue_many([{"task": "t"}] * 2)
+        claims = claim_all(store, 2)
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            store.settle_many([Settlement(Settle.COMPLETE, c) for c in claims])
+        other.execute("ROLLBACK")
+        assert [must_get(store, c.job.id).state for c in claims] == [JobState.RUNNING] * 2
+    finally:
+        other.close()
+        store.close()
 
 
 # --- one transaction: PostgreSQL -----------------------------------------------------------
