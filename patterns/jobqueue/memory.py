@@ -21,7 +21,8 @@ Pattern:
 Guarantees:
     * Each method is atomic with respect to every other method of the same store.
     * A job is returned by at most one claim while its lease is live; complete, fail,
-      retry, release and renew succeed only for the claim whose token holds the lease.
+      retry, release and renew (and each item of ``settle_many``, one atomic step for the
+      batch) succeed only for the claim whose token holds the lease.
     * Arguments are checked before anything is written: a bad value raises `ValueError`,
       a value of the wrong type (or a payload that is not JSON) raises `TypeError`, and
       the store is unchanged.
@@ -400,9 +401,10 @@ class MemoryStore:
         return self._settle_one(claim, Settle.CANCEL, storable_error(reason))
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes under one hold of the lock; see `Store.settle_many`.
+        """Record several outcomes under one hold of the lock.
 
-        Every item is checked first (`prepare_settlement`: a bad one is its own exception);
+        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
+        (`~patterns.jobqueue.store.prepare_settlement`: a bad one is its own exception);
         then all are applied in one step, each fenced alone, in order (of two items for
         one claim, the first applies and the second finds the lease gone). Nobody sees
         some applied and others not. An empty list does nothing (not even the closed check).

@@ -42,7 +42,8 @@ Guarantees:
       database server's clock; the clocks of the machines running workers are never read
       for them.
     * Complete, fail, retry, release and renew change the row only while the claim's
-      token still holds the lease; they return False (None for renew) otherwise.
+      token still holds the lease; they return False (None for renew) otherwise. So does
+      each item of ``settle_many``, whose items commit together in one transaction.
     * A call that raises `StoreUnavailable` (other than `CommitUnknown`) changed nothing.
       Connection loss is retried ``RETRIES`` times with backoff first.
     * Every subscriber is called after each commit that enqueued or released a job, and
@@ -1061,17 +1062,19 @@ class PostgresStore:
         )
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes in one transaction; see `Store.settle_many`.
+        """Record several outcomes in one transaction.
 
-        Every item is checked first (`prepare_settlement`, and a retry's ``run_at`` within
+        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
+        (`~patterns.jobqueue.store.prepare_settlement`, and a retry's ``run_at`` within
         PostgreSQL's range: a bad one is its own exception and is not sent); the rest go
         in one ``UPDATE ... FROM (VALUES ...)`` that fences each row by its own token (one
-        statement per `_SETTLE_ROWS` items), then one ``COMMIT``: two round trips for a
-        batch of up to that many. Of two items for one claim, the first applies and the
-        second is False, as one after the other would be. A release that applied sends
-        one ``NOTIFY``. The connection breaking before ``COMMIT`` is retried, during
-        ``COMMIT`` raises `CommitUnknown`, as for a single call; a transaction that
-        failed applied none of the items. An empty list does nothing.
+        statement per ``_SETTLE_ROWS`` items; one item takes its single-job statement),
+        then one ``COMMIT``: two round trips for a batch of up to that many. Of two items
+        for one claim, the first applies and the second is False, as one after the other
+        would be. A release that applied sends one ``NOTIFY``. The connection breaking
+        before ``COMMIT`` is retried, during ``COMMIT`` raises `CommitUnknown`, as for a
+        single call; a transaction that failed applied none of the items. An empty list
+        does nothing.
         """
         if not items:
             return []

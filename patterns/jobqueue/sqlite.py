@@ -1,8 +1,8 @@
 """A durable ``Store`` in one SQLite file: WAL mode, a versioned schema, leases, no server.
 
 TL;DR: ``SQLiteStore(path)`` keeps the job queue in one file that several threads and
-several processes can share; every transition is one short ``BEGIN IMMEDIATE`` transaction,
-so no transaction is ever held while a handler runs.
+several processes can share; every transition (or batch of outcomes, ``settle_many``) is one
+short ``BEGIN IMMEDIATE`` transaction, so no transaction is ever held while a handler runs.
 
 Pitfall:
     Three classic ways to lose or duplicate work with SQLite. A claim that reads due jobs
@@ -27,7 +27,8 @@ Guarantees:
       processes that share the file (given a file system with working locks: a local
       disk, not NFS).
     * Complete, fail, retry, release and renew change the row only while the claim's token
-      still holds the lease; they return False (None for renew) otherwise.
+      still holds the lease; they return False (None for renew) otherwise. So does each
+      item of ``settle_many``, whose items commit together (one fsync at FULL) or not at all.
     * A failed transaction leaves the file as it was; a committed one survives a process
       crash, and with ``synchronous="FULL"`` a power loss too.
     * Opening a file that is not an SQLite database, a database that is not a job store
@@ -798,11 +799,12 @@ class SQLiteStore:
         return self._settle(claim, Settle.CANCEL, storable_error(reason))
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes in one ``BEGIN IMMEDIATE`` transaction; see `Store.settle_many`.
+        """Record several outcomes in one ``BEGIN IMMEDIATE`` transaction.
 
-        Every item is checked first (`prepare_settlement`: a bad one is its own exception
-        and never reaches the file); then one transaction runs each item's fenced UPDATE
-        in order (of two items for one claim, the first applies and the second finds the
+        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
+        (`~patterns.jobqueue.store.prepare_settlement`: a bad one is its own exception and
+        never reaches the file); then one transaction runs each item's fenced UPDATE in
+        order (of two items for one claim, the first applies and the second finds the
         lease gone) and commits once: with ``synchronous="FULL"`` one fsync for the lot. A
         busy database is retried, a damaged file or a closed store raises, exactly as for
         a single call, and a failed transaction applied none of the items. An empty list

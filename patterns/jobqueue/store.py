@@ -1,6 +1,7 @@
 """The job queue's data model and the `Store` protocol every store implements.
 
-A store holds jobs and moves them between states, one transaction per transition::
+A store holds jobs and moves them between states, one transaction per transition (or per
+batch of outcomes, `Store.settle_many`)::
 
     queued --claim--> running --complete--> done (with the handler's result)
       |                  |----fail--------> failed --requeue--> queued (attempts reset)
@@ -13,10 +14,10 @@ A store holds jobs and moves them between states, one transaction per transition
                    the worker's next renew sees (``Claim.cancel_requested``)
 
 Fencing: a claim returns a `Claim` whose ``token`` is unique to that claim. complete, fail,
-retry, release and renew succeed only while that token is the job's current lease owner;
-otherwise they change nothing and return False, so a worker that lost its lease (it was
-paused past the expiry and another worker claimed the job) cannot overwrite the newer
-claim's outcome.
+retry, release and renew (and each item of settle_many, alone) succeed only while that token
+is the job's current lease owner; otherwise they change nothing and return False, so a
+worker that lost its lease (it was paused past the expiry and another worker claimed the
+job) cannot overwrite the newer claim's outcome.
 
 Attempts count claims, including claims whose lease later expired: a job that kills its
 worker every time ends ``failed`` instead of looping forever. A release (the job was
