@@ -412,16 +412,21 @@ class MemoryStore:
         if not items:
             return []
         done: list[bool | Exception] = []
-        with self._lock:
-            self._check_open()
-            now = self._clock()
-            for item in items:
-                try:
-                    kind, text, when = prepare_settlement(item, self._max_payload_bytes)
-                except (TypeError, ValueError) as exc:
-                    done.append(exc)
-                    continue
-                done.append(self._settle_held(item.claim, kind, text, when, now))
+        checked: list[tuple[int, Claim, Settle, str | None, float]] = []
+        for index, item in enumerate(items):  # encoding results takes no lock
+            try:
+                kind, text, when = prepare_settlement(item, self._max_payload_bytes)
+            except (TypeError, ValueError) as exc:
+                done.append(exc)
+                continue
+            done.append(False)
+            checked.append((index, item.claim, kind, text, when))
+        if checked:
+            with self._lock:
+                self._check_open()
+                now = self._clock()
+                for index, claim, kind, text, when in checked:
+                    done[index] = self._settle_held(claim, kind, text, when, now)
         return done
 
     def _settle_one(
