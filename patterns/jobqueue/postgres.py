@@ -354,7 +354,7 @@ _SQL = {
     """,
     # Several outcomes in one statement, each fenced alone: a row is updated only while its
     # item's token holds the lease, and each kind does what its single statement above does
-    # (see _ASSIGNMENTS). {values} is one row per item (_settle_values); the items' (id,
+    # (see _ASSIGNMENTS). {values} is one row per item (_settle_statement); the items' (id,
     # token) pairs are distinct, so no row is joined twice.
     "settle_many": """
         UPDATE {jobs} AS j
@@ -1069,12 +1069,12 @@ class PostgresStore:
         PostgreSQL's range: a bad one is its own exception and is not sent); the rest go
         in one ``UPDATE ... FROM (VALUES ...)`` that fences each row by its own token (one
         statement per ``_SETTLE_ROWS`` items; one item takes its single-job statement),
-        then one ``COMMIT``: two round trips for a batch of up to that many. Of two items
-        for one claim, the first applies and the second is False, as one after the other
-        would be. A release that applied sends one ``NOTIFY``. The connection breaking
-        before ``COMMIT`` is retried, during ``COMMIT`` raises `CommitUnknown`, as for a
-        single call; a transaction that failed applied none of the items. An empty list
-        does nothing.
+        then one ``COMMIT``: a batch of up to that many costs the round trips of a single
+        call (``BEGIN``, the statement, ``COMMIT``). Of two items for one claim, the first
+        applies and the second is False, as one after the other would be. A release that
+        applied sends one ``NOTIFY``. The connection breaking before ``COMMIT`` is
+        retried, during ``COMMIT`` raises `CommitUnknown`, as for a single call; a
+        transaction that failed applied none of the items. An empty list does nothing.
         """
         if not items:
             return []
@@ -1145,7 +1145,7 @@ class PostgresStore:
 
             values = ", ".join(
                 "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
-                    *(f"%({name})s" for name in _settle_names(n))
+                    *(f"%({param})s" for param in _settle_names(n))
                 )
                 for n in range(count)
             )
