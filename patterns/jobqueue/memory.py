@@ -21,7 +21,8 @@ Pattern:
 Guarantees:
     * Each method is atomic with respect to every other method of the same store.
     * A job is returned by at most one claim while its lease is live; complete, fail,
-      retry, release and renew succeed only for the claim whose token holds the lease.
+      retry, release and renew (and each item of ``settle_many``, one atomic step for the
+      batch) succeed only for the claim whose token holds the lease.
     * Arguments are checked before anything is written: a bad value raises `ValueError`,
       a value of the wrong type (or a payload that is not JSON) raises `TypeError`, and
       the store is unchanged.
@@ -64,6 +65,7 @@ from patterns.jobqueue.store import (
     JobState,
     JsonValue,
     NewJob,
+    Settle,
     Settlement,
     Store,
     WorkerRecord,
@@ -83,7 +85,7 @@ from patterns.jobqueue.store import (
     new_token,
     prepare_enqueue,
     prepare_many,
-    settle_each,
+    prepare_settlement,
     storable_error,
 )
 
@@ -373,26 +375,11 @@ class MemoryStore:
         `ValueError` and changes nothing.
         """
         text = None if result is None else encode_result(result, self._max_payload_bytes)
-        with self._lock:
-            row = self._held(claim)
-            if row is None:
-                return False
-            row.result_json = text
-            row.end_lease(JobState.DONE, self._clock())
-            self._lease_ended()
-            return True
+        return self._settle_one(claim, Settle.COMPLETE, text)
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost."""
-        text = storable_error(error)
-        with self._lock:
-            row = self._held(claim)
-            if row is None:
-                return False
-            row.last_error = text
-            row.end_lease(JobState.FAILED, self._clock())
-            self._lease_ended()
-            return True
+        return self._settle_one(claim, Settle.FAIL, storable_error(error))
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
@@ -400,55 +387,87 @@ class MemoryStore:
         A job with a cancel request ends cancelled instead (it would never run again).
         """
         when = check_time("run_at", run_at)
-        text = storable_error(error)
-        with self._lock:
-            row = self._held(claim)
-            if row is None:
-                return False
-            row.last_error = text
-            row.run_at = when
-            self._requeue_held(row)
-            return True
+        return self._settle_one(claim, Settle.RETRY, storable_error(error), when)
 
     def release(self, claim: Claim) -> bool:
         """Return an interrupted job unchanged: attempt given back, original ``run_at``.
 
         A job with a cancel request ends cancelled instead (it would never run again).
         """
-        with self._lock:
-            row = self._held(claim)
-            if row is None:
-                return False
-            row.attempts = max(0, row.attempts - 1)
-            self._requeue_held(row)
-            return True
-
-    def _requeue_held(self, row: _Row) -> None:
-        """End a held lease back in the queue, or cancelled if a cancel was requested."""
-        if row.cancel_requested:
-            row.last_error = cancelled_reason("and its worker gave it back")
-            row.end_lease(JobState.CANCELLED, self._clock())
-            self._lease_ended()
-            return
-        row.end_lease(JobState.QUEUED, self._clock())
-        self._lease_ended()
-        heapq.heappush(self._queued, (row.run_at, row.id))
-
-    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes; see `~patterns.jobqueue.store.Store.settle_many`."""
-        return settle_each(self, items)
+        return self._settle_one(claim, Settle.RELEASE)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
-        text = storable_error(reason)
+        return self._settle_one(claim, Settle.CANCEL, storable_error(reason))
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """Record several outcomes under one hold of the lock.
+
+        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
+        (`~patterns.jobqueue.store.prepare_settlement`: a bad one is its own exception);
+        then all are applied in one step, each fenced alone, in order (of two items for
+        one claim, the first applies and the second finds the lease gone). Nobody sees
+        some applied and others not. An empty list does nothing (not even the closed check).
+        """
+        if not items:
+            return []
+        done: list[bool | Exception] = []
+        checked: list[tuple[int, Claim, Settle, str | None, float]] = []
+        for index, item in enumerate(items):  # encoding results takes no lock
+            try:
+                kind, text, when = prepare_settlement(item, self._max_payload_bytes)
+            except (TypeError, ValueError) as exc:
+                done.append(exc)
+                continue
+            done.append(False)
+            checked.append((index, item.claim, kind, text, when))
+        if checked:
+            with self._lock:
+                self._check_open()
+                now = self._clock()
+                for index, claim, kind, text, when in checked:
+                    done[index] = self._settle_held(claim, kind, text, when, now)
+        return done
+
+    def _settle_one(
+        self, claim: Claim, kind: Settle, text: str | None = None, when: float = 0.0
+    ) -> bool:
+        """One outcome, checked already, in its own hold of the lock."""
         with self._lock:
-            row = self._held(claim)
-            if row is None:
-                return False
+            self._check_open()
+            return self._settle_held(claim, kind, text, when, self._clock())
+
+    def _settle_held(
+        self, claim: Claim, kind: Settle, text: str | None, when: float, now: float
+    ) -> bool:
+        """Apply one checked outcome if the claim still holds the lease; call with the lock held.
+
+        ``text`` is the result's JSON (COMPLETE) or the storable error (FAIL, RETRY,
+        CANCEL); ``when`` the new ``run_at`` (RETRY).
+        """
+        row = self._held(claim)
+        if row is None:
+            return False
+        if kind is Settle.COMPLETE:
+            row.result_json = text
+            row.end_lease(JobState.DONE, now)
+        elif kind is Settle.FAIL or kind is Settle.CANCEL:
             row.last_error = text
-            row.end_lease(JobState.CANCELLED, self._clock())
-            self._lease_ended()
-            return True
+            row.end_lease(JobState.FAILED if kind is Settle.FAIL else JobState.CANCELLED, now)
+        else:
+            if kind is Settle.RETRY:
+                row.last_error = text
+                row.run_at = when
+            else:
+                row.attempts = max(0, row.attempts - 1)
+            if row.cancel_requested:  # given back, it would never run again: cancelled
+                row.last_error = cancelled_reason("and its worker gave it back")
+                row.end_lease(JobState.CANCELLED, now)
+            else:
+                row.end_lease(JobState.QUEUED, now)
+                heapq.heappush(self._queued, (row.run_at, row.id))
+        self._lease_ended()
+        return True
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost.

@@ -42,7 +42,8 @@ Guarantees:
       database server's clock; the clocks of the machines running workers are never read
       for them.
     * Complete, fail, retry, release and renew change the row only while the claim's
-      token still holds the lease; they return False (None for renew) otherwise.
+      token still holds the lease; they return False (None for renew) otherwise. So does
+      each item of ``settle_many``, whose items commit together in one transaction.
     * A call that raises `StoreUnavailable` (other than `CommitUnknown`) changed nothing.
       Connection loss is retried ``RETRIES`` times with backoff first.
     * Every subscriber is called after each commit that enqueued or released a job, and
@@ -99,6 +100,7 @@ from patterns.jobqueue.store import (
     JobState,
     JsonValue,
     NewJob,
+    Settle,
     Settlement,
     Store,
     WorkerRecord,
@@ -120,7 +122,7 @@ from patterns.jobqueue.store import (
     new_token,
     prepare_enqueue,
     prepare_many,
-    settle_each,
+    prepare_settlement,
     storable_error,
 )
 
@@ -321,9 +323,10 @@ _SQL = {
            FOR UPDATE SKIP LOCKED
     """,
     "fail_spent": """
-        UPDATE {jobs} SET state = 'failed', last_error = %(error)s, lease_owner = NULL,
-                          lease_until = NULL, updated_at = {now}
-         WHERE id = %(id)s
+        UPDATE {jobs} AS j SET state = 'failed', last_error = t.error, lease_owner = NULL,
+                               lease_until = NULL, updated_at = {now}
+          FROM unnest(%(ids)s::bigint[], %(errors)s::text[]) AS t(id, error)
+         WHERE j.id = t.id
     """,
     # The claim's read: due rows that no other transaction has locked, oldest first.
     "due": """
@@ -348,6 +351,34 @@ _SQL = {
     "settle": """
         UPDATE {jobs} AS j SET {assignments}, updated_at = {now}
          WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
+    """,
+    # Several outcomes in one statement, each fenced alone: a row is updated only while its
+    # item's token holds the lease, and each kind does what its single statement above does
+    # (see _ASSIGNMENTS). {values} is one row per item (_settle_statement); the items' (id,
+    # token) pairs are distinct, so no row is joined twice.
+    "settle_many": """
+        UPDATE {jobs} AS j
+           SET state = CASE t.kind
+                         WHEN 'complete' THEN 'done'
+                         WHEN 'fail' THEN 'failed'
+                         WHEN 'cancel' THEN 'cancelled'
+                         ELSE CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END
+                       END,
+               result = CASE WHEN t.kind = 'complete' THEN t.result::json ELSE j.result END,
+               last_error = CASE
+                              WHEN t.kind IN ('fail', 'cancel') THEN t.error
+                              WHEN t.kind = 'complete' THEN j.last_error
+                              WHEN j.cancel_requested THEN %(cancelled)s
+                              WHEN t.kind = 'retry' THEN t.error
+                              ELSE j.last_error
+                            END,
+               run_at = CASE WHEN t.kind = 'retry' THEN to_timestamp(t.run_at) ELSE j.run_at END,
+               attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
+                               ELSE j.attempts END,
+               lease_owner = NULL, lease_until = NULL, updated_at = {now}
+          FROM (VALUES {values}) AS t(id, token, kind, result, error, run_at)
+         WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
+        RETURNING t.id, t.token, t.kind
     """,
     # The lease only: the payload is neither read nor sent back.
     "renew": """
@@ -414,7 +445,7 @@ _SQL = {
 
 _END_LEASE = "lease_owner = NULL, lease_until = NULL"
 # A job given back (retry, release) while a cancel is requested would never run again
-# usefully: it ends cancelled instead of queued, as in MemoryStore._requeue_held.
+# usefully: it ends cancelled instead of queued, as in MemoryStore._settle_held.
 _GIVE_BACK = (
     "state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,"
     " last_error = CASE WHEN j.cancel_requested THEN %(cancelled)s ELSE {error} END"
@@ -428,6 +459,26 @@ _ASSIGNMENTS = {
     + f", attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
     "mark_cancelled": f"state = 'cancelled', last_error = %(error)s, {_END_LEASE}",
 }
+
+
+# settle_many sends at most this many items per statement (more make more statements in
+# the same transaction), so that a store prepares at most this many statement texts.
+_SETTLE_ROWS = 64
+
+
+# The outcome of each Settle kind in _ASSIGNMENTS (the single-job statements).
+_SINGLE = {
+    Settle.COMPLETE: "complete",
+    Settle.FAIL: "fail",
+    Settle.RETRY: "retry",
+    Settle.RELEASE: "release",
+    Settle.CANCEL: "mark_cancelled",
+}
+
+
+def _settle_names(n: int) -> tuple[str, ...]:
+    """The parameter names of item ``n``'s row in settle_many's VALUES."""
+    return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
 
 
 class StoreUnavailable(RuntimeError):
@@ -572,7 +623,9 @@ class PostgresStore:
             "now": sql.SQL(_NOW),
         }
         self._statements = {
-            name: self._compose(text) for name, text in _SQL.items() if name != "settle"
+            name: self._compose(text)
+            for name, text in _SQL.items()
+            if name not in {"settle", "settle_many"}
         }
         self._settle_sql = {
             outcome: self._compose(_SQL["settle"], assignments=sql.SQL(text))
@@ -580,7 +633,8 @@ class PostgresStore:
         }
         self._migrations = [[self._compose(text) for text in step] for step in _MIGRATIONS]
 
-        # Guards _conn, _closed, _prepared and _offset: held for every transaction (and its
+        # Guards _conn, _closed, _prepared, _offset and the settle_many statements that
+        # _settle_statement adds to _statements: held for every transaction (and its
         # reconnection), so the connection serves one thread at a time and close() cannot
         # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
         # caller code run under it is the test clock, which must not call the store.
@@ -912,12 +966,14 @@ class PostgresStore:
             if cancelled:
                 logger.warning("%s: %d jobs %s", self._where, cancelled, cancel_reason)
             spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
-            for job_id, attempts in spent:
-                reason = expired_reason(attempts)
+            if spent:  # all in one statement: a claim's round trips do not grow with them
+                reasons = [expired_reason(attempts) for _, attempts in spent]
                 conn.execute(
-                    statements["fail_spent"], {"clock": clock, "error": reason, "id": job_id}
+                    statements["fail_spent"],
+                    {"clock": clock, "ids": [row[0] for row in spent], "errors": reasons},
                 )
-                logger.warning("%s: job %d failed: %s", self._where, job_id, reason)
+                for (job_id, _), reason in zip(spent, reasons, strict=True):
+                    logger.warning("%s: job %d failed: %s", self._where, job_id, reason)
             due = conn.execute(statements["due"], {"clock": clock, "limit": count}).fetchall()
             if not due:
                 return []
@@ -1006,8 +1062,96 @@ class PostgresStore:
         )
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes; see `~patterns.jobqueue.store.Store.settle_many`."""
-        return settle_each(self, items)
+        """Record several outcomes in one transaction.
+
+        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
+        (`~patterns.jobqueue.store.prepare_settlement`, and a retry's ``run_at`` within
+        PostgreSQL's range: a bad one is its own exception and is not sent); the rest go
+        in one ``UPDATE ... FROM (VALUES ...)`` that fences each row by its own token (one
+        statement per ``_SETTLE_ROWS`` items; one item takes its single-job statement),
+        then one ``COMMIT``: a batch of up to that many costs the round trips of a single
+        call (``BEGIN``, the statement, ``COMMIT``). Of two items for one claim, the first
+        applies and the second is False, as one after the other would be. A release that
+        applied sends one ``NOTIFY``. The connection breaking before ``COMMIT`` is
+        retried, during ``COMMIT`` raises `CommitUnknown`, as for a single call; a
+        transaction that failed applied none of the items. An empty list does nothing.
+        """
+        if not items:
+            return []
+        done: list[bool | Exception] = []
+        sent: dict[tuple[int, str], int] = {}  # (job id, token) -> the index of its item
+        rows: list[tuple[int, str, str, str | None, str | None, float]] = []
+        for index, item in enumerate(items):
+            try:
+                kind, text, when = prepare_settlement(item, self._max_payload_bytes)
+                if kind is Settle.RETRY:
+                    _check_range("run_at", when)
+            except (TypeError, ValueError) as exc:
+                done.append(exc)
+                continue
+            done.append(False)
+            key = (item.claim.job.id, item.claim.token)
+            if key in sent:
+                continue  # the same claim again: the first item ends its lease, this is False
+            sent[key] = index
+            result, error = (text, None) if kind is Settle.COMPLETE else (None, text)
+            rows.append((*key, kind.value, result, error, when))
+        if not rows:
+            return done
+        reason = cancelled_reason("and its worker gave it back")
+
+        def body(
+            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
+        ) -> list[tuple[Any, ...]]:
+            common = {"clock": clock, "cancelled": reason}
+            if len(rows) == 1:  # the single-job statement: the same change, a simpler plan
+                (job_id, token, kind, result, error, when) = rows[0]
+                single = {"id": job_id, "token": token, "result": result, "error": error}
+                cursor = conn.execute(
+                    self._settle_sql[_SINGLE[Settle(kind)]], {**common, **single, "run_at": when}
+                )
+                applied = [rows[0][:3]] if cursor.rowcount == 1 else []
+            else:
+                applied = []
+                for start in range(0, len(rows), _SETTLE_ROWS):
+                    chunk = rows[start : start + _SETTLE_ROWS]
+                    params = dict(common)
+                    for n, row in enumerate(chunk):
+                        params.update(zip(_settle_names(n), row, strict=True))
+                    statement = self._settle_statement(len(chunk))
+                    applied += conn.execute(statement, params).fetchall()
+            if any(kind == Settle.RELEASE for _, _, kind in applied):
+                self._notify(conn)  # due again now: another idle worker may take it
+            return applied
+
+        for job_id, token, _ in self._transaction(body):
+            done[sent.pop((int(job_id), token))] = True
+        for job_id, token in sent:
+            logger.info(
+                "%s: job %d: claim %s no longer holds the lease", self._where, job_id, token
+            )
+        return done
+
+    def _settle_statement(self, count: int) -> sql.Composed:
+        """settle_many's statement for ``count`` items; call with _lock held (it adds it).
+
+        One text per count, so that each gets its own prepared statement whose plan knows
+        how many rows it joins: the plan is made once per count, not at every call.
+        """
+        name = f"settle_many {count}"  # made on first use, kept with the other statements
+        statement = self._statements.get(name)
+        if statement is None:
+            from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+            values = ", ".join(
+                "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
+                    *(f"%({param})s" for param in _settle_names(n))
+                )
+                for n in range(count)
+            )
+            statement = self._compose(_SQL["settle_many"], values=sql.SQL(values))
+            self._statements[name] = statement
+        return statement
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""

@@ -1,8 +1,8 @@
 """A durable ``Store`` in one SQLite file: WAL mode, a versioned schema, leases, no server.
 
 TL;DR: ``SQLiteStore(path)`` keeps the job queue in one file that several threads and
-several processes can share; every transition is one short ``BEGIN IMMEDIATE`` transaction,
-so no transaction is ever held while a handler runs.
+several processes can share; every transition (or batch of outcomes, ``settle_many``) is one
+short ``BEGIN IMMEDIATE`` transaction, so no transaction is ever held while a handler runs.
 
 Pitfall:
     Three classic ways to lose or duplicate work with SQLite. A claim that reads due jobs
@@ -27,7 +27,8 @@ Guarantees:
       processes that share the file (given a file system with working locks: a local
       disk, not NFS).
     * Complete, fail, retry, release and renew change the row only while the claim's token
-      still holds the lease; they return False (None for renew) otherwise.
+      still holds the lease; they return False (None for renew) otherwise. So does each
+      item of ``settle_many``, whose items commit together (one fsync at FULL) or not at all.
     * A failed transaction leaves the file as it was; a committed one survives a process
       crash, and with ``synchronous="FULL"`` a power loss too.
     * Opening a file that is not an SQLite database, a database that is not a job store
@@ -73,7 +74,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
@@ -86,6 +87,7 @@ from patterns.jobqueue.store import (
     JobState,
     JsonValue,
     NewJob,
+    Settle,
     Settlement,
     Store,
     WorkerRecord,
@@ -107,7 +109,7 @@ from patterns.jobqueue.store import (
     new_token,
     prepare_enqueue,
     prepare_many,
-    settle_each,
+    prepare_settlement,
     storable_error,
 )
 
@@ -225,6 +227,29 @@ _DUE_SQL = (
     "  WHERE state = 'running' AND lease_until <= ?"
     ") ORDER BY run_at, id LIMIT ?"
 )
+
+# Every outcome, fenced: it changes the row only while the claim's token holds the lease.
+# Each statement takes its assignments' parameters, then updated_at, the id and the token.
+_END_LEASE = "lease_owner = NULL, lease_until = NULL"
+# A job given back (retry, release) while a cancel is requested would never run again
+# usefully: it ends cancelled instead of queued, like MemoryStore._settle_held.
+_GIVE_BACK = (
+    "state = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END,"
+    " last_error = CASE cancel_requested WHEN 1 THEN ? ELSE {error} END"
+)
+_GAVE_BACK = cancelled_reason("and its worker gave it back")
+_SETTLE_SQL = {
+    kind: f"UPDATE jobs SET {assignments}, {_END_LEASE}, updated_at = ?"
+    " WHERE id = ? AND state = 'running' AND lease_owner = ?"
+    for kind, assignments in {
+        Settle.COMPLETE: "state = 'done', result = ?",
+        Settle.FAIL: "state = 'failed', last_error = ?",
+        Settle.RETRY: _GIVE_BACK.format(error="?") + ", run_at = ?",
+        Settle.RELEASE: _GIVE_BACK.format(error="last_error") + ", attempts = MAX(attempts - 1, 0)",
+        Settle.CANCEL: "state = 'cancelled', last_error = ?",
+    }.items()
+}
+_Outcome: TypeAlias = tuple[Settle, str | None, float]  # what prepare_settlement returns
 
 _COLUMNS = ", ".join(JOB_COLUMNS)
 _WORKER_COLUMNS = (
@@ -715,28 +740,31 @@ class SQLiteStore:
         logger.error("%s; job failed", reason)
         return None
 
-    def _settle(self, claim: Claim, sql: str, params: tuple[Any, ...]) -> bool:
-        """Apply ``sql`` (params then id and token) only while the claim holds the lease."""
-
-        def body(conn: sqlite3.Connection, now: float) -> bool:
-            cursor = conn.execute(
-                f"UPDATE jobs SET {sql}, updated_at = ?"
-                " WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (*params, now, claim.job.id, claim.token),
-            )
-            return cursor.rowcount == 1
-
-        held = self._write(body)
+    def _settle(self, claim: Claim, kind: Settle, text: str | None, when: float = 0.0) -> bool:
+        """One checked outcome, in its own transaction, only while the claim holds the lease."""
+        held = self._write(lambda conn, now: self._settle_in(conn, now, claim, (kind, text, when)))
         if not held:
-            logger.info(
-                "%s: job %d: claim %s no longer holds the lease",
-                self._path,
-                claim.job.id,
-                claim.token,
-            )
+            self._log_refused(claim)
         return held
 
-    _END_LEASE = "lease_owner = NULL, lease_until = NULL"
+    def _log_refused(self, claim: Claim) -> None:
+        logger.info(
+            "%s: job %d: claim %s no longer holds the lease", self._path, claim.job.id, claim.token
+        )
+
+    def _settle_in(
+        self, conn: sqlite3.Connection, now: float, claim: Claim, outcome: _Outcome
+    ) -> bool:
+        """Apply one checked outcome inside the open transaction; False if the lease is gone."""
+        kind, text, when = outcome
+        if kind is Settle.RETRY:
+            params: tuple[Any, ...] = (_GAVE_BACK, text, when)
+        elif kind is Settle.RELEASE:
+            params = (_GAVE_BACK,)
+        else:
+            params = (text,)
+        cursor = conn.execute(_SETTLE_SQL[kind], (*params, now, claim.job.id, claim.token))
+        return cursor.rowcount == 1
 
     def complete(self, claim: Claim, result: JsonValue = None) -> bool:
         """Mark the job done with ``result``; False (no change) if the lease was lost.
@@ -745,20 +773,11 @@ class SQLiteStore:
         `ValueError` and changes nothing.
         """
         text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle(claim, f"state = 'done', result = ?, {self._END_LEASE}", (text,))
+        return self._settle(claim, Settle.COMPLETE, text)
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost."""
-        return self._settle(
-            claim, f"state = 'failed', last_error = ?, {self._END_LEASE}", (storable_error(error),)
-        )
-
-    # A job given back (retry, release) while a cancel is requested would never run again
-    # usefully: it ends cancelled instead of queued, like MemoryStore._requeue_held.
-    _GIVE_BACK = (
-        "state = CASE cancel_requested WHEN 1 THEN 'cancelled' ELSE 'queued' END,"
-        " last_error = CASE cancel_requested WHEN 1 THEN ? ELSE {error} END"
-    )
+        return self._settle(claim, Settle.FAIL, storable_error(error))
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
@@ -766,35 +785,53 @@ class SQLiteStore:
         A job with a cancel request ends cancelled instead (it would never run again).
         """
         when = check_time("run_at", run_at)
-        return self._settle(
-            claim,
-            f"{self._GIVE_BACK.format(error='?')}, run_at = ?, {self._END_LEASE}",
-            (cancelled_reason("and its worker gave it back"), storable_error(error), when),
-        )
+        return self._settle(claim, Settle.RETRY, storable_error(error), when)
 
     def release(self, claim: Claim) -> bool:
         """Return an interrupted job unchanged: attempt given back, original ``run_at``.
 
         A job with a cancel request ends cancelled instead (it would never run again).
         """
-        return self._settle(
-            claim,
-            f"{self._GIVE_BACK.format(error='last_error')},"
-            f" attempts = MAX(attempts - 1, 0), {self._END_LEASE}",
-            (cancelled_reason("and its worker gave it back"),),
-        )
-
-    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes; see `~patterns.jobqueue.store.Store.settle_many`."""
-        return settle_each(self, items)
+        return self._settle(claim, Settle.RELEASE, None)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
-        return self._settle(
-            claim,
-            f"state = 'cancelled', last_error = ?, {self._END_LEASE}",
-            (storable_error(reason),),
-        )
+        return self._settle(claim, Settle.CANCEL, storable_error(reason))
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """Record several outcomes in one ``BEGIN IMMEDIATE`` transaction.
+
+        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
+        (`~patterns.jobqueue.store.prepare_settlement`: a bad one is its own exception and
+        never reaches the file); then one transaction runs each item's fenced UPDATE in
+        order (of two items for one claim, the first applies and the second finds the
+        lease gone) and commits once: with ``synchronous="FULL"`` one fsync for the lot. A
+        busy database is retried, a damaged file or a closed store raises, exactly as for
+        a single call, and a failed transaction applied none of the items. An empty list
+        does nothing.
+        """
+        if not items:
+            return []
+        done: list[bool | Exception] = []
+        checked: list[tuple[int, Claim, _Outcome]] = []
+        for index, item in enumerate(items):
+            try:
+                outcome = prepare_settlement(item, self._max_payload_bytes)
+            except (TypeError, ValueError) as exc:
+                done.append(exc)
+                continue
+            done.append(False)
+            checked.append((index, item.claim, outcome))
+
+        def body(conn: sqlite3.Connection, now: float) -> list[bool]:
+            return [self._settle_in(conn, now, claim, outcome) for _, claim, outcome in checked]
+
+        if checked:
+            for (index, claim, _), held in zip(checked, self._write(body), strict=True):
+                done[index] = held
+                if not held:
+                    self._log_refused(claim)
+        return done
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost.

@@ -1,6 +1,7 @@
 """The job queue's data model and the `Store` protocol every store implements.
 
-A store holds jobs and moves them between states, one transaction per transition::
+A store holds jobs and moves them between states, one transaction per transition (or per
+batch of outcomes, `Store.settle_many`)::
 
     queued --claim--> running --complete--> done (with the handler's result)
       |                  |----fail--------> failed --requeue--> queued (attempts reset)
@@ -13,10 +14,10 @@ A store holds jobs and moves them between states, one transaction per transition
                    the worker's next renew sees (``Claim.cancel_requested``)
 
 Fencing: a claim returns a `Claim` whose ``token`` is unique to that claim. complete, fail,
-retry, release and renew succeed only while that token is the job's current lease owner;
-otherwise they change nothing and return False, so a worker that lost its lease (it was
-paused past the expiry and another worker claimed the job) cannot overwrite the newer
-claim's outcome.
+retry, release and renew (and each item of settle_many, alone) succeed only while that token
+is the job's current lease owner; otherwise they change nothing and return False, so a
+worker that lost its lease (it was paused past the expiry and another worker claimed the
+job) cannot overwrite the newer claim's outcome.
 
 Attempts count claims, including claims whose lease later expired: a job that kills its
 worker every time ends ``failed`` instead of looping forever. A release (the job was
@@ -91,6 +92,7 @@ __all__ = [
     "new_token",
     "prepare_enqueue",
     "prepare_many",
+    "prepare_settlement",
     "settle_each",
     "storable_error",
 ]
@@ -629,10 +631,16 @@ class Store(Protocol):
         """Record several outcomes in one transaction; one entry per item, in order.
 
         Each entry means what the single-job method returns: True applied, False refused
-        by fencing (that claim alone; the others still apply). An item the store refuses
-        before writing (a result `encode_result` rejects) is its exception, and the others
-        still apply. A failure of the transaction itself raises, as a single call would:
-        nothing applied, or, for a commit whose outcome is unknown, any of it may have.
+        by fencing (that claim alone; the others still apply). Each item is checked
+        before the transaction, as its single-job method checks its arguments
+        (`prepare_settlement`): one the store refuses there (a result `encode_result`
+        rejects, a bad ``run_at``, not a `Settlement`) is its exception, is never written,
+        and the others still apply. The rest apply in order, each fenced alone and doing
+        exactly what its single-job method does; so of two items for one claim, the first
+        applies and the second is False. A failure of the transaction itself raises, as a
+        single call would: nothing applied, or, for a commit whose outcome is unknown
+        (``CommitUnknown`` on PostgreSQL), any of it may have. An empty list is a no-op:
+        no transaction, nothing raised.
         """
         ...
 
@@ -738,6 +746,36 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store's resources; idempotent."""
         ...
+
+
+def prepare_settlement(
+    item: object, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+) -> tuple[Settle, str | None, float]:
+    """Check one `Settlement` as its single-job method would, before any transaction.
+
+    Returns ``(kind, text, run_at)``: ``text`` is the result's JSON (COMPLETE, None for a
+    None result), or the `storable_error` of the error (FAIL, RETRY, CANCEL), or None
+    (RELEASE); ``run_at`` is the checked time of a RETRY (0.0 otherwise). Raises
+    `TypeError` / `ValueError` naming the problem, the item's own exception in
+    `Store.settle_many`: not a Settlement, an unknown kind, a claim that is not a `Claim`,
+    a result `encode_result` refuses, a bad ``run_at``.
+    """
+    if not isinstance(item, Settlement):
+        raise TypeError(f"settle_many takes Settlement items, got {type(item).__name__}")
+    try:
+        kind = Settle(item.kind)
+    except ValueError:
+        choices = ", ".join(k.value for k in Settle)
+        raise ValueError(f"unknown settlement kind {item.kind!r} (one of {choices})") from None
+    if not isinstance(item.claim, Claim):
+        raise TypeError(f"a settlement's claim must be a Claim, got {type(item.claim).__name__}")
+    if kind is Settle.COMPLETE:
+        text = None if item.result is None else encode_result(item.result, max_bytes)
+        return kind, text, 0.0
+    if kind is Settle.RELEASE:
+        return kind, None, 0.0
+    when = check_time("run_at", item.run_at) if kind is Settle.RETRY else 0.0
+    return kind, storable_error(item.error), when
 
 
 def settle_each(store: Store, items: Sequence[Settlement]) -> list[bool | Exception]:
