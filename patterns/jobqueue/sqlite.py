@@ -132,13 +132,13 @@ Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result``
 BUSY_TIMEOUT = 5.0
 """Seconds SQLite's busy handler waits for another connection's lock, per attempt."""
 
-WATCH_INTERVAL = 0.005
+WATCH_INTERVAL = 0.01
 """Seconds between two looks at the file's ``PRAGMA data_version`` while anyone subscribes.
 
-A job enqueued by another process wakes a subscribed worker within about this long. Each
-look is one read of a few bytes of shared memory (``-shm``), a few microseconds; the cost
-is the watcher thread waking 1 / ``WATCH_INTERVAL`` times a second (measured in
-``benchmarks/jobqueue_latency.py``).
+A job enqueued by another process wakes a subscribed worker within about this long (half
+of it on average). Each look costs the watcher thread a wake-up and a read transaction,
+some tens of microseconds of CPU on a busy machine: at 10 ms, under 1 % of a core;
+halving the interval doubles it (``benchmarks/jobqueue_latency.py`` measures both).
 """
 
 _WATCH_JOIN = 2.0  # seconds unsubscribe() and close() wait for the watcher thread to end
@@ -289,7 +289,7 @@ def _check_watch_interval(value: object) -> float | None:
     return seconds or None
 
 
-def _data_version(conn: sqlite3.Connection) -> int:
+def _data_version(conn: sqlite3.Connection | sqlite3.Cursor) -> int:
     """The connection's ``PRAGMA data_version``: it changes when ANOTHER connection commits."""
     return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
@@ -299,11 +299,15 @@ class _Watcher:
 
     def __init__(self, conn: sqlite3.Connection, seen: int, own: int) -> None:
         self.conn = conn  # used by the watcher thread only, and closed by it as it ends
+        self.cursor = conn.cursor()  # reused: one look allocates as little as it can
         self.seen = seen  # conn's data_version at the last look: any commit but conn's own
         self.own = own  # the store's connection's: commits by other connections only
         self.pid = os.getpid()  # a forked child finds a watcher of another process here
-        # Set by the last unsubscribe or by close(); waited on by the thread between looks.
-        self.stop = threading.Event()
+        # A one-shot event: held from the start, released once (by the last unsubscribe or
+        # by close()); the thread waits on it between looks with acquire(timeout), which is
+        # one C call where Event.wait runs a Condition in Python, 100 times a second.
+        self.stop = threading.Lock()
+        self.stop.acquire()
         self.thread: threading.Thread | None = None
 
 
@@ -1186,7 +1190,7 @@ class SQLiteStore:
         """Stop ``watcher``'s thread and wait for it, within `_WATCH_JOIN` seconds."""
         if watcher is None:
             return
-        watcher.stop.set()
+        watcher.stop.release()  # once: the watcher record is taken from the store before this
         thread = watcher.thread
         if thread is None or thread is threading.current_thread():
             return  # unsubscribed from inside a callback: the thread ends after it returns
@@ -1202,7 +1206,7 @@ class SQLiteStore:
     def _watch(self, watcher: _Watcher, interval: float) -> None:
         """The watcher thread: look every ``interval`` until stopped; log its death."""
         try:
-            while not watcher.stop.wait(interval):
+            while not watcher.stop.acquire(timeout=interval):
                 if self._changed_elsewhere(watcher):
                     self._fire()
         except BaseException:  # logged: a silent death would leave subscribers only their polls
@@ -1227,7 +1231,7 @@ class SQLiteStore:
         after the cheap look saw a change, so an idle store never takes the store's lock.
         """
         try:
-            seen = _data_version(watcher.conn)
+            seen = _data_version(watcher.cursor)
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
                 raise
