@@ -20,7 +20,14 @@ import pytest
 
 from patterns.jobqueue import JobContext, TaskRegistry, Worker
 from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore
-from tests.support import MUST_HAPPEN, STAYS_BLOCKED, child_env, wait_until
+from tests.support import (
+    MUST_HAPPEN,
+    STAYS_BLOCKED,
+    cannot_start,
+    child_env,
+    thread_start_patched,
+    wait_until,
+)
 
 LEASE = 60.0
 LONG_POLL = 30.0  # far longer than MUST_HAPPEN: a job found by a poll fails the test
@@ -155,6 +162,48 @@ def test_the_first_subscribe_starts_the_watcher_and_the_last_unsubscribe_stops_i
     assert len(watchers()) == 1
     again()
     assert not watchers()
+
+
+def test_a_watcher_that_cannot_start_fails_the_subscribe_and_subscribes_nobody(
+    store: SQLiteStore, db: Path
+) -> None:
+    """Out of threads: subscribe raises; the next subscribe starts a watcher that works."""
+    calls = Calls()
+    with thread_start_patched(1, cannot_start), pytest.raises(RuntimeError, match="thread"):
+        store.subscribe(calls)
+    assert not watchers()
+    other = SQLiteStore(db, watch_interval=0)
+    try:
+        again = store.subscribe(Calls())
+        other.enqueue("t")
+        assert len(watchers()) == 1
+        again()
+        assert not calls.called.is_set()  # the failed subscriber was never added
+    finally:
+        other.close()
+
+
+def test_a_subscriber_may_unsubscribe_from_its_own_call(store: SQLiteStore, db: Path) -> None:
+    """The last unsubscribe, from inside the watcher's call, ends the watcher: no self-join."""
+    unsubscribed = threading.Event()  # set by the callback once its unsubscribe returned
+    box: list[object] = []
+
+    def once() -> None:
+        unsubscribe = box[0]
+        assert callable(unsubscribe)
+        unsubscribe()
+        unsubscribed.set()
+
+    box.append(store.subscribe(once))
+    (thread,) = watchers()
+    other = SQLiteStore(db, watch_interval=0)
+    try:
+        other.enqueue("t")
+        assert unsubscribed.wait(MUST_HAPPEN)
+        thread.join(MUST_HAPPEN)
+        assert not thread.is_alive()
+    finally:
+        other.close()
 
 
 def test_close_stops_the_watcher_and_a_closed_store_refuses_subscribe(db: Path) -> None:
