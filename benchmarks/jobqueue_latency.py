@@ -21,6 +21,10 @@ machine), in milliseconds; each cell is the median [min-max] over the runs.
    SQLite store, without and with the watcher, lets it settle 0.5 s, then measures its
    CPU time (``resource.getrusage``, user + system, every thread) over ``--idle-seconds``
    of wall time; the rows of one run idle at the same time, in separate processes.
+   Then spurious wake-ups: a worker (4 threads) drains ``--drain-jobs`` jobs enqueued
+   beforehand, and the table counts the calls its store's watcher made to a subscriber,
+   next to the changes of ``PRAGMA data_version`` that a bare connection, read at the
+   same interval, saw meanwhile (what a watcher that woke on every change would do).
 4. Stop latency. In-process: ``stop()`` of an idle, started worker; huey's
    ``Consumer.stop(graceful=True)``; a bare ``ThreadPoolExecutor(4)`` with four idle
    threads, ``shutdown(wait=True)``. Across processes: SIGTERM -> process exit for an
@@ -414,6 +418,85 @@ def measure_idle(runs: int, seconds: float, watches: Sequence[float]) -> dict[st
     return results
 
 
+def drain_wakes(path: Path, jobs: int, watch: float) -> tuple[float, float]:
+    """Subscriber calls during a drain of ``jobs`` jobs, and changes a bare watcher saw."""
+    import sqlite3  # noqa: PLC0415
+
+    from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
+
+    finished = threading.Event()  # set by the handler that runs the last job
+    ran = [0]  # jobs run so far; guarded by ran_lock
+    ran_lock = threading.Lock()
+    tasks = TaskRegistry()
+
+    @tasks.task(name="t")
+    def count(payload: object, ctx: object) -> None:
+        with ran_lock:
+            ran[0] += 1
+            if ran[0] == jobs:
+                finished.set()
+
+    producer_store = SQLiteStore(path, watch_interval=0)
+    producer_store.enqueue_many([{"task": "t"}] * jobs)
+    producer_store.close()
+    store = SQLiteStore(path, watch_interval=watch)
+    calls = [0]  # incremented by the watcher thread only
+    bare = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    changes = [0]  # incremented by the bare watcher thread only
+    stop = threading.Event()  # set once the drain is over; the bare watcher waits on it
+
+    def look() -> None:
+        last = bare.execute("PRAGMA data_version").fetchone()[0]
+        while not stop.wait(watch):
+            now = bare.execute("PRAGMA data_version").fetchone()[0]
+            changes[0] += now != last
+            last = now
+
+    def counted() -> None:
+        calls[0] += 1
+
+    looker = threading.Thread(target=look, name="bare-watcher")
+    looker.start()
+    unsubscribe = store.subscribe(counted)
+    try:
+        with Worker(store, tasks, concurrency=4):
+            if not finished.wait(SAMPLE_TIMEOUT * 4):
+                raise TimeoutError("the drain did not finish")
+    finally:
+        unsubscribe()
+        stop.set()
+        join_threads([looker], 10.0)
+        bare.close()
+        store.close()
+    return calls[0], changes[0]
+
+
+def measure_drain_wakes(runs: int, jobs: int, watch: float) -> dict[str, list[float]]:
+    """Per run: subscriber calls and bare-watcher changes during a drain."""
+    results: dict[str, list[float]] = {"calls": [], "changes": []}
+    with scratch_dir("bench-drain-wakes-") as tmp:
+        for run in range(runs):
+            calls, changes = drain_wakes(tmp / f"drain-{run}.db", jobs, watch)
+            results["calls"].append(calls)
+            results["changes"].append(changes)
+    return results
+
+
+def drain_wakes_report(results: dict[str, list[float]], jobs: int, watch: float) -> list[str]:
+    """The spurious wake-up rows under table 3b."""
+    rows = [
+        ("subscriber calls by the store's watcher", spread(results["calls"], 0)),
+        ("data_version changes a bare watcher saw", spread(results["changes"], 0)),
+    ]
+    return [
+        (
+            f"3c. Wake-ups during a drain of {jobs:,} jobs by one worker (4 threads), "
+            f"looks every {watch * 1000:g} ms ({len(results['calls'])} runs)"
+        ),
+        *render(("", "count"), rows),
+    ]
+
+
 def idle_report(results: dict[str, list[float]], seconds: float, watch: float) -> list[str]:
     """Table 3b and its target."""
     rows = [(label, spread(v, 2)) for label, v in results.items()]
@@ -784,6 +867,12 @@ def main(argv: list[str] | None = None) -> int:
         help="idle wall time measured per run, s; 0 skips table 3b (BENCH_IDLE_SECONDS, 10)",
     )
     parser.add_argument(
+        "--drain-jobs",
+        type=int,
+        default=env_int("BENCH_DRAIN_JOBS", 3000),
+        help="jobs drained while counting wake-ups; 0 skips table 3c (BENCH_DRAIN_JOBS, 3000)",
+    )
+    parser.add_argument(
         "--stop-runs",
         type=int,
         default=env_int("BENCH_STOP_RUNS", 15),
@@ -812,6 +901,9 @@ def main(argv: list[str] | None = None) -> int:
         watches = [0.0, args.watch] if args.watch > 0 else [0.0]
         idle = measure_idle(args.runs, args.idle_seconds, watches)
         emit(["", *idle_report(idle, args.idle_seconds, args.watch)])
+    if args.watch > 0 and args.drain_jobs > 0:
+        wakes = measure_drain_wakes(args.runs, args.drain_jobs, args.watch)
+        emit(["", *drain_wakes_report(wakes, args.drain_jobs, args.watch)])
     idle = measure_stop(args.stop_runs)
     sigterm, statuses = measure_sigterm(args.signal_runs)
     emit(["", *stop_report(idle, sigterm, statuses)])
