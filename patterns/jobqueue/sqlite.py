@@ -137,8 +137,9 @@ WATCH_INTERVAL = 0.01
 
 A job enqueued by another process wakes a subscribed worker within about this long (half
 of it on average). Each look costs the watcher thread a wake-up and a read transaction,
-some tens of microseconds of CPU on a busy machine: at 10 ms, under 1 % of a core;
-halving the interval doubles it (``benchmarks/jobqueue_latency.py`` measures both).
+some tens of microseconds of CPU on a busy machine: at 10 ms, under 1 % of a core. The
+cost is per look, so it grows as the interval shrinks (``benchmarks/jobqueue_latency.py``
+measures it, table 3b).
 """
 
 _WATCH_JOIN = 2.0  # seconds unsubscribe() and close() wait for the watcher thread to end
