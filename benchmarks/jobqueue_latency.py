@@ -1,4 +1,4 @@
-"""Job queue latencies next to the peers: wake-up, stop, and stop accuracy (tables 3-5).
+"""Job queue latencies next to the peers: wake-up, idle CPU, stop, stop accuracy (tables 3-5).
 
 Run it with ``python -m benchmarks.jobqueue_latency`` (``--help`` for the knobs). huey
 is the peer where it has the same operation; without it installed its rows are left
@@ -7,13 +7,24 @@ machine), in milliseconds; each cell is the median [min-max] over the runs.
 
 3. Wake-up, enqueue -> handler start. In-process: ``Worker.enqueue`` on an idle worker
    (``poll_interval`` 1 s, the default; the enqueue wakes it). From another process: a
-   producer process enqueues into the same SQLite file and the worker finds the job at
-   its next poll (``--poll``, 0.1 s); huey's consumer (4 threads, its defaults:
-   ``initial_delay`` 0.1 s, backoff 1.15, ``max_delay`` 10 s) always polls. Before each
-   sample the producer pauses a random time up to the poll interval, so samples land
-   anywhere in the poll cycle; a poll-bound p50 is about half the interval. Each run
+   producer process enqueues into the same SQLite file; the worker (``--poll``, 0.1 s)
+   finds the job at its next poll without the store's watcher (``watch_interval=0``),
+   and at the watcher's next look with it (``--watch``, 10 ms, the default: it reads
+   ``PRAGMA data_version``, which another connection's commit changes); huey's consumer
+   (4 threads, its defaults: ``initial_delay`` 0.1 s, backoff 1.15, ``max_delay`` 10 s)
+   always polls. Before each sample the producer pauses a random time up to the poll
+   interval, so samples land anywhere in the poll cycle; a poll-bound p50 is about half
+   the interval (a watcher-bound one, half the watch interval, plus the claim). Each run
    gives a p50 and a p99 (of ``--samples`` samples; below 100 samples the p99 is the
    largest).
+3b. Idle CPU. A child process starts a ``Worker`` (4 threads, poll 1 s) on an empty
+   SQLite store, without and with the watcher, lets it settle 0.5 s, then measures its
+   CPU time (``resource.getrusage``, user + system, every thread) over ``--idle-seconds``
+   of wall time; the rows of one run idle at the same time, in separate processes.
+   Then spurious wake-ups: a worker (4 threads) drains ``--drain-jobs`` jobs enqueued
+   beforehand, and the table counts the calls its store's watcher made to a subscriber,
+   next to the changes of ``PRAGMA data_version`` that a bare connection, read at the
+   same interval, saw meanwhile (what a watcher that woke on every change would do).
 4. Stop latency. In-process: ``stop()`` of an idle, started worker; huey's
    ``Consumer.stop(graceful=True)``; a bare ``ThreadPoolExecutor(4)`` with four idle
    threads, ``shutdown(wait=True)``. Across processes: SIGTERM -> process exit for an
@@ -38,6 +49,7 @@ import logging
 import math
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -52,6 +64,7 @@ from typing import Any
 from benchmarks._tables import (
     ROOT,
     child_env,
+    child_result,
     emit,
     env_float,
     env_int,
@@ -59,6 +72,7 @@ from benchmarks._tables import (
     machine_line,
     percentile,
     render,
+    run_child,
     runs_setting,
     scratch_dir,
     target,
@@ -143,13 +157,18 @@ class Stamps:
         self.arrived.set()
 
 
-def project_worker(path: Path, stamps: Stamps, poll: float) -> tuple[Any, Any]:
-    """A started ``Worker`` (4 threads) on ``path`` whose ``stamp`` task records latencies."""
+def project_worker(
+    path: Path, stamps: Stamps, poll: float, watch: float | None = None
+) -> tuple[Any, Any]:
+    """A started ``Worker`` (4 threads) on ``path`` whose ``stamp`` task records latencies.
+
+    ``watch`` is the store's ``watch_interval`` (None: the store's default).
+    """
     from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
 
     tasks = TaskRegistry()
     tasks.task(name="stamp")(lambda payload, ctx: stamps.record(payload["sent"]))
-    store = SQLiteStore(path)
+    store = SQLiteStore(path) if watch is None else SQLiteStore(path, watch_interval=watch)
     worker = Worker(store, tasks, concurrency=4, poll_interval=poll)
     worker.start()
     return store, worker
@@ -220,10 +239,10 @@ def sample_remote(send: Callable[[], None], stamps: Stamps, samples: int, poll: 
             raise TimeoutError("cross-process wake-up: the job never started")
 
 
-def wake_cross_process(path: Path, samples: int, poll: float) -> list[float]:
-    """Latencies of an enqueue by another process to handler start (the worker polls)."""
+def wake_cross_process(path: Path, samples: int, poll: float, watch: float) -> list[float]:
+    """Latencies of an enqueue by another process to handler start (watcher off if 0)."""
     stamps = Stamps()
-    store, worker = project_worker(path, stamps, poll)
+    store, worker = project_worker(path, stamps, poll, watch)
     try:
         with producer("project", path) as send:
             sample_remote(send, stamps, samples, poll)
@@ -284,13 +303,22 @@ def child_producer(kind: str, path: str) -> int:
     return 0
 
 
-def measure_wake(runs: int, samples: int, remote_samples: int, poll: float) -> dict[str, Any]:
+def remote_label(poll: float, watch: float) -> str:
+    """The label of a cross-process wake-up row of ours."""
+    how = f"watcher every {watch * 1000:g} ms" if watch else "no watcher"
+    return f"SQLiteStore.enqueue, other process (poll {poll:g} s, {how})"
+
+
+def measure_wake(
+    runs: int, samples: int, remote_samples: int, poll: float, watch: float
+) -> dict[str, Any]:
     """Per-run p50 and p99 latencies (ms) for each wake-up row."""
     rows: dict[str, tuple[Callable[[Path], list[float]], bool]] = {
         "Worker.enqueue, same process": (lambda p: wake_in_process(p, samples), True),
-        f"SQLiteStore.enqueue, other process (poll {poll:g} s)": (
-            lambda p: wake_cross_process(p, remote_samples, poll),
-            True,
+        remote_label(poll, 0): (lambda p: wake_cross_process(p, remote_samples, poll, 0), True),
+        remote_label(poll, watch): (
+            lambda p: wake_cross_process(p, remote_samples, poll, watch),
+            watch > 0,
         ),
         "huey, other process (polls from 0.1 s)": (
             lambda p: wake_huey(p, remote_samples, poll),
@@ -311,7 +339,11 @@ def measure_wake(runs: int, samples: int, remote_samples: int, poll: float) -> d
 
 
 def wake_report(
-    results: dict[str, dict[str, list[float]]], samples: int, remote: int, poll: float
+    results: dict[str, dict[str, list[float]]],
+    samples: int,
+    remote: int,
+    poll: float,
+    watch: float,
 ) -> list[str]:
     """Table 3 and its target."""
     huey = results.get("huey, other process (polls from 0.1 s)")
@@ -330,6 +362,156 @@ def wake_report(
     ]
     ours = results["Worker.enqueue, same process"]["p50"]
     lines.append(target("in-process wake-up p50 < 2 ms", median(ours) < 2, f"{median(ours):.2f}"))
+    watched = results.get(remote_label(poll, watch))
+    if watched is not None:
+        p50 = median(watched["p50"])
+        lines.append(target("cross-process wake-up p50 < 10 ms", p50 < 10, f"{p50:.2f}"))
+    return lines
+
+
+# --- 3b. idle CPU ----------------------------------------------------------------------------
+
+IDLE_POLL = 1.0  # the idle worker's poll interval: Worker's default
+IDLE_SETTLE = 0.5  # seconds an idle child runs before its CPU time is measured
+
+
+def idle_label(watch: float) -> str:
+    """The label of an idle-CPU row."""
+    how = f"watcher every {watch * 1000:g} ms" if watch else "no watcher"
+    return f"idle Worker, SQLite, poll {IDLE_POLL:g} s, {how}"
+
+
+def child_idle(path: str, watch: str, seconds: str) -> int:
+    """``--child idle PATH WATCH SECONDS``: an idle worker's CPU share over SECONDS."""
+    from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
+
+    store = SQLiteStore(path, watch_interval=float(watch))
+    worker = Worker(store, TaskRegistry(), concurrency=4, poll_interval=IDLE_POLL).start()
+    try:
+        time.sleep(IDLE_SETTLE)
+        before, start = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+        time.sleep(float(seconds))
+        after, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - start
+    finally:
+        worker.stop(5.0)
+        store.close()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    child_result({"cpu": cpu / wall})
+    return 0
+
+
+def measure_idle(runs: int, seconds: float, watches: Sequence[float]) -> dict[str, list[float]]:
+    """Per-run CPU share (% of one core) of an idle worker, per watch interval."""
+    results: dict[str, list[float]] = {idle_label(w): [] for w in watches}
+    with scratch_dir("bench-idle-") as tmp, ThreadPoolExecutor(len(watches)) as pool:
+        for run in range(runs):
+            futures = {
+                idle_label(w): pool.submit(
+                    run_child,
+                    MODULE,
+                    ["idle", str(tmp / f"idle-{run}-{i}.db"), str(w), str(seconds)],
+                )
+                for i, w in enumerate(watches)
+            }
+            for label, future in futures.items():
+                results[label].append(future.result()["cpu"] * 100)
+    return results
+
+
+def drain_wakes(path: Path, jobs: int, watch: float) -> tuple[float, float]:
+    """Subscriber calls during a drain of ``jobs`` jobs, and changes a bare watcher saw."""
+    import sqlite3  # noqa: PLC0415
+
+    from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
+
+    finished = threading.Event()  # set by the handler that runs the last job
+    ran = [0]  # jobs run so far; guarded by ran_lock
+    ran_lock = threading.Lock()
+    tasks = TaskRegistry()
+
+    @tasks.task(name="t")
+    def count(payload: object, ctx: object) -> None:
+        with ran_lock:
+            ran[0] += 1
+            if ran[0] == jobs:
+                finished.set()
+
+    producer_store = SQLiteStore(path, watch_interval=0)
+    producer_store.enqueue_many([{"task": "t"}] * jobs)
+    producer_store.close()
+    store = SQLiteStore(path, watch_interval=watch)
+    calls = [0]  # incremented by the watcher thread only
+    bare = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    changes = [0]  # incremented by the bare watcher thread only
+    stop = threading.Event()  # set once the drain is over; the bare watcher waits on it
+
+    def look() -> None:
+        last = bare.execute("PRAGMA data_version").fetchone()[0]
+        while not stop.wait(watch):
+            now = bare.execute("PRAGMA data_version").fetchone()[0]
+            changes[0] += now != last
+            last = now
+
+    def counted() -> None:
+        calls[0] += 1
+
+    looker = threading.Thread(target=look, name="bare-watcher")
+    looker.start()
+    unsubscribe = store.subscribe(counted)
+    try:
+        with Worker(store, tasks, concurrency=4):
+            if not finished.wait(SAMPLE_TIMEOUT * 4):
+                raise TimeoutError("the drain did not finish")
+    finally:
+        unsubscribe()
+        stop.set()
+        join_threads([looker], 10.0)
+        bare.close()
+        store.close()
+    return calls[0], changes[0]
+
+
+def measure_drain_wakes(runs: int, jobs: int, watch: float) -> dict[str, list[float]]:
+    """Per run: subscriber calls and bare-watcher changes during a drain."""
+    results: dict[str, list[float]] = {"calls": [], "changes": []}
+    with scratch_dir("bench-drain-wakes-") as tmp:
+        for run in range(runs):
+            calls, changes = drain_wakes(tmp / f"drain-{run}.db", jobs, watch)
+            results["calls"].append(calls)
+            results["changes"].append(changes)
+    return results
+
+
+def drain_wakes_report(results: dict[str, list[float]], jobs: int, watch: float) -> list[str]:
+    """The spurious wake-up rows under table 3b."""
+    rows = [
+        ("subscriber calls by the store's watcher", spread(results["calls"], 0)),
+        ("data_version changes a bare watcher saw", spread(results["changes"], 0)),
+    ]
+    return [
+        (
+            f"3c. Wake-ups during a drain of {jobs:,} jobs by one worker (4 threads), "
+            f"looks every {watch * 1000:g} ms ({len(results['calls'])} runs)"
+        ),
+        *render(("", "count"), rows),
+    ]
+
+
+def idle_report(results: dict[str, list[float]], seconds: float, watch: float) -> list[str]:
+    """Table 3b and its target."""
+    rows = [(label, spread(v, 2)) for label, v in results.items()]
+    lines = [
+        (
+            f"3b. Idle CPU, % of one core, over {seconds:g} s of idle wall time per run "
+            f"({len(next(iter(results.values())))} runs; the rows of a run idle side by side)"
+        ),
+        *render(("", "CPU %"), rows),
+    ]
+    ours = results.get(idle_label(watch))
+    if ours is not None:
+        lines.append(
+            target("idle worker CPU < 1 % of a core", median(ours) < 1, f"{median(ours):.2f} %")
+        )
     return lines
 
 
@@ -642,6 +824,8 @@ def child(argv: list[str]) -> int:
         return child_producer(argv[1], argv[2])
     if argv[0] == "consumer":
         return child_consumer(argv[1])
+    if argv[0] == "idle":
+        return child_idle(argv[1], argv[2], argv[3])
     raise SystemExit(f"unknown child {argv[0]!r}")
 
 
@@ -671,6 +855,24 @@ def main(argv: list[str] | None = None) -> int:
         help="the worker's poll interval across processes, s (BENCH_POLL, 0.1)",
     )
     parser.add_argument(
+        "--watch",
+        type=float,
+        default=env_float("BENCH_WATCH", 0.01),
+        help="the store's watch_interval across processes and idle, s (BENCH_WATCH, 0.01)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=env_float("BENCH_IDLE_SECONDS", 10.0),
+        help="idle wall time measured per run, s; 0 skips table 3b (BENCH_IDLE_SECONDS, 10)",
+    )
+    parser.add_argument(
+        "--drain-jobs",
+        type=int,
+        default=env_int("BENCH_DRAIN_JOBS", 3000),
+        help="jobs drained while counting wake-ups; 0 skips table 3c (BENCH_DRAIN_JOBS, 3000)",
+    )
+    parser.add_argument(
         "--stop-runs",
         type=int,
         default=env_int("BENCH_STOP_RUNS", 15),
@@ -693,8 +895,15 @@ def main(argv: list[str] | None = None) -> int:
     emit([machine_line()])
     if not have("huey"):
         emit(["huey not installed: its rows are left out (pip install -e '.[bench]')"])
-    wake = measure_wake(args.runs, args.samples, args.remote_samples, args.poll)
-    emit(["", *wake_report(wake, args.samples, args.remote_samples, args.poll)])
+    wake = measure_wake(args.runs, args.samples, args.remote_samples, args.poll, args.watch)
+    emit(["", *wake_report(wake, args.samples, args.remote_samples, args.poll, args.watch)])
+    if args.idle_seconds > 0:
+        watches = [0.0, args.watch] if args.watch > 0 else [0.0]
+        idle = measure_idle(args.runs, args.idle_seconds, watches)
+        emit(["", *idle_report(idle, args.idle_seconds, args.watch)])
+    if args.watch > 0 and args.drain_jobs > 0:
+        wakes = measure_drain_wakes(args.runs, args.drain_jobs, args.watch)
+        emit(["", *drain_wakes_report(wakes, args.drain_jobs, args.watch)])
     idle = measure_stop(args.stop_runs)
     sigterm, statuses = measure_sigterm(args.signal_runs)
     emit(["", *stop_report(idle, sigterm, statuses)])

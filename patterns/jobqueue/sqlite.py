@@ -42,6 +42,10 @@ Guarantees:
       same mode.
     * The store's lock is never held while it sleeps between busy retries, and a renew
       touches the lease only (no payload is read).
+    * While anyone subscribes, a commit by another connection or process calls the
+      subscribers within about ``watch_interval`` (a watcher thread reads ``PRAGMA
+      data_version``); the store's own commits do not. The thread starts with the first
+      subscriber and is joined by the last unsubscribe and by `SQLiteStore.close`.
 
 Python:
     3.11+: it reads the ``sqlite_errorcode`` that errors raised by ``sqlite3`` carry.
@@ -68,6 +72,7 @@ Docs: docs/jobqueue/index.md
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 import sqlite3
@@ -113,7 +118,7 @@ from patterns.jobqueue.store import (
     storable_error,
 )
 
-__all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteStore", "StoreFileError"]
+__all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "WATCH_INTERVAL", "SQLiteStore", "StoreFileError"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +134,17 @@ Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result``
 BUSY_TIMEOUT = 5.0
 """Seconds SQLite's busy handler waits for another connection's lock, per attempt."""
 
+WATCH_INTERVAL = 0.01
+"""Seconds between two looks at the file's ``PRAGMA data_version`` while anyone subscribes.
+
+A job enqueued by another process wakes a subscribed worker within about this long (half
+of it on average). Each look costs the watcher thread a wake-up and a read transaction,
+some tens of microseconds of CPU on a busy machine: at 10 ms, under 1 % of a core. The
+cost is per look, so it grows as the interval shrinks (``benchmarks/jobqueue_latency.py``
+measures it, table 3b).
+"""
+
+_WATCH_JOIN = 2.0  # seconds unsubscribe() and close() wait for the watcher thread to end
 _BUSY_RETRIES = 5  # transaction attempts before a busy error is raised to the caller
 _BACKOFF = 0.05  # seconds before the first retry; doubles each time, plus jitter
 _BACKOFF_CAP = 1.0  # the longest pause between two attempts, before jitter
@@ -285,6 +301,42 @@ def _no_op() -> None:
     """The unsubscribe of a store without notifications: there is nothing to undo."""
 
 
+# Watcher connections inherited by a forked child: kept referenced, so never closed there.
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def _check_watch_interval(value: object) -> float | None:
+    """``watch_interval`` as positive seconds, or None (0 or None: no watcher)."""
+    if value is None:
+        return None
+    seconds = check_time("watch_interval", value)  # TypeError / ValueError naming it
+    if seconds < 0:
+        raise ValueError(f"watch_interval must not be negative, got {value!r}")
+    return seconds or None
+
+
+def _data_version(conn: sqlite3.Connection | sqlite3.Cursor) -> int:
+    """The connection's ``PRAGMA data_version``: it changes when ANOTHER connection commits."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+class _Watcher:
+    """One run of the watcher thread: its connection, what it last read, its process."""
+
+    def __init__(self, conn: sqlite3.Connection, seen: int, own: int) -> None:
+        self.conn = conn  # used by the watcher thread only, and closed by it as it ends
+        self.cursor = conn.cursor()  # reused: one look allocates as little as it can
+        self.seen = seen  # conn's data_version at the last look: any commit but conn's own
+        self.own = own  # the store's connection's: commits by other connections only
+        self.pid = os.getpid()  # a forked child finds a watcher of another process here
+        # A one-shot event: held from the start, released once (by the last unsubscribe or
+        # by close()); the thread waits on it between looks with acquire(timeout), which is
+        # one C call where Event.wait runs a Condition in Python, 100 times a second.
+        self.stop = threading.Lock()
+        self.stop.acquire()
+        self.thread: threading.Thread | None = None
+
+
 class SQLiteStore:
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
@@ -302,6 +354,11 @@ class SQLiteStore:
     a lock. One connection also means `SQLiteStore.close` can close it from any thread,
     and threads that come and go leave no connections behind. Processes do not share the
     connection: each opens its own store (never use one across ``fork``).
+
+    Subscribers (`SQLiteStore.subscribe`) add a second connection, read every
+    ``watch_interval`` seconds (`WATCH_INTERVAL` by default) by a watcher thread, so that a
+    job enqueued by another process wakes a worker at once instead of at its next poll;
+    ``watch_interval=0`` (or None) turns it off.
     """
 
     def __init__(
@@ -312,6 +369,7 @@ class SQLiteStore:
         synchronous: str = "NORMAL",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         create: bool = True,
+        watch_interval: float | None = WATCH_INTERVAL,
     ) -> None:
         level = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if level not in _SYNCHRONOUS:
@@ -333,6 +391,7 @@ class SQLiteStore:
         # write is refused before it touches the file, so nothing is written into a file
         # that is known to be broken (a worker's row included) until it is reopened.
         self._damage: str | None = None
+        self._init_watch(watch_interval)
         self._conn = self._open()
 
     def __repr__(self) -> str:
@@ -1065,21 +1124,197 @@ class SQLiteStore:
         """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
         return self._clock()
 
-    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
-        """No notifications here: never calls ``callback``; the unsubscribe does nothing.
+    # --- wake-ups: the data_version watcher -------------------------------------------------
 
-        A worker on this store finds new jobs at its next poll. `RuntimeError` once closed.
+    def _init_watch(self, watch_interval: object) -> None:
+        interval = _check_watch_interval(watch_interval)
+        if self._path in ("", ":memory:"):
+            interval = None  # another connection would open another database: nothing to see
+        self._watch_interval = interval
+        # Guards _subscribers and _watcher. Held briefly by subscribe(), the unsubscribe
+        # functions, close() and the watcher thread (to copy the subscribers, never while
+        # calling them). Taken before _lock when both are needed, never after.
+        self._watch_lock = threading.Lock()
+        self._subscribers: dict[int, Callable[[], object]] = {}
+        self._keys = itertools.count()
+        self._watcher: _Watcher | None = None
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
+
+        It is called from the store's watcher thread within about ``watch_interval``
+        seconds of a commit by any other connection to the file, in this process or
+        another (SQLite's ``PRAGMA data_version`` changes then); the store's own commits
+        do not call it. It may also be called when nothing is due (a worker's row was
+        written, a job finished): a worker then claims and finds nothing. It must return
+        quickly and not call back into the store from that thread: ``Worker.wake`` is the
+        intended callback. An exception from it is logged and ignored.
+
+        The first subscription starts the watcher thread with a connection of its own; the
+        last unsubscribe and `close` stop it (waiting up to 2 s). If it cannot start, this
+        raises and subscribes nobody. With ``watch_interval`` 0 or None, or a ``:memory:``
+        database, nothing ever calls ``callback`` and the unsubscribe does nothing: a
+        worker finds new jobs at its next poll. `RuntimeError` once closed.
         """
-        self._check_open()
-        return _no_op
+        with self._watch_lock:
+            self._check_open()
+            if self._watch_interval is None:
+                return _no_op
+            watcher = self._own_watcher()
+            if watcher is None:
+                watcher = self._watcher = self._start_watcher(self._watch_interval)
+            key = next(self._keys)
+            self._subscribers[key] = callback
+
+        def unsubscribe() -> None:
+            with self._watch_lock:
+                if self._subscribers.pop(key, None) is None or self._subscribers:
+                    return  # already gone, or others still listen
+                last = self._own_watcher()
+                self._watcher = None
+            self._end_watcher(last)
+
+        return unsubscribe
+
+    def _own_watcher(self) -> _Watcher | None:
+        """The running watcher of this process, if any; call with _watch_lock held.
+
+        A forked child inherits the parent's record of a watcher, but not its thread: it
+        forgets the record and the parent's subscribers, so its own first subscribe starts
+        a watcher of its own. The parent's watcher connection is left open in the child,
+        never closed there: closing an SQLite connection inherited across fork is unsafe.
+        """
+        watcher = self._watcher
+        if watcher is not None and watcher.pid != os.getpid():
+            _INHERITED.append(watcher.conn)
+            self._watcher = watcher = None
+            self._subscribers.clear()
+        return watcher
+
+    def _start_watcher(self, interval: float) -> _Watcher:
+        """Open the watcher's connection, read where both connections are, start the thread.
+
+        Both versions are read here, before the subscriber is added, so a commit after
+        subscribe() returns is never missed; one before it is the subscriber's to find
+        (a worker claims once as it starts).
+        """
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StoreFileError(
+                f"{self._path}: cannot open the watcher's connection: {exc}"
+            ) from exc
+        try:
+            seen = self._retry_busy(lambda: _data_version(conn))
+            own = self._retry_busy(lambda: _data_version(self._conn), locked=True)
+            watcher = _Watcher(conn, seen, own)
+            thread = threading.Thread(
+                target=self._watch,
+                args=(watcher, interval),
+                name=f"jobqueue-watcher-{os.path.basename(self._path)}",
+                daemon=True,  # it only reads: a process that exits without close() must not hang
+            )
+            thread.start()
+        except BaseException:
+            conn.close()
+            raise
+        watcher.thread = thread
+        logger.debug("%s: watcher started (every %g s)", self._path, interval)
+        return watcher
+
+    def _end_watcher(self, watcher: _Watcher | None) -> None:
+        """Stop ``watcher``'s thread and wait for it, within `_WATCH_JOIN` seconds."""
+        if watcher is None:
+            return
+        watcher.stop.release()  # once: the watcher record is taken from the store before this
+        thread = watcher.thread
+        if thread is None or thread is threading.current_thread():
+            return  # unsubscribed from inside a callback: the thread ends after it returns
+        thread.join(_WATCH_JOIN)
+        if thread.is_alive():
+            logger.warning(
+                "%s: the watcher thread did not end within %g s (a subscriber's call is "
+                "still running?); it ends by itself",
+                self._path,
+                _WATCH_JOIN,
+            )
+
+    def _watch(self, watcher: _Watcher, interval: float) -> None:
+        """The watcher thread: look every ``interval`` until stopped; log its death."""
+        try:
+            while not watcher.stop.acquire(timeout=interval):
+                if self._changed_elsewhere(watcher):
+                    self._fire()
+        except BaseException:  # logged: a silent death would leave subscribers only their polls
+            logger.exception(
+                "%s: the watcher thread died; subscribers find new jobs at their next poll "
+                "until they subscribe again",
+                self._path,
+            )
+            with self._watch_lock:
+                if self._watcher is watcher:
+                    self._watcher = None  # the next subscribe starts a new one
+        finally:
+            watcher.conn.close()
+            logger.debug("%s: watcher stopped", self._path)
+
+    def _changed_elsewhere(self, watcher: _Watcher) -> bool:
+        """Whether a connection other than the store's own committed since the last look.
+
+        The watcher's data_version changes on every commit but its own, the store's own
+        included (each claim and outcome of a worker in this process); the store's
+        connection's changes on other connections' commits only. That one is read only
+        after the cheap look saw a change, so an idle store never takes the store's lock.
+        """
+        try:
+            seen = _data_version(watcher.cursor)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            return False  # a change stays visible until it is read: look again next time
+        if seen == watcher.seen:
+            return False
+        watcher.seen = seen
+        if not self._lock.acquire(timeout=0.05):
+            return True  # the store is busy: cannot tell whose commit it was, so wake
+        try:
+            if self._closed:
+                return False
+            own = _data_version(self._conn)
+        except sqlite3.Error:
+            return True  # cannot tell: wake, a spurious wake costs one empty claim
+        finally:
+            self._lock.release()
+        changed, watcher.own = own != watcher.own, own
+        return changed
+
+    def _fire(self) -> None:
+        with self._watch_lock:
+            callbacks = list(self._subscribers.values())
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("%s: a subscriber raised; ignored", self._path)
 
     def close(self) -> None:
-        """Release the store's resources; idempotent."""
+        """Release the store's resources (its connections, the watcher thread); idempotent.
+
+        Waits up to 2 s for the watcher thread; one still in a subscriber's call then is
+        logged and left to end by itself (it is a daemon thread that only reads).
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._conn.close()
+        with self._watch_lock:
+            watcher = self._own_watcher()
+            self._watcher = None
+            self._subscribers.clear()
+        self._end_watcher(watcher)
 
 
 if TYPE_CHECKING:  # mypy --strict proves the store implements the protocol exactly

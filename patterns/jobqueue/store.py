@@ -27,8 +27,9 @@ Time: every store takes a ``clock`` (seconds since the epoch, `time.time` by def
 uses only it for ``run_at`` and leases, so tests can move time without sleeping; its
 `Store.clock` method reads the store's time (the database's, on PostgreSQL).
 
-Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"; only a
-store with notifications (PostgreSQL's LISTEN/NOTIFY) ever calls it.
+Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"; a store
+that can see other connections' commits calls it (PostgreSQL's LISTEN/NOTIFY, SQLite's
+``PRAGMA data_version`` watcher); the memory store never does.
 
 Limits, the same on every store: a payload's JSON text is at most ``max_payload_bytes``
 (`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor argument); ``max_attempts`` at
@@ -736,10 +737,13 @@ class Store(Protocol):
     def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
 
-        ``callback`` must return quickly and not call back into the store (``Worker.wake``
-        is the intended one). A store without notifications (memory, SQLite) never calls
-        it and returns an unsubscribe that does nothing: a worker on such a store finds
-        new jobs at its next poll. Raises `RuntimeError` once the store is closed.
+        It is called after other connections' commits (other processes, other machines)
+        that may have made a job due, perhaps also when none did: a worker then claims and
+        finds nothing. ``callback`` must return quickly and not call back into the store
+        (``Worker.wake`` is the intended one). A store without notifications (memory, or
+        SQLite with ``watch_interval=0``) never calls it and returns an unsubscribe that
+        does nothing: a worker on such a store finds new jobs at its next poll. Raises
+        `RuntimeError` once the store is closed.
         """
         ...
 
