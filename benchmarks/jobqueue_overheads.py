@@ -132,9 +132,13 @@ class DequeStore:
             for i in ids
         ]
 
-    def complete(self, claim: Any) -> bool:
+    def complete(self, claim: Any, result: Any = None) -> bool:
         """Accept."""
         return True
+
+    def settle_many(self, items: Sequence[Any]) -> list[bool | Exception]:
+        """Accept every outcome."""
+        return [True] * len(items)
 
     def fail(self, claim: Any, error: str) -> bool:
         """Accept."""
@@ -147,6 +151,20 @@ class DequeStore:
     def release(self, claim: Any) -> bool:
         """Accept."""
         return True
+
+    def mark_cancelled(self, claim: Any, reason: str) -> bool:
+        """Accept."""
+        return True
+
+    def record_worker(self, worker_id: str, **fields: Any) -> None:
+        """Keep nothing: no worker table."""
+
+    def forget_worker(self, worker_id: str) -> None:
+        """Keep nothing: no worker table."""
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Never notify: the worker polls (and never needs to: the deque is full)."""
+        return lambda: None
 
     def renew(self, claim: Any, *, lease: float) -> Any:
         """Keep the claim as it is."""
