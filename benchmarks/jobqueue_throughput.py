@@ -572,11 +572,19 @@ def postgres_server() -> tuple[str | None, str]:
         )
     import psycopg  # noqa: PLC0415 - optional, as in the store
 
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        settings = []
-        for name in ("server_version", "fsync", "synchronous_commit"):
-            row = conn.execute(f"SHOW {name}").fetchone()  # a fixed name
-            settings.append(str(row[0]).split()[0] if row else "?")
+    settings = []
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            for name in ("server_version", "fsync", "synchronous_commit"):
+                row = conn.execute(f"SHOW {name}").fetchone()  # a fixed name
+                settings.append(str(row[0]).split()[0] if row else "?")
+    except psycopg.Error as exc:
+        if isinstance(exc, psycopg.ProgrammingError):
+            # libpq's parse errors may quote any part of the string, the password included.
+            reason = "not a valid connection string or postgresql:// URL"
+        else:  # a connection failure's first line names the host and the failure
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return None, f"PostgreSQL rows left out: cannot use the server in {DSN_VARIABLE}: {reason}"
     version, fsync, commit = settings
     return dsn, f"PostgreSQL {version}, fsync={fsync}, synchronous_commit={commit}"
 
