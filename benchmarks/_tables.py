@@ -132,17 +132,31 @@ def emit(lines: Sequence[str]) -> None:
     print("\n".join(lines), flush=True)  # noqa: T201 - the tables are the output
 
 
+def load_average() -> str:
+    """The machine's 1, 5 and 15 minute load averages, or "n/a" where there are none."""
+    if not hasattr(os, "getloadavg"):
+        return "n/a"
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine_line() -> str:
     """Python, SQLite, CPU count and load: what a reader needs to compare two runs."""
     import sqlite3  # noqa: PLC0415 - only for its version
 
-    load = "n/a"
-    if hasattr(os, "getloadavg"):
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
         f"Python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, "
-        f"{os.cpu_count()} CPUs, load average {load}"
+        f"{os.cpu_count()} CPUs, load average {load_average()}"
     )
+
+
+def end_line(started: float) -> str:
+    """A module's last line: its wall time since ``started`` (monotonic) and the load now.
+
+    Printed at the end of a run next to the load printed at its start, so that a reader
+    sees whether something else ran meanwhile (on a quiet machine the 1-minute figure
+    stays near the number of threads the benchmark itself keeps busy).
+    """
+    return f"({time.monotonic() - started:.0f} s; load average at the end {load_average()})"
 
 
 @contextmanager
