@@ -72,9 +72,13 @@ demo: $(STAMP)
 
 # Benchmarks print tables; they are never part of `make test` (no timed assertions in tests).
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]'
+	start=$$(date +%s); status=0; \
+	$(PY) -m pip install --quiet -e '.[bench]' && \
 	$(PG) sh -c 'for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
-		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done'
+		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done' || status=$$?; \
+	echo "== make bench: $$(($$(date +%s) - start)) s in all; load average at the end" \
+		"$$($(PY) -c 'import os; print(*(f"{x:.2f}" for x in os.getloadavg()), sep=", ")')"; \
+	exit $$status
 
 # The crash soak, long form: kill -9 at random moments, round after round, on SQLite and on
 # PostgreSQL (the throwaway cluster; ~4 min each).

@@ -66,6 +66,7 @@ from benchmarks._tables import (
     child_env,
     child_result,
     emit,
+    end_line,
     env_float,
     env_int,
     join_threads,
@@ -910,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     accuracy = measure_accuracy(args.signal_runs, budgets)
     emit(["", *accuracy_report(accuracy, args.signal_runs)])
-    emit(["", f"({time.monotonic() - started:.0f} s)"])
+    emit(["", end_line(started)])
     return 0
 
 
