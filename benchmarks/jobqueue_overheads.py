@@ -125,7 +125,7 @@ class DequeStore:
             for i in ids
         ]
 
-    def complete(self, claim: Any) -> bool:
+    def complete(self, claim: Any, result: Any = None) -> bool:
         """Accept."""
         return True
 
@@ -141,9 +141,23 @@ class DequeStore:
         """Accept."""
         return True
 
+    def settle_many(self, items: Sequence[Any]) -> list[bool | Exception]:
+        """Accept every item (the worker's group commit: one call per batch)."""
+        return [True] * len(items)
+
     def renew(self, claim: Any, *, lease: float) -> Any:
         """Keep the claim as it is."""
         return claim
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Nothing notifies: the worker's own wake-ups are all there is."""
+        return lambda: None
+
+    def record_worker(self, worker_id: str, **row: Any) -> None:
+        """No worker rows."""
+
+    def forget_worker(self, worker_id: str) -> None:
+        """No worker rows."""
 
     def next_due(self) -> float | None:
         """Nothing is ever scheduled for later."""

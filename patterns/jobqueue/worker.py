@@ -338,6 +338,7 @@ class WorkerStats:
     cancelled: int = 0
     timed_out: int = 0  # attempts that ended because the handler's timeout passed
     overdue: int = 0  # handlers found still running past their timeout (each once)
+    awaiting_commit: int = 0  # outcomes handed to the settler, not yet committed (in ``running``)
 
     @property
     def settled(self) -> int:
@@ -782,6 +783,9 @@ class Worker:
                 cancelled=self._counts[Outcome.CANCELLED],
                 timed_out=self._timed_out_count,
                 overdue=self._overdue,
+                awaiting_commit=sum(
+                    1 for h in self._held.values() if h.state is _ClaimState.SETTLING
+                ),
             )
 
     def running_jobs(self) -> list[int]:
