@@ -374,7 +374,7 @@ _CLAIM_MOVES: Mapping[_ClaimState, frozenset[_ClaimState]] = MappingProxyType(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Held:
     """One claim the worker holds, from the claim to its outcome; changed under ``_cond``."""
 
@@ -575,6 +575,7 @@ class Worker:
         self._outbox: list[_Pending] = []  # outcomes handed over, not yet taken by the settler
         self._outbox_closed = False  # set by the stop (or the settler's death): commit inline
         self._settler_waiting = False
+        self._claimer_waiting = False  # the claiming thread waits on _cond for a free slot
         # Commits the handlers' outcomes, many per store transaction (group commit).
         self._settler = BackgroundService(
             self._settle_loop, name=f"{self.name}-settler", stop_timeout=stop_timeout
@@ -1014,7 +1015,9 @@ class Worker:
                 # The pool-level check: a handler that swallowed its Interrupted cannot
                 # make this thread claim again, because it reads the worker's state.
                 while self._state is WorkerState.RUNNING and self._idle < self._claim_at:
+                    self._claimer_waiting = True
                     self._cond.wait()
+                self._claimer_waiting = False
                 if self._state is not WorkerState.RUNNING or stopping.is_set():
                     return
                 want = self._idle
@@ -1087,11 +1090,17 @@ class Worker:
         return self._idle_wait()
 
     def _idle_wait(self) -> float | None:
-        """Seconds to wait before the next claim; None to stop (``exit_when_empty``)."""
+        """Seconds to wait before the next claim; None to stop (``exit_when_empty``).
+
+        Idle is read first: once this worker holds nothing (every outcome committed),
+        the store reads after it see all its commits, so a retry committed meanwhile is
+        never missed.
+        """
+        idle = self._exit_when_empty and self._all_idle()
         try:
             next_due = self._store.next_due()
             now = self._clock()
-            if self._exit_when_empty and self._all_idle():
+            if idle:
                 running_anywhere = self._store.counts()["running"]
                 if running_anywhere == 0 and (next_due is None or next_due > now):
                     return None
@@ -1103,8 +1112,9 @@ class Worker:
         return self._poll_interval
 
     def _all_idle(self) -> bool:
+        """No claim held: every slot free and every outcome handed over committed."""
         with self._cond:
-            return self._idle == self._slots
+            return self._idle == self._slots and not self._held
 
     # --- the handler threads ------------------------------------------------------------------
 
@@ -1119,7 +1129,8 @@ class Worker:
                 with self._cond:  # one lock hold: the outcome to the settler, the slot freed
                     queued = pending is None or self._queue_outcome(pending)
                     self._idle += 1
-                    self._cond.notify()  # the claiming thread, if it waits for a slot
+                    if self._claimer_waiting:  # for a free slot: this is one
+                        self._cond.notify()
                 if pending is not None and not queued:  # the settler is gone: commit here
                     self._commit_batch([pending])
                     self._wake.set()
@@ -1189,9 +1200,12 @@ class Worker:
         limit = job.timeout if job.timeout is not None else task.timeout
         # The handler's token: the job's (stop, lease lost, operator's cancel) plus its
         # own deadline, which cancels only this child, with DEADLINE_EXCEEDED as reason.
-        token = run.token.child(timeout=limit)
-        with self._cond:
-            run.handler_token, run.timeout = token, limit
+        # Without a deadline it is the job's token itself (one token less per job).
+        token = run.token
+        if limit is not None:
+            token = run.token.child(timeout=limit)
+            with self._cond:
+                run.handler_token, run.timeout = token, limit
         ctx = JobContext(job, token, worker=self.name, stopping=self._is_stopping)
         logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
         self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
@@ -1224,15 +1238,8 @@ class Worker:
             Phase.ACK,
             Settlement(Settle.COMPLETE, run.claim, result),
             Outcome.DONE,
-            then=self._on_complete(job, result),
-            began=began,
+            began=began,  # on_complete: run by _commit_batch for an accepted completion
         )
-
-    def _on_complete(self, job: Job, result: JsonValue) -> Callable[[], object] | None:
-        """The ``on_complete`` hook for ``job``, ready to run once its completion commits."""
-        if self._tasks.on_complete is None:
-            return None
-        return lambda: self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result)
 
     def _stopped_by_token(
         self, run: _Held, task: Task, token: CancelToken, exc: BaseException
@@ -1445,14 +1452,19 @@ class Worker:
                 self._counts[outcome] += 1
                 if self._state is not WorkerState.RUNNING:
                     self._late[job_id] = outcome
+        on_complete = self._tasks.on_complete
         for pending in batch:
             if pending.outcome is not pending.success:
                 continue
-            if pending.began is not None and logger.isEnabledFor(logging.INFO):
+            item = pending.item
+            if item.kind is Settle.COMPLETE:
                 job = pending.run.claim.job
-                took = time.monotonic() - pending.began
-                logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
-            if pending.then is not None:
+                if pending.began is not None and logger.isEnabledFor(logging.INFO):
+                    took = time.monotonic() - pending.began
+                    logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
+                if on_complete is not None:
+                    self._hook(Phase.ON_COMPLETE, job, on_complete, job, item.result)
+            elif pending.then is not None:
                 pending.then()
 
     def _commit_group(self, batch: list[_Pending]) -> None:

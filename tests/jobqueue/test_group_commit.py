@@ -26,7 +26,7 @@ from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, JobState, Settlement
-from patterns.jobqueue.tasks import Phase, PhaseError, TaskRegistry
+from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerState
 from tests.support import (
     MUST_HAPPEN,
@@ -414,3 +414,58 @@ def test_a_process_killed_between_handler_end_and_group_commit_runs_the_job_agai
 def _append(path: Path, ctx: Any) -> None:
     with path.open("a") as f:
         f.write(f"{ctx.job_id} {ctx.attempt}\n")
+
+
+class StaleNextDue(BatchLog):
+    """Its ``next_due`` can park at a gate once, returning what it read before parking."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.armed = False
+        self.gate = Gate("the claimer, holding a next_due read before the commit")
+
+    def next_due(self) -> float | None:
+        """Read, then park (when armed), then return the value read."""
+        value = super().next_due()
+        if self.armed:
+            self.armed = False
+            self.gate.arrive()
+        return value
+
+
+def test_exit_when_empty_never_exits_on_a_queue_read_taken_before_its_own_commit() -> None:
+    """A retry committed between the idle check's two store reads is still seen, and run.
+
+    The claimer reads ``next_due`` (the job is leased: due only at lease expiry), the
+    settler then commits the retry (due now), and the claimer reads ``running`` (none):
+    deciding "empty" from those two reads would leave the retried job behind.
+    """
+    world = World()
+    store = world.store = StaleNextDue(world.clock)
+    runs: list[int] = []
+
+    @world.tasks.task(name="flaky", retry=lambda job, error: Retry(0.0))
+    def flaky(payload: Any, ctx: Any) -> None:
+        runs.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ValueError("first attempt fails")
+
+    job_id = store.enqueue("flaky")
+    world.park.job_id = job_id
+    worker = world.worker(concurrency=1, exit_when_empty=True)
+    store.armed = True  # the claimer's first idle check: after the claim, before the commit
+    thread, outcome = run_in_thread(worker.run, "worker-main")
+    try:
+        store.gate.wait_reached()
+        world.park.gate.wait_reached()
+        world.park.gate.open()
+        wait_until(lambda: worker.stats().retried == 1, "the retry committed")
+        store.gate.open()
+        join_or_fail(thread)
+    finally:
+        store.gate.open()
+        world.park.gate.open()
+        worker.stop(MUST_HAPPEN)
+    assert outcome["result"].terminated
+    assert runs == [1, 2]
+    assert store.get(job_id).state is JobState.DONE
