@@ -1166,7 +1166,7 @@ class Worker:
         """Record the outcome of a job whose commit a dying thread never made or finished."""
         job = run.claim.job
         logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
-        run.outcome = Outcome.UNSETTLED
+        run.outcome, run.pending = Outcome.UNSETTLED, None
         self._record(job, Outcome.UNSETTLED, run)
 
     def _before_handler(self, run: _Held) -> Task | None:
@@ -1445,7 +1445,7 @@ class Worker:
         with self._cond:
             for pending in batch:
                 run, outcome = pending.run, pending.outcome or Outcome.UNSETTLED
-                run.outcome = outcome
+                run.outcome, run.pending = outcome, None  # no cycle: the token dies now
                 job_id = run.claim.job.id
                 if self._held.get(job_id) is run:
                     del self._held[job_id]
