@@ -360,7 +360,7 @@ class _ClaimState(enum.StrEnum):
 
     WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
     RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
-    SETTLING = "settling"  # the store call that ends it is under way: no more renewals
+    SETTLING = "settling"  # its outcome is handed to the settler; renewed until committed
     LOST = "lost"  # its lease was lost before it started: it will not run
 
 
@@ -963,7 +963,9 @@ class Worker:
             if new not in _CLAIM_MOVES[old_claim]:
                 raise RuntimeError(f"job {held.claim.job.id}: no move from {old_claim} to {new}")
             held.state = new
-            logger.debug("job %d: %s -> %s", held.claim.job.id, old_claim.value, new.value)
+            logger.debug(
+                "job %d: %s -> %s", held.claim.job.id, old_claim, new
+            )  # lazy: str() is the value
             return
         old = self._state
         if new not in _TRANSITIONS[old]:
@@ -1721,7 +1723,7 @@ class Worker:
         return run
 
     def _renew_leases(self) -> None:
-        """Renew every running claim's lease, then every waiting one's (they must hold too).
+        """Renew every lease held: running claims, waiting ones, then outcomes to commit.
 
         Also: the worker's row, an operator's cancel seen on a renewed claim, and the
         warning for a handler still running past its timeout.
@@ -1731,6 +1733,9 @@ class Worker:
         with self._cond:
             held = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
             held += [h for h in self._held.values() if h.state is _ClaimState.WAITING]
+            # Outcomes waiting for the group commit (a slow hook or commit before them
+            # must not let their leases lapse); one renewed as it commits changes nothing.
+            held += [h for h in self._held.values() if h.state is _ClaimState.SETTLING]
             snapshot = [(h, h.state, h.claim) for h in held]
         for run, was, claim in snapshot:
             job = claim.job
@@ -1743,6 +1748,10 @@ class Worker:
             with self._cond:
                 if run.state is not was or self._held.get(job.id) is not run:
                     continue  # started, settling or released meanwhile: not this beat's
+                if was is _ClaimState.SETTLING:
+                    if renewed is not None:
+                        run.claim = renewed
+                    continue  # the commit under way decides (refused if the lease is lost)
                 if renewed is not None:
                     run.claim = renewed
                     cancel = renewed.cancel_requested and not run.cancel_requested

@@ -469,3 +469,36 @@ def test_exit_when_empty_never_exits_on_a_queue_read_taken_before_its_own_commit
     assert outcome["result"].terminated
     assert runs == [1, 2]
     assert store.get(job_id).state is JobState.DONE
+
+
+class RenewLog(BatchLog):
+    """Records the job id of every lease renewal."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.renewed: list[int] = []
+
+    def renew(self, claim: Claim, *, lease: float) -> Claim | None:
+        """Renew and record."""
+        renewed = super().renew(claim, lease=lease)
+        self.renewed.append(claim.job.id)
+        return renewed
+
+
+def test_the_heartbeat_renews_an_outcome_waiting_for_the_group_commit() -> None:
+    """An outcome queued behind a slow commit keeps its lease: the heartbeat renews it."""
+    world = World()
+    store = world.store = RenewLog(world.clock)
+    _, others = world.first_then_three()
+    worker = world.worker(heartbeat_interval=0.01).start()
+    try:
+        pile_up_behind_the_first_commit(world, worker, 4)
+        renewals = len(store.renewed)
+        wait_until(lambda: set(others) <= set(store.renewed[renewals:]), "renewed while queued")
+        world.park.gate.open()
+        wait_until(lambda: worker.stats().done == 4, "all four done")
+    finally:
+        world.go.set()
+        world.park.gate.open()
+        report = worker.stop(MUST_HAPPEN)
+    assert report.terminated
