@@ -1416,7 +1416,8 @@ class Worker:
                 if not batch:
                     return
                 self._commit_batch(batch)
-                self._wake.set()  # a retry may be due, or exit_when_empty may apply now
+                if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
+                    self._wake.set()
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death leaves outcomes unwritten
             with self._cond:
                 self._outbox_closed = True  # from now on each handler thread commits its own
