@@ -156,19 +156,19 @@ class DequeStore:
         """Accept."""
         return True
 
-    def record_worker(self, worker_id: str, **fields: Any) -> None:
-        """Keep nothing: no worker table."""
-
-    def forget_worker(self, worker_id: str) -> None:
-        """Keep nothing: no worker table."""
-
-    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
-        """Never notify: the worker polls (and never needs to: the deque is full)."""
-        return lambda: None
-
     def renew(self, claim: Any, *, lease: float) -> Any:
         """Keep the claim as it is."""
         return claim
+
+    def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Nothing notifies: the worker's own wake-ups are all there is."""
+        return lambda: None
+
+    def record_worker(self, worker_id: str, **row: Any) -> None:
+        """No worker rows."""
+
+    def forget_worker(self, worker_id: str) -> None:
+        """No worker rows."""
 
     def next_due(self) -> float | None:
         """Nothing is ever scheduled for later."""

@@ -22,8 +22,13 @@ Pattern:
       the claims no handler took;
     * each job's token is a child of the worker's ``CancelToken`` (``cancellation``), so
       one ``cancel()`` reaches every running job;
-    * the claiming thread is a non-daemon ``BackgroundService`` and the heartbeat a
-      daemon ``HousekeepingDaemon`` (``daemon_threads``);
+    * the claiming thread and the settler are non-daemon ``BackgroundService`` threads
+      and the heartbeat a daemon ``HousekeepingDaemon`` (``daemon_threads``). A handler
+      thread hands its job's decided outcome to the settler and is free for the next
+      job at once; the settler commits every outcome waiting in one
+      `~patterns.jobqueue.store.Store.settle_many` (group commit: while one commit is in
+      flight the next batch collects; an idle queue commits a single outcome at once),
+      then records the outcomes and runs the hooks;
     * a thread that dies is recorded as a ``ThreadFailure`` (``thread_exceptions``),
       logged, and stops the worker;
     * ``install_signal_handlers=True`` uses ``install_signal_handlers`` (``exit_hooks``):
@@ -59,7 +64,10 @@ Guarantees:
       handler starts; a claim that was already under way is released unchanged.
     * The STOPPED report is final: a claim handed off but never started (``prefetch``)
       is released before `Worker.stop` returns, whichever thread requested the stop, or
-      named in ``still_held_ids`` if its release had not returned by the deadline.
+      named in ``still_held_ids`` if its release had not returned by the deadline; an
+      outcome handed to the settler is committed before it returns, or its job is named
+      in ``still_running``. Each outcome in a group commit is fenced on its own: one
+      refused leaves the others applied, and only the accepted ones run their hooks.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
       thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
       deadline are named in the report and released there (their attempt given back,
@@ -137,9 +145,10 @@ from patterns.jobqueue.store import (
     Claim,
     Job,
     JsonValue,
+    Settle,
+    Settlement,
     Store,
     check_time,
-    encode_result,
     storable_error,
 )
 from patterns.jobqueue.tasks import (
@@ -169,6 +178,7 @@ logger = logging.getLogger(__name__)
 _MAX_ERRORS_KEPT = 100  # PhaseErrors kept for the report; the count in stats is exact
 _MAX_DEQUEUE_BACKOFF = 30.0  # seconds between claims while the store keeps failing
 _HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
+_SETTLER_GRACE = 0.1  # seconds the settler may take to commit what it holds at the deadline
 _OVERDUE_GRACE = 0.5  # seconds past its timeout before a running handler is reported
 _ROW_LOG_EVERY = 60.0  # seconds between two log lines about failing worker-row writes
 _names = itertools.count(1)
@@ -215,13 +225,18 @@ class Step(enum.StrEnum):
 
     Fault-injection tests park a job at a boundary, or raise there, to prove that a stop,
     a cancellation, an error or a crash at that point loses nothing. The hook is called as
-    ``step_hook(step, claim, phase)``; ``phase`` names the store call for the two commit
-    steps (``Phase.ACK``, ``Phase.RELEASE``, ...) and is None for the others.
+    ``step_hook(step, claim, phase)``; ``phase`` names the store call for the three commit
+    steps (``Phase.ACK``, ``Phase.RELEASE``, ...) and is None for the others. The two
+    around the store call run in the settler thread for a handler's outcome (each item
+    of a group commit in turn), and in the releasing thread for a claim never started.
     """
 
     AFTER_CLAIM = "after_claim"  # claiming thread: the claim is committed, not yet handed off
     BEFORE_HANDLER = "before_handler"  # handler thread: the job is running, handler not called
     AFTER_HANDLER = "after_handler"  # the handler returned or raised; nothing decided yet
+    # Handler thread: the outcome is decided, about to be handed to the settler (which
+    # commits it with others); nothing is written yet.
+    BEFORE_GROUP_COMMIT = "before_group_commit"
     BEFORE_COMMIT = "before_commit"  # just before the store call that settles the job
     AFTER_COMMIT = "after_commit"  # that store call returned (accepted or refused)
     HEARTBEAT = "heartbeat"  # heartbeat thread: about to renew this claim's lease
@@ -323,6 +338,7 @@ class WorkerStats:
     cancelled: int = 0
     timed_out: int = 0  # attempts that ended because the handler's timeout passed
     overdue: int = 0  # handlers found still running past their timeout (each once)
+    awaiting_commit: int = 0  # outcomes handed to the settler, not yet committed (in ``running``)
 
     @property
     def settled(self) -> int:
@@ -344,7 +360,7 @@ class _ClaimState(enum.StrEnum):
 
     WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
     RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
-    SETTLING = "settling"  # the store call that ends it is under way: no more renewals
+    SETTLING = "settling"  # its outcome is handed to the settler; renewed until committed
     LOST = "lost"  # its lease was lost before it started: it will not run
 
 
@@ -358,7 +374,7 @@ _CLAIM_MOVES: Mapping[_ClaimState, frozenset[_ClaimState]] = MappingProxyType(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Held:
     """One claim the worker holds, from the claim to its outcome; changed under ``_cond``."""
 
@@ -371,6 +387,20 @@ class _Held:
     handler_token: CancelToken | None = None  # the handler's: ``token``'s child with its timeout
     timeout: float | None = None  # seconds the handler may run (the job's, else the task's)
     overdue_reported: bool = False  # the warning for a handler past its deadline was logged
+    pending: _Pending | None = None  # its outcome, decided by the handler thread, to commit
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One decided outcome on its way to the settler's group commit."""
+
+    run: _Held
+    phase: Phase  # the store call's phase, for errors, logs and the step hook
+    item: Settlement  # what settle_many records
+    success: Outcome  # the outcome when the store accepts it
+    then: Callable[[], object] | None  # the task's hook, run only on ``success``
+    began: float | None  # monotonic time the handler began (a completion's log line)
+    outcome: Outcome | None = None  # set by the settler
 
 
 class Worker:
@@ -470,7 +500,9 @@ class Worker:
         # (for free claim slots or a state change); notified by a handler thread when it
         # frees its slot and by every state transition. Never held while a handler, a
         # hook or a store call runs.
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._init_settler(lock, stop_timeout)
         self._state = WorkerState.NEW
         self._entered: dict[WorkerState, float] = {}  # monotonic time each state began
         self._slots = concurrency + prefetch  # claims the worker may hold at once
@@ -488,9 +520,7 @@ class Worker:
         self._timed_out_count = 0
         self._overdue = 0
         self._init_worker_row(beat)
-        self._error_count = 0
-        self._errors: list[PhaseError] = []
-        self._thread_failures: list[ThreadFailure] = []
+        self._init_errors()
         self._start_called = False  # set by the first start(), so a second one refuses
         self._stop_owner: threading.Thread | None = None  # the thread running stop()
         self._report: WorkerReport | None = None
@@ -537,6 +567,24 @@ class Worker:
         # job enqueued on another machine ends the idle wait): subscribed by start() with
         # wake() as the callback, unsubscribed by the stop once the claiming thread left.
         self._unsubscribe: Callable[[], object] | None = None
+
+    def _init_settler(self, lock: threading.RLock, stop_timeout: float) -> None:
+        # ``_cond``'s lock, for the settler thread alone: notified when an outcome arrives
+        # while it waits (``_settler_waiting``), and when the outbox closes.
+        self._outbox_ready = threading.Condition(lock)
+        self._outbox: list[_Pending] = []  # outcomes handed over, not yet taken by the settler
+        self._outbox_closed = False  # set by the stop (or the settler's death): commit inline
+        self._settler_waiting = False
+        self._claimer_waiting = False  # the claiming thread waits on _cond for a free slot
+        # Commits the handlers' outcomes, many per store transaction (group commit).
+        self._settler = BackgroundService(
+            self._settle_loop, name=f"{self.name}-settler", stop_timeout=stop_timeout
+        )
+
+    def _init_errors(self) -> None:
+        self._error_count = 0
+        self._errors: list[PhaseError] = []
+        self._thread_failures: list[ThreadFailure] = []
 
     def _init_worker_row(self, beat: float) -> None:
         self._beat = beat
@@ -585,6 +633,7 @@ class Worker:
             if self._state is not WorkerState.NEW:  # a stop() from another thread came first
                 raise RuntimeError(f"{self!r}: stopped before it started")
             self._transition(WorkerState.RUNNING, f"{self._concurrency} handler thread(s)")
+        self._settler.start()
         for started in range(1, self._concurrency + 1):
             self._executor.submit(self._consume)
             # The pool queues the loop even when it cannot start a thread for it (it logs
@@ -735,6 +784,9 @@ class Worker:
                 cancelled=self._counts[Outcome.CANCELLED],
                 timed_out=self._timed_out_count,
                 overdue=self._overdue,
+                awaiting_commit=sum(
+                    1 for h in self._held.values() if h.state is _ClaimState.SETTLING
+                ),
             )
 
     def running_jobs(self) -> list[int]:
@@ -773,6 +825,10 @@ class Worker:
         # The request_stop that drained the hand-off may be another thread's, still
         # releasing prefetched claims: the report waits for it, or names what it holds.
         handoff_settled = self._handoff_settled.wait(max(0.0, deadline - time.monotonic()))
+        # Every handler has handed its outcome over (or outlived the budget): the settler
+        # commits what it holds and leaves; a later outcome is committed by its own thread.
+        self._close_outbox()
+        settler = self._settler.stop(max(_SETTLER_GRACE, deadline - time.monotonic()))
         self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
@@ -783,6 +839,7 @@ class Worker:
             start,
             terminated=pool.terminated
             and claimer.terminated
+            and settler.terminated
             and claim_loop_ended
             and handoff_settled,
         )
@@ -906,7 +963,9 @@ class Worker:
             if new not in _CLAIM_MOVES[old_claim]:
                 raise RuntimeError(f"job {held.claim.job.id}: no move from {old_claim} to {new}")
             held.state = new
-            logger.debug("job %d: %s -> %s", held.claim.job.id, old_claim.value, new.value)
+            logger.debug(
+                "job %d: %s -> %s", held.claim.job.id, old_claim, new
+            )  # lazy: str() is the value
             return
         old = self._state
         if new not in _TRANSITIONS[old]:
@@ -928,6 +987,7 @@ class Worker:
         return current in self._executor.worker_threads() or current.name in (
             self._claimer.name,
             self._heartbeat.name,
+            self._settler.name,
         )
 
     def _is_stopping(self) -> bool:
@@ -957,7 +1017,9 @@ class Worker:
                 # The pool-level check: a handler that swallowed its Interrupted cannot
                 # make this thread claim again, because it reads the worker's state.
                 while self._state is WorkerState.RUNNING and self._idle < self._claim_at:
+                    self._claimer_waiting = True
                     self._cond.wait()
+                self._claimer_waiting = False
                 if self._state is not WorkerState.RUNNING or stopping.is_set():
                     return
                 want = self._idle
@@ -1030,11 +1092,17 @@ class Worker:
         return self._idle_wait()
 
     def _idle_wait(self) -> float | None:
-        """Seconds to wait before the next claim; None to stop (``exit_when_empty``)."""
+        """Seconds to wait before the next claim; None to stop (``exit_when_empty``).
+
+        Idle is read first: once this worker holds nothing (every outcome committed),
+        the store reads after it see all its commits, so a retry committed meanwhile is
+        never missed.
+        """
+        idle = self._exit_when_empty and self._all_idle()
         try:
             next_due = self._store.next_due()
             now = self._clock()
-            if self._exit_when_empty and self._all_idle():
+            if idle:
                 running_anywhere = self._store.counts()["running"]
                 if running_anywhere == 0 and (next_due is None or next_due > now):
                     return None
@@ -1046,8 +1114,9 @@ class Worker:
         return self._poll_interval
 
     def _all_idle(self) -> bool:
+        """No claim held: every slot free and every outcome handed over committed."""
         with self._cond:
-            return self._idle == self._slots
+            return self._idle == self._slots and not self._held
 
     # --- the handler threads ------------------------------------------------------------------
 
@@ -1058,15 +1127,20 @@ class Worker:
                     claim = self._handoff.get()
                 except ShutDown:
                     return  # closed and empty: the worker is stopping
-                self._process(claim)
-                with self._cond:
+                pending = self._process(claim)
+                with self._cond:  # one lock hold: the outcome to the settler, the slot freed
+                    queued = pending is None or self._queue_outcome(pending)
                     self._idle += 1
-                    self._cond.notify_all()
-                self._wake.set()  # a retry may be due, or exit_when_empty may apply now
+                    if self._claimer_waiting:  # for a free slot: this is one
+                        self._cond.notify()
+                if pending is not None and not queued:  # the settler is gone: commit here
+                    self._commit_batch([pending])
+                    self._wake.set()
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death shrinks the pool
             self._thread_died(exc)
 
-    def _process(self, claim: Claim) -> None:
+    def _process(self, claim: Claim) -> _Pending | None:
+        """Run one handed-off claim; its decided outcome, for the settler (None: settled)."""
         job = claim.job
         with self._cond:
             # Under the lock that request_stop() changes the state with: a job is either
@@ -1080,46 +1154,60 @@ class Worker:
                 run = None
         if run is None:
             self._settle_unstarted(claim)
-            return
+            return None
         try:
-            self._lifecycle(run)
-        finally:
-            with self._cond:
-                self._held.pop(job.id, None)
-            if run.outcome is None:  # only a BaseException can get here unsettled
-                logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
-                self._record(job, Outcome.UNSETTLED)
+            self._lifecycle(run)  # decides the outcome (run.pending) but commits nothing
+        except BaseException:  # the thread dies (_consume): its job goes unsettled
+            self._unsettled(run)
+            raise
+        if run.pending is None:  # every path decides an outcome; never left held if not
+            self._unsettled(run)
+        return run.pending
 
-    def _before_handler(self, run: _Held) -> Task | Outcome:
-        """The task to run, or the outcome of a job that must not run now."""
+    def _unsettled(self, run: _Held) -> None:
+        """Record the outcome of a job whose commit a dying thread never made or finished."""
+        job = run.claim.job
+        logger.error("job %d: left unsettled; it runs again when its lease expires", job.id)
+        run.outcome, run.pending = Outcome.UNSETTLED, None
+        self._record(job, Outcome.UNSETTLED, run)
+
+    def _before_handler(self, run: _Held) -> Task | None:
+        """The task to run, or None once a job that must not run now is settled."""
         job = run.claim.job
         task = self._tasks.get(job.task)
         if task is None:
             reason = f"unknown task {job.task!r}: no handler registered under that name"
-            return self._retry_or_fail(run, reason, lambda: Fail(reason))
+            self._retry_or_fail(run, reason, lambda: Fail(reason))
+            return None
         if task.ready is not None:
             try:
                 ready = bool(task.ready(job))
             except Exception as exc:  # noqa: BLE001 - logged by _unexpected
                 self._unexpected(Phase.READY, job, exc)
-                return self._after_failure(run, None, exc)
+                self._after_failure(run, None, exc)
+                return None
             if not ready:
-                return self._not_ready(run, task)
+                self._not_ready(run, task)
+                return None
         if run.cancel_requested:  # cancelled by an operator while it waited: never run
-            return self._cancelled(run)
+            self._cancelled(run)
+            return None
         return task
 
-    def _lifecycle(self, run: _Held) -> Outcome:
+    def _lifecycle(self, run: _Held) -> None:
         job = run.claim.job
         task = self._before_handler(run)
-        if isinstance(task, Outcome):
-            return task
+        if task is None:
+            return
         limit = job.timeout if job.timeout is not None else task.timeout
         # The handler's token: the job's (stop, lease lost, operator's cancel) plus its
         # own deadline, which cancels only this child, with DEADLINE_EXCEEDED as reason.
-        token = run.token.child(timeout=limit)
-        with self._cond:
-            run.handler_token, run.timeout = token, limit
+        # Without a deadline it is the job's token itself (one token less per job).
+        token = run.token
+        if limit is not None:
+            token = run.token.child(timeout=limit)
+            with self._cond:
+                run.handler_token, run.timeout = token, limit
         ctx = JobContext(job, token, worker=self.name, stopping=self._is_stopping)
         logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
         self._step_hook(Step.BEFORE_HANDLER, run.claim, None)
@@ -1129,14 +1217,17 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
             self._step_hook(Step.AFTER_HANDLER, run.claim, None)
             if token.cancelled:
-                return self._stopped_by_token(run, task, token, exc)
+                self._stopped_by_token(run, task, token, exc)
+                return
             if isinstance(exc, Cancelled):
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
-            return self._after_failure(run, task, exc)
+            self._after_failure(run, task, exc)
+            return
         self._step_hook(Step.AFTER_HANDLER, run.claim, None)
         if ctx.interrupted == DEADLINE_EXCEEDED and not run.token.cancelled:
             # It saw its deadline (a checkpoint raised) and returned: it stopped there.
-            return self._timed_out(run, task)
+            self._timed_out(run, task)
+            return
         if run.cancel_requested:
             logger.info(
                 "job %d (%s): the handler ignored the operator's cancel and finished: "
@@ -1144,59 +1235,46 @@ class Worker:
                 job.id,
                 job.task,
             )
-        outcome = self._settle(
+        self._settle(
             run,
             Phase.ACK,
-            lambda c: self._complete(c, result),
+            Settlement(Settle.COMPLETE, run.claim, result),
             Outcome.DONE,
-            lambda: self._hook(Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result),
+            began=began,  # on_complete: run by _commit_batch for an accepted completion
         )
-        if outcome is Outcome.DONE:
-            took = time.monotonic() - began
-            logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
-        return outcome
 
     def _stopped_by_token(
         self, run: _Held, task: Task, token: CancelToken, exc: BaseException
-    ) -> Outcome:
+    ) -> None:
         """The handler raised once its token was cancelled: why decides the outcome."""
         job = run.claim.job
         if run.cancel_requested:
-            return self._cancelled(run)
+            self._cancelled(run)
+            return
         if token.reason == DEADLINE_EXCEEDED and not run.token.cancelled:
-            return self._timed_out(run, task)
+            self._timed_out(run, task)
+            return
         # Interrupted by a stop (or a lost lease), or an error raised on the way out of a
         # cancelled job: given back unchanged (Proletarian leaves such a job queued too).
         logger.info("job %d: interrupted (%s): releasing it (%s)", job.id, token.reason, exc)
-        return self._settle(run, Phase.RELEASE, self._store.release, Outcome.RELEASED)
+        self._settle(run, Phase.RELEASE, Settlement(Settle.RELEASE, run.claim), Outcome.RELEASED)
 
-    def _cancelled(self, run: _Held) -> Outcome:
+    def _cancelled(self, run: _Held) -> None:
         job = run.claim.job
         logger.info("job %d (%s): cancelled by operator; its handler stopped", job.id, job.task)
-        return self._settle(
+        self._settle(
             run,
             Phase.CANCEL,
-            lambda c: self._store.mark_cancelled(c, "cancelled by operator"),
+            Settlement(Settle.CANCEL, run.claim, error="cancelled by operator"),
             Outcome.CANCELLED,
         )
 
-    def _timed_out(self, run: _Held, task: Task) -> Outcome:
+    def _timed_out(self, run: _Held, task: Task) -> None:
         """The handler stopped at its deadline: a failed attempt, for the failure policy."""
         with self._cond:
             self._timed_out_count += 1
         limit = run.timeout or 0.0
-        return self._after_failure(run, task, TimeoutError(f"timed out after {limit:g}s"))
-
-    def _complete(self, claim: Claim, result: JsonValue) -> bool:
-        """`Store.complete` with the handler's result, or None if the store cannot keep it."""
-        try:
-            encode_result(result)  # the default limit: a cheap check before the store's own
-        except (TypeError, ValueError) as exc:
-            return self._complete_without_result(claim, exc)
-        try:
-            return self._store.complete(claim, result)
-        except (TypeError, ValueError) as exc:  # over this store's own max_payload_bytes
-            return self._complete_without_result(claim, exc)
+        self._after_failure(run, task, TimeoutError(f"timed out after {limit:g}s"))
 
     def _complete_without_result(self, claim: Claim, why: Exception) -> bool:
         job = claim.job
@@ -1208,10 +1286,10 @@ class Worker:
         )
         return self._store.complete(claim, None)
 
-    def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> Outcome:
+    def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> None:
         """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
         job = run.claim.job
-        return self._retry_or_fail(
+        self._retry_or_fail(
             run,
             _describe(error),
             None if task is None else lambda: task.retry(job, error),
@@ -1222,11 +1300,11 @@ class Worker:
             ),
         )
 
-    def _not_ready(self, run: _Held, task: Task) -> Outcome:
+    def _not_ready(self, run: _Held, task: Task) -> None:
         # The store has no "postpone": a requeue counts as an attempt, so a job that is
         # never ready is abandoned once its attempts are spent instead of looping forever.
         job = run.claim.job
-        return self._retry_or_fail(
+        self._retry_or_fail(
             run,
             "not ready",
             lambda: task.not_ready(job),
@@ -1248,7 +1326,7 @@ class Worker:
         policy_phase: Phase = Phase.GET_FAILURE_POLICY,
         fail_phase: Phase = Phase.NACK,
         on_fail: Callable[[Decision], object] | None = None,
-    ) -> Outcome:
+    ) -> None:
         """The one path of a job that did not complete: decide, requeue or fail, then hook.
 
         ``policy`` decides (``fallback`` does if it is None, raises or returns no
@@ -1264,64 +1342,225 @@ class Worker:
         if isinstance(decision, Retry):
             run_at = self._clock() + decision.delay
             logger.warning("%s: %s: requeued in %.2fs", where, text, decision.delay)
-            return self._settle(
+            self._settle(
                 run,
                 Phase.REQUEUE,
-                lambda c: self._store.retry(c, text, run_at=run_at),
+                Settlement(Settle.RETRY, run.claim, error=text, run_at=run_at),
                 Outcome.RETRIED,
             )
+            return
         reason = storable_error(decision.reason or text)
         verb = "abandoned" if fail_phase is Phase.ABANDON else "failed for good"
         logger.error("%s: %s: %s", where, verb, reason)
         final = decision
-        return self._settle(
+        self._settle(
             run,
             fail_phase,
-            lambda c: self._store.fail(c, reason),
+            Settlement(Settle.FAIL, run.claim, error=reason),
             Outcome.FAILED,
-            None if on_fail is None else lambda: on_fail(final),
+            then=None if on_fail is None else lambda: on_fail(final),
         )
 
     def _settle(
         self,
         run: _Held,
         phase: Phase,
-        action: Callable[[Claim], bool],
+        item: Settlement,
         success: Outcome,
+        *,
         then: Callable[[], object] | None = None,
-    ) -> Outcome:
-        """Make the store call that ends the job, record its outcome, then its hook.
+        began: float | None = None,
+    ) -> None:
+        """Decide the job's outcome: its handler thread hands it over (`_consume`).
 
-        ``then`` (the task's hook) runs only when the outcome is ``success``.
+        The settler commits it with others (`_commit_batch`), records the outcome, then
+        runs ``then`` (the task's hook) only when the outcome is ``success``.
         """
-        outcome = self._store_outcome(run, phase, action, success)
-        run.outcome = outcome
-        self._record(run.claim.job, outcome)
-        if then is not None and outcome is success:
-            then()
-        return outcome
+        run.pending = _Pending(run, phase, item, success, then, began)
+        self._step_hook(Step.BEFORE_GROUP_COMMIT, run.claim, phase)
 
-    def _store_outcome(
-        self,
-        run: _Held,
-        phase: Phase,
-        action: Callable[[Claim], bool],
-        success: Outcome,
-    ) -> Outcome:
-        """Make the store call; if it raises, one bounded fallback (`_fallback`)."""
-        job = run.claim.job
-        with self._cond:
-            self._transition(_ClaimState.SETTLING, held=run)
-            claim = run.claim  # the heartbeat may have renewed it
+    def _queue_outcome(self, pending: _Pending) -> bool:
+        """Queue ``pending`` for the settler; False if it is gone (call with ``_cond`` held).
+
+        Either way the claim is SETTLING from here on: the heartbeat leaves it alone, and
+        ``running_jobs`` and the report still name it until its outcome is recorded.
+        """
+        run = pending.run
+        self._transition(_ClaimState.SETTLING, held=run)
+        claim = run.claim  # the heartbeat may have renewed it
+        if pending.item.claim is not claim:
+            pending.item = replace(pending.item, claim=claim)
+        if self._outbox_closed:
+            return False
+        self._outbox.append(pending)
+        if self._settler_waiting:
+            self._outbox_ready.notify()
+        return True
+
+    # --- the settler: group commit ---------------------------------------------------------------
+
+    def _settle_loop(self, stopping: threading.Event) -> None:
+        """Commit every outcome waiting, in one `Store.settle_many`, until closed and empty.
+
+        ``stopping`` (the service's) is not waited on: `_close_outbox` ends the wait, and
+        the loop leaves once what was handed over before that is committed.
+        """
         try:
-            accepted = self._commit(phase, claim, action)
+            while True:
+                with self._cond:
+                    while not self._outbox and not self._outbox_closed:
+                        self._settler_waiting = True
+                        self._outbox_ready.wait()
+                    self._settler_waiting = False
+                    batch, self._outbox = self._outbox, []
+                if not batch:
+                    return
+                self._commit_batch(batch)
+                if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
+                    self._wake.set()
+        except BaseException as exc:  # noqa: BLE001 - logged; a silent death leaves outcomes unwritten
+            with self._cond:
+                self._outbox_closed = True  # from now on each handler thread commits its own
+                left, self._outbox = self._outbox, []
+            for pending in left:
+                self._unsettled(pending.run)
+            self._thread_died(exc)
+
+    def _close_outbox(self) -> None:
+        """No more hand-overs: the settler commits what it has and leaves."""
+        with self._cond:
+            self._outbox_closed = True
+            self._outbox_ready.notify_all()
+
+    def _commit_batch(self, batch: list[_Pending]) -> None:
+        """Commit ``batch`` (one `Store.settle_many`), record each outcome, then the hooks.
+
+        A thread dying part-way (a `BaseException`) records every outcome it had not
+        recorded yet as unsettled before it goes.
+        """
+        try:
+            self._commit_group(batch)
+        except BaseException:
+            for pending in batch:
+                if pending.run.outcome is None:
+                    self._unsettled(pending.run)
+            raise
+        with self._cond:
+            for pending in batch:
+                run, outcome = pending.run, pending.outcome or Outcome.UNSETTLED
+                run.outcome, run.pending = outcome, None  # no cycle: the token dies now
+                job_id = run.claim.job.id
+                if self._held.get(job_id) is run:
+                    del self._held[job_id]
+                self._counts[outcome] += 1
+                if self._state is not WorkerState.RUNNING:
+                    self._late[job_id] = outcome
+        on_complete = self._tasks.on_complete
+        for pending in batch:
+            if pending.outcome is not pending.success:
+                continue
+            item = pending.item
+            if item.kind is Settle.COMPLETE:
+                job = pending.run.claim.job
+                if pending.began is not None and logger.isEnabledFor(logging.INFO):
+                    took = time.monotonic() - pending.began
+                    logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
+                if on_complete is not None:
+                    self._hook(Phase.ON_COMPLETE, job, on_complete, job, item.result)
+            elif pending.then is not None:
+                pending.then()
+
+    def _commit_group(self, batch: list[_Pending]) -> None:
+        """Set each item's ``outcome``: one store call for all, each fenced on its own."""
+        sent: list[_Pending] = []
+        for pending in batch:
+            try:
+                self._step_hook(Step.BEFORE_COMMIT, pending.item.claim, pending.phase)
+            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
+                pending.outcome = self._raised(pending, exc)
+                continue
+            sent.append(pending)
+        if not sent:
+            return
+        try:
+            answers = self._settle_many([pending.item for pending in sent])
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-            self._unexpected(phase, job, exc)
-            return self._fallback(run, claim, phase, exc)
-        if not accepted:
-            self._log_refused(run, phase)
-            return Outcome.LOST
-        return success
+            self._group_failed(sent, exc)
+            return
+        for pending, answer in zip(sent, answers, strict=True):
+            try:
+                self._step_hook(Step.AFTER_COMMIT, pending.item.claim, pending.phase)
+            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
+                pending.outcome = self._raised(pending, exc)
+                continue
+            pending.outcome = self._answered(pending, answer)
+
+    def _settle_many(self, items: list[Settlement]) -> list[bool | Exception]:
+        """`Store.settle_many`, checked to answer once per item."""
+        answers = self._store.settle_many(items)
+        if len(answers) != len(items):
+            raise RuntimeError(f"settle_many returned {len(answers)} answers for {len(items)}")
+        return answers
+
+    def _answered(self, pending: _Pending, answer: bool | Exception) -> Outcome:
+        """The outcome of one item from its `Store.settle_many` answer."""
+        if isinstance(answer, Exception):
+            if pending.item.kind is not Settle.COMPLETE:
+                return self._raised(pending, answer)
+            try:  # a result the store cannot keep: complete with None instead
+                answer = self._complete_without_result(pending.item.claim, answer)
+            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
+                return self._raised(pending, exc)
+        if answer:
+            return pending.success
+        self._log_refused(pending.run, pending.phase)
+        return Outcome.LOST
+
+    def _raised(self, pending: _Pending, exc: Exception) -> Outcome:
+        """The job's store call raised: logged, then one bounded fallback (`_fallback`)."""
+        self._unexpected(pending.phase, pending.run.claim.job, exc)
+        return self._fallback(pending.run, pending.item.claim, pending.phase, exc)
+
+    def _group_failed(self, sent: list[_Pending], exc: Exception) -> None:
+        """``settle_many`` itself raised: each job takes the path of its own failed call.
+
+        Alone, or when the commit's outcome is unknown (any item may have applied), each
+        goes straight to `_fallback`, as if its single call had raised. Several items
+        whose transaction failed (nothing applied) are then committed one by one; the
+        error is reported once, under the first item's phase and job.
+        """
+        if len(sent) == 1 or isinstance(exc, CommitUnknown):
+            for pending in sent:
+                pending.outcome = self._raised(pending, exc)
+            return
+        first = sent[0]
+        self._unexpected(first.phase, first.run.claim.job, exc)
+        logger.warning(
+            "worker %s: the group commit of jobs %s failed; committing each on its own",
+            self.name,
+            [pending.run.claim.job.id for pending in sent],
+        )
+        for pending in sent:
+            try:
+                answer = self._commit(pending.phase, pending.item.claim, self._settle_one(pending))
+            except Exception as again:  # noqa: BLE001 - logged by _unexpected
+                pending.outcome = self._raised(pending, again)
+            else:
+                pending.outcome = self._answered(pending, answer)
+
+    def _settle_one(self, pending: _Pending) -> Callable[[Claim], bool]:
+        """One item alone, as `_commit`'s action; the item's own exception is raised."""
+        item = pending.item
+
+        def action(claim: Claim) -> bool:
+            [answer] = self._store.settle_many([replace(item, claim=claim)])
+            if not isinstance(answer, Exception):
+                return answer
+            if item.kind is not Settle.COMPLETE:
+                raise answer
+            return self._complete_without_result(claim, answer)
+
+        return action
 
     def _fallback(self, run: _Held, claim: Claim, phase: Phase, exc: Exception) -> Outcome:
         """The one store call made when the call that settles a job raised.
@@ -1485,7 +1724,7 @@ class Worker:
         return run
 
     def _renew_leases(self) -> None:
-        """Renew every running claim's lease, then every waiting one's (they must hold too).
+        """Renew every lease held: running claims, waiting ones, then outcomes to commit.
 
         Also: the worker's row, an operator's cancel seen on a renewed claim, and the
         warning for a handler still running past its timeout.
@@ -1495,6 +1734,9 @@ class Worker:
         with self._cond:
             held = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
             held += [h for h in self._held.values() if h.state is _ClaimState.WAITING]
+            # Outcomes waiting for the group commit (a slow hook or commit before them
+            # must not let their leases lapse); one renewed as it commits changes nothing.
+            held += [h for h in self._held.values() if h.state is _ClaimState.SETTLING]
             snapshot = [(h, h.state, h.claim) for h in held]
         for run, was, claim in snapshot:
             job = claim.job
@@ -1507,6 +1749,10 @@ class Worker:
             with self._cond:
                 if run.state is not was or self._held.get(job.id) is not run:
                     continue  # started, settling or released meanwhile: not this beat's
+                if was is _ClaimState.SETTLING:
+                    if renewed is not None:
+                        run.claim = renewed
+                    continue  # the commit under way decides (refused if the lease is lost)
                 if renewed is not None:
                     run.claim = renewed
                     cancel = renewed.cancel_requested and not run.cancel_requested

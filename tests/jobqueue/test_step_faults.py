@@ -1,7 +1,8 @@
 """Fault injection at every step of a job's life: nothing is lost, whatever happens where.
 
-The worker calls its ``step_hook`` at six boundaries (`Step`): after the claim, before and
-after the handler, before and after each store call that settles the job, and in the
+The worker calls its ``step_hook`` at seven boundaries (`Step`): after the claim, before
+and after the handler, as the handler thread hands the outcome to the settler, before and
+after each store call that settles the job (in the settler's group commit), and in the
 heartbeat. `Script`, the hook used here, parks the job at one boundary behind a `Gate`,
 and the test injects one fault while it waits there:
 
@@ -26,7 +27,7 @@ faked, and nothing sleeps.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ import pytest
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, Job, JobState, Store
+from patterns.jobqueue.store import Claim, Job, JobState, Settle, Settlement, Store
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
 from tests.support import MUST_HAPPEN, Gate, elapsed, join_or_fail, run_in_thread, wait_until
@@ -104,6 +105,16 @@ class Ledger:
                 self.releases[claim.job.id] = self.releases.get(claim.job.id, 0) + 1
 
 
+# The single-job method each kind of settlement stands for, as the ledger names calls.
+_METHODS = {
+    Settle.COMPLETE: "complete",
+    Settle.FAIL: "fail",
+    Settle.RETRY: "retry",
+    Settle.RELEASE: "release",
+    Settle.CANCEL: "mark_cancelled",
+}
+
+
 class FaultStore:
     """One worker's view of a real store: a pass-through that can be cut off.
 
@@ -156,6 +167,14 @@ class FaultStore:
         accepted = self.inner.complete(claim, result)
         self.ledger.settled("complete", claim, accepted)
         return accepted
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """Pass through (one transaction in the real store), noting each accepted item."""
+        self._check()
+        answers = self.inner.settle_many(items)
+        for item, answer in zip(items, answers, strict=True):
+            self.ledger.settled(_METHODS[item.kind], item.claim, answer is True)
+        return answers
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """Pass through, noting an accepted call."""
@@ -481,6 +500,13 @@ MATRIX: dict[tuple[Step, str], Expect] = {
     (Step.AFTER_HANDLER, "exception"): Expect(Outcome.UNSETTLED, _R, 1, 2, 2, died=True),
     (Step.AFTER_HANDLER, "crash"): Expect(Outcome.UNSETTLED, _R, 1, 2, 2, died=True),
     (Step.AFTER_HANDLER, "stall"): TAKEN_OVER,
+    # Handed to the settler: decided, not yet in a group commit. Like after the handler:
+    # the handler thread is where the fault lands, and nothing is written yet.
+    (Step.BEFORE_GROUP_COMMIT, "stop"): DONE_ONCE,
+    (Step.BEFORE_GROUP_COMMIT, "cancel"): DONE_ONCE,
+    (Step.BEFORE_GROUP_COMMIT, "exception"): Expect(Outcome.UNSETTLED, _R, 1, 2, 2, died=True),
+    (Step.BEFORE_GROUP_COMMIT, "crash"): Expect(Outcome.UNSETTLED, _R, 1, 2, 2, died=True),
+    (Step.BEFORE_GROUP_COMMIT, "stall"): TAKEN_OVER,
     # Before the commit (store.complete).
     (Step.BEFORE_COMMIT, "stop"): DONE_ONCE,
     (Step.BEFORE_COMMIT, "cancel"): DONE_ONCE,
@@ -510,7 +536,7 @@ MATRIX: dict[tuple[Step, str], Expect] = {
 
 
 def test_the_matrix_has_every_boundary_and_every_fault_that_makes_sense() -> None:
-    """Six boundaries times five faults, less the one combination that cannot be forced."""
+    """Seven boundaries times five faults, less the one combination that cannot be forced."""
     faults = {"stop", "cancel", "exception", "crash", "stall"}
     cases = {(step, fault) for step in Step for fault in faults}
     assert set(MATRIX) == cases - {(Step.AFTER_CLAIM, "cancel")}
@@ -557,7 +583,8 @@ def test_a_fault_at_any_step_loses_no_job_and_keeps_the_accounts_exact(
     payload = "hold" if step is Step.HEARTBEAT else "plain"
     job_id = world.inner.enqueue("work", payload, max_attempts=10)
     script = Script()
-    phase = Phase.ACK if step in (Step.BEFORE_COMMIT, Step.AFTER_COMMIT) else None
+    commits = (Step.BEFORE_GROUP_COMMIT, Step.BEFORE_COMMIT, Step.AFTER_COMMIT)
+    phase = Phase.ACK if step in commits else None
     if fault == "exception":
         rule = script.at(step, phase, park=False, error=InjectedError(f"injected at {step}"))
     else:
@@ -756,6 +783,7 @@ def test_the_step_hook_sees_every_boundary_of_a_jobs_life_in_order(world: World)
         (Step.AFTER_CLAIM, job_id, None),
         (Step.BEFORE_HANDLER, job_id, None),
         (Step.AFTER_HANDLER, job_id, None),
+        (Step.BEFORE_GROUP_COMMIT, job_id, Phase.ACK),
         (Step.BEFORE_COMMIT, job_id, Phase.ACK),
         (Step.AFTER_COMMIT, job_id, Phase.ACK),
     ]

@@ -14,7 +14,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,7 +22,7 @@ import pytest
 
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.store import Claim, JobState
+from patterns.jobqueue.store import Claim, JobState, Settlement, settle_each
 from patterns.jobqueue.tasks import (
     Backoff,
     Fail,
@@ -143,6 +143,10 @@ class RecordingStore:
     def complete(self, claim: Claim, result: Any = None) -> bool:
         """Record if accepted."""
         return self._terminal("complete", claim, lambda: self.inner.complete(claim, result))
+
+    def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
+        """One recorded single call per item (each may park or raise as told)."""
+        return settle_each(self, items)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """Record if accepted."""
@@ -1197,7 +1201,7 @@ def test_a_worker_thread_that_dies_is_recorded_and_stops_the_worker(
         report = worker.stop()
     [failure] = report.thread_failures
     assert failure.exc_type is SystemExit
-    assert failure.thread_name.startswith("w1-job")
+    assert failure.thread_name == "w1-settler"  # hooks run there, after the group commit
     assert store.get(job_id).state is JobState.DONE  # the store call had already happened
 
 

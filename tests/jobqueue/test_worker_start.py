@@ -30,8 +30,11 @@ from tests.support import MUST_HAPPEN, NOISE, Gate, elapsed, join_or_fail, run_i
 
 NAME = "w-start"
 CONCURRENCY = 2
-# The threads Worker.start starts, in order: the handler threads, the heartbeat, the claimer.
-THREADS = [f"{NAME}-job"] * CONCURRENCY + [f"{NAME}-heartbeat", f"{NAME}-claimer"]
+# The threads Worker.start starts, in order: the settler (it commits the handlers'
+# outcomes), the handler threads, the heartbeat, the claimer.
+THREADS = (
+    [f"{NAME}-settler"] + [f"{NAME}-job"] * CONCURRENCY + [f"{NAME}-heartbeat", f"{NAME}-claimer"]
+)
 
 _real_start = threading.Thread.start
 
@@ -253,10 +256,10 @@ def test_a_ctrl_c_inside_start_after_a_claim_releases_it_and_stops_everything(
 
 
 # Where start() is parked while another thread stops the worker: in the store's subscribe
-# (still NEW), or just before each later step (RUNNING): submitting each handler thread's
-# work, starting the heartbeat, starting the claimer. The gate sits outside the locks those
-# steps take, so the stop can run to its end while the start waits.
-RACE_POINTS = ["subscribe", "handler-1", "handler-2", "heartbeat", "claimer"]
+# (still NEW), or just before each later step (RUNNING): starting the settler, submitting
+# each handler thread's work, starting the heartbeat, starting the claimer. The gate sits
+# outside the locks those steps take, so the stop can run to its end while the start waits.
+RACE_POINTS = ["subscribe", "settler", "handler-1", "handler-2", "heartbeat", "claimer"]
 
 
 def parked_before(where: str, gate: Gate) -> Any:
@@ -279,7 +282,8 @@ def parked_before(where: str, gate: Gate) -> Any:
     real_start = service.start
 
     def start(self: Any) -> Any:
-        gate.arrive()
+        if self.name.endswith(f"-{where}"):  # the settler and the claimer share the class
+            gate.arrive()
         return real_start(self)
 
     return mock.patch.object(service, "start", start)
