@@ -328,15 +328,32 @@ _SQL = {
           FROM unnest(%(ids)s::bigint[], %(errors)s::text[]) AS t(id, error)
          WHERE j.id = t.id
     """,
-    # The claim's read: due rows that no other transaction has locked, oldest first.
+    # The claim's read: due rows that no other transaction has locked, oldest first. One
+    # OR over both kinds of due row would read and sort every due row, so each kind is
+    # searched on its own, through its partial index, and the two lists are merged: the
+    # queued rows in (run_at, id) order straight from their index, stopping after
+    # %(limit)s rows, whatever the backlog; the expired leases from the lease_until index
+    # (only running jobs, so as many as are in flight, at most), sorted. The rows of the
+    # list that loses the merge stay locked until the claim commits, a few milliseconds:
+    # a concurrent claim skips them, as it skips every row being claimed.
     "due": """
-        SELECT j.id, j.state, j.lease_owner FROM {jobs} AS j
-         WHERE (j.state = 'queued' AND j.run_at <= {now})
-            OR (j.state = 'running' AND j.lease_until <= {now}
-                AND j.attempts < j.max_attempts AND NOT j.cancel_requested)
-         ORDER BY j.run_at, j.id
-         LIMIT %(limit)s
-           FOR UPDATE SKIP LOCKED
+        WITH queued AS (
+            SELECT j.id, j.state, j.lease_owner, j.run_at FROM {jobs} AS j
+             WHERE j.state = 'queued' AND j.run_at <= {now}
+             ORDER BY j.run_at, j.id
+             LIMIT %(limit)s
+               FOR UPDATE SKIP LOCKED
+        ), expired AS (
+            SELECT j.id, j.state, j.lease_owner, j.run_at FROM {jobs} AS j
+             WHERE j.state = 'running' AND j.lease_until <= {now}
+               AND j.attempts < j.max_attempts AND NOT j.cancel_requested
+             ORDER BY j.run_at, j.id
+             LIMIT %(limit)s
+               FOR UPDATE SKIP LOCKED
+        )
+        SELECT d.id, d.state, d.lease_owner
+          FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) AS d
+         ORDER BY d.run_at, d.id LIMIT %(limit)s
     """,
     # The claim's write, on the rows locked above: one fencing token per row.
     "take": """
