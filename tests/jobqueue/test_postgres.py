@@ -281,7 +281,12 @@ def test_no_transaction_is_left_open_while_a_handler_runs(pg_dsn: str, pg_schema
     def parked(payload: object, ctx: JobContext) -> None:
         gate.arrive()
 
+    listening = Calls()
     try:
+        # The listener connects in its own thread: wait until it listens (its first call),
+        # or a fast claim could find only the store's own session (seen once under load).
+        made.subscribe(listening)
+        listening.wait_for(1)
         with Worker(made, tasks, concurrency=1, poll_interval=0.05, lease=LEASE) as worker:
             worker.enqueue("parked")
             gate.wait_reached()
