@@ -5,8 +5,8 @@ Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``):
     python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD | -] [--payload-file F]
         [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
-        [--stop-timeout S] [--poll-interval S] [--lease S] [--store-outage-limit S]
-        [--exit-when-empty]
+        [--stop-timeout S] [--poll-interval S] [--watch-interval S] [--lease S]
+        [--store-outage-limit S] [--exit-when-empty]
     python -m patterns.jobqueue --db PATH status [--json]
     python -m patterns.jobqueue --db PATH show ID [--json]
     python -m patterns.jobqueue --db PATH list [--state S] [--task T] [--limit N] [--json]
@@ -88,7 +88,7 @@ from patterns.jobqueue.postgres import (
     StoreUnavailable,
     is_postgres_url,
 )
-from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
+from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore, StoreFileError
 from patterns.jobqueue.store import (
     FINISHED_STATES,
     MAX_ATTEMPTS_LIMIT,
@@ -296,6 +296,15 @@ def _parser() -> _Parser:
         help="seconds an idle worker waits before it looks for due jobs again (default: 1)",
     )
     worker.add_argument(
+        "--watch-interval",
+        metavar="SECONDS",
+        type=_seconds("watch-interval", minimum=0, inclusive=True, maximum=_MAX_WAIT),
+        default=WATCH_INTERVAL,
+        help="SQLite: seconds between looks for a commit by another process, which wakes "
+        f"an idle worker at once; 0 turns it off (default: {WATCH_INTERVAL:g}; PostgreSQL "
+        "wakes through LISTEN/NOTIFY and ignores it)",
+    )
+    worker.add_argument(
         "--lease",
         metavar="SECONDS",
         type=_seconds("lease", minimum=0, inclusive=False, maximum=_MAX_WAIT),
@@ -455,14 +464,16 @@ def _shown(db: str) -> str:
     return re.sub(r"(://[^/@]*?:)[^/@]*@", r"\1***@", db)
 
 
-def _open_store(path: str, *, create: bool = False) -> SQLiteStore | PostgresStore:
+def _open_store(
+    path: str, *, create: bool = False, watch_interval: float = WATCH_INTERVAL
+) -> SQLiteStore | PostgresStore:
     """Open the queue; without ``create``, a queue that does not exist is refused, not made."""
     if not create and not is_postgres_url(path) and not os.path.exists(path):
         raise UsageError(f"no such queue: {path}")
     try:
         if is_postgres_url(path):
             return PostgresStore(path, create=create)
-        return SQLiteStore(path, create=create)
+        return SQLiteStore(path, create=create, watch_interval=watch_interval)
     except _OPEN_ERRORS as exc:
         raise UsageError(str(exc)) from exc
 
@@ -822,7 +833,7 @@ def _worker(args: argparse.Namespace) -> int:
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
-    store = _open_store(args.db, create=True)
+    store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
     try:
         return _run_worker(args, registry, store)
     finally:

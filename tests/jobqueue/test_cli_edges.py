@@ -83,6 +83,11 @@ HUGE = "100000000000000000000"
         (["enqueue", "t", "--timeout", "1e15"], "timeout must be at most 1e+10 seconds"),
         (["worker", "--tasks", "m:t", "--lease", "1e15"], "lease must be at most"),
         (["worker", "--tasks", "m:t", "--poll-interval", "1e15"], "poll-interval must be at most"),
+        (["worker", "--tasks", "m:t", "--watch-interval", "-1"], "watch-interval must be >= 0"),
+        (
+            ["worker", "--tasks", "m:t", "--watch-interval", "nan"],
+            "watch-interval must be a finite",
+        ),
         (["worker", "--tasks", "m:t", "--stop-timeout", "1e15"], "stop-timeout must be at most"),
         (["worker", "--tasks", "m:t", "--stop-timeout", "nan"], "stop-timeout must be a finite"),
         (["worker", "--tasks", "m:t", "--concurrency", "100000"], "concurrency must be at most"),
@@ -101,7 +106,15 @@ def test_numbers_out_of_range_are_refused_in_one_line_before_anything_is_opened(
     assert not db.exists()
 
 
-SECONDS = {"delay", "timeout", "stop_timeout", "poll_interval", "lease", "older_than"}
+SECONDS = {
+    "delay",
+    "timeout",
+    "stop_timeout",
+    "poll_interval",
+    "watch_interval",
+    "lease",
+    "older_than",
+}
 
 
 def test_every_option_that_takes_a_value_says_its_default_and_times_say_seconds() -> None:
@@ -423,3 +436,29 @@ def test_the_demo_handlers_accept_the_default_null_payload() -> None:
     assert demo_tasks.flaky(None, ctx) == "succeeded on attempt 2"
     with pytest.raises(TypeError, match="must be a JSON object or null"):
         demo_tasks.slow([1], ctx)
+
+
+@pytest.mark.parametrize(("given", "expected"), [([], None), (["--watch-interval", "0"], 0.0)])
+def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    given: list[str],
+    expected: float | None,
+) -> None:
+    """``--watch-interval`` reaches `SQLiteStore` (the default is the store's own default)."""
+    from patterns.jobqueue.sqlite import WATCH_INTERVAL  # noqa: PLC0415
+
+    seen: list[object] = []
+
+    class Spy(SQLiteStore):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            seen.append(kwargs.get("watch_interval"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "SQLiteStore", Spy)
+    db = str(tmp_path / "q.db")
+    worker = ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks", "--exit-when-empty"]
+    code, _, err = run_cli(capsys, "--db", db, *worker, *given)
+    assert code == 0, err
+    assert seen == [WATCH_INTERVAL if expected is None else expected]
