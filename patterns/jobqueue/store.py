@@ -661,7 +661,7 @@ class Store(Protocol):
         ``claim(owner, lease=lease, limit=limit)`` would return; a worker that freed
         slots pays one commit (one fsync at ``synchronous=FULL``) for both. ``limit=0``
         settles only. ``owner``, ``lease`` and ``limit`` are checked before anything is
-        written (`check_share_limit`). A failure of the transaction raises as
+        written. A failure of the transaction raises as
         `settle_many` does: nothing applied and nothing claimed, or, for a commit whose
         outcome is unknown, any of it may have.
         """
