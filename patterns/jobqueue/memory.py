@@ -75,6 +75,7 @@ from patterns.jobqueue.store import (
     check_limit,
     check_max_payload_bytes,
     check_owner,
+    check_share_limit,
     check_state,
     check_states,
     check_text,
@@ -160,7 +161,7 @@ class MemoryStore:
         # transition, so no caller ever sees (or acts on) a half-done transition. Nobody
         # waits on it for long: the only caller code run under it is the clock, which must
         # not call back into the store (the lock is not reentrant).
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # settle_and_claim holds it across two calls
         self._rows: dict[int, _Row] = {}
         self._workers: dict[str, WorkerRecord] = {}
         self._next_id = 1
@@ -428,6 +429,24 @@ class MemoryStore:
                 for index, claim, kind, text, when in checked:
                     done[index] = self._settle_held(claim, kind, text, when, now)
         return done
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """`settle_many` then `claim` under one hold of the lock (nobody sees in between).
+
+        See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
+        """
+        count = check_share_limit(limit)
+        if count:
+            check_owner(owner)
+            check_lease(lease)
+        elif not items:
+            return [], []
+        with self._lock:
+            done = self.settle_many(items)
+            claims = self.claim(owner, lease=lease, limit=count) if count else []
+        return done, claims
 
     def _settle_one(
         self, claim: Claim, kind: Settle, text: str | None = None, when: float = 0.0

@@ -111,6 +111,7 @@ from patterns.jobqueue.store import (
     check_limit,
     check_max_payload_bytes,
     check_owner,
+    check_share_limit,
     check_state,
     check_states,
     check_text,
@@ -655,7 +656,8 @@ class PostgresStore:
         # reconnection), so the connection serves one thread at a time and close() cannot
         # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
         # caller code run under it is the test clock, which must not call the store.
-        self._lock = threading.Lock()
+        # _shared.txn: set inside settle_and_claim's transaction (see _transaction)
+        self._lock, self._shared = threading.Lock(), threading.local()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self._closed = False
         self._prepared = False
@@ -738,8 +740,12 @@ class PostgresStore:
         ``clock`` is the test clock's reading, or None for the database's ``now()``; it is
         read once per attempt. A failure before ``COMMIT`` was sent rolled the transaction
         back, so the attempt is retried (up to ``RETRIES`` times, with backoff outside the
-        lock); a failure during ``COMMIT`` raises `CommitUnknown` at once.
+        lock); a failure during ``COMMIT`` raises `CommitUnknown` at once. Inside
+        `settle_and_claim`'s transaction (this thread, lock held) ``body`` joins it.
         """
+        joined = getattr(self._shared, "txn", None)
+        if joined is not None:
+            return body(*joined)
         last: Exception | None = None
         for attempt in range(1, RETRIES + 1):
             with self._lock:
@@ -1013,6 +1019,36 @@ class PostgresStore:
             ).fetchall()
             jobs = sorted((job_from_row(row) for row in rows), key=lambda j: (j.run_at, j.id))
             return [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
+
+        return self._transaction(body)
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """`settle_many` then `claim` in one transaction: one ``COMMIT`` for both.
+
+        See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
+        Both calls run their own code, joined to this transaction, so the claim is the
+        same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries the whole
+        of it, during ``COMMIT`` raises `CommitUnknown`.
+        """
+        count = check_share_limit(limit)
+        if count:
+            check_owner(owner)
+            _check_range("lease", check_lease(lease))
+        elif not items:
+            return [], []
+
+        def body(
+            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
+        ) -> tuple[list[bool | Exception], list[Claim]]:
+            self._shared.txn = (conn, clock)
+            try:
+                done = self.settle_many(items)
+                claims = self.claim(owner, lease=lease, limit=count) if count else []
+            finally:
+                self._shared.txn = None
+            return done, claims
 
         return self._transaction(body)
 

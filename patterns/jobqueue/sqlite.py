@@ -103,6 +103,7 @@ from patterns.jobqueue.store import (
     check_limit,
     check_max_payload_bytes,
     check_owner,
+    check_share_limit,
     check_state,
     check_states,
     check_text,
@@ -386,6 +387,7 @@ class SQLiteStore:
         # any thread calling a store method; the only caller code run while it is held is
         # the clock, which must not call back into the store.
         self._lock = threading.Lock()
+        self._shared = threading.local()  # .now: inside settle_and_claim's transaction
         self._closed = False
         # Set (under _lock) once a transaction found the file damaged: from then on every
         # write is refused before it touches the file, so nothing is written into a file
@@ -608,7 +610,13 @@ class SQLiteStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _write(self, body: Callable[[sqlite3.Connection, float], T]) -> T:
-        """Run ``body(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction, with retries."""
+        """Run ``body(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction, with retries.
+
+        Inside `settle_and_claim`'s transaction (this thread, lock held) ``body`` joins it.
+        """
+        now = getattr(self._shared, "now", None)
+        if now is not None:
+            return body(self._conn, now)
 
         def once() -> T:
             if self._damage is not None:
@@ -891,6 +899,35 @@ class SQLiteStore:
                 if not held:
                     self._log_refused(claim)
         return done
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """`settle_many` then `claim` in one ``BEGIN IMMEDIATE`` transaction: one commit.
+
+        See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
+        Both calls run their own code, joined to this transaction; a busy database
+        retries the whole of it, a failure rolls all of it back.
+        """
+        count = check_share_limit(limit)
+        if count:
+            check_owner(owner)
+            check_lease(lease)
+        elif not items:
+            return [], []
+
+        def body(
+            conn: sqlite3.Connection, now: float
+        ) -> tuple[list[bool | Exception], list[Claim]]:
+            self._shared.now = now
+            try:
+                done = self.settle_many(items)
+                claims = self.claim(owner, lease=lease, limit=count) if count else []
+            finally:
+                self._shared.now = None
+            return done, claims
+
+        return self._write(body)
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         """Extend the lease; the renewed claim, or None if the lease was lost.

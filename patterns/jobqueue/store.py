@@ -490,6 +490,13 @@ def check_limit(limit: object) -> int:
     return limit
 
 
+def check_share_limit(limit: object) -> int:
+    """`Store.settle_and_claim`'s ``limit``: 0 (settle only) or what `check_limit` accepts."""
+    if limit == 0 and isinstance(limit, int) and not isinstance(limit, bool):
+        return 0
+    return check_limit(limit)
+
+
 def new_token(owner: str) -> str:
     """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
     return f"{owner}:{uuid.uuid4().hex}"
@@ -642,6 +649,21 @@ class Store(Protocol):
         single call would: nothing applied, or, for a commit whose outcome is unknown
         (``CommitUnknown`` on PostgreSQL), any of it may have. An empty list is a no-op:
         no transaction, nothing raised.
+        """
+        ...
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """`settle_many` then `claim`, in ONE transaction: the outcomes and the next claims.
+
+        The answers mean exactly what ``settle_many(items)`` followed by
+        ``claim(owner, lease=lease, limit=limit)`` would return; a worker that freed
+        slots pays one commit (one fsync at ``synchronous=FULL``) for both. ``limit=0``
+        settles only. ``owner``, ``lease`` and ``limit`` are checked before anything is
+        written. A failure of the transaction raises as
+        `settle_many` does: nothing applied and nothing claimed, or, for a commit whose
+        outcome is unknown, any of it may have.
         """
         ...
 
@@ -804,3 +826,16 @@ def settle_each(store: Store, items: Sequence[Settlement]) -> list[bool | Except
         except (TypeError, ValueError) as exc:  # the item's own data, not the store
             done.append(exc)
     return done
+
+
+def settle_then_claim(
+    store: Store, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+) -> tuple[list[bool | Exception], list[Claim]]:
+    """`Store.settle_and_claim`'s meaning in two transactions: `Store.settle_many`, then a claim.
+
+    For a store that has no shared transaction; not atomic: a failed claim raises with
+    the outcomes applied.
+    """
+    count = check_share_limit(limit)
+    done = store.settle_many(items)
+    return done, store.claim(owner, lease=lease, limit=count) if count else []

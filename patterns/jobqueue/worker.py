@@ -576,6 +576,10 @@ class Worker:
         self._outbox_closed = False  # set by the stop (or the settler's death): commit inline
         self._settler_waiting = False
         self._claimer_waiting = False  # the claiming thread waits on _cond for a free slot
+        # The store's shared transaction (outcomes and the claims for the slots they free),
+        # if it has one; then a handler's freed slot waits in _refill for the settler.
+        self._share = getattr(self._store, "settle_and_claim", None)
+        self._refill = 0  # slots freed by outcomes in the outbox: the settler claims for them
         # Commits the handlers' outcomes, many per store transaction (group commit).
         self._settler = BackgroundService(
             self._settle_loop, name=f"{self.name}-settler", stop_timeout=stop_timeout
@@ -1130,9 +1134,12 @@ class Worker:
                 pending = self._process(claim)
                 with self._cond:  # one lock hold: the outcome to the settler, the slot freed
                     queued = pending is None or self._queue_outcome(pending)
-                    self._idle += 1
-                    if self._claimer_waiting:  # for a free slot: this is one
-                        self._cond.notify()
+                    if pending is not None and queued and self._share is not None:
+                        self._refill += 1  # the settler claims for it with the outcome
+                    else:
+                        self._idle += 1
+                        if self._claimer_waiting:  # for a free slot: this is one
+                            self._cond.notify()
                 if pending is not None and not queued:  # the settler is gone: commit here
                     self._commit_batch([pending])
                     self._wake.set()
@@ -1413,18 +1420,39 @@ class Worker:
                         self._outbox_ready.wait()
                     self._settler_waiting = False
                     batch, self._outbox = self._outbox, []
+                    want = self._take_refill(stopping)
                 if not batch:
                     return
-                self._commit_batch(batch)
+                self._commit_batch(batch, want, stopping)
                 if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
                     self._wake.set()
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death leaves outcomes unwritten
             with self._cond:
                 self._outbox_closed = True  # from now on each handler thread commits its own
                 left, self._outbox = self._outbox, []
+                self._give_back(self._take_refill(stopping, claiming=False))
             for pending in left:
                 self._unsettled(pending.run)
             self._thread_died(exc)
+
+    def _take_refill(self, stopping: threading.Event, *, claiming: bool = True) -> int:
+        """Reserve the slots the outbox's outcomes freed, for the settler's claim (``_cond`` held).
+
+        Once the worker is stopping (or not ``claiming``) no claim is taken: the slots are
+        free again at once and 0 is returned.
+        """
+        want, self._refill = self._refill, 0
+        if claiming and self._state is WorkerState.RUNNING and not stopping.is_set():
+            return want
+        self._give_back(want)
+        return 0
+
+    def _give_back(self, slots: int) -> None:
+        """Free ``slots`` reserved slots no claim filled (call with ``_cond`` held)."""
+        if slots:
+            self._idle += slots
+            if self._claimer_waiting:
+                self._cond.notify()
 
     def _close_outbox(self) -> None:
         """No more hand-overs: the settler commits what it has and leaves."""
@@ -1432,19 +1460,17 @@ class Worker:
             self._outbox_closed = True
             self._outbox_ready.notify_all()
 
-    def _commit_batch(self, batch: list[_Pending]) -> None:
+    def _commit_batch(
+        self, batch: list[_Pending], want: int = 0, stopping: threading.Event | None = None
+    ) -> None:
         """Commit ``batch`` (one `Store.settle_many`), record each outcome, then the hooks.
 
-        A thread dying part-way (a `BaseException`) records every outcome it had not
-        recorded yet as unsettled before it goes.
+        With ``want`` reserved slots, the same transaction claims for them
+        (`Store.settle_and_claim`); the claims go to the handlers as the claimer's do,
+        the slots no claim filled are freed. A thread dying part-way (a `BaseException`)
+        records every outcome it had not recorded yet as unsettled before it goes.
         """
-        try:
-            self._commit_group(batch)
-        except BaseException:
-            for pending in batch:
-                if pending.run.outcome is None:
-                    self._unsettled(pending.run)
-            raise
+        claims = self._commit_or_unsettle(batch, want)
         with self._cond:
             for pending in batch:
                 run, outcome = pending.run, pending.outcome or Outcome.UNSETTLED
@@ -1455,6 +1481,8 @@ class Worker:
                 self._counts[outcome] += 1
                 if self._state is not WorkerState.RUNNING:
                     self._late[job_id] = outcome
+        if want:  # before the hooks: the handlers start on them while the hooks run
+            self._take_claims(claims, want, stopping)
         on_complete = self._tasks.on_complete
         for pending in batch:
             if pending.outcome is not pending.success:
@@ -1470,8 +1498,43 @@ class Worker:
             elif pending.then is not None:
                 pending.then()
 
-    def _commit_group(self, batch: list[_Pending]) -> None:
-        """Set each item's ``outcome``: one store call for all, each fenced on its own."""
+    def _commit_or_unsettle(self, batch: list[_Pending], want: int) -> list[Claim]:
+        """`_commit_group`; dying part-way, the outcomes not recorded are unsettled."""
+        try:
+            return self._commit_group(batch, want)
+        except BaseException:
+            with self._cond:
+                self._give_back(want)
+            for pending in batch:
+                if pending.run.outcome is None:
+                    self._unsettled(pending.run)
+            raise
+
+    def _take_claims(
+        self, claims: list[Claim], want: int, stopping: threading.Event | None
+    ) -> None:
+        """Hold the settler's claims, free the slots they did not fill, hand them over."""
+        with self._cond:
+            self._give_back(want - len(claims))
+            self._claimed += len(claims)
+            self._held.update((c.job.id, _Held(c, self._root.child())) for c in claims)
+        for index, claim in enumerate(claims):
+            try:
+                self._hand_over(claim, stopping or threading.Event())
+            except BaseException as exc:
+                # The stop began meanwhile (ShutDown), or this thread is dying: give the
+                # claims no handler got back rather than leave them to their leases.
+                for late in claims[index:]:
+                    self._settle_unstarted(late)
+                if isinstance(exc, ShutDown):
+                    return
+                raise
+
+    def _commit_group(self, batch: list[_Pending], want: int = 0) -> list[Claim]:
+        """Set each item's ``outcome``: one store call for all, each fenced on its own.
+
+        With ``want``, that call also claims up to ``want`` jobs: the claims are returned.
+        """
         sent: list[_Pending] = []
         for pending in batch:
             try:
@@ -1480,13 +1543,20 @@ class Worker:
                 pending.outcome = self._raised(pending, exc)
                 continue
             sent.append(pending)
-        if not sent:
-            return
+        claims: list[Claim] = []
         try:
-            answers = self._settle_many([pending.item for pending in sent])
+            if want:
+                answers, claims = self._settle_and_claim([pending.item for pending in sent], want)
+            elif sent:
+                answers = self._settle_many([pending.item for pending in sent])
+            else:
+                return claims
         except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-            self._group_failed(sent, exc)
-            return
+            if sent:
+                self._group_failed(sent, exc)
+            else:
+                self._unexpected(Phase.DEQUEUE, None, exc)
+            return claims
         for pending, answer in zip(sent, answers, strict=True):
             try:
                 self._step_hook(Step.AFTER_COMMIT, pending.item.claim, pending.phase)
@@ -1494,6 +1564,20 @@ class Worker:
                 pending.outcome = self._raised(pending, exc)
                 continue
             pending.outcome = self._answered(pending, answer)
+        return claims
+
+    def _settle_and_claim(
+        self, items: list[Settlement], want: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """`Store.settle_and_claim`, checked to answer once per item and claim within ``want``."""
+        assert self._share is not None  # want > 0 only when the store shares
+        answers, claims = self._share(items, self.name, lease=self._lease, limit=want)
+        if len(answers) != len(items) or len(claims) > want:
+            raise RuntimeError(
+                f"settle_and_claim returned {len(answers)} answers for {len(items)} items"
+                f" and {len(claims)} claims for {want} slots"
+            )
+        return answers, claims
 
     def _settle_many(self, items: list[Settlement]) -> list[bool | Exception]:
         """`Store.settle_many`, checked to answer once per item."""

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerState
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
+    STAYS_BLOCKED,
     Gate,
     child_env,
     join_or_fail,
@@ -71,6 +73,7 @@ class BatchLog(MemoryStore):
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock=clock)
         self.batches: list[list[int]] = []
+        self.shared: list[tuple[list[int], int, list[int]]] = []
         self.claims_left = 1_000
         self.fail_batch: Exception | None = None
         self.apply_first = False
@@ -85,6 +88,16 @@ class BatchLog(MemoryStore):
         if owner == "w1":
             self.claims_left -= len(claims)
         return claims
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """Record (job ids settled, limit, job ids claimed) of each shared transaction."""
+        done, claims = super().settle_and_claim(items, owner, lease=lease, limit=limit)
+        self.shared.append(
+            ([item.claim.job.id for item in items], limit, [c.job.id for c in claims])
+        )
+        return done, claims
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
         """Record the batch's job ids; raise ``fail_batch`` once for a batch of several."""
@@ -235,10 +248,15 @@ def test_a_stale_claim_in_a_batch_is_refused_alone_and_the_others_complete_with_
     assert report.terminated
 
 
-def test_a_job_between_hand_over_and_commit_is_still_running_and_its_slot_is_free(
+def test_a_job_between_hand_over_and_commit_is_still_running_and_its_commit_refills_its_slot(
     world: World,
 ) -> None:
-    """The handler thread runs the next job while the first outcome waits for its commit."""
+    """Its outcome waits for its commit: still named; the slot it frees waits for that commit.
+
+    The store shares one transaction between outcomes and claims (`settle_and_claim`), so
+    the freed slot is the settler's to claim for: the next job runs only once the parked
+    commit goes on, and is claimed by that same commit.
+    """
     first = world.store.enqueue("work", "now")
     world.park.job_id = first
     worker = world.worker(concurrency=1).start()
@@ -247,13 +265,17 @@ def test_a_job_between_hand_over_and_commit_is_still_running_and_its_slot_is_fre
     assert (worker.stats().running, worker.stats().awaiting_commit) == (1, 1)
     second = world.store.enqueue("work", "now")
     worker.wake()
-    wait_until(lambda: worker.stats().awaiting_commit == 2, "the second job ran meanwhile")
+    watch_until = time.monotonic() + STAYS_BLOCKED  # how long we look; the gate holds it
+    while time.monotonic() < watch_until:
+        assert world.store.get(second).state is JobState.QUEUED, "claimed before the commit"
+        time.sleep(0.005)
     assert world.store.get(first).state is JobState.RUNNING
     world.park.gate.open()
     wait_until(lambda: worker.stats().done == 2, "both done")
     assert worker.running_jobs() == []
     worker.stop()
     assert world.completed == [first, second]
+    assert world.store.shared[0] == ([first], 1, [second])  # the commit claimed the next
 
 
 def test_the_stop_commits_what_the_settler_holds_before_it_reports(world: World) -> None:
@@ -438,7 +460,8 @@ def test_exit_when_empty_never_exits_on_a_queue_read_taken_before_its_own_commit
 
     The claimer reads ``next_due`` (the job is leased: due only at lease expiry), the
     settler then commits the retry (due now), and the claimer reads ``running`` (none):
-    deciding "empty" from those two reads would leave the retried job behind.
+    deciding "empty" from those two reads would leave the retried job behind. Two slots:
+    the claimer has a free one to look with while the handler's slot is the settler's.
     """
     world = World()
     store = world.store = StaleNextDue(world.clock)
@@ -452,7 +475,7 @@ def test_exit_when_empty_never_exits_on_a_queue_read_taken_before_its_own_commit
 
     job_id = store.enqueue("flaky")
     world.park.job_id = job_id
-    worker = world.worker(concurrency=1, exit_when_empty=True)
+    worker = world.worker(concurrency=2, exit_when_empty=True)
     store.armed = True  # the claimer's first idle check: after the claim, before the commit
     thread, outcome = run_in_thread(worker.run, "worker-main")
     try:
