@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -226,3 +227,16 @@ def join_threads(threads: Sequence[threading.Thread], timeout: float) -> None:
     alive = [t.name for t in threads if t.is_alive()]
     if alive:
         raise RuntimeError(f"threads still running after {timeout} s: {alive}")
+
+
+@contextmanager
+def pg_schema(dsn: str) -> Iterator[str]:
+    """A fresh schema name, and the schema dropped (whatever happened) at the end."""
+    import psycopg  # noqa: PLC0415 - optional, as in the store
+
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # a generated name

@@ -70,9 +70,7 @@ import sqlite3
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +83,7 @@ from benchmarks._tables import (
     fmt,
     join_threads,
     machine_line,
+    pg_schema,
     run_child,
     runs_setting,
     scratch_dir,
@@ -141,15 +140,25 @@ class Counter:
 
 def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
     """Seconds for ``Worker(concurrency=4, prefetch=prefetch)`` to drain ``jobs`` jobs."""
-    from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
+    from patterns.jobqueue import SQLiteStore  # noqa: PLC0415
 
     store = SQLiteStore(path)
     store.enqueue_many([{"task": "noop"}] * jobs)
     store.close()
+    return timed_drain(SQLiteStore(path, synchronous=sync), jobs, "project", prefetch)
+
+
+def timed_drain(store: Any, jobs: int, what: str, prefetch: int = 0) -> float:
+    """Seconds for ``Worker(store, concurrency=4)`` to run ``jobs`` no-ops; closes ``store``.
+
+    A job counts once ``on_complete`` ran (after its commit); afterwards every job must be
+    done, or this raises naming ``what``.
+    """
+    from patterns.jobqueue import TaskRegistry, Worker  # noqa: PLC0415
+
     counter = Counter(jobs)
     tasks = TaskRegistry(on_complete=counter.add)
     tasks.task(name="noop")(lambda payload, ctx: None)
-    store = SQLiteStore(path, synchronous=sync)
     worker = Worker(store, tasks, concurrency=4, prefetch=prefetch)
     start = time.perf_counter()
     worker.start()
@@ -159,7 +168,7 @@ def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
     done = store.counts()["done"]
     store.close()
     if not finished or not report.terminated or done != jobs:
-        raise RuntimeError(f"project drain: {counter.count} counted, {done} done of {jobs}")
+        raise RuntimeError(f"{what} drain: {counter.count} counted, {done} done of {jobs}")
     return seconds
 
 
@@ -343,22 +352,8 @@ def pg_dsn() -> str:
     return dsn
 
 
-@contextmanager
-def pg_schema(dsn: str) -> Iterator[str]:
-    """A fresh schema name, and the schema dropped (whatever happened) at the end."""
-    import psycopg  # noqa: PLC0415 - optional, as in the store
-
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    try:
-        yield name
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # a generated name
-
-
 def drain_pg_project(path: Path, sync: str, jobs: int) -> float:
     """Seconds for ``PostgresStore + Worker(concurrency=4)`` to drain ``jobs`` jobs."""
-    from patterns.jobqueue import TaskRegistry, Worker  # noqa: PLC0415
     from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
 
     dsn = pg_dsn()
@@ -367,21 +362,7 @@ def drain_pg_project(path: Path, sync: str, jobs: int) -> float:
         for first in range(0, jobs, PG_FILL_BATCH):
             store.enqueue_many([{"task": "noop"}] * min(PG_FILL_BATCH, jobs - first))
         store.close()
-        counter = Counter(jobs)
-        tasks = TaskRegistry(on_complete=counter.add)
-        tasks.task(name="noop")(lambda payload, ctx: None)
-        store = PostgresStore(dsn, schema=schema)
-        worker = Worker(store, tasks, concurrency=4)
-        start = time.perf_counter()
-        worker.start()
-        finished = counter.done.wait(DRAIN_TIMEOUT)
-        seconds = time.perf_counter() - start
-        report = worker.stop(10.0)
-        done = store.counts()["done"]
-        store.close()
-    if not finished or not report.terminated or done != jobs:
-        raise RuntimeError(f"PostgreSQL drain: {counter.count} counted, {done} done of {jobs}")
-    return seconds
+        return timed_drain(PostgresStore(dsn, schema=schema), jobs, "PostgreSQL")
 
 
 def drain_pg_raw(path: Path, sync: str, jobs: int, batch: int = 1) -> float:

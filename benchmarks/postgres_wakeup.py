@@ -33,12 +33,10 @@ import statistics
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, cast
 
-from benchmarks._tables import end_line, load_average
+from benchmarks._tables import end_line, load_average, pg_schema
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.store import JsonValue, Store
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
@@ -136,19 +134,6 @@ SCENARIOS: dict[str, tuple[Callable[[str, str, int, float], list[float]], float]
 }
 
 
-@contextmanager
-def fresh_schema(dsn: str) -> Iterator[str]:
-    """A schema name for this run; the schema is dropped at the end."""
-    import psycopg  # noqa: PLC0415 - optional dependency, like the store's
-
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    try:
-        yield name
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # a generated name
-
-
 def server_version(dsn: str) -> str:
     """The server's version string, for the table's heading."""
     import psycopg  # noqa: PLC0415 - optional dependency, like the store's
@@ -211,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     load = load_average()  # at the start; the heading is printed once the server is known
     results: dict[str, tuple[float, list[float]]] = {}
-    with fresh_schema(args.dsn) as schema:
+    with pg_schema(args.dsn) as schema:
         for name, (scenario, poll) in SCENARIOS.items():
             polling = name.endswith("polling only")
             interval = args.poll_interval if polling else poll
