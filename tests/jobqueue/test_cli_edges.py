@@ -462,3 +462,20 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)
     assert code == 0, err
     assert seen == [WATCH_INTERVAL if expected is None else expected]
+
+
+def test_the_command_line_loads_psycopg_only_for_a_postgresql_queue() -> None:
+    """Importing psycopg costs a process about 30 ms at exit: a SQLite worker never pays it.
+
+    Measured with ``benchmarks/jobqueue_latency.py`` (SIGTERM to exit of the CLI worker).
+    """
+    code = "import sys; from patterns.jobqueue import cli; print('psycopg' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=MUST_HAPPEN,
+        check=True,
+    )
+    assert result.stdout.strip() == "False", result.stderr
