@@ -9,7 +9,7 @@ machine), in milliseconds; each cell is the median [min-max] over the runs.
    (``poll_interval`` 1 s, the default; the enqueue wakes it). From another process: a
    producer process enqueues into the same SQLite file; the worker (``--poll``, 0.1 s)
    finds the job at its next poll without the store's watcher (``watch_interval=0``),
-   and at the watcher's next look with it (``--watch``, 10 ms, the default: it reads
+   and at the watcher's next look with it (``--watch``, 15 ms, the default: it reads
    ``PRAGMA data_version``, which another connection's commit changes); huey's consumer
    (4 threads, its defaults: ``initial_delay`` 0.1 s, backoff 1.15, ``max_delay`` 10 s)
    always polls. Before each sample the producer pauses a random time up to the poll
@@ -835,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(argv[1:])
+    from patterns.jobqueue.sqlite import WATCH_INTERVAL  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=runs_setting(3), help="(BENCH_RUNS, 3)")
     parser.add_argument(
@@ -858,8 +860,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--watch",
         type=float,
-        default=env_float("BENCH_WATCH", 0.01),
-        help="the store's watch_interval across processes and idle, s (BENCH_WATCH, 0.01)",
+        default=env_float("BENCH_WATCH", WATCH_INTERVAL),
+        help="the store's watch_interval across processes and idle, s "
+        f"(BENCH_WATCH, {WATCH_INTERVAL:g})",
     )
     parser.add_argument(
         "--idle-seconds",

@@ -135,14 +135,14 @@ Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result``
 BUSY_TIMEOUT = 5.0
 """Seconds SQLite's busy handler waits for another connection's lock, per attempt."""
 
-WATCH_INTERVAL = 0.01
+WATCH_INTERVAL = 0.015
 """Seconds between two looks at the file's ``PRAGMA data_version`` while anyone subscribes.
 
 A job enqueued by another process wakes a subscribed worker within about this long (half
-of it on average). Each look costs the watcher thread a wake-up and a read transaction,
-some tens of microseconds of CPU on a busy machine: at 10 ms, under 1 % of a core. The
-cost is per look, so it grows as the interval shrinks (``benchmarks/jobqueue_latency.py``
-measures it, table 3b).
+of it on average). Each look costs the watcher thread a timed wake-up and a read
+transaction, about 110 µs of CPU on the 2-vCPU machine of the performance page (70 of them
+the wake-up alone): 1.2 % of a core at 10 ms, so the default is 15 ms. The cost is per
+look, so it grows as the interval shrinks (``benchmarks/jobqueue_latency.py``, table 3b).
 """
 
 _WATCH_JOIN = 2.0  # seconds unsubscribe() and close() wait for the watcher thread to end
