@@ -298,3 +298,35 @@ class LoopThreadTaskSet:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class FakeClock:
+    """A store's (and a worker's) clock, in seconds since the epoch, moved only by the test.
+
+    Thread-safe: handler, claimer and heartbeat threads read it while the test moves it.
+    """
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self._lock = threading.Lock()
+        self._now = now
+
+    def __call__(self) -> float:
+        """The current fake time."""
+        return self.now
+
+    @property
+    def now(self) -> float:
+        """The current fake time; a test may set it."""
+        with self._lock:
+            return self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        with self._lock:
+            self._now = value
+
+    def advance(self, seconds: float) -> float:
+        """Move time forward and return the new reading."""
+        with self._lock:
+            self._now += seconds
+            return self._now

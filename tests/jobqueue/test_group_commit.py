@@ -33,6 +33,7 @@ from tests.support import (
     MUST_HAPPEN,
     NOISE,
     STAYS_BLOCKED,
+    FakeClock,
     Gate,
     child_env,
     join_or_fail,
@@ -42,24 +43,6 @@ from tests.support import (
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
 FOREVER = 600.0  # a poll or heartbeat interval no test sits out
-
-
-class FakeClock:
-    """The store's and the worker's clock, moved only by the test."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._now = 1_000_000.0
-
-    def __call__(self) -> float:
-        """The current fake time."""
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward."""
-        with self._lock:
-            self._now += seconds
 
 
 class BatchLog(MemoryStore):

@@ -21,20 +21,10 @@ from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, Job, Settle, Settlement, Store
 from tests.jobqueue.conftest import admin_execute
+from tests.support import FakeClock
 
 START = 1_000_000.0
 LEASE = 30.0
-
-
-class FakeClock:
-    """A clock that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        """The current fake time."""
-        return self.now
 
 
 class ClaimBreaks(Exception):

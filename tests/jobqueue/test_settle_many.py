@@ -39,21 +39,17 @@ from patterns.jobqueue.store import (
     settle_each,
 )
 from tests.jobqueue.conftest import admin_execute
-from tests.support import MUST_HAPPEN, child_env, join_or_fail, run_in_thread, stays_blocked
+from tests.support import (
+    MUST_HAPPEN,
+    FakeClock,
+    child_env,
+    join_or_fail,
+    run_in_thread,
+    stays_blocked,
+)
 
 START = 1_000_000.0
 LEASE = 30.0
-
-
-class FakeClock:
-    """A clock that moves only when the test says so; every store reads time from it."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        """The current fake time."""
-        return self.now
 
 
 @pytest.fixture

@@ -40,31 +40,21 @@ from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, Job, JobState, Settle, Settlement, Store
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
-from tests.support import MUST_HAPPEN, Gate, elapsed, join_or_fail, run_in_thread, wait_until
+from tests.support import (
+    MUST_HAPPEN,
+    FakeClock,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    wait_until,
+)
 
 LEASE = 1_000.0  # fake seconds, longer than FOREVER; only the fake clock moves past it
 BUDGET = 5.0  # the faulty worker's shutdown budget; no case should need much of it
 NOISE = 1.5  # scheduling noise allowed on top of a budget (the CI machine is shared)
 FOREVER = 600.0  # a poll or heartbeat interval that never elapses within a test
 BEAT = 0.01  # real seconds between heartbeats, in the cases that need one
-
-
-class FakeClock:
-    """The stores' and workers' clock: seconds since the epoch, moved only by the test."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self._lock = threading.Lock()
-        self._now = start
-
-    def __call__(self) -> float:
-        """The current fake time."""
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward."""
-        with self._lock:
-            self._now += seconds
 
 
 class StoreGone(Exception):

@@ -30,26 +30,10 @@ from patterns.jobqueue.store import (
     Store,
     backoff,
 )
-from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread
+from tests.support import MUST_HAPPEN, FakeClock, join_or_fail, run_in_thread
 
 START = 1_000_000.0  # the fake clock's first reading (seconds since the epoch)
 LEASE = 30.0
-
-
-class FakeClock:
-    """A clock that moves only when the test says so; every store reads time from it."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        """The current fake time."""
-        return self.now
-
-    def advance(self, seconds: float) -> float:
-        """Move time forward and return the new reading."""
-        self.now += seconds
-        return self.now
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState
 from tests.support import (
     MUST_HAPPEN,
     STAYS_BLOCKED,
+    FakeClock,
     Gate,
     elapsed,
     join_or_fail,
@@ -52,24 +53,6 @@ FOREVER = 600.0
 LEASE = 1_000.0
 
 TERMINAL = ("complete", "fail", "retry", "release", "mark_cancelled")
-
-
-class FakeClock:
-    """The store's (and the worker's) clock: seconds since the epoch, moved by the test."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self._lock = threading.Lock()
-        self._now = start
-
-    def __call__(self) -> float:
-        """The current fake time."""
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward."""
-        with self._lock:
-            self._now += seconds
 
 
 class RecordingStore:
