@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -22,6 +23,12 @@ HOW_TO_START = (
     "scripts/pg-test-cluster.sh run -- .venv/bin/pytest ... "
     f"(it sets {DSN_VARIABLE}), or set {SKIP_VARIABLE}=1 to skip the PostgreSQL tests"
 )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A path for a SQLite job store file that does not exist yet."""
+    return tmp_path / "jobs.db"
 
 
 @pytest.fixture(scope="session")

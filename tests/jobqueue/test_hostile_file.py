@@ -58,12 +58,6 @@ HOSTILE_NAMES = [
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A path for a job store that does not exist yet."""
-    return tmp_path / "q.db"
-
-
-@pytest.fixture
 def store(db: Path) -> Iterator[SQLiteStore]:
     """A store on ``db``, closed afterwards."""
     made = SQLiteStore(db)

@@ -22,12 +22,6 @@ LEASE = 60.0
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A path for a job store file that does not exist yet."""
-    return tmp_path / "jobs.db"
-
-
-@pytest.fixture
 def store(db: Path) -> Iterator[SQLiteStore]:
     """A store on ``db`` with the real clock, closed afterwards."""
     made = SQLiteStore(db)

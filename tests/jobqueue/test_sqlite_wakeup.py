@@ -35,12 +35,6 @@ WATCHER = "jobqueue-watcher"
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A path for a job store file that does not exist yet."""
-    return tmp_path / "jobs.db"
-
-
-@pytest.fixture
 def store(db: Path) -> Iterator[SQLiteStore]:
     """A store on ``db``, closed afterwards."""
     made = SQLiteStore(db)
