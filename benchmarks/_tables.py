@@ -7,6 +7,7 @@ medians with one reference row of the same table, named in the table's heading.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,3 +241,16 @@ def pg_schema(dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')  # a generated name
+
+
+def measure(rows: Mapping[str, Callable[[], float]], runs: int) -> list[Row]:
+    """Run every row ``runs`` times, interleaved, the order reversed on odd runs."""
+    results = {label: Row(label) for label in rows}
+    for run in range(runs):
+        order = list(rows.items())
+        if run % 2:
+            order.reverse()
+        for label, fn in order:
+            gc.collect()
+            results[label].values.append(fn())
+    return list(results.values())

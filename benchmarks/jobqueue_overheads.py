@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gc
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from benchmarks._tables import (
-    Row,
     emit,
     end_line,
     env_int,
     join_threads,
     machine_line,
+    measure,
     runs_setting,
     stats_table,
     target,
@@ -255,19 +254,6 @@ def worker_rows(jobs: int, memory_jobs: Sequence[int]) -> dict[str, Callable[[],
 
 
 # --- main ----------------------------------------------------------------------------------
-
-
-def measure(rows: Mapping[str, Callable[[], float]], runs: int) -> list[Row]:
-    """Run every row ``runs`` times, interleaved, the order reversed on odd runs."""
-    results = {label: Row(label) for label in rows}
-    for run in range(runs):
-        order = list(rows.items())
-        if run % 2:
-            order.reverse()
-        for label, fn in order:
-            gc.collect()
-            results[label].values.append(fn())
-    return list(results.values())
 
 
 def main(argv: list[str] | None = None) -> int:

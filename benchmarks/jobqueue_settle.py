@@ -20,7 +20,6 @@ median over the reference row's: below 1 is faster. A measurement to read, not a
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 import time
@@ -30,10 +29,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks._tables import (
-    Row,
     emit,
     env_int,
     machine_line,
+    measure,
     runs_setting,
     scratch_dir,
     stats_table,
@@ -98,19 +97,6 @@ def claim_in(open_store: Opener, jobs: int, size: int) -> float:
         while taken < jobs:
             taken += len(store.claim("bench", lease=LEASE, limit=size))
         return (time.perf_counter() - start) / jobs * 1e6
-
-
-def measure(rows: dict[str, Callable[[], float]], runs: int) -> list[Row]:
-    """Run every row ``runs`` times, interleaved, the order reversed on odd runs."""
-    results = {label: Row(label) for label in rows}
-    for run in range(runs):
-        order = list(rows.items())
-        if run % 2:
-            order.reverse()
-        for label, fn in order:
-            gc.collect()
-            results[label].values.append(fn())
-    return list(results.values())
 
 
 SINGLE = "complete(), one per job"
