@@ -154,6 +154,20 @@ def spawn_python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
     )
 
 
+def run_python(
+    code: str, *args: str, timeout: float = MUST_HAPPEN
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code args...`` to its end (or ``timeout``), output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 # --- a start() that fails or is interrupted part-way ---------------------------------------
 
 REAL_START = threading.Thread.start

@@ -12,8 +12,6 @@ SQLite file in the crash test); `BatchLog` only records each batch. Nothing slee
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -35,9 +33,9 @@ from tests.support import (
     STAYS_BLOCKED,
     FakeClock,
     Gate,
-    child_env,
     join_or_fail,
     run_in_thread,
+    run_python,
     wait_until,
 )
 
@@ -387,14 +385,7 @@ def test_a_process_killed_between_handler_end_and_group_commit_runs_the_job_agai
     store = SQLiteStore(db)
     try:
         job_id = store.enqueue("work")
-        child = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(CHILD), str(db), str(effects)],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=MUST_HAPPEN,
-            check=False,
-        )
+        child = run_python(textwrap.dedent(CHILD), str(db), str(effects))
         assert child.returncode == -signal.SIGKILL, child.stderr
         job = store.get(job_id)
         assert job is not None

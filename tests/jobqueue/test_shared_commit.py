@@ -10,8 +10,6 @@ inside the shared transaction loses nothing: none of it applied, every job runs.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Sequence
@@ -23,7 +21,14 @@ from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import Claim, JobState, Settlement
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker import Worker
-from tests.support import MUST_HAPPEN, Gate, child_env, join_or_fail, run_in_thread, wait_until
+from tests.support import (
+    MUST_HAPPEN,
+    Gate,
+    join_or_fail,
+    run_in_thread,
+    run_python,
+    wait_until,
+)
 
 FOREVER = 3600.0
 
@@ -196,14 +201,7 @@ def test_a_process_killed_inside_the_shared_transaction_loses_nothing(tmp_path: 
     store = SQLiteStore(db)
     try:
         ids = store.enqueue_many([{"task": "work"}] * 4)
-        child = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(CHILD), str(db), str(effects)],
-            env=child_env(),
-            capture_output=True,
-            text=True,
-            timeout=MUST_HAPPEN,
-            check=False,
-        )
+        child = run_python(textwrap.dedent(CHILD), str(db), str(effects))
         assert child.returncode == -signal.SIGKILL, child.stderr
         ran = effects.read_text().splitlines()
         jobs = [store.get(i) for i in ids]
