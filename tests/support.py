@@ -232,33 +232,39 @@ def recording_hook() -> Iterator[list[tuple[type[BaseException], str]]]:
         threading.excepthook = before
 
 
-# --- a TaskSet driven from synchronous code (the lifecycle contract test is synchronous) ---
+# --- asyncio objects driven from synchronous code (the lifecycle contract test is synchronous)
 
 
-class LoopThreadTaskSet:
-    """A `patterns.asyncio_shutdown.TaskSet` behind a synchronous start()/stop().
+class _LoopThreadAdapter:
+    """An asyncio object with a coroutine ``stop()`` behind a synchronous start()/stop().
 
-    `start` starts an event loop in a thread of its own, starts the TaskSet in it and
-    spawns one task that waits until it is cancelled; `stop` awaits the TaskSet's stop in
-    that loop (bounded by the budget), then stops the loop and joins its thread. The
-    report is the TaskSet's own, the same object on every call. Shared by
-    tests/test_asyncio_shutdown.py and the contract test.
+    `start` starts an event loop in a thread of its own and starts the object in it
+    (`_begin`); `stop` awaits the object's own stop in that loop (bounded by the budget),
+    then stops the loop and joins its thread. The report is the object's own, the same
+    object on every call. Subclasses say how to build, begin and stop the object.
     """
 
     def __init__(self, *, stop_timeout: float = 5.0, name: str = "contract-tasks") -> None:
-        from patterns.asyncio_shutdown import TaskSet  # noqa: PLC0415 - only this helper needs it
-
         self.stop_timeout = stop_timeout
         self.name = name
-        self.task_set = TaskSet(stop_timeout=stop_timeout, name=name)  # touches no loop
+        self.inner = self._build(stop_timeout, name)  # touches no loop
         self._lock = threading.Lock()  # guards everything below; held for a whole stop()
         self._loop: Any = None
         self._thread: threading.Thread | None = None
         self._started = False
         self._report: Any = None
 
-    def start(self) -> LoopThreadTaskSet:
-        """Start the loop's thread and the TaskSet in it; all or nothing."""
+    def _build(self, stop_timeout: float, name: str) -> Any:
+        raise NotImplementedError
+
+    async def _begin(self) -> None:
+        raise NotImplementedError
+
+    def _never_started(self) -> Any:
+        raise NotImplementedError
+
+    def start(self) -> Any:
+        """Start the loop's thread and the object in it; all or nothing."""
         import asyncio  # noqa: PLC0415
 
         with self._lock:
@@ -273,19 +279,12 @@ class LoopThreadTaskSet:
                 loop.close()
                 raise
             self._loop, self._thread = loop, thread
-
-        async def begin() -> None:
-            self.task_set.start()
-            self.task_set.spawn(asyncio.Event().wait(), name=f"{self.name}-waiter")
-
-        asyncio.run_coroutine_threadsafe(begin(), loop).result(MUST_HAPPEN)
+        asyncio.run_coroutine_threadsafe(self._begin(), loop).result(MUST_HAPPEN)
         return self
 
     def stop(self, timeout: float | None = None) -> Any:
-        """The TaskSet's stop, awaited in its loop; then the loop's thread is joined."""
+        """The object's stop, awaited in its loop; then the loop's thread is joined."""
         import asyncio  # noqa: PLC0415
-
-        from patterns.asyncio_shutdown import TaskShutdownReport  # noqa: PLC0415
 
         budget = self.stop_timeout if timeout is None else timeout
         if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget >= 0:
@@ -295,10 +294,10 @@ class LoopThreadTaskSet:
                 return self._report
             loop, thread = self._loop, self._thread
             if loop is None or thread is None:  # never started
-                self._report = TaskShutdownReport(terminated=True, still_running=())
+                self._report = self._never_started()
                 return self._report
             try:
-                done = asyncio.run_coroutine_threadsafe(self.task_set.stop(budget), loop)
+                done = asyncio.run_coroutine_threadsafe(self.inner.stop(budget), loop)
                 self._report = done.result(min(budget + NOISE, threading.TIMEOUT_MAX))
             finally:
                 loop.call_soon_threadsafe(loop.stop)
@@ -307,13 +306,64 @@ class LoopThreadTaskSet:
                     loop.close()
             return self._report
 
-    def __enter__(self) -> LoopThreadTaskSet:
+    def __enter__(self) -> Any:
         with self._lock:
             running = self._started and self._report is None
         return self if running else self.start()  # start() refuses a stopped one
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class LoopThreadTaskSet(_LoopThreadAdapter):
+    """A `patterns.asyncio_shutdown.TaskSet` with one task that waits until cancelled.
+
+    Shared by tests/test_asyncio_shutdown.py and the contract test.
+    """
+
+    def _build(self, stop_timeout: float, name: str) -> Any:
+        from patterns.asyncio_shutdown import TaskSet  # noqa: PLC0415 - only this helper needs it
+
+        return TaskSet(stop_timeout=stop_timeout, name=name)
+
+    @property
+    def task_set(self) -> Any:
+        """The TaskSet itself."""
+        return self.inner
+
+    async def _begin(self) -> None:
+        import asyncio  # noqa: PLC0415
+
+        self.inner.start()
+        self.inner.spawn(asyncio.Event().wait(), name=f"{self.name}-waiter")
+
+    def _never_started(self) -> Any:
+        from patterns.asyncio_shutdown import TaskShutdownReport  # noqa: PLC0415
+
+        return TaskShutdownReport(terminated=True, still_running=())
+
+
+class LoopThreadConsumerPool(_LoopThreadAdapter):
+    """A `patterns.async_queue.AsyncConsumerPool` of two consumers that handle nothing."""
+
+    def _build(self, stop_timeout: float, name: str) -> Any:
+        from patterns.async_queue import AsyncConsumerPool  # noqa: PLC0415
+
+        async def handle(item: object) -> None:
+            return None
+
+        return AsyncConsumerPool(handle, consumers=2, name=name, stop_timeout=stop_timeout)
+
+    async def _begin(self) -> None:
+        self.inner.start()
+
+    def _never_started(self) -> Any:
+        import asyncio  # noqa: PLC0415
+
+        async def stop_unstarted() -> Any:
+            return await self.inner.stop()
+
+        return asyncio.run(stop_unstarted())
 
 
 class FakeClock:

@@ -240,6 +240,14 @@ def _task_set(stop_timeout: float) -> Any:
     return LoopThreadTaskSet(stop_timeout=stop_timeout)
 
 
+def _async_consumer_pool(stop_timeout: float) -> Any:
+    # The same adapter for asyncio's consumer pool; its own async paths (``async with`` on a
+    # started pool, a stop from a consumer) are checked in tests/test_async_queue.py.
+    from tests.support import LoopThreadConsumerPool  # noqa: PLC0415
+
+    return LoopThreadConsumerPool(stop_timeout=stop_timeout, name="contract-apool")
+
+
 def _stoppable_process(stop_timeout: float) -> Any:
     from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
     from patterns.teaching.process_tasks import wait_for_stop  # noqa: PLC0415
@@ -276,6 +284,7 @@ CASES = [
     Case("Bulkhead", _bulkhead, _busy_bulkhead),
     Case("Worker", _worker, _busy_worker),
     Case("TaskSet", _task_set),
+    Case("AsyncConsumerPool", _async_consumer_pool),
     Case(
         "StoppableProcess",
         _stoppable_process,
