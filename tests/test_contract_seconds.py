@@ -435,8 +435,13 @@ def _retry_forever(value: Any) -> None:
         async def step() -> None:
             ran.set()
 
-        task = asyncio.get_running_loop().create_task(retry_forever(step, delay=value))
-        await ran.wait()
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(retry_forever(step, delay=value))
+        stepped = loop.create_task(ran.wait())
+        await asyncio.wait([task, stepped], return_when=asyncio.FIRST_COMPLETED)
+        stepped.cancel()
+        if task.done():  # it refused the delay before its first step
+            await task
         await asyncio.sleep(0)  # let it reach its sleep(delay)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
