@@ -557,17 +557,20 @@ class StoppableProcess:
         All or nothing: if anything fails once the child runs (a Ctrl-C too), the child
         is killed and reaped before the error propagates.
         """
-        if getattr(self._here, "busy", False):
-            raise RuntimeError("start() called from inside this StoppableProcess's stop()")
-        self._here.busy = True
+        inside = getattr(self._here, "busy", False)  # called by a handler inside stop()?
+        self._here.busy = True  # before taking the lock: a handler's stop() must not wait
         try:
-            with self._busy:
+            if not self._busy.acquire(blocking=False):
+                raise RuntimeError("start() while a start() or stop() of the same object runs")
+            try:
                 if self._started or self._report is not None:
                     raise RuntimeError("start() on a StoppableProcess already started or stopped")
                 self._started = True
                 self._spawn()
+            finally:
+                self._busy.release()
         finally:
-            self._here.busy = False
+            self._here.busy = inside
         return self
 
     def _spawn(self) -> None:

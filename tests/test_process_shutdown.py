@@ -1032,7 +1032,8 @@ SIGNAL_STOP = """
     threading.Thread(target=poke).start()
     report = child.stop(2.0)
     provisional, took = seen
-    print(provisional.terminated, provisional.still_running == (child._label,), took < 0.5)
+    named = [n.endswith(f"(pid {child.pid})") for n in provisional.still_running] == [True]
+    print(provisional.terminated, named, took < 0.5)
     print(report.terminated, report.escalation, child.stop() is report)
 """
 
@@ -1055,9 +1056,9 @@ def test_a_concurrent_stop_waits_only_its_own_budget() -> None:
         provisional = child.stop(0.2)
     assert took() < 0.2 + NOISE
     assert not provisional.terminated
-    assert provisional.still_running == (f"{child._label}",)
     assert child.pid is not None
-    assert f"(pid {child.pid})" in provisional.still_running[0]
+    [name] = provisional.still_running
+    assert name.endswith(f"(pid {child.pid})")
     join_or_fail(first)
     report = outcome["result"]
     assert (report.terminated, report.escalation) == (True, "terminate")
@@ -1091,7 +1092,8 @@ CTRL_C_STOP = """
         exists = True
     except ProcessLookupError:
         exists = False
-    print(report.terminated, report.still_running == (child._label,), report.exitcode, exists)
+    named = [n.endswith(f"(pid {child.pid})") for n in report.still_running] == [True]
+    print(report.terminated, named, report.exitcode, exists)
     print(child.stop() is report)
 """
 
@@ -1103,10 +1105,10 @@ def test_ctrl_c_during_stop_then_stop_0_reports_the_truth() -> None:
     interrupted, truth, same = done.stdout.splitlines()
     assert (interrupted, same) == ("interrupted", "True")
     terminated, named, exitcode, exists = truth.split()
-    if terminated == "True":  # the SIGKILL of stop(0) was fast enough: reaped
+    if terminated == "True":  # the SIGKILL of stop(0) was fast enough: reaped, so gone
         assert (named, exitcode, exists) == ("False", str(-signal.SIGKILL), "False")
-    else:  # still running (or dying): said so, and not reaped
-        assert (named, exitcode, exists) == ("True", "None", "True")
+    else:  # still running when stop(0) looked (it may have died since): said so
+        assert (named, exitcode) == ("True", "None")
 
 
 @pytest.mark.parametrize("report_type", [ProcessStopReport, PoolShutdownReport])
