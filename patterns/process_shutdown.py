@@ -16,9 +16,12 @@ Guarantees:
     * A callable in ``report.never_started`` never ran and never will; one in
       ``report.lost`` failed with `BrokenProcessPool` (killed while running, or queued
       in the pool's call queue when the pool broke).
-    * `StoppableProcess.stop` returns within its budget, the same report on every call,
-      even if the child was killed behind its back; the child's ``finally`` blocks and
-      `atexit` handlers run unless the report says it had to be terminated or killed.
+    * `StoppableProcess.stop` returns within its budget; the first stop that completes
+      is recorded and every later call returns it, even if the child was killed behind
+      its back. With every start method (``fork``, ``forkserver``, ``spawn``) the child's
+      ``finally`` blocks and the `atexit` handlers registered in the child run unless the
+      report says it had to be terminated or killed (or the child ended itself with
+      ``os._exit`` or a crash). Once stopped, it holds no file descriptor of the child.
     * Children started by `StoppableProcess` (and pool workers given
       ``initializer=ignore_sigint``) ignore SIGINT: a Ctrl-C reaches only the parent,
       which decides how they stop.
@@ -31,20 +34,23 @@ Python:
     ``kill_workers()`` read the same dict, so after a graceful ``shutdown(wait=False)``
     they find no workers: this module signals its own snapshot instead (read from the
     3.14 source; 3.14 is not run here). 3.12+ warn when a multi-threaded process
-    forks; 3.13 runs `atexit` handlers in ``fork`` and ``forkserver`` children; 3.14
-    makes ``forkserver`` the default start method on Linux.
+    forks; ``fork`` and ``forkserver`` children skip their `atexit` handlers before
+    3.13 (``os._exit``), so on 3.11 and 3.12 `StoppableProcess` runs them itself, as
+    3.13 does; 3.14 makes ``forkserver`` the default start method on Linux.
 
 Docs: docs/patterns/process_shutdown.md
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import math
 import multiprocessing
 import multiprocessing.queues
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -77,12 +83,35 @@ _TERM_SHARE = 0.5
 _CANCEL_SHARE = 0.25
 # The share of a StoppableProcess budget kept for terminate and kill; the event gets the rest.
 _FORCE_SHARE = 0.25
+# How long a failed start() waits for the child it killed to be reaped.
+_ABANDON_WAIT = 5.0
 
 
-def _check_budget(name: str, value: float) -> float:
-    if not (isinstance(value, int | float) and 0 <= value < math.inf):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
+# The longest single wait: Process.join() and Connection.poll() end in poll(), which takes
+# whole milliseconds in a C int (about 24 days), far below threading.TIMEOUT_MAX. A longer
+# or infinite wait is a loop of these.
+_LONGEST_WAIT = 86400.0
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float: as long as it takes
+        return math.inf
+
+
+def _join(process: BaseProcess, deadline: float) -> None:
+    # join() reaps the child (waitpid), so a process that ended is not left a zombie.
+    while process.exitcode is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        process.join(min(remaining, _LONGEST_WAIT))
 
 
 def _name(fn: object) -> str:
@@ -94,9 +123,8 @@ def _proc_name(process: BaseProcess) -> str:
 
 
 def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
-    # join() reaps the child (waitpid), so a process that ended is not left a zombie.
     for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
+        _join(process, deadline)
 
 
 def _join_thread(thread: threading.Thread, deadline: float) -> None:
@@ -139,6 +167,10 @@ class PoolShutdownReport:
     lost: tuple[str, ...] = ()
     killed_pids: tuple[int, ...] = ()
     elapsed: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
 def _pool_workers(executor: ProcessPoolExecutor) -> dict[int, BaseProcess]:
@@ -248,11 +280,12 @@ def shutdown_process_pool(
     SIGKILL to those still alive half-way through ``force_timeout``, and reaps them all.
     Call it before any other ``shutdown()``: that one forgets the worker processes.
     A `KeyboardInterrupt` while it waits kills the workers at once, reaps them within
-    ``force_timeout`` and is re-raised. Raises `ValueError` for a negative or infinite
-    budget; never for a stuck task.
+    ``force_timeout`` and is re-raised. Either budget may be `math.inf` (as long as it
+    takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
+    a `ValueError`, never a stuck task.
     """
-    timeout = _check_budget("timeout", timeout)
-    force_timeout = _check_budget("force_timeout", force_timeout)
+    timeout = _seconds(timeout, "timeout")
+    force_timeout = _seconds(force_timeout, "force_timeout")
     start = time.monotonic()
     workers = _pool_workers(executor)  # before shutdown(), which drops it
     manager: threading.Thread | None = getattr(executor, "_executor_manager_thread", None)
@@ -319,14 +352,13 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     ``lost`` (positions), apart from the tasks' own errors; the results that did arrive
     are kept. A future still pending at the deadline counts as lost too.
     """
-    timeout = _check_budget("timeout", timeout)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + _seconds(timeout, "timeout")
     results: dict[int, Any] = {}
     errors: dict[int, BaseException] = {}
     lost: list[int] = []
     for index, future in enumerate(futures):
         try:
-            exc = future.exception(max(0.0, deadline - time.monotonic()))
+            exc = _exception(future, deadline)
         except (TimeoutError, CancelledError):  # still pending at the deadline, or never ran
             lost.append(index)
             continue
@@ -339,6 +371,16 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     if lost:
         logger.error("%d of %d task(s) lost (pool broken or timed out)", len(lost), len(futures))
     return Collected(results=results, errors=errors, lost=tuple(lost))
+
+
+def _exception(future: Future[Any], deadline: float) -> BaseException | None:
+    while True:  # in waits a lock can take (TIMEOUT_MAX): an infinite deadline is a loop
+        remaining = max(0.0, deadline - time.monotonic())
+        try:
+            return future.exception(min(remaining, _LONGEST_WAIT))
+        except TimeoutError:
+            if remaining <= _LONGEST_WAIT:
+                raise
 
 
 def ignore_sigint() -> None:
@@ -382,7 +424,7 @@ class ProcessStopReport:
 
     Attributes:
         terminated: the child has exited and was reaped.
-        still_running: the child's name (with its pid) if it outlived even SIGKILL.
+        still_running: the child's name (with its pid) if it had not exited yet.
         escalation: "" (it stopped when asked), "terminate" or "kill": the last signal sent.
         exitcode: the child's exit code (negative: the signal that ended it), or None.
         elapsed: seconds the stop took.
@@ -393,6 +435,10 @@ class ProcessStopReport:
     escalation: str = ""
     exitcode: int | None = None
     elapsed: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
 class StopSignal:
@@ -413,12 +459,30 @@ class StopSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the parent asks this process to stop or ``timeout`` passes."""
-        return self._reader.poll(timeout)
+        deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            if self._reader.poll(min(remaining, _LONGEST_WAIT)):
+                return True
+            if remaining <= _LONGEST_WAIT:
+                return False
 
 
-def _child_main(target: Callable[..., object], stop: StopSignal, args: tuple[Any, ...]) -> None:
+def _child_main(
+    target: Callable[..., object], stop: StopSignal, args: tuple[Any, ...], exit_path: bool
+) -> None:
     ignore_sigint()  # before the target runs: a Ctrl-C is the parent's to handle
-    target(stop, *args)
+    if not exit_path:
+        target(stop, *args)
+        return
+    # A fork or forkserver child before 3.13: multiprocessing ends it with os._exit, which
+    # skips atexit. Do what 3.13 does: forget the handlers inherited from the process that
+    # forked (they are not this child's), and run the child's own when the target ends.
+    atexit._clear()
+    try:
+        target(stop, *args)
+    finally:
+        atexit._run_exitfuncs()
 
 
 def _request_stop(writer: Connection) -> None:
@@ -429,16 +493,30 @@ def _request_stop(writer: Connection) -> None:
     writer.close()
 
 
+def _acquire(lock: threading.Lock, deadline: float) -> bool:
+    # Bounded by the caller's deadline, in waits a lock can take (at most TIMEOUT_MAX).
+    while not lock.acquire(timeout=min(max(0.0, deadline - time.monotonic()), _LONGEST_WAIT)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
 class StoppableProcess:
     """A child process that is asked to stop, waited for, and forced only as the last resort.
 
     ``target(stop, *args)`` runs in the child (with SIGINT ignored) and should return
     soon after ``stop.is_set()``, or ``stop.wait()``, says so (a `StopSignal`). The
-    default start method is ``spawn``: before 3.13, ``fork`` and ``forkserver``
-    children end with ``os._exit`` and skip their `atexit` handlers. The constructor
-    starts nothing;
-    ``start()`` starts the child; ``stop(timeout)`` sets the event, waits, then sends
-    SIGTERM and, later, SIGKILL, within ``stop_timeout``; the report says which it took.
+    default start method is ``spawn``; with ``fork`` and ``forkserver`` the child's own
+    `atexit` handlers run when the target ends, on every version. The constructor
+    starts nothing; ``start()`` starts the child; ``stop(timeout)`` sends the request,
+    waits, then sends SIGTERM and, later, SIGKILL, within the budget; the report says
+    which it took. ``with`` starts it if it was never started and stops it at the end.
+
+    ``stop()`` is safe from a signal handler or from a second thread: called on a
+    thread already inside ``start()`` or ``stop()`` (a handler) it returns a provisional
+    report at once; from another thread while a stop runs it waits at most its own
+    budget for that stop, then returns a provisional report. A provisional report says
+    ``terminated=False`` and is not recorded.
     """
 
     def __init__(
@@ -450,84 +528,161 @@ class StoppableProcess:
         stop_timeout: float = 5.0,
         context: BaseContext | None = None,
     ) -> None:
-        self.stop_timeout = _check_budget("stop_timeout", stop_timeout)
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._target = target
         self._args = args
         self._name = name
         self._context = context if context is not None else multiprocessing.get_context("spawn")
-        # Guards _process and _report; held for the whole first stop(), so a second
-        # caller waits for its report instead of signalling the child again.
-        self._lock = threading.Lock()
+        # Held by the thread inside start() or stop(). stop() only ever tries it, or waits
+        # for it with its own deadline; _here.busy says "this thread holds it (or is about
+        # to)", so a signal handler on that thread never waits for itself.
+        self._busy = threading.Lock()
+        self._here = threading.local()
+        self._started = False
         self._process: BaseProcess | None = None
+        self._pid: int | None = None
+        self._label = ""
         self._stop_writer: Connection | None = None
+        self._escalation = ""
         self._report: ProcessStopReport | None = None
 
     @property
     def pid(self) -> int | None:
         """The child's pid once started."""
-        return None if self._process is None else self._process.pid
+        return self._pid
 
     def start(self) -> Self:
-        """Start the child; `RuntimeError` if started or stopped before. All or nothing."""
-        with self._lock:
-            if self._process is not None or self._report is not None:
-                raise RuntimeError("start() on a StoppableProcess that was already started")
-            reader, writer = self._context.Pipe(duplex=False)
-            process = self._context.Process(  # type: ignore[attr-defined]
-                target=_child_main,
-                args=(self._target, StopSignal(reader), self._args),
-                name=self._name,
-            )
+        """Start the child; `RuntimeError` if started (or tried) or stopped before.
+
+        All or nothing: if anything fails once the child runs (a Ctrl-C too), the child
+        is killed and reaped before the error propagates.
+        """
+        inside = getattr(self._here, "busy", False)  # called by a handler inside stop()?
+        self._here.busy = True  # before taking the lock: a handler's stop() must not wait
+        try:
+            if not self._busy.acquire(blocking=False):
+                raise RuntimeError("start() while a start() or stop() of the same object runs")
             try:
-                process.start()
-            except BaseException:
-                writer.close()  # nothing was started: leave nothing open either
-                raise
+                if self._started or self._report is not None:
+                    raise RuntimeError("start() on a StoppableProcess already started or stopped")
+                self._started = True
+                self._spawn()
             finally:
-                reader.close()  # the child has its own copy now
-            self._stop_writer, self._process = writer, process
+                self._busy.release()
+        finally:
+            self._here.busy = inside
         return self
 
-    def stop(self, timeout: float | None = None) -> ProcessStopReport:
-        """Send the stop request, wait, force near the end of ``timeout``; same report each call."""
-        budget = self.stop_timeout if timeout is None else _check_budget("timeout", timeout)
-        with self._lock:
-            if self._report is None:
-                self._report = self._stop_once(budget)
-            return self._report
+    def _spawn(self) -> None:
+        method = self._context.get_start_method()
+        exit_path = sys.version_info < (3, 13) and method in ("fork", "forkserver")
+        reader, writer = self._context.Pipe(duplex=False)
+        process: BaseProcess | None = None
+        try:
+            process = self._context.Process(  # type: ignore[attr-defined]
+                target=_child_main,
+                args=(self._target, StopSignal(reader), self._args, exit_path),
+                name=self._name,
+            )
+            process.start()
+            reader.close()  # the child has its own copy now
+            self._pid, self._label = process.pid, _proc_name(process)
+            self._stop_writer, self._process = writer, process
+        except BaseException:
+            reader.close()
+            self._process = self._stop_writer = None
+            _abandon(process, writer)
+            raise
 
-    def _stop_once(self, budget: float) -> ProcessStopReport:
+    def stop(self, timeout: float | None = None) -> ProcessStopReport:
+        """Ask, wait, force near the end of ``timeout``; the first completed report thereafter.
+
+        ``timeout`` defaults to ``stop_timeout``; `math.inf` waits as long as it takes
+        (and never forces).
+        """
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        report = self._report
+        if report is not None:
+            return report
+        if getattr(self._here, "busy", False):  # a handler or callback on a stopping thread
+            return self._provisional()
+        deadline = time.monotonic() + budget
+        self._here.busy = True
+        try:
+            if not _acquire(self._busy, deadline):  # another thread's stop outlasted ours
+                return self._provisional()
+            try:
+                return self._report or self._stop_once(deadline)
+            finally:
+                self._busy.release()
+        finally:
+            self._here.busy = False
+
+    def _provisional(self) -> ProcessStopReport:
+        # The truth now, without blocking: a live child is still running.
+        process = self._process
+        with contextlib.suppress(ValueError):  # closed meanwhile: reaped, so not running
+            if process is not None and process.exitcode is None:
+                return ProcessStopReport(
+                    terminated=False, still_running=(self._label,), escalation=self._escalation
+                )
+        return ProcessStopReport(terminated=False, still_running=(), escalation=self._escalation)
+
+    def _stop_once(self, deadline: float) -> ProcessStopReport:
         start = time.monotonic()
         process, writer = self._process, self._stop_writer
-        if process is None or writer is None:
-            return ProcessStopReport(terminated=True, still_running=())
-        _request_stop(writer)
-        force = budget * _FORCE_SHARE
-        process.join(budget - force)
-        escalation = ""
+        if process is None:  # never started, or its start failed (and was cleaned up)
+            self._report = ProcessStopReport(terminated=True, still_running=())
+            return self._report
+        if writer is not None:
+            self._stop_writer = None
+            _request_stop(writer)
+        budget = max(0.0, deadline - start)
+        force_start = start + budget * (1 - _FORCE_SHARE)  # inf stays inf: never forced
+        _join(process, force_start)
         if process.exitcode is None:
-            escalation = "terminate"
-            logger.warning("%s ignored its stop request: sending SIGTERM", _proc_name(process))
+            self._escalation = "terminate"
+            logger.warning("%s ignored its stop request: sending SIGTERM", self._label)
             process.terminate()
-            process.join(force * _TERM_SHARE)
+            _join(process, force_start + budget * _FORCE_SHARE * _TERM_SHARE)
         if process.exitcode is None:
-            escalation = "kill"
-            logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+            self._escalation = "kill"
+            logger.warning("%s outlived SIGTERM: sending SIGKILL", self._label)
             process.kill()
-            process.join(max(0.0, start + budget - time.monotonic()))
-        alive = process.exitcode is None
-        if alive:
-            logger.error("%s still running after stop()", _proc_name(process))
-        return ProcessStopReport(
-            terminated=not alive,
-            still_running=(_proc_name(process),) if alive else (),
-            escalation=escalation,
-            exitcode=process.exitcode,
+            _join(process, deadline)
+        exitcode = process.exitcode
+        if exitcode is None:
+            logger.error("%s still running after stop()", self._label)
+        self._report = ProcessStopReport(
+            terminated=exitcode is not None,
+            still_running=() if exitcode is not None else (self._label,),
+            escalation=self._escalation,
+            exitcode=exitcode,
             elapsed=time.monotonic() - start,
         )
+        if exitcode is not None:
+            process.close()  # reaped: release its sentinel and the pipe multiprocessing kept
+        return self._report
 
     def __enter__(self) -> Self:
+        if self._report is not None:
+            raise RuntimeError("a stopped StoppableProcess cannot be started again")
+        if self._process is not None:  # started with start(): `with p.start():`
+            return self
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _abandon(process: BaseProcess | None, writer: Connection) -> None:
+    # A start() that failed part-way: kill and reap what it started, close what it opened.
+    _request_stop(writer)
+    if process is None or process.pid is None:  # never started
+        return
+    process.kill()
+    _join(process, time.monotonic() + _ABANDON_WAIT)
+    if process.exitcode is None:
+        logger.error("%s outlived SIGKILL after a failed start()", _proc_name(process))
+    else:
+        process.close()

@@ -10,8 +10,10 @@ them (with a timeout) before it acts. Worker processes are started with ``forkse
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 import subprocess
@@ -21,21 +23,35 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+from unittest import mock
 
 import pytest
 
 from patterns.naive.process_shutdown import naive_collect, naive_stop_process
 from patterns.process_shutdown import (
     PoolShutdownReport,
+    ProcessStopReport,
     StoppableProcess,
+    StopSignal,
     collect,
     safe_context,
     shutdown_process_pool,
 )
 from patterns.teaching import process_tasks
-from tests.support import MUST_HAPPEN, NOISE, child_env, elapsed, wait_until
+from tests.support import (
+    MUST_HAPPEN,
+    NOISE,
+    child_env,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    run_python,
+    wait_until,
+    wait_until_blocked_in,
+)
 
 # How long a test watches a child that must *not* exit (it is blocked for ever, or for
 # 60 s): it can only make the test slower, never let a fixed version pass by luck.
@@ -304,9 +320,9 @@ def test_shutdown_process_pool_on_an_unused_pool_returns_at_once() -> None:
     assert report.elapsed < NOISE
 
 
-@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan")])
+@pytest.mark.parametrize("bad", [-1, float("nan"), True, "1"])
 def test_shutdown_process_pool_refuses_a_bad_budget(bad: float) -> None:
-    """A negative, infinite or NaN budget is a ValueError that names the argument."""
+    """A negative or NaN budget, a bool or a string is a ValueError that names the argument."""
     executor = ProcessPoolExecutor(1)
     with pytest.raises(ValueError, match="force_timeout"):
         shutdown_process_pool(executor, 1.0, force_timeout=bad)
@@ -485,13 +501,58 @@ def test_stoppable_process_stops_on_request_and_runs_cleanup(tmp_path: Path) -> 
     assert gone(child.pid)
 
 
-def test_forkserver_children_run_atexit_only_from_3_13(tmp_path: Path) -> None:
-    """Pins: fork and forkserver children end with os._exit; 3.13 runs their atexit first."""
-    child, log = careful_child(tmp_path, "forkserver")
-    report = child.stop(MUST_HAPPEN)
-    assert report.exitcode == 0
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_multiprocessing_skips_fork_and_forkserver_atexit_before_3_13(
+    tmp_path: Path, method: str
+) -> None:
+    """Pins: a plain fork or forkserver Process ends with os._exit; 3.13 runs atexit first."""
+    context = multiprocessing.get_context(method)
+    stop, ready, log = context.Event(), context.Event(), tmp_path / "log"
+    stop.set()
+    process = context.Process(target=process_tasks.careful, args=(stop, ready, str(log)))
+    process.start()
+    process.join(MUST_HAPPEN)
+    assert process.exitcode == 0
+    process.close()
     at_exit = ["atexit"] if sys.version_info >= (3, 13) else []
     assert log.read_text().splitlines() == ["stopped when asked", "finally", *at_exit]
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_stoppable_process_runs_the_childs_atexit_with_every_start_method(
+    tmp_path: Path, method: str
+) -> None:
+    """The Guarantees hold for each start method on each version: finally, then atexit."""
+    child, log = careful_child(tmp_path, method)
+    report = child.stop(MUST_HAPPEN)
+    assert (report.terminated, report.escalation, report.exitcode) == (True, "", 0)
+    assert log.read_text().splitlines() == ["stopped when asked", "finally", "atexit"]
+
+
+PARENT_ATEXIT = """
+    import atexit, multiprocessing
+    from patterns.process_shutdown import StoppableProcess
+    from patterns.teaching.process_tasks import append, careful
+    path = {path!r}
+    atexit.register(append, path, "parent's atexit")
+    context = multiprocessing.get_context({method!r})
+    ready = context.Event()
+    child = StoppableProcess(careful, (ready, path), context=context).start()
+    assert ready.wait(10)
+    print(child.stop(10).exitcode)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_forked_child_runs_its_own_atexit_handlers_not_its_parents(
+    tmp_path: Path, method: str
+) -> None:
+    """A fork copies the parent's atexit handlers; the child runs only those it registered."""
+    path = tmp_path / "log"
+    done = run_python(textwrap.dedent(PARENT_ATEXIT.format(path=str(path), method=method)))
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
+    lines = path.read_text().splitlines()
+    assert lines == ["stopped when asked", "finally", "atexit", "parent's atexit"]
 
 
 # --- M7: a multiprocessing.Event whose waiter was killed hangs set() ------------------------
@@ -844,3 +905,270 @@ def test_default_start_method_is_fork_on_linux_before_3_14() -> None:
         pytest.skip("the default start method differs by platform")
     expected = "fork" if sys.version_info < (3, 14) else "forkserver"
     assert multiprocessing.get_context().get_start_method() == expected
+
+
+# --- the lifecycle contract on the paths users take (issue 23) -----------------------------
+
+
+def open_fds() -> int:
+    """How many file descriptors this process has open."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def stubborn_child(deaf: bool = False) -> StoppableProcess:
+    """A started StoppableProcess whose child ignores its stop request (and SIGTERM if deaf)."""
+    context = safe_context()
+    ready = context.Event()
+    child = StoppableProcess(process_tasks.stubborn, (ready, deaf), context=context).start()
+    assert ready.wait(MUST_HAPPEN), "the child never got ready"
+    return child
+
+
+WITH_START = """
+    from patterns.process_shutdown import StoppableProcess, safe_context
+    from patterns.teaching.process_tasks import wait_for_stop
+    with StoppableProcess(wait_for_stop, context=safe_context()).start() as child:
+        print(child.pid, flush=True)
+    print(child.stop().exitcode, flush=True)
+"""
+
+
+def test_with_a_started_process_stops_it_and_the_program_exits() -> None:
+    """`with StoppableProcess(...).start():` enters the running child, stops it, and exits."""
+    done = run_python(textwrap.dedent(WITH_START))
+    assert done.returncode == 0, done.stderr
+    pid, exitcode = done.stdout.split()
+    assert exitcode == "0"
+    assert gone(int(pid))
+
+
+def test_with_starts_a_fresh_process_and_refuses_a_stopped_one() -> None:
+    """`with` starts what never started, returns what runs, and refuses what was stopped."""
+    with StoppableProcess(process_tasks.wait_for_stop, context=safe_context()) as child:
+        assert child.pid is not None
+        with child as again:  # running: entered as it is, not started twice
+            assert again is child
+    report = child.stop()
+    assert (report.terminated, report.exitcode) == (True, 0)
+    with pytest.raises(RuntimeError, match="stopped"), child:
+        pass
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_stopped_process_keeps_no_file_descriptor_open(method: str) -> None:
+    """Once the child is reaped, its sentinel and pipes are closed: no descriptor leaks."""
+    context = multiprocessing.get_context(method)
+    warm_up = StoppableProcess(process_tasks.wait_for_stop, context=context).start()
+    assert warm_up.stop(MUST_HAPPEN).terminated  # the forkserver or resource tracker is up
+    before = open_fds()
+    child = StoppableProcess(process_tasks.wait_for_stop, context=context).start()
+    assert open_fds() > before
+    report = child.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert open_fds() == before
+    assert child.pid is not None
+    assert gone(child.pid)
+    assert child.stop() is report
+
+
+def test_a_start_that_failed_is_not_retried_and_leaves_nothing_open() -> None:
+    """Like every class here: a second start() raises, even after a failed first one."""
+    context = multiprocessing.get_context("spawn")
+    warm_up = StoppableProcess(process_tasks.wait_for_stop, context=context).start()
+    warm_up.stop(MUST_HAPPEN)
+    before = open_fds()
+    child = StoppableProcess(lambda stop: None, context=context)  # spawn cannot pickle it
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        child.start()
+    assert open_fds() == before
+    with pytest.raises(RuntimeError, match="already started"):
+        child.start()
+    assert child.stop() == ProcessStopReport(terminated=True, still_running=())
+
+
+def test_a_start_interrupted_once_the_child_runs_kills_and_reaps_it() -> None:
+    """A Ctrl-C landing just after the child started: start() kills it, then propagates."""
+    real_start = BaseProcess.start
+    pids: list[int] = []
+
+    def start_then_interrupt(process: BaseProcess) -> None:
+        real_start(process)
+        pids.append(process.pid or 0)
+        raise KeyboardInterrupt
+
+    child = StoppableProcess(process_tasks.wait_for_stop, context=safe_context())
+    with (
+        mock.patch.object(BaseProcess, "start", start_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        child.start()
+    [pid] = pids
+    assert gone(pid)
+    with pytest.raises(RuntimeError, match="already started"):
+        child.start()
+
+
+SIGNAL_STOP = """
+    import signal, threading
+    from patterns.process_shutdown import StoppableProcess, safe_context
+    from patterns.teaching.process_tasks import stubborn
+    from tests.support import elapsed, wait_until_blocked_in
+    context = safe_context()
+    ready = context.Event()
+    child = StoppableProcess(stubborn, (ready, False), context=context).start()
+    assert ready.wait(10)
+    main, seen = threading.main_thread(), []
+
+    def handler(signum, frame):  # the stop a SIGTERM or SIGHUP handler would call
+        with elapsed() as took:
+            seen.append(child.stop(0.1))
+        seen.append(took())
+
+    def poke():  # once the main thread is inside stop()
+        wait_until_blocked_in(main, "_stop_once")
+        signal.pthread_kill(main.ident, signal.SIGUSR1)
+
+    signal.signal(signal.SIGUSR1, handler)
+    threading.Thread(target=poke).start()
+    report = child.stop(2.0)
+    provisional, took = seen
+    named = [n.endswith(f"(pid {child.pid})") for n in provisional.still_running] == [True]
+    print(provisional.terminated, named, took < 0.5)
+    print(report.terminated, report.escalation, child.stop() is report)
+"""
+
+
+@pytest.mark.race("E1", "a handler that sets the event main is waiting on deadlocks")
+def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report() -> None:
+    """A handler's stop() on the stopping thread returns at once instead of waiting for itself."""
+    done = run_python(textwrap.dedent(SIGNAL_STOP))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False True True", "True terminate True"]
+
+
+@pytest.mark.race("P3", "shutdown(wait=True) has no timeout")
+def test_a_concurrent_stop_waits_only_its_own_budget() -> None:
+    """A second thread's stop(0.2) while a stop runs: provisional after 0.2 s, not recorded."""
+    child = stubborn_child()
+    first, outcome = run_in_thread(lambda: child.stop(3.0), "first-stop")
+    wait_until_blocked_in(first, "_stop_once")
+    with elapsed() as took:
+        provisional = child.stop(0.2)
+    assert took() < 0.2 + NOISE
+    assert not provisional.terminated
+    assert child.pid is not None
+    [name] = provisional.still_running
+    assert name.endswith(f"(pid {child.pid})")
+    join_or_fail(first)
+    report = outcome["result"]
+    assert (report.terminated, report.escalation) == (True, "terminate")
+    assert child.stop() is report
+
+
+CTRL_C_STOP = """
+    import os, signal, threading
+    from patterns.process_shutdown import StoppableProcess, safe_context
+    from patterns.teaching.process_tasks import stubborn
+    from tests.support import wait_until_blocked_in
+    context = safe_context()
+    ready = context.Event()
+    child = StoppableProcess(stubborn, (ready, True), context=context).start()
+    assert ready.wait(10)
+    main = threading.main_thread()
+
+    def ctrl_c():  # once the main thread waits inside stop()
+        wait_until_blocked_in(main, "_stop_once")
+        signal.pthread_kill(main.ident, signal.SIGINT)
+
+    threading.Thread(target=ctrl_c).start()
+    try:
+        child.stop(5.0)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    report = child.stop(0)
+    try:
+        os.kill(child.pid, 0)
+        exists = True
+    except ProcessLookupError:
+        exists = False
+    named = [n.endswith(f"(pid {child.pid})") for n in report.still_running] == [True]
+    print(report.terminated, named, report.exitcode, exists)
+    print(child.stop() is report)
+"""
+
+
+def test_ctrl_c_during_stop_then_stop_0_reports_the_truth() -> None:
+    """A real SIGINT inside stop() propagates; stop(0) then says terminated only if reaped."""
+    done = run_python(textwrap.dedent(CTRL_C_STOP))
+    assert done.returncode == 0, done.stderr
+    interrupted, truth, same = done.stdout.splitlines()
+    assert (interrupted, same) == ("interrupted", "True")
+    terminated, named, exitcode, exists = truth.split()
+    if terminated == "True":  # the SIGKILL of stop(0) was fast enough: reaped, so gone
+        assert (named, exitcode, exists) == ("False", str(-signal.SIGKILL), "False")
+    else:  # still running when stop(0) looked (it may have died since): said so
+        assert (named, exitcode) == ("True", "None")
+
+
+@pytest.mark.parametrize("report_type", [ProcessStopReport, PoolShutdownReport])
+def test_a_report_cannot_say_terminated_with_something_still_running(report_type: Any) -> None:
+    """The report's constructor refuses a contradiction instead of letting a stop lie."""
+    with pytest.raises(ValueError, match="terminated=True with still_running"):
+        report_type(terminated=True, still_running=("child (pid 1)",))
+
+
+def set_signal() -> StopSignal:
+    """A StopSignal whose parent already asked it to stop."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    writer.send_bytes(b"s")
+    writer.close()
+    return StopSignal(reader)
+
+
+SECONDS: dict[str, tuple[str, Callable[[Any], object]]] = {
+    "StoppableProcess(stop_timeout)": (
+        "stop_timeout",
+        lambda v: StoppableProcess(process_tasks.wait_for_stop, stop_timeout=v),
+    ),
+    "StoppableProcess.stop(timeout)": (
+        "timeout",
+        lambda v: StoppableProcess(process_tasks.wait_for_stop).stop(v),
+    ),
+    "shutdown_process_pool(timeout)": (
+        "timeout",
+        lambda v: shutdown_process_pool(ProcessPoolExecutor(1), v, force_timeout=1.0),
+    ),
+    "shutdown_process_pool(force_timeout)": (
+        "force_timeout",
+        lambda v: shutdown_process_pool(ProcessPoolExecutor(1), 1.0, force_timeout=v),
+    ),
+    "collect(timeout)": ("timeout", lambda v: collect([], v)),
+    "StopSignal.wait(timeout)": ("timeout", lambda v: set_signal().wait(v)),
+}
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, -math.inf, True, "1"], ids=repr)
+@pytest.mark.parametrize("entry", list(SECONDS))
+def test_every_seconds_argument_refuses_what_is_not_seconds(entry: str, bad: object) -> None:
+    """nan, negative, bool and str: a ValueError naming the argument, never a silent 0."""
+    name, call = SECONDS[entry]
+    with pytest.raises(ValueError, match=rf"^{name} must be a number of seconds >= 0"):
+        call(bad)
+
+
+@pytest.mark.parametrize(
+    "huge", [math.inf, 1e10, 1e300, 10**400], ids=["inf", "1e10", "1e300", "10**400"]
+)
+def test_every_seconds_argument_takes_inf_and_huge_values(huge: float) -> None:
+    """Budgets of inf or huge mean "as long as it takes": no OverflowError on any wait."""
+    context = safe_context()
+    child = StoppableProcess(process_tasks.wait_for_stop, stop_timeout=huge, context=context)
+    assert child.start().stop().escalation == ""
+    child = StoppableProcess(process_tasks.wait_for_stop, context=context).start()
+    assert child.stop(huge).terminated
+    executor = ProcessPoolExecutor(max_workers=1, mp_context=context)
+    futures = [executor.submit(process_tasks.square, n) for n in range(3)]
+    assert collect(futures, huge).results == {0: 0, 1: 1, 2: 4}
+    assert shutdown_process_pool(executor, huge, force_timeout=huge).terminated
+    assert set_signal().wait(huge)
