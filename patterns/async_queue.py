@@ -22,7 +22,8 @@ Guarantees:
       handler's exception and goes on, and lets cancellation through.
     * `AsyncConsumerPool` follows the lifecycle contract, with ``stop`` a coroutine:
       ``start()`` is all or nothing; ``stop()`` returns within its budget (plus one loop
-      turn), never raises for unfinished work, and returns the same report every time.
+      turn), never raises for unfinished work, and once one call has completed every
+      later call returns its report; from a consumer it is a request that returns at once.
       Each item the pool accepted is processed, failed (logged), discarded, or listed as
       interrupted by a cancellation.
 

@@ -16,12 +16,15 @@ Guarantees:
       then every ``get``, blocked or not, raises `ShutDown`.
     * ``shutdown(immediate=True)`` counts a ``task_done()`` per removed item (never below
       zero) and wakes ``join()``.
-    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing;
-      ``stop()`` is bounded by its budget, never raises for unfinished work, is safe from
-      any thread (a handler, a signal handler, while ``start()`` runs), and returns the
-      same report every time. Every item the pool accepted is processed, failed (logged)
-      or listed as discarded; a consumer killed by a `BaseException` is logged at CRITICAL,
-      and when the last one is gone the queue is shut so that no producer hangs.
+    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing, and
+      ``with pool.start():`` enters the running pool; ``stop()`` is bounded by its budget
+      (inf: as long as it takes), never raises for unfinished work, never blocks on its
+      own thread (from a handler it is a request, from a signal handler it returns a
+      provisional report at once), and once one call has completed every later call
+      returns its report. Reports come from each consumer's own "ended" event, never
+      from ``Thread.is_alive()``. Every item the pool accepted is processed, failed
+      (logged) or listed as discarded; a consumer killed by a `BaseException` is logged
+      at CRITICAL, and when the last one is gone the queue is shut so no producer hangs.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`
