@@ -1160,7 +1160,7 @@ def test_a_stop_interrupted_by_ctrl_c_can_be_done_again_and_then_is_final() -> N
 def main_blocked_in_stop() -> bool:
     """True when the main thread is inside stop() and parked in a wait or a join."""
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
-    if frame is None or frame.f_code.co_name not in {"wait", "_wait_for_tstate_lock"}:
+    if frame is None or frame.f_code.co_name not in {"wait", "join", "_wait_for_tstate_lock"}:
         return False
     while frame is not None:
         if frame.f_code.co_name == "stop":
