@@ -233,7 +233,10 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     if value is None and allow_none:
         return math.inf
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond a float's range, such as 10**400
+            seconds = math.inf if value > 0 else -math.inf
         if seconds >= 0:  # False for nan
             return seconds
     raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")

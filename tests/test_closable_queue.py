@@ -1214,7 +1214,7 @@ def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     assert pool.stop(MUST_HAPPEN) is report  # the first stop that completed is the record
 
 
-@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300])
+@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300, pytest.param(10**400, id="10**400")])
 def test_every_budget_accepts_inf_and_huge_values_as_as_long_as_it_takes(seconds: float) -> None:
     """stop_timeout, stop(timeout) and put(timeout) take inf and 1e10: no OverflowError."""
     gate = Gate("consumer on item 0")
@@ -1226,7 +1226,7 @@ def test_every_budget_accepts_inf_and_huge_values_as_as_long_as_it_takes(seconds
     pool: ConsumerPool[int] = ConsumerPool(
         handler, consumers=1, maxsize=1, name="huge", stop_timeout=seconds
     )
-    assert pool.stop_timeout == seconds
+    assert pool.stop_timeout == (math.inf if seconds > 1e308 else seconds)
     pool.put(0, timeout=seconds)
     pool.start()
     gate.wait_reached()
@@ -1242,7 +1242,9 @@ def test_every_budget_accepts_inf_and_huge_values_as_as_long_as_it_takes(seconds
     assert ConsumerPool(handler, stop_timeout=seconds).stop().terminated  # stop() uses it
 
 
-@pytest.mark.parametrize("bad", [math.nan, -1, -math.inf, True, "5", None])
+@pytest.mark.parametrize(
+    "bad", [math.nan, -1, -math.inf, pytest.param(-(10**400), id="-10**400"), True, "5", None]
+)
 def test_every_budget_refuses_nan_negative_bool_and_str_naming_the_argument(bad: object) -> None:
     """A number of seconds that is nan, negative, a bool or a str is a ValueError naming it."""
     with pytest.raises(ValueError, match="stop_timeout must be a number of seconds"):

@@ -725,7 +725,7 @@ def test_an_interrupted_last_done_logs_how_many_pills_it_delivered(
 # --- issue 23: every number of seconds, inf included ---------------------------------------
 
 
-@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300])
+@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300, pytest.param(10**400, id="10**400")])
 def test_join_with_timeout_and_put_pill_take_inf_and_huge_values(seconds: float) -> None:
     """Both inf and 1e10 mean as long as it takes: the waits are capped inside, no OverflowError."""
     q: queue.Queue[int | Pill] = queue.Queue(maxsize=1)
