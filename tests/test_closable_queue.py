@@ -711,15 +711,18 @@ def test_a_failing_handler_is_logged_and_its_consumer_goes_on(
     assert all(r.exc_info is not None and r.exc_info[0] is ValueError for r in errors)
 
 
+@pytest.mark.parametrize(
+    "fatal", [SystemExit("a library gave up"), KeyboardInterrupt()], ids=["SystemExit", "Ctrl-C"]
+)
 def test_one_dead_consumer_is_logged_and_the_others_go_on(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, fatal: BaseException
 ) -> None:
     """A consumer killed by sys.exit() is logged at CRITICAL; the queue stays open for the rest."""
     handled: list[object] = []
 
     def handler(item: object) -> None:
         if item == "exit":
-            sys.exit("a library gave up")
+            raise fatal
         handled.append(item)
 
     pool: ConsumerPool[object] = ConsumerPool(handler, consumers=2, name="half")
