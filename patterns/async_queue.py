@@ -22,7 +22,8 @@ Guarantees:
       handler's exception and goes on, and lets cancellation through.
     * `AsyncConsumerPool` follows the lifecycle contract, with ``stop`` a coroutine:
       ``start()`` is all or nothing; ``stop()`` returns within its budget (plus one loop
-      turn), never raises for unfinished work, and returns the same report every time.
+      turn), never raises for unfinished work, and once one call has completed every
+      later call returns its report; from a consumer it is a request that returns at once.
       Each item the pool accepted is processed, failed (logged), discarded, or listed as
       interrupted by a cancellation.
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -318,14 +320,43 @@ class AsyncPoolReport(Generic[T]):
     cancelled: tuple[str, ...]
     elapsed: float
 
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as a number of seconds; None means forever where allowed (math.inf).
+
+    inf and huge values are accepted ("as long as it takes"): asyncio's timers take them
+    as they are, since the loop caps each select() on its own.
+    """
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond a float's range, such as 10**400
+            seconds = math.inf if value > 0 else -math.inf
+        if seconds >= 0:  # False for nan
+            return seconds
+    raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+
 
 class AsyncConsumerPool(Generic[T]):
     """Consumer tasks that await ``handler(item)`` for each item, stopped by closing the queue.
 
     The lifecycle contract, in asyncio: ``start()`` is a plain method, called with the
     loop running, that creates the consumer tasks, all or nothing; ``stop(timeout)`` is a
-    coroutine (``await pool.stop()``); ``async with`` starts and stops. Items can be put
-    before ``start()``; stopping a pool that never started discards them.
+    coroutine (``await pool.stop()``); ``async with`` starts and stops, and entering a
+    started pool (``async with pool.start():``) returns it. Items can be put before
+    ``start()``; stopping a pool that never started discards them.
+
+    A ``stop()`` awaited by one of the pool's own consumers (inside the handler) is a
+    request: the queue closes (graceful: the consumers drain it; ``immediate=True``
+    discards it now), the call returns at once a provisional report naming its task, and
+    the last consumer to end records the final report, unless a ``stop()`` from another
+    task does it first.
     """
 
     def __init__(
@@ -341,15 +372,16 @@ class AsyncConsumerPool(Generic[T]):
             raise ValueError(f"consumers must be at least 1, got {consumers!r}")
         if maxsize < 0:
             raise ValueError(f"maxsize must be >= 0, got {maxsize!r}")
-        if stop_timeout < 0:
-            raise ValueError(f"stop_timeout must be >= 0, got {stop_timeout!r}")
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._handler = handler
         self._consumers = consumers
         self._name = name
-        self.stop_timeout = stop_timeout
         self._queue: ClosableAsyncQueue[T] = ClosableAsyncQueue(maxsize)
         # One loop, one thread: no lock. Every field changes only between two awaits.
         self._tasks: list[asyncio.Task[None]] = []
+        # Names of the consumers whose body has returned, added in its finally: a task is
+        # not done() yet while its own finally runs, and the last one reports from there.
+        self._ended: set[str] = set()
         self._alive = 0  # consumer tasks created and not yet ended
         self._started = False
         self._closed = False
@@ -358,6 +390,7 @@ class AsyncConsumerPool(Generic[T]):
         self._discarded: list[T] = []
         self._interrupted: list[T] = []
         self._stopper: asyncio.Task[Any] | None = None  # the task running the first stop()
+        self._requested: float | None = None  # loop.time() when a consumer asked to stop
         self._stopped = asyncio.Event()  # set once _report is final
         self._report: AsyncPoolReport[T] | None = None
 
@@ -415,14 +448,21 @@ class AsyncConsumerPool(Generic[T]):
         another task is stopping the pool waits for it within its own budget and returns
         a provisional report if that runs out. Never raises for unfinished work.
         """
-        budget = self.stop_timeout if timeout is None else timeout
-        if budget < 0:
-            raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         loop = asyncio.get_running_loop()
         start = loop.time()
         if self._report is not None:
             return self._report
         current = asyncio.current_task()
+        if current in self._tasks:  # a consumer: a request, it cannot wait for itself
+            self._closed = True
+            if self._requested is None:
+                self._requested = start
+            if immediate:
+                self._discard()
+            else:
+                self._queue.shutdown()
+            return self._snapshot(loop.time() - start, ())
         if self._stopper is not None:  # another stop() is running
             if self._stopper is not current:
                 with contextlib.suppress(TimeoutError):
@@ -449,8 +489,7 @@ class AsyncConsumerPool(Generic[T]):
             self._discard()
         else:
             self._queue.shutdown()
-        current = asyncio.current_task()
-        waiting = {t for t in self._tasks if t is not current and not t.done()}
+        waiting = {t for t in self._tasks if not t.done()}
         if waiting:
             _, waiting = await asyncio.wait(waiting, timeout=max(0.0, start + budget - loop.time()))
         cancelled: tuple[str, ...] = ()
@@ -469,13 +508,22 @@ class AsyncConsumerPool(Generic[T]):
         return self._snapshot(loop.time() - start, cancelled)
 
     async def __aenter__(self) -> Self:
-        return self.start()
+        """Start the pool if it never started; a running pool is returned as it is.
+
+        Raises:
+            RuntimeError: the pool was stopped (or its start failed).
+        """
+        if self._closed:
+            raise RuntimeError(f"{self._name}: a stopped pool cannot be entered")
+        return self if self._started else self.start()
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
     def _snapshot(self, elapsed: float, cancelled: tuple[str, ...]) -> AsyncPoolReport[T]:
-        still_running = tuple(t.get_name() for t in self._tasks if not t.done())
+        still_running = tuple(
+            t.get_name() for t in self._tasks if not t.done() and t.get_name() not in self._ended
+        )
         return AsyncPoolReport(
             terminated=not still_running,
             still_running=still_running,
@@ -515,7 +563,15 @@ class AsyncConsumerPool(Generic[T]):
                     self._queue.task_done()
         finally:
             self._alive -= 1
+            task = asyncio.current_task()
+            if task is not None:
+                self._ended.add(task.get_name())
             if self._alive == 0:
                 # Normally the queue is already shut and empty and this finds nothing. If
                 # the last consumer was cancelled, producers waiting on it wake instead.
                 self._discard()
+                if self._requested is not None and self._stopper is None and self._report is None:
+                    # A consumer asked for the stop and nobody else is doing it: record.
+                    loop = asyncio.get_running_loop()
+                    self._report = self._snapshot(loop.time() - self._requested, ())
+                    self._stopped.set()

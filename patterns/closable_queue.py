@@ -16,12 +16,15 @@ Guarantees:
       then every ``get``, blocked or not, raises `ShutDown`.
     * ``shutdown(immediate=True)`` counts a ``task_done()`` per removed item (never below
       zero) and wakes ``join()``.
-    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing;
-      ``stop()`` is bounded by its budget, never raises for unfinished work, is safe from
-      any thread (a handler, a signal handler, while ``start()`` runs), and returns the
-      same report every time. Every item the pool accepted is processed, failed (logged)
-      or listed as discarded; a consumer killed by a `BaseException` is logged at CRITICAL,
-      and when the last one is gone the queue is shut so that no producer hangs.
+    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing, and
+      ``with pool.start():`` enters the running pool; ``stop()`` is bounded by its budget
+      (inf: as long as it takes), never raises for unfinished work, never blocks on its
+      own thread (from a handler it is a request, from a signal handler it returns a
+      provisional report at once), and once one call has completed every later call
+      returns its report. Reports come from each consumer's own "ended" event, never
+      from ``Thread.is_alive()``. Every item the pool accepted is processed, failed
+      (logged) or listed as discarded; a consumer killed by a `BaseException` is logged
+      at CRITICAL, and when the last one is gone the queue is shut so no producer hangs.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`
@@ -33,13 +36,15 @@ Docs: docs/patterns/closable_queue.md
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 __all__ = [
     "ClosableQueue",
@@ -219,13 +224,64 @@ def put_until_shutdown(q: ClosableQueue[T], items: Iterable[T]) -> int:
     return delivered
 
 
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as a number of seconds; None means forever where allowed (math.inf).
+
+    inf and huge values are accepted ("as long as it takes"); every wait built on them is
+    cut into slices of at most `threading.TIMEOUT_MAX`, so no `OverflowError` escapes.
+    """
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond a float's range, such as 10**400
+            seconds = math.inf if value > 0 else -math.inf
+        if seconds >= 0:  # False for nan
+            return seconds
+    raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+
+
+def _wait_until(event: threading.Event, deadline: float) -> bool:
+    """``event.wait()`` until the `time.monotonic` ``deadline`` (may be inf); True if set."""
+    while not event.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        event.wait(min(remaining, threading.TIMEOUT_MAX))
+    return True
+
+
+def _inside(q: queue.Queue[Any]) -> bool:
+    """True if the calling thread is inside a method of ``q`` or of its conditions.
+
+    There it may hold ``q.mutex``, a plain lock: a signal handler that landed there and
+    takes the mutex deadlocks its own thread. The frames say where the thread is; the
+    ``self`` of each frame whose code is a `queue.Queue` or `threading.Condition`
+    method says whether it is this queue.
+    """
+    guarded = (q, q.not_empty, q.not_full, q.all_tasks_done)
+    codes = {
+        f.__code__
+        for cls in (*type(q).__mro__, threading.Condition)
+        for f in vars(cls).values()
+        if isinstance(f, types.FunctionType)
+    }
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in codes and any(frame.f_locals.get("self") is g for g in guarded):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @dataclass(frozen=True)
 class PoolReport(Generic[T]):
     """What a `ConsumerPool` had done when its ``stop()`` returned.
 
     Attributes:
         terminated: every consumer thread had ended.
-        still_running: names of the consumer threads still alive at the deadline.
+        still_running: names of the consumer threads not ended at the deadline.
         processed: items the handler returned from normally.
         failed: items the handler raised on (each one logged with its traceback).
         discarded: items queued but never handed to the handler, in queue order.
@@ -238,6 +294,10 @@ class PoolReport(Generic[T]):
     failed: int
     discarded: tuple[T, ...]
     elapsed: float
+
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
 class _Slot:
@@ -260,6 +320,21 @@ class ConsumerPool(Generic[T]):
 
     Items can be put before ``start()``; they wait for the consumers. Stopping a pool that
     was never started discards what was queued, since no consumer will ever take it.
+
+    Where ``stop()`` is called from decides what it does:
+
+    * from any other thread: it stops the pool within its budget and returns the report;
+      the first one to complete is recorded and every later call returns it. A call made
+      while another thread's stop runs waits for it within its own budget, then returns a
+      provisional report (``terminated=False``) that is not recorded;
+    * from a consumer (inside the handler): a request. The queue closes (graceful: the
+      consumers drain it; ``immediate=True`` discards it now), the call returns at once a
+      provisional report naming its consumer, and the last consumer to end records the
+      final report, unless a ``stop()`` from outside does it first;
+    * from a signal handler: inside this thread's own ``stop()`` it returns a provisional
+      report at once; inside a method of the pool's queue (``put``...), where the main
+      thread may hold the queue's lock, it hands the stop to a thread of its own, named
+      ``<name>-stopper``, and returns a provisional report at once.
     """
 
     def __init__(
@@ -275,22 +350,23 @@ class ConsumerPool(Generic[T]):
             raise ValueError(f"consumers must be at least 1, got {consumers!r}")
         if maxsize < 0:
             raise ValueError(f"maxsize must be >= 0, got {maxsize!r}")
-        if stop_timeout < 0:
-            raise ValueError(f"stop_timeout must be >= 0, got {stop_timeout!r}")
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._handler = handler
         self._consumers = consumers
         self._name = name
-        self.stop_timeout = stop_timeout
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
         # Guards every field below. Held by consumers to count an item and to note their
         # exit, by start() across each Thread.start() (so a stop() from another thread sees
         # a consumer either started and listed, or not launched at all), and by stop().
-        # Never held while a handler runs, while blocking on the queue, or while joining.
+        # Never held while a handler runs, while blocking on the queue, or while waiting.
         # Reentrant so that a stop() from a signal handler landing while the main thread
-        # holds it does not deadlock; that stop() returns on its budget and names the
-        # consumers it could not wait for (they need this lock to count).
+        # holds it does not deadlock.
         self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
+        # One per consumer, set in the finally of its thread's target: the truth stop()
+        # reports from (never Thread.is_alive(), which lies after an interrupted join on
+        # 3.11 and 3.12, gh-90882). Set by the consumer, waited on by stop().
+        self._ended: dict[threading.Thread, threading.Event] = {}
         self._alive = 0  # consumers launched and not yet ended
         self._started = False
         self._starting = False  # start() is still launching consumers
@@ -299,6 +375,12 @@ class ConsumerPool(Generic[T]):
         self._failed = 0
         self._discarded: list[T] = []
         self._stopper: threading.Thread | None = None  # the thread running the first stop()
+        self._requested: float | None = None  # when a consumer asked the pool to stop
+        self._handed_off = False  # a signal handler started the <name>-stopper thread
+        # Idents of the threads inside stop(): a stop() that finds its own thread there is
+        # a signal handler (or a callback) and must not block. A set, not a lock: add and
+        # discard are atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._stopped = threading.Event()  # set once _report is final
         self._report: PoolReport[T] | None = None
 
@@ -314,13 +396,27 @@ class ConsumerPool(Generic[T]):
             return list(self._threads)
 
     def put(self, item: T, timeout: float | None = None) -> None:
-        """Queue ``item`` for the consumers.
+        """Queue ``item``; with ``timeout`` None or inf, wait for room as long as it takes.
 
         Raises:
             ShutDown: the pool is stopping or stopped.
             queue.Full: the queue is bounded and stayed full for ``timeout`` seconds.
+            ValueError: ``timeout`` is not a number of seconds >= 0.
         """
-        self._queue.put(item, timeout=timeout)
+        seconds = _seconds(timeout, "timeout", allow_none=True)
+        if seconds == math.inf:
+            self._queue.put(item)
+            return
+        deadline = time.monotonic() + seconds
+        while True:  # slices of at most TIMEOUT_MAX, so 1e10 is no OverflowError
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                self._queue.put(item, timeout=min(remaining, threading.TIMEOUT_MAX))
+            except queue.Full:
+                if remaining <= threading.TIMEOUT_MAX:
+                    raise
+            else:
+                return
 
     def start(self) -> Self:
         """Start the consumer threads; return the pool. All or nothing.
@@ -345,7 +441,8 @@ class ConsumerPool(Generic[T]):
         except BaseException as exc:
             self._starting_done()
             logger.warning("%s: start() failed part-way (%r); stopping the rest", self._name, exc)
-            self._close(immediate=True, deadline=time.monotonic() + self.stop_timeout)
+            self._close(immediate=True)
+            self._wait_ended(time.monotonic() + self.stop_timeout)
             raise
         self._starting_done()
         return self
@@ -353,20 +450,23 @@ class ConsumerPool(Generic[T]):
     def _launch(self, name: str) -> bool:
         """Start one consumer and list it; False if the pool was stopped meanwhile."""
         slot = _Slot()
-        thread = threading.Thread(target=self._run, args=(slot,), name=name)
+        ended = threading.Event()
+        thread = threading.Thread(target=self._run, args=(slot, ended), name=name)
         with self._lock, slot.lock:
             if self._closed:
                 return False
             self._alive += 1
             self._threads.append(thread)
+            self._ended[thread] = ended
             try:
                 thread.start()
             except BaseException:
                 # The consumer has not begun (it needs slot.lock) and now never will.
                 slot.cancelled = True
                 self._alive -= 1
-                if not thread.is_alive():  # never started: nothing to join or report
+                if not thread.is_alive():  # never started: nothing to wait for or report
                     self._threads.remove(thread)
+                    del self._ended[thread]
                 raise
         return True
 
@@ -384,44 +484,76 @@ class ConsumerPool(Generic[T]):
         ``immediate=False``: the consumers drain the queue until the deadline; what is
         still queued then is discarded. ``immediate=True``: what is queued is discarded
         now, and each consumer ends after its current item. ``timeout=None`` means
-        ``stop_timeout``. Idempotent: every later call returns the first call's report; a
-        call made while another thread is stopping the pool waits for it within its own
-        budget and returns a provisional report if that runs out.
+        ``stop_timeout``; inf waits as long as it takes. What a call from a consumer or
+        a signal handler does is on the class; it never blocks on its own thread.
         """
-        budget = self.stop_timeout if timeout is None else timeout
-        if budget < 0:
-            raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         start = time.monotonic()
+        me = threading.get_ident()
+        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
+            return self._snapshot(start)
+        self._in_stop.add(me)
+        try:
+            return self._stop(budget, start, immediate=immediate)
+        finally:
+            self._in_stop.discard(me)
+
+    def _stop(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
         current = threading.current_thread()
         with self._lock:
             if self._report is not None:
                 return self._report
-            owner = self._stopper is None
-            if owner:
-                self._stopper = current
-            waits = self._stopper is not current
-        if not owner:  # another stop() is running; on this very thread, do not wait for it
-            if waits and self._stopped.wait(budget) and self._report is not None:
+            if current in self._ended:  # a consumer: a request, it cannot wait for itself
+                self._closed = True
+                if self._requested is None:
+                    self._requested = start
+                request = True
+            elif _inside(self._queue):  # a signal handler that may hold the queue's lock
+                self._closed = True
+                return self._hand_off(budget, start, immediate=immediate)
+            else:
+                request = False
+                first = self._stopper is None
+                if first:
+                    self._stopper = current
+        if request:
+            self._close(immediate=immediate)
+            return self._snapshot(start)
+        if not first:  # another thread's stop() is running: wait for it, within our budget
+            if _wait_until(self._stopped, start + budget) and self._report is not None:
                 return self._report
-            return self._snapshot(start, self.threads)
+            return self._snapshot(start)
         try:
             report = self._stop_once(budget, start, immediate=immediate)
         except BaseException:  # Ctrl-C mid-stop: let a later stop() do it all again
             with self._lock:
                 self._stopper = None
             raise
-        with self._lock:
-            self._report = report
-        self._stopped.set()
-        return report
+        return self._record(report)
+
+    def _hand_off(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
+        """Start ``<name>-stopper`` to run the stop; called with ``_lock`` held, never blocks."""
+        if not self._handed_off:
+            self._handed_off = True
+            stopper = threading.Thread(
+                target=self.stop,
+                args=(budget,),
+                kwargs={"immediate": immediate},
+                name=f"{self._name}-stopper",
+            )
+            try:
+                stopper.start()
+            except RuntimeError:
+                self._handed_off = False
+                logger.exception("%s: cannot hand the stop to a thread; stop() again", self._name)
+        return self._snapshot(start)
 
     def _stop_once(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
         deadline = start + budget
-        threads = self._close(immediate=immediate, deadline=deadline)
-        report = self._snapshot(start, threads)
-        if not report.terminated and not immediate:
-            self._close(immediate=True, deadline=deadline)
-            report = self._snapshot(start, threads)
+        self._close(immediate=immediate)
+        if not self._wait_ended(deadline) and not immediate:
+            self._discard()
+            report = self._snapshot(start)
             logger.error(
                 "%s: stop(%.3g) ran out of time: %d item(s) discarded, still running: %s",
                 self._name,
@@ -429,33 +561,61 @@ class ConsumerPool(Generic[T]):
                 len(report.discarded),
                 ", ".join(report.still_running),
             )
-        return report
+            return report
+        return self._snapshot(start)
+
+    def _record(self, report: PoolReport[T]) -> PoolReport[T]:
+        """Make ``report`` final unless one already is; return the final one."""
+        with self._lock:
+            if self._report is None:
+                self._report = report
+            final = self._report
+        self._stopped.set()
+        return final
 
     def __enter__(self) -> Self:
-        return self.start()
+        """Start the pool if it never started; a running pool is returned as it is.
+
+        So ``with pool:`` and ``with pool.start():`` both work, and both stop it at the end.
+
+        Raises:
+            RuntimeError: the pool was stopped (or its start failed).
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: a stopped pool cannot be entered")
+            running = self._started
+        return self if running else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    def _close(self, *, immediate: bool, deadline: float) -> list[threading.Thread]:
-        """Refuse new work, discard or let drain, join until ``deadline``; return the threads."""
+    def _close(self, *, immediate: bool) -> None:
+        """Refuse new work, and discard what is queued or let the consumers drain it."""
         with self._lock:
             self._closed = True
-            threads = list(self._threads)
-        if immediate or not threads:  # without consumers, nobody would ever take the rest
+            nobody = not self._threads
+        if immediate or nobody:  # without consumers, nobody would ever take the rest
             self._discard()
         else:
             self._queue.shutdown()
-        current = threading.current_thread()
-        for thread in threads:
-            # A thread whose start() failed is listed too; only a started one can be joined.
-            if thread is not current and thread.is_alive():
-                thread.join(max(0.0, deadline - time.monotonic()))
-        return threads
 
-    def _snapshot(self, start: float, threads: list[threading.Thread]) -> PoolReport[T]:
+    def _wait_ended(self, deadline: float) -> bool:
+        """Wait until every consumer's ended event is set, or ``deadline``; True if all are."""
         with self._lock:
-            still_running = tuple(t.name for t in threads if t.is_alive())
+            consumers = list(self._ended.items())
+        all_ended = True
+        for thread, ended in consumers:
+            if _wait_until(ended, deadline):
+                # Its target has returned: this join only waits for the thread's last steps.
+                thread.join(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX))
+            else:
+                all_ended = False
+        return all_ended
+
+    def _snapshot(self, start: float) -> PoolReport[T]:
+        with self._lock:
+            still_running = tuple(t.name for t, ended in self._ended.items() if not ended.is_set())
             return PoolReport(
                 terminated=not still_running,
                 still_running=still_running,
@@ -472,24 +632,39 @@ class ConsumerPool(Generic[T]):
                 self._discarded.extend(dropped)
             logger.warning("%s: discarded %d queued item(s)", self._name, len(dropped))
 
-    def _run(self, slot: _Slot) -> None:
-        """Consumer thread body: consume, and make sure the end of the last consumer is seen."""
-        with slot.lock:  # waits until start() knows whether Thread.start() succeeded
-            if slot.cancelled:
-                return
+    def _run(self, slot: _Slot, ended: threading.Event) -> None:
+        """Consumer thread body: consume; the last one out closes the queue and may report."""
+        last = False
         try:
-            self._consume()
-        except BaseException:  # SystemExit and the like from a handler: never die silently
-            logger.critical("%s died", threading.current_thread().name, exc_info=True)
+            with slot.lock:  # waits until start() knows whether Thread.start() succeeded
+                if slot.cancelled:
+                    return
+            try:
+                self._consume()
+            except BaseException:  # SystemExit and the like from a handler: never die silently
+                logger.critical("%s died", threading.current_thread().name, exc_info=True)
+            finally:
+                with self._lock:
+                    self._alive -= 1
+                    last = self._alive == 0 and not self._starting
+                if last:
+                    # Normally the queue is already shut down and empty and this finds
+                    # nothing. If the last consumer died instead, it shuts the queue so that
+                    # producers blocked in put() wake with ShutDown, and reports what nobody
+                    # will take.
+                    self._discard()
         finally:
-            with self._lock:
-                self._alive -= 1
-                last = self._alive == 0 and not self._starting
+            ended.set()
             if last:
-                # Normally the queue is already shut down and empty and this finds nothing.
-                # If the last consumer died instead, it shuts the queue so that producers
-                # blocked in put() wake with ShutDown, and reports what nobody will take.
-                self._discard()
+                self._finish_request()
+
+    def _finish_request(self) -> None:
+        """The last consumer is gone: if one of them asked for the stop, record its report."""
+        with self._lock:
+            if self._requested is None or self._stopper is not None or self._report is not None:
+                return  # no request, or a stop() from outside is running and will record
+            report = self._snapshot(self._requested)
+        self._record(report)
 
     def _consume(self) -> None:
         """Take items until the queue is shut down and empty; no pill, no stop flag."""

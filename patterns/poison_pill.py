@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import queue
 import threading
 import time
@@ -132,8 +133,7 @@ class ProducerGroup:
         _check_count("consumers", consumers)
         if stop is None and timeout is not None:
             raise ValueError("timeout needs a stop event: pass stop=threading.Event()")
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+        _seconds(timeout, "timeout", allow_none=True)
         self._queue = q
         self._consumers = consumers
         self._stop = stop
@@ -176,14 +176,14 @@ class ProducerGroup:
             self.done()
 
     def _send_pills(self) -> None:
-        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        deadline = time.monotonic() + _seconds(self._timeout, "timeout", allow_none=True)
         sent = 0
         try:
             while sent < self._consumers:
                 if self._stop is None:
                     self._queue.put(PILL)
                 else:
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    left = max(0.0, deadline - time.monotonic())
                     if not put_pill(self._queue, self._stop, left):
                         logger.error(
                             "ProducerGroup: %d of %d pill(s) not delivered; "
@@ -231,15 +231,14 @@ def put_pill(
     ``timeout`` seconds have passed (None: no deadline, only ``stop``). Returns True when
     the pill is in the queue, False (with a WARNING saying why) when it is not: the
     consumers are dead or stuck, and the caller must stop them some other way, or close
-    the queue instead.
+    the queue instead. inf (or 1e10) for either means as long as it takes.
     """
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
-    if poll <= 0:
-        raise ValueError(f"poll must be > 0, got {poll!r}")
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
+    if _seconds(poll, "poll") == 0:
+        raise ValueError("poll must be a number of seconds > 0, not 0")
     while True:
-        slice_ = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+        remaining = max(0.0, deadline - time.monotonic())
+        slice_ = min(poll, remaining, threading.TIMEOUT_MAX)
         try:
             q.put(PILL, timeout=slice_)
         except queue.Full:
@@ -249,7 +248,7 @@ def put_pill(
         if stop.is_set():
             logger.warning("put_pill: stop was set while the queue was full; no pill sent")
             return False
-        if deadline is not None and time.monotonic() >= deadline:
+        if time.monotonic() >= deadline:
             logger.warning("put_pill: queue still full after %.3gs; no pill sent", timeout)
             return False
 
@@ -257,14 +256,37 @@ def put_pill(
 def join_with_timeout(q: queue.Queue[Any], timeout: float) -> bool:
     """``q.join()`` with a timeout: True once every item got its ``task_done()`` (P13).
 
-    Returns False if some item is still unfinished after ``timeout`` seconds.
-    It waits on ``q.all_tasks_done``, the condition ``task_done()`` notifies, and reads
-    ``q.unfinished_tasks``: public attributes of `queue.Queue`, though not in its docs.
+    Returns False if some item is still unfinished after ``timeout`` seconds (inf: as
+    long as it takes). It waits on ``q.all_tasks_done``, the condition ``task_done()``
+    notifies, and reads ``q.unfinished_tasks``: public attributes of `queue.Queue`, though
+    not in its docs.
     """
-    if timeout < 0:
-        raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+    deadline = time.monotonic() + _seconds(timeout, "timeout")
     with q.all_tasks_done:
-        return q.all_tasks_done.wait_for(lambda: q.unfinished_tasks == 0, timeout)
+        while q.unfinished_tasks:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            q.all_tasks_done.wait(min(remaining, threading.TIMEOUT_MAX))
+        return True
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as a number of seconds; None means forever where allowed (math.inf).
+
+    inf and huge values are accepted ("as long as it takes"); every wait built on them is
+    cut into slices of at most `threading.TIMEOUT_MAX`, so no `OverflowError` escapes.
+    """
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond a float's range, such as 10**400
+            seconds = math.inf if value > 0 else -math.inf
+        if seconds >= 0:  # False for nan
+            return seconds
+    raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
 
 
 def _check_count(name: str, value: int) -> None:

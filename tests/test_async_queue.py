@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import sys
 import threading
@@ -1000,7 +1001,7 @@ def test_pool_async_with_starts_and_stops_and_logs_a_failing_handler(
 
 
 def test_pool_stop_from_inside_a_handler_does_not_wait_for_its_own_task() -> None:
-    """A handler may stop its own pool: the others end, and its own task is named still running."""
+    """A handler's stop() is a request: it returns at once naming its task; the last one reports."""
 
     async def scenario() -> None:
         reports: list[AsyncPoolReport[str]] = []
@@ -1015,9 +1016,127 @@ def test_pool_stop_from_inside_a_handler_does_not_wait_for_its_own_task() -> Non
         await asyncio.wait(pool.tasks, timeout=MUST_HAPPEN)
 
         [report] = reports
-        assert len(report.still_running) == 1  # the task that called stop(), and only it
-        assert report.cancelled == ()
+        assert "self-0" in report.still_running or "self-1" in report.still_running
+        assert (report.terminated, report.cancelled) == (False, ())
         assert all(task.done() for task in pool.tasks)
-        assert await pool.stop() is report
+        final = await pool.stop(0)  # recorded by the last consumer as it ended
+        assert (final.terminated, final.processed) == (True, 1)
+        assert await pool.stop() is final
+
+    run(scenario())
+
+
+# --- issue 23: the lifecycle contract on the paths users take ----------------------------------
+
+
+def test_pool_report_cannot_say_terminated_while_naming_a_running_consumer() -> None:
+    """AsyncPoolReport refuses terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running="):
+        AsyncPoolReport(True, ("c-0",), 0, 0, (), (), (), 0.0)
+
+
+def test_pool_async_with_pool_start_enters_the_running_pool_and_a_stopped_one_raises() -> None:
+    """Entering a started pool returns it and stops it at the end; a stopped pool is refused."""
+
+    async def scenario() -> None:
+        handled: list[int] = []
+
+        async def handler(item: int) -> None:
+            handled.append(item)
+
+        async with AsyncConsumerPool(handler, name="entered").start() as pool:
+            await pool.put(1)
+        assert (await pool.stop(0)).terminated  # __aexit__ stopped it
+        assert handled == [1]
+        with pytest.raises(RuntimeError, match="stopped"):
+            async with pool:
+                pass
+
+    run(scenario())
+
+
+def test_pool_stop_from_a_consumer_is_a_request_and_the_last_consumer_reports_the_drain() -> None:
+    """stop(5) from a handler returns at once; all 20 items are handled; the last task reports."""
+
+    async def scenario() -> None:
+        inner: list[AsyncPoolReport[int]] = []
+
+        async def handler(item: int) -> None:
+            if item == 0:
+                inner.append(await pool.stop(5.0))
+
+        pool = AsyncConsumerPool(handler, consumers=1, name="own")
+        for item in range(20):
+            pool.queue.put_nowait(item)
+        pool.start()
+        await asyncio.wait(pool.tasks, timeout=MUST_HAPPEN)
+
+        [provisional] = inner
+        assert (provisional.terminated, provisional.still_running) == (False, ("own-0",))
+        final = await pool.stop(0)
+        assert (final.terminated, final.still_running) == (True, ())
+        assert (final.processed, final.discarded, final.cancelled) == (20, (), ())
+        assert await pool.stop(MUST_HAPPEN) is final
+
+    run(scenario())
+
+
+def test_pool_a_second_stop_while_one_runs_is_bounded_by_its_own_budget() -> None:
+    """stop(0.2) during another stop() returns provisionally after 0.2 s; the first one records."""
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def handler(item: int) -> None:
+            await release.wait()
+
+        pool = AsyncConsumerPool(handler, consumers=1, name="bound")
+        pool.queue.put_nowait(1)
+        pool.start()
+        await parked(release._waiters, 1)  # type: ignore[attr-defined]
+        first = asyncio.create_task(pool.stop(MUST_HAPPEN), name="first stopper")
+        await asyncio.sleep(0)  # the first stop() runs up to its wait
+
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        second = await pool.stop(0.2)
+        took = loop.time() - began
+
+        assert 0.2 <= took < 0.2 + NOISE
+        assert (second.terminated, second.still_running) == (False, ("bound-0",))
+        release.set()
+        report = await outcome(first)
+        assert report.terminated
+        assert await pool.stop(0) is report
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300, pytest.param(10**400, id="10**400")])
+def test_pool_budgets_accept_inf_and_huge_values(seconds: float) -> None:
+    """stop_timeout and stop(timeout) take inf and 1e10, meaning as long as it takes."""
+
+    async def scenario() -> None:
+        pool = AsyncConsumerPool(lambda item: asyncio.sleep(0), stop_timeout=seconds).start()
+        assert pool.stop_timeout == (math.inf if seconds > 1e308 else seconds)
+        await pool.put(1)
+        assert (await pool.stop()).processed == 1
+        other = AsyncConsumerPool(lambda item: asyncio.sleep(0)).start()
+        assert (await other.stop(seconds)).terminated
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1, -math.inf, True, "5"])
+def test_pool_budgets_refuse_nan_negative_bool_and_str_naming_the_argument(bad: object) -> None:
+    """A number of seconds that is nan, negative, a bool or a str is a ValueError naming it."""
+    with pytest.raises(ValueError, match="stop_timeout must be a number of seconds"):
+        AsyncConsumerPool(lambda item: asyncio.sleep(0), stop_timeout=bad)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        pool = AsyncConsumerPool(lambda item: asyncio.sleep(0), name="bad").start()
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            await pool.stop(bad)  # type: ignore[arg-type]
+        assert (await pool.stop(MUST_HAPPEN)).terminated
 
     run(scenario())

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import json
 import logging
+import math
 import multiprocessing.queues
 import queue
 import signal
@@ -27,6 +29,7 @@ import pytest
 from patterns.closable_queue import (
     ClosableQueue,
     ConsumerPool,
+    PoolReport,
     ShutDown,
     put_until_shutdown,
     shutdown_and_drain,
@@ -34,11 +37,14 @@ from patterns.closable_queue import (
 from patterns.naive.closable_queue import naive_consume, naive_produce
 from tests.support import (
     MUST_HAPPEN,
+    NOISE,
     STAYS_BLOCKED,
     Gate,
     join_or_fail,
     run_in_thread,
+    run_python,
     stays_blocked,
+    wait_until,
 )
 
 PY313 = sys.version_info >= (3, 13)
@@ -705,15 +711,18 @@ def test_a_failing_handler_is_logged_and_its_consumer_goes_on(
     assert all(r.exc_info is not None and r.exc_info[0] is ValueError for r in errors)
 
 
+@pytest.mark.parametrize(
+    "fatal", [SystemExit("a library gave up"), KeyboardInterrupt()], ids=["SystemExit", "Ctrl-C"]
+)
 def test_one_dead_consumer_is_logged_and_the_others_go_on(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, fatal: BaseException
 ) -> None:
     """A consumer killed by sys.exit() is logged at CRITICAL; the queue stays open for the rest."""
     handled: list[object] = []
 
     def handler(item: object) -> None:
         if item == "exit":
-            sys.exit("a library gave up")
+            raise fatal
         handled.append(item)
 
     pool: ConsumerPool[object] = ConsumerPool(handler, consumers=2, name="half")
@@ -770,7 +779,7 @@ def test_stopping_a_pool_that_never_started_discards_what_was_queued() -> None:
 
 
 def test_a_handler_can_stop_its_own_pool_without_deadlocking() -> None:
-    """stop() from inside a handler does not join its own thread; it reports it as running."""
+    """stop() from a handler is a request: it names its own thread; the last one out reports."""
     reports = []
 
     def handler(item: str) -> None:
@@ -788,7 +797,9 @@ def test_a_handler_can_stop_its_own_pool_without_deadlocking() -> None:
     [inner] = reports
     assert (inner.discarded, inner.still_running) == (("b", "c"), ("self-0",))
     assert (inner.processed, inner.terminated) == (1, False)
-    assert pool.stop(timeout=MUST_HAPPEN) is inner
+    final = pool.stop(timeout=0)  # recorded by the consumer as it ended: no waiting needed
+    assert (final.terminated, final.processed, final.discarded) == (True, 2, ("b", "c"))
+    assert pool.stop(timeout=MUST_HAPPEN) is final
 
 
 def test_a_bounded_pool_put_times_out_with_full() -> None:
@@ -1022,8 +1033,9 @@ def test_a_stop_from_a_signal_handler_inside_start_neither_deadlocks_nor_raises(
         signal.signal(signal.SIGUSR1, previous)
 
     [inside] = reports
-    # The running consumers wait for the lock start() holds, so they outlive this budget.
-    assert inside.still_running == tuple(f"signal-{i}" for i in range(k - 1))
+    # The running consumers wait for the lock start() holds, so they outlive this budget;
+    # the k-th is listed and about to start, so it is running too as far as stop() knows.
+    assert inside.still_running == tuple(f"signal-{i}" for i in range(k))
     assert len(pool.threads) == k  # the stop won: no consumer after the k-th was started
     for thread in pool.threads:
         join_or_fail(thread)  # once start() lets go of the lock, each finds the queue shut
@@ -1077,12 +1089,33 @@ def test_stop_without_a_timeout_uses_stop_timeout_not_forever() -> None:
     join_or_fail(pool.threads[0])
 
 
-def test_entering_a_started_pool_raises() -> None:
-    """__enter__ is start(), so a second start through a with-block is refused too."""
-    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="entered").start()
-    with pytest.raises(RuntimeError, match="only once"), pool:
+def test_entering_a_started_pool_returns_it_and_a_stopped_one_raises() -> None:
+    """Entering a running pool returns it and stops it at the end; a stopped pool is refused."""
+    handled: list[int] = []
+    pool: ConsumerPool[int] = ConsumerPool(handled.append, name="entered").start()
+    with pool as entered:
+        assert entered is pool
+        pool.put(1)
+    assert pool.stop(0).terminated  # __exit__ stopped it
+    assert handled == [1]
+    with pytest.raises(RuntimeError, match="stopped"), pool:
         pass
-    assert pool.stop(MUST_HAPPEN).terminated
+    with pytest.raises(RuntimeError, match="only once"):
+        pool.start()
+
+
+def test_with_pool_start_lets_the_program_exit() -> None:
+    """With ConsumerPool(...).start() as pool: works, and the interpreter exits (code 0)."""
+    code = (
+        "from patterns.closable_queue import ConsumerPool\n"
+        "handled = []\n"
+        "with ConsumerPool(handled.append, name='exits').start() as pool:\n"
+        "    for i in range(10):\n"
+        "        pool.put(i)\n"
+        "print(sorted(handled) == list(range(10)), pool.stop().terminated)\n"
+    )
+    done = run_python(code)
+    assert (done.returncode, done.stdout.split()) == (0, ["True", "True"]), done.stderr
 
 
 def test_a_stop_made_while_another_is_running_waits_for_it_and_returns_its_report() -> None:
@@ -1122,3 +1155,233 @@ def test_a_stop_interrupted_by_ctrl_c_can_be_done_again_and_then_is_final() -> N
     assert (report.terminated, report.still_running) == (True, ())
     assert pool.stop() is report
     assert handled == [1]
+
+
+# --- issue 23: the lifecycle contract on the paths users take ----------------------------------
+
+
+def main_blocked_in_stop() -> bool:
+    """True when the main thread is inside stop() and parked in a wait or a join."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    if frame is None or frame.f_code.co_name not in {"wait", "join", "_wait_for_tstate_lock"}:
+        return False
+    while frame is not None:
+        if frame.f_code.co_name == "stop":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def send_to_main_once_blocked_in_stop(signum: int) -> threading.Thread:
+    """Start a thread that waits until the main thread is blocked in stop(), then signals it."""
+
+    def send() -> None:
+        deadline = time.monotonic() + MUST_HAPPEN
+        while not main_blocked_in_stop():
+            assert time.monotonic() < deadline, "the main thread never blocked in stop()"
+            time.sleep(0.001)  # polling an observation, not waiting for a race
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)
+
+    thread, _ = run_in_thread(send, "signal-sender")
+    return thread
+
+
+def test_a_report_cannot_say_terminated_while_naming_a_running_consumer() -> None:
+    """PoolReport refuses terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running="):
+        PoolReport(True, ("c-0",), 0, 0, (), 0.0)
+
+
+def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
+    """After a real SIGINT interrupts stop(), stop(0) names the running consumer (gh-90882)."""
+    assert threading.current_thread() is threading.main_thread()  # where SIGINT is handled
+    gate = Gate("consumer ignoring its stop")
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: gate.arrive(), consumers=1, name="sigint")
+    pool.put(1)
+    pool.start()
+    gate.wait_reached()
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        sender = send_to_main_once_blocked_in_stop(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            pool.stop(MUST_HAPPEN)
+        join_or_fail(sender)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    report = pool.stop(0)
+    assert (report.terminated, report.still_running) == (False, ("sigint-0",))
+    gate.open()
+    join_or_fail(pool.threads[0])
+    assert pool.stop(MUST_HAPPEN) is report  # the first stop that completed is the record
+
+
+@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300, pytest.param(10**400, id="10**400")])
+def test_every_budget_accepts_inf_and_huge_values_as_as_long_as_it_takes(seconds: float) -> None:
+    """stop_timeout, stop(timeout) and put(timeout) take inf and 1e10: no OverflowError."""
+    gate = Gate("consumer on item 0")
+
+    def handler(item: int) -> None:
+        if item == 0:
+            gate.arrive()
+
+    pool: ConsumerPool[int] = ConsumerPool(
+        handler, consumers=1, maxsize=1, name="huge", stop_timeout=seconds
+    )
+    assert pool.stop_timeout == (math.inf if seconds > 1e308 else seconds)
+    pool.put(0, timeout=seconds)
+    pool.start()
+    gate.wait_reached()
+    pool.put(1, timeout=seconds)  # the queue is full now
+    putter, put = run_in_thread(lambda: pool.put(2, timeout=seconds), "putter")
+    wait_for_waiters(pool.queue.not_full, 1)  # parked in a wait that must not overflow
+    gate.open()
+    join_or_fail(putter)
+    assert "error" not in put, put
+
+    report = pool.stop(seconds)
+    assert (report.terminated, report.processed, report.discarded) == (True, 3, ())
+    assert ConsumerPool(handler, stop_timeout=seconds).stop().terminated  # stop() uses it
+
+
+@pytest.mark.parametrize(
+    "bad", [math.nan, -1, -math.inf, pytest.param(-(10**400), id="-10**400"), True, "5", None]
+)
+def test_every_budget_refuses_nan_negative_bool_and_str_naming_the_argument(bad: object) -> None:
+    """A number of seconds that is nan, negative, a bool or a str is a ValueError naming it."""
+    with pytest.raises(ValueError, match="stop_timeout must be a number of seconds"):
+        ConsumerPool(lambda item: None, stop_timeout=bad)  # type: ignore[arg-type]
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: None, name="bad").start()
+    if bad is not None:  # None is valid for these two: stop_timeout, and no time limit
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            pool.stop(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            pool.put(1, timeout=bad)  # type: ignore[arg-type]
+    assert pool.stop(MUST_HAPPEN).terminated
+
+
+def test_a_stop_from_a_consumer_is_a_request_the_queue_drains_and_the_last_one_reports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """stop(5) from a handler returns at once; the pool drains all 20 items and reports it."""
+    inner: list[PoolReport[int]] = []
+
+    def handler(item: int) -> None:
+        if item == 0:
+            inner.append(pool.stop(5.0))
+
+    pool: ConsumerPool[int] = ConsumerPool(handler, consumers=1, name="own")
+    for item in range(20):
+        pool.put(item)
+    pool.start()
+    join_or_fail(pool.threads[0])
+
+    [provisional] = inner
+    assert (provisional.terminated, provisional.still_running) == (False, ("own-0",))
+    final = pool.stop(0)  # recorded by the last consumer as it ended
+    assert (final.terminated, final.still_running) == (True, ())
+    assert (final.processed, final.failed, final.discarded) == (20, 0, ())
+    assert pool.stop(MUST_HAPPEN) is final
+    assert "ran out of time" not in caplog.text
+
+
+def test_a_second_stop_while_one_runs_is_bounded_by_its_own_budget() -> None:
+    """stop(0.2) during another stop() returns provisionally after 0.2 s; the first one records."""
+    gate = Gate("consumer during the first stop")
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: gate.arrive(), consumers=1, name="bound")
+    pool.put(1)
+    pool.start()
+    gate.wait_reached()
+    first, first_outcome = run_in_thread(lambda: pool.stop(MUST_HAPPEN), "first stopper")
+    wait_until(lambda: pool.queue.is_shutdown, "the first stop() closed the queue")
+
+    began = time.monotonic()
+    second = pool.stop(0.2)
+    took = time.monotonic() - began
+
+    assert 0.2 <= took < 0.2 + NOISE
+    assert (second.terminated, second.still_running) == (False, ("bound-0",))
+    gate.open()
+    join_or_fail(first)
+    assert first_outcome["result"].terminated
+    assert pool.stop(0) is first_outcome["result"]
+
+
+def test_a_stop_from_a_signal_handler_inside_stop_returns_at_once() -> None:
+    """A handler's stop() while the main thread waits in stop() returns provisionally at once."""
+    assert threading.current_thread() is threading.main_thread()
+    gate = Gate("consumer during stop")
+    pool: ConsumerPool[int] = ConsumerPool(lambda item: gate.arrive(), consumers=1, name="nested")
+    pool.put(1)
+    pool.start()
+    gate.wait_reached()
+    inside: list[tuple[PoolReport[int], float]] = []
+
+    def handler(signum: int, frame: object) -> None:
+        began = time.monotonic()
+        inside.append((pool.stop(MUST_HAPPEN), time.monotonic() - began))
+        gate.open()  # now let the outer stop() finish
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        sender = send_to_main_once_blocked_in_stop(signal.SIGUSR1)
+        outer = pool.stop(MUST_HAPPEN)
+        join_or_fail(sender)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+    [(provisional, took)] = inside
+    assert took < NOISE
+    assert (provisional.terminated, provisional.still_running) == (False, ("nested-0",))
+    assert outer.terminated
+    assert pool.stop(0) is outer
+
+
+def test_a_stop_from_a_signal_handler_landing_inside_put_does_not_deadlock() -> None:
+    """A handler's stop() landing while put() holds the queue's lock hands off; no deadlock."""
+    # The profile hook raises a real SIGUSR1 from inside put(), once put() holds the queue's
+    # mutex (it is about to call _put); raise_signal() runs the Python handler right there.
+    code = """if True:
+        import json, signal, sys, threading
+        from patterns.closable_queue import ConsumerPool
+
+        handled = []
+        pool = ConsumerPool(handled.append, consumers=2, name="sig")
+        pool.start()
+        inside = []
+        signal.signal(signal.SIGUSR1, lambda signum, frame: inside.append(pool.stop(5.0)))
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == "_put":
+                if frame.f_locals.get("self") is pool.queue:
+                    sys.setprofile(None)
+                    assert pool.queue.mutex.locked()
+                    signal.raise_signal(signal.SIGUSR1)
+
+        pool.put(0)
+        sys.setprofile(profile)
+        pool.put(1)
+        sys.setprofile(None)
+        [provisional] = inside
+        final = pool.stop(10)
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread():
+                thread.join(10)
+        print(json.dumps({
+            "provisional": [provisional.terminated, list(provisional.still_running)],
+            "final": [final.terminated, final.processed, list(final.discarded)],
+            "same": pool.stop(0) is final,
+            "handled": sorted(handled),
+            "left": [t.name for t in threading.enumerate() if t is not threading.main_thread()],
+        }))
+    """
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "provisional": [False, ["sig-0", "sig-1"]],
+        "final": [True, 2, []],
+        "same": True,
+        "handled": [0, 1],
+        "left": [],
+    }

@@ -6,6 +6,7 @@ import contextlib
 import copy
 import inspect
 import logging
+import math
 import multiprocessing
 import multiprocessing.queues
 import pickle
@@ -259,7 +260,7 @@ def test_producer_group_refuses_a_timeout_without_a_stop_event() -> None:
 
 def test_producer_group_refuses_a_negative_timeout() -> None:
     """A negative timeout is a bug, not "give up at once", and the error says which argument."""
-    with pytest.raises(ValueError, match=re.escape("timeout must be None or >= 0, got -1")):
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds >= 0, not -1\b"):
         ProducerGroup(queue.Queue(), producers=1, consumers=1, stop=threading.Event(), timeout=-1)
 
 
@@ -343,7 +344,10 @@ def test_put_pill_puts_at_once_when_there_is_room_even_if_stop_is_set() -> None:
 
 @pytest.mark.parametrize(
     ("timeout", "poll", "message"),
-    [(-1.0, 0.05, "timeout must be None or >= 0, got -1.0"), (1.0, 0.0, "poll must be > 0")],
+    [
+        (-1.0, 0.05, "timeout must be a number of seconds >= 0, not -1.0"),
+        (1.0, 0.0, "poll must be a number of seconds > 0"),
+    ],
 )
 def test_put_pill_refuses_a_negative_timeout_or_a_poll_that_is_not_positive(
     timeout: float, poll: float, message: str
@@ -370,7 +374,7 @@ def test_join_with_timeout_wakes_as_soon_as_the_last_task_is_done() -> None:
     q: queue.Queue[int] = queue.Queue()
     q.put(1)
     joiner, outcome = run_in_thread(lambda: join_with_timeout(q, MUST_HAPPEN), "joiner")
-    wait_until_blocked_in(joiner, "wait_for")
+    wait_until_blocked_in(joiner, "wait")
     q.get()
     q.task_done()
     join_or_fail(joiner)
@@ -379,7 +383,7 @@ def test_join_with_timeout_wakes_as_soon_as_the_last_task_is_done() -> None:
 
 def test_join_with_timeout_refuses_a_negative_timeout() -> None:
     """A negative timeout is a bug, as it is for Queue.put()."""
-    with pytest.raises(ValueError, match=re.escape("timeout must be >= 0, got -0.5")):
+    with pytest.raises(ValueError, match=r"timeout must be a number of seconds >= 0, not -0\.5"):
         join_with_timeout(queue.Queue(), -0.5)
 
 
@@ -716,3 +720,47 @@ def test_an_interrupted_last_done_logs_how_many_pills_it_delivered(
     [record] = errors(caplog)
     assert "1 of 3 pill(s) delivered" in record.getMessage()
     assert group.remaining == 0  # done() was counted; the caller must stop the rest itself
+
+
+# --- issue 23: every number of seconds, inf included ---------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300, pytest.param(10**400, id="10**400")])
+def test_join_with_timeout_and_put_pill_take_inf_and_huge_values(seconds: float) -> None:
+    """Both inf and 1e10 mean as long as it takes: the waits are capped inside, no OverflowError."""
+    q: queue.Queue[int | Pill] = queue.Queue(maxsize=1)
+    q.put(1)
+    joiner, joined = run_in_thread(lambda: join_with_timeout(q, seconds), "joiner")
+    wait_until_blocked_in(joiner, "wait")
+    stop = threading.Event()
+    putter, put = run_in_thread(lambda: put_pill(q, stop, seconds, poll=seconds), "putter")
+    wait_until_blocked_in(putter, "wait")
+    assert q.get() == 1  # makes room for the pill: the putter wakes
+    join_or_fail(putter)
+    assert put == {"result": True}
+    q.task_done()
+    assert q.get() is PILL
+    q.task_done()
+    join_or_fail(joiner)
+    assert joined == {"result": True}
+    group = ProducerGroup(q, producers=1, consumers=1, stop=stop, timeout=seconds)
+    assert group.done() is True
+    assert drain(q) == [PILL]
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1, -math.inf, True, "5"])
+def test_every_number_of_seconds_refuses_nan_negative_bool_and_str_naming_it(
+    bad: object,
+) -> None:
+    """A timeout or poll that is nan, negative, a bool or a str is a ValueError naming it."""
+    q: queue.Queue[int | Pill] = queue.Queue()
+    stop = threading.Event()
+    with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+        join_with_timeout(q, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+        put_pill(q, stop, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="poll must be a number of seconds"):
+        put_pill(q, stop, 1.0, poll=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+        ProducerGroup(q, producers=1, consumers=1, stop=stop, timeout=bad)  # type: ignore[arg-type]
+    assert q.empty()
