@@ -59,7 +59,8 @@ class Busy:
         """The work: any arguments (an item, a stop event, a job's payload) are ignored."""
         self.entered.set()
         try:
-            if self.inside is not None and self.armed.wait(MUST_HAPPEN):
+            # armed: the test has set `inside` (or let the work go); read it only then
+            if self.armed.wait(MUST_HAPPEN * 3) and self.inside is not None:
                 self.inside()
             self.release.wait(MUST_HAPPEN * 3)
         finally:
@@ -72,6 +73,7 @@ class Busy:
     def finish(self) -> None:
         """Let the work end."""
         self.release.set()
+        self.armed.set()
 
 
 class _ChildWork(Busy):
