@@ -17,9 +17,14 @@ Guarantees:
     * A task spawned by a `TaskSet` is strongly referenced until it ends, so the garbage
       collector cannot destroy it mid-flight; its failure is logged at ERROR, with its
       name, when it happens, so "Task exception was never retrieved" never appears.
-    * `TaskSet.stop` keeps the lifecycle contract: bounded by its budget, idempotent (the
-      same report object), and it refuses new tasks from its first call.
-    * `AsyncSignalHandlers` puts back the exact previous Python handlers when stopped.
+    * `TaskSet.stop` keeps the lifecycle contract: bounded by its caller's budget, the same
+      report object once one stop has completed, and it refuses new tasks from its first
+      call. From one of the set's own tasks it is a request that returns at once.
+    * `AsyncSignalHandlers` puts back, when stopped, the loop's own handler for a signal if
+      the loop had one (an outer `AsyncSignalHandlers`), else the exact previous Python
+      handler.
+    * Every number of seconds is checked: `math.inf` means as long as it takes; nan, a
+      negative number, a bool or a string is a `ValueError` naming the argument.
     * When the task awaiting `run_in_thread` is cancelled, the token is set, the task waits
       at most ``cancel_timeout`` for ``fn`` to return, and a ``fn`` that does not is logged.
 
@@ -184,10 +189,12 @@ class TaskSet:
     The lifecycle contract, mapped to coroutines: the constructor touches no event loop;
     `start` is a plain method (there is nothing to wait for) that must run inside the
     loop, which it remembers; `stop` is a coroutine, ``await tasks.stop(timeout)``,
-    because waiting for tasks means letting the loop run; ``async with`` calls both. A
-    second ``stop()``, also one made while the first is still waiting, returns the same
-    report object. Everything runs in the loop's thread, so no lock is needed; calling
-    from another thread is an error, as it is for the loop itself.
+    because waiting for tasks means letting the loop run; ``async with`` calls both, and
+    enters a running set as it is (``async with TaskSet().start() as tasks:``). Once a
+    ``stop()`` has completed, every later one returns its report object; one made while
+    another is still waiting waits at most its own budget. Everything runs in the loop's
+    thread, so no lock is needed; calling from another thread is an error, as it is for
+    the loop itself.
     """
 
     def __init__(self, *, stop_timeout: float = 5.0, name: str = "tasks") -> None:
@@ -395,9 +402,11 @@ class AsyncSignalHandlers:
     (A6). ``start()`` (in the loop's thread, the main thread) installs each signal with
     ``loop.add_signal_handler``: the first calls ``on_stop(signum)`` in the loop, once; a
     second forces the exit with status ``128 + signum`` (A9). ``stop()`` removes them and
-    puts back the Python handler that was there before (the loop alone would put back the
-    default). A plain context manager, usable inside a coroutine: ``with
-    AsyncSignalHandlers(lambda s: stop.set()):``.
+    puts back what was there: the loop's own handler if it had one (an outer
+    ``AsyncSignalHandlers``, as nested `run_until_signalled` makes), else the Python
+    handler (the loop alone would put back the default). A plain context manager, usable
+    inside a coroutine: ``with AsyncSignalHandlers(lambda s: stop.set()):``; it enters a
+    running one as it is.
     """
 
     def __init__(

@@ -19,7 +19,11 @@ Guarantees:
       are as they were and ``on_stop`` is never called.
     * After ``stop()`` every handled signal has exactly the handler object it had before,
       and the wakeup fd is what it was, even if a handler put back raises on the way
-      (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``.
+      (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``
+      (`math.inf`: as long as it takes), and its report is true even after a Ctrl-C
+      interrupted an earlier ``stop()``.
+    * ``on_stop`` calling ``sys.exit(code)`` ends the program with ``code``: the exit is
+      logged and raised in the main thread; any other exception from it is logged.
     * A child forked while started gets the handlers it had before and no wakeup fd.
     * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and its
       failure is logged with its traceback.
@@ -145,8 +149,16 @@ class SignalHandlers:
     The constructor only checks its options. `start` (main thread only) takes the wakeup
     fd, starts the dispatcher thread and installs the handlers, all or nothing; `stop`
     (main thread, or any thread if never started) puts back exactly what was there, within
-    ``stop_timeout``, and returns the same `SignalHandlersReport` every time. Neither can
-    run twice: ``start()`` after ``start()`` or ``stop()`` raises `RuntimeError`.
+    ``stop_timeout``, and returns the same `SignalHandlersReport` every time once one has
+    completed. ``start()`` after ``start()`` or ``stop()`` raises `RuntimeError`; ``with``
+    starts a handle never started and enters a running one as it is, so ``with
+    install_signal_handlers(on_stop):`` works too.
+
+    ``on_stop`` runs in a thread of its own. If it raises `SystemExit` (``sys.exit(0)``),
+    which would end only that thread, silently (P8), the exit is logged and handed to the
+    main thread: one of our signals is sent to it, and its handler raises the `SystemExit`
+    there, wherever the main thread is; if ``stop()`` has already begun, ``stop()`` raises
+    it once it is done. Any other exception from ``on_stop`` is logged.
     """
 
     def __init__(

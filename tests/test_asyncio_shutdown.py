@@ -30,6 +30,7 @@ import pytest
 
 from patterns.asyncio_shutdown import (
     AsyncSignalHandlers,
+    SignalReport,
     TaskSet,
     TaskShutdownReport,
     retry_forever,
@@ -1231,3 +1232,11 @@ def test_with_on_started_async_signal_handlers_returns_them_and_the_program_ends
             "stopped one: AsyncSignalHandlers.start() can be called once, before stop()",
         ]
         assert c.proc.returncode == 0
+
+
+def test_a_report_cannot_say_terminated_with_tasks_still_running() -> None:
+    """Both reports refuse the lie: terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running=.*stubborn"):
+        TaskShutdownReport(terminated=True, still_running=("stubborn",))
+    with pytest.raises(ValueError, match="terminated=True with still_running="):
+        SignalReport(True, ("x",), None)

@@ -1943,3 +1943,10 @@ def test_sys_exit_in_on_stop_ends_the_program_with_its_code_through_the_main_thr
         assert child.wait() == code
         assert child.rest() == ["cleanup ran"]
         assert f"on_stop raised SystemExit({code}) in thread on-stop" in child.stderr()
+
+
+def test_a_report_cannot_say_terminated_with_threads_still_running():
+    """The report's constructor refuses the lie: terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running=.*on-stop"):
+        SignalHandlersReport(True, ("on-stop",), None)
+    assert SignalHandlersReport(False, ("on-stop",), None).still_running == ("on-stop",)
