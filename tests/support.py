@@ -288,8 +288,10 @@ class LoopThreadTaskSet:
         from patterns.asyncio_shutdown import TaskShutdownReport  # noqa: PLC0415
 
         budget = self.stop_timeout if timeout is None else timeout
-        if not budget >= 0:
-            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or not budget >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+        # The TaskSet keeps its budget; this wait only must not be an uncapped C wait (inf).
+        wait = min(budget + NOISE, threading.TIMEOUT_MAX)
         with self._lock:
             if self._report is not None:
                 return self._report
@@ -299,7 +301,7 @@ class LoopThreadTaskSet:
                 return self._report
             try:
                 done = asyncio.run_coroutine_threadsafe(self.task_set.stop(budget), loop)
-                self._report = done.result(budget + NOISE)
+                self._report = done.result(wait)
             finally:
                 loop.call_soon_threadsafe(loop.stop)
                 thread.join(MUST_HAPPEN)
@@ -308,7 +310,9 @@ class LoopThreadTaskSet:
             return self._report
 
     def __enter__(self) -> LoopThreadTaskSet:
-        return self.start()
+        with self._lock:
+            running = self._started and self._report is None
+        return self if running else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
