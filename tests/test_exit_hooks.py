@@ -1806,10 +1806,15 @@ def test_run_until_signalled_with_an_infinite_drain_budget_returns_when_work_end
 
 
 def main_waits_for_on_stop() -> bool:
-    """Whether the main thread is in stop()'s wait for on_stop (not the dispatcher's, before)."""
+    """Whether the main thread is in stop()'s wait for on_stop (not the dispatcher's, before).
+
+    That is ``_wait`` called by ``_stop``; before issue 23 it was ``join`` called by ``stop``,
+    which the fail-first run of these tests looked for.
+    """
     frame = sys._current_frames().get(threading.main_thread().ident or -1)
     while frame is not None and frame.f_back is not None:
-        if (frame.f_code.co_name, frame.f_back.f_code.co_name) == ("_wait", "_stop"):
+        pair = (frame.f_code.co_name, frame.f_back.f_code.co_name)
+        if pair in {("_wait", "_stop"), ("join", "stop")}:
             return True
         frame = frame.f_back
     return False
