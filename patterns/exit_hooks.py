@@ -457,6 +457,14 @@ class SignalHandlers:
         self._lock = threading.RLock()  # the dispatcher may have held it at the fork
         self._closed = True
         self._on_stop_thread = None
+        self._stopper = None  # a stop() under way is the parent's, and so is an exit handed over
+        self._exit, self._self_signals = None, 0
+        # The parent's threads do not exist here: they have ended, as far as this process
+        # goes. New events, set: the old ones' locks may have been held at the fork.
+        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
+        self._dispatcher_ended.set()
+        self._on_stop_ended.set()
+        self._stop_done = threading.Event()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
