@@ -317,10 +317,10 @@ class SignalHandlers:
                 self._stop_done.set()
             report = self._report
         exit_ = self._take_exit()  # on_stop's SystemExit that no signal carried to main yet
+        if exit_ is not None:  # the exit on_stop asked for wins over a Ctrl-C met on the way
+            raise exit_ from failure
         if failure is not None:
             raise failure
-        if exit_ is not None:
-            raise exit_
         return report
 
     def _still_running(self) -> tuple[str, ...]:

@@ -1957,3 +1957,27 @@ def test_a_report_cannot_say_terminated_with_threads_still_running():
     with pytest.raises(ValueError, match=r"terminated=True with still_running=.*on-stop"):
         SignalHandlersReport(True, ("on-stop",), None)
     assert SignalHandlersReport(False, ("on-stop",), None).still_running == ("on-stop",)
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_sys_exit_in_on_stop_while_the_main_thread_is_in_stop_is_raised_by_stop_after_cleanup():
+    """Once stop() has begun, no signal is sent: stop() records its report, then raises the exit."""
+    gate = Gate("on_stop")
+
+    def on_stop() -> None:
+        gate.arrive()
+        sys.exit(4)
+
+    handlers = SignalHandlers(on_stop, signals=(signal.SIGUSR1,)).start()
+    signal.raise_signal(signal.SIGUSR1)
+    gate.wait_reached()
+    opener, _ = run_in_thread(
+        lambda: (wait_until(main_waits_for_on_stop, "stop() waits for on_stop"), gate.open()),
+        "opens-the-gate",
+    )
+    with pytest.raises(SystemExit) as exited:
+        handlers.stop(MUST_HAPPEN)
+    join_or_fail(opener)
+    assert exited.value.code == 4
+    assert handlers.stop(0) == SignalHandlersReport(True, (), signal.SIGUSR1)
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
