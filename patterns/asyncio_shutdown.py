@@ -17,9 +17,14 @@ Guarantees:
     * A task spawned by a `TaskSet` is strongly referenced until it ends, so the garbage
       collector cannot destroy it mid-flight; its failure is logged at ERROR, with its
       name, when it happens, so "Task exception was never retrieved" never appears.
-    * `TaskSet.stop` keeps the lifecycle contract: bounded by its budget, idempotent (the
-      same report object), and it refuses new tasks from its first call.
-    * `AsyncSignalHandlers` puts back the exact previous Python handlers when stopped.
+    * `TaskSet.stop` keeps the lifecycle contract: bounded by its caller's budget, the same
+      report object once one stop has completed, and it refuses new tasks from its first
+      call. From one of the set's own tasks it is a request that returns at once.
+    * `AsyncSignalHandlers` puts back, when stopped, the loop's own handler for a signal if
+      the loop had one (an outer `AsyncSignalHandlers`), else the exact previous Python
+      handler.
+    * Every number of seconds is checked: `math.inf` means as long as it takes; nan, a
+      negative number, a bool or a string is a `ValueError` naming the argument.
     * When the task awaiting `run_in_thread` is cancelled, the token is set, the task waits
       at most ``cancel_timeout`` for ``fn`` to return, and a ``fn`` that does not is logged.
 
@@ -80,10 +85,23 @@ DEFAULT_CANCEL_TIMEOUT = 5.0
 _FORCE_FLUSH_TIMEOUT = 0.5
 
 
-def _check_budget(name: str, value: float) -> float:
-    if not (isinstance(value, int | float) and 0 <= value < math.inf):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0 as a float; `math.inf` means "as long as it takes"."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow
+
+
+def _timeout(budget: float) -> float | None:
+    """``budget`` for `asyncio.wait`: None for "as long as it takes" (no timer at all)."""
+    return None if budget == math.inf else budget
+
+
+def _check_report(terminated: bool, still_running: tuple[str, ...]) -> None:
+    if terminated and still_running:
+        raise ValueError(f"a report cannot say terminated=True with still_running={still_running}")
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,9 @@ class TaskShutdownReport:
     cancelled: tuple[str, ...] = ()
     elapsed: float = 0.0
 
+    def __post_init__(self) -> None:
+        _check_report(self.terminated, self.still_running)
+
 
 async def shutdown_tasks(
     tasks: Iterable[asyncio.Task[Any]], timeout: float, *, log_failures: bool = True
@@ -120,7 +141,7 @@ async def shutdown_tasks(
     If the caller itself is cancelled while waiting, the cancellation propagates; the tasks
     stay cancelled.
     """
-    budget = _check_budget("timeout", timeout)
+    budget = _seconds(timeout, "timeout")
     started = time.monotonic()
     tasks = list(dict.fromkeys(tasks))
     if asyncio.current_task() in tasks:
@@ -129,7 +150,7 @@ async def shutdown_tasks(
     for task in pending:
         task.cancel()
     if pending and budget > 0:
-        await asyncio.wait(pending, timeout=budget)
+        await asyncio.wait(pending, timeout=_timeout(budget))
     finished: list[str] = []
     failed: list[str] = []
     cancelled: list[str] = []
@@ -168,14 +189,16 @@ class TaskSet:
     The lifecycle contract, mapped to coroutines: the constructor touches no event loop;
     `start` is a plain method (there is nothing to wait for) that must run inside the
     loop, which it remembers; `stop` is a coroutine, ``await tasks.stop(timeout)``,
-    because waiting for tasks means letting the loop run; ``async with`` calls both. A
-    second ``stop()``, also one made while the first is still waiting, returns the same
-    report object. Everything runs in the loop's thread, so no lock is needed; calling
-    from another thread is an error, as it is for the loop itself.
+    because waiting for tasks means letting the loop run; ``async with`` calls both, and
+    enters a running set as it is (``async with TaskSet().start() as tasks:``). Once a
+    ``stop()`` has completed, every later one returns its report object; one made while
+    another is still waiting waits at most its own budget. Everything runs in the loop's
+    thread, so no lock is needed; calling from another thread is an error, as it is for
+    the loop itself.
     """
 
     def __init__(self, *, stop_timeout: float = 5.0, name: str = "tasks") -> None:
-        self.stop_timeout = _check_budget("stop_timeout", stop_timeout)
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name
         self._loop: asyncio.AbstractEventLoop | None = None
         # The strong references: the loop itself keeps only weak ones (A3). A task leaves
@@ -234,22 +257,35 @@ class TaskSet:
     async def stop(self, timeout: float | None = None) -> TaskShutdownReport:
         """Refuse new tasks, cancel the running ones, wait at most ``timeout``; report.
 
-        ``None`` means ``stop_timeout``. Raises `ValueError` for a bad timeout and
-        `RuntimeError` when awaited from one of the set's own tasks (it would wait for
-        itself); never for a task that would not stop (the report names it). If the
-        caller is cancelled, the stop goes on and a later ``stop()`` returns its report.
+        ``None`` means ``stop_timeout``; `math.inf` waits as long as it takes. Raises
+        `ValueError` for a bad timeout; never for a task that would not stop (the report
+        names it). If the caller is cancelled, the stop goes on and a later ``stop()``
+        returns its report. Awaited from one of the set's own tasks, it is a request: the
+        stop starts (that task is cancelled too, at its next ``await``) and a provisional
+        report naming it comes back at once. A ``stop()`` made while another is under way
+        waits at most its own ``timeout`` for that one's report, then returns a
+        provisional one. A provisional report says ``terminated=False`` and is not kept;
+        the first stop that completes keeps its report, and every later call returns it.
         """
-        budget = self.stop_timeout if timeout is None else _check_budget("timeout", timeout)
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         if self._report is not None:
             return self._report
-        if asyncio.current_task() in self._tasks:
-            raise RuntimeError(f"TaskSet {self.name!r}: stop() awaited from its own task")
         self._closed = True
+        first = self._stopping is None
         if self._stopping is None:
             self._stopping = asyncio.get_running_loop().create_task(
                 self._stop(budget), name=f"{self.name}-stop"
             )
-        return await asyncio.shield(self._stopping)
+        if asyncio.current_task() in self._tasks:  # it would wait for itself
+            return self._provisional()
+        if first:  # bounded by budget already: shutdown_tasks waits at most that
+            return await asyncio.shield(self._stopping)
+        await asyncio.wait([self._stopping], timeout=_timeout(budget))
+        return self._report or self._provisional()
+
+    def _provisional(self) -> TaskShutdownReport:
+        names = tuple(sorted(t.get_name() for t in self._tasks if not t.done()))
+        return TaskShutdownReport(terminated=False, still_running=names)
 
     async def _stop(self, budget: float) -> TaskShutdownReport:
         # The done callbacks log failures; shutdown_tasks only retrieves them.
@@ -258,6 +294,9 @@ class TaskSet:
         return report
 
     async def __aenter__(self) -> Self:
+        """Start if never started; a running set is returned as is (``async with s.start():``)."""
+        if self._loop is not None and not self._closed:
+            return self
         return self.start()
 
     async def __aexit__(
@@ -280,7 +319,7 @@ async def retry_forever(
     raises it) re-raises it, or checks ``asyncio.current_task().cancelling()`` and
     re-raises when it is non-zero.
     """
-    _check_budget("delay", delay)
+    _seconds(delay, "delay")
     while True:
         try:
             await step()
@@ -317,7 +356,7 @@ async def run_in_thread_with(
     **kwargs: P.kwargs,
 ) -> T:
     """`run_in_thread` with an ``executor`` (None: the loop's default) and ``cancel_timeout``."""
-    budget = _check_budget("cancel_timeout", cancel_timeout)
+    budget = _seconds(cancel_timeout, "cancel_timeout")
     loop = asyncio.get_running_loop()
     token = threading.Event()  # set here, in the loop's thread, on cancel; fn reads it
     context = contextvars.copy_context()
@@ -331,7 +370,7 @@ async def run_in_thread_with(
         name = getattr(fn, "__name__", repr(fn))
         future.add_done_callback(functools.partial(_log_late_outcome, name))
         if budget > 0:
-            await asyncio.wait([future], timeout=budget)  # a second cancel ends this wait
+            await asyncio.wait([future], timeout=_timeout(budget))  # a second cancel ends it
         if not future.done():
             logger.warning("%s still running %.3gs after its token was set", name, budget)
         raise
@@ -351,6 +390,9 @@ class SignalReport:
     still_running: tuple[str, ...]
     first_signal: signal.Signals | None  # the signal that called on_stop, if one came
 
+    def __post_init__(self) -> None:
+        _check_report(self.terminated, self.still_running)
+
 
 class AsyncSignalHandlers:
     """Handle SIGTERM like SIGINT in an event loop: stop on the first, exit on the second.
@@ -360,9 +402,11 @@ class AsyncSignalHandlers:
     (A6). ``start()`` (in the loop's thread, the main thread) installs each signal with
     ``loop.add_signal_handler``: the first calls ``on_stop(signum)`` in the loop, once; a
     second forces the exit with status ``128 + signum`` (A9). ``stop()`` removes them and
-    puts back the Python handler that was there before (the loop alone would put back the
-    default). A plain context manager, usable inside a coroutine: ``with
-    AsyncSignalHandlers(lambda s: stop.set()):``.
+    puts back what was there: the loop's own handler if it had one (an outer
+    ``AsyncSignalHandlers``, as nested `run_until_signalled` makes), else the Python
+    handler (the loop alone would put back the default). A plain context manager, usable
+    inside a coroutine: ``with AsyncSignalHandlers(lambda s: stop.set()):``; it enters a
+    running one as it is.
     """
 
     def __init__(
@@ -378,7 +422,9 @@ class AsyncSignalHandlers:
             raise ValueError("signals must name at least one signal")
         self._on_stop = on_stop
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._previous: dict[signal.Signals, Any] = {}  # what to put back, per signal added
+        # What to put back, per signal added: the Python handler, and the loop's own
+        # handler (callback and arguments) if the loop had one for it.
+        self._previous: dict[signal.Signals, tuple[Any, _LoopHandler | None]] = {}
         self._received: list[signal.Signals] = []
         self._closed = False
         self._report: SignalReport | None = None
@@ -402,7 +448,7 @@ class AsyncSignalHandlers:
         self._loop = loop
         try:
             for signum in self._signals:
-                previous = signal.getsignal(signum)
+                previous = (signal.getsignal(signum), _loop_handler(loop, signum))
                 loop.add_signal_handler(signum, self._on_signal, signum)
                 self._previous[signum] = previous
         except BaseException:
@@ -417,8 +463,7 @@ class AsyncSignalHandlers:
         ``timeout`` is accepted for the contract; nothing here waits. Call it in the loop's
         thread while the loop is open (or never started).
         """
-        if timeout is not None:
-            _check_budget("timeout", timeout)
+        _seconds(timeout, "timeout", allow_none=True)
         if self._report is None:
             self._closed = True
             self._remove()
@@ -427,14 +472,24 @@ class AsyncSignalHandlers:
 
     def _remove(self) -> None:
         loop = self._loop
-        for signum, previous in list(self._previous.items()):
+        for signum, (previous, in_loop) in list(self._previous.items()):
+            del self._previous[signum]
             if loop is not None and not loop.is_closed():
                 loop.remove_signal_handler(signum)  # puts back SIG_DFL / default_int_handler
-            if previous is not None:  # None: installed outside Python; nothing to put back
+                if in_loop is not None:  # the loop had one (an outer AsyncSignalHandlers)
+                    loop.add_signal_handler(signum, in_loop[0], *in_loop[1])
+                    continue
+            if getattr(previous, "__name__", "") == "_sighandler_noop":
+                # asyncio's placeholder for a loop handler we could not read: putting it
+                # back would make the signal do nothing at all. Leave the default.
+                logger.warning("%s: the loop's previous handler is lost", signum.name)
+            elif previous is not None:  # None: installed outside Python; nothing to put back
                 signal.signal(signum, previous)
-            del self._previous[signum]
 
     def __enter__(self) -> Self:
+        """Start if never started; a running one is returned as is (``with h.start():``)."""
+        if self._loop is not None and not self._closed:
+            return self
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -452,6 +507,24 @@ class AsyncSignalHandlers:
                 logger.exception("on_stop failed; a second signal still forces the exit")
         else:
             _force_exit(128 + signum, f"second signal ({signum.name}) while stopping")
+
+
+_LoopHandler = tuple[Callable[..., object], tuple[Any, ...]]
+
+
+def _loop_handler(loop: asyncio.AbstractEventLoop, signum: int) -> _LoopHandler | None:
+    """The callback and arguments ``loop`` runs for ``signum``, if it has one and we can see it.
+
+    asyncio has no public way to read a loop's signal handler; its Unix loops keep them
+    in ``_signal_handlers`` as `asyncio.Handle` objects. Read with getattr, so that a loop
+    without them (uvloop, a future asyncio) only loses the restore, never the start.
+    """
+    handlers = getattr(loop, "_signal_handlers", None)
+    handle = handlers.get(signum) if isinstance(handlers, dict) else None
+    callback = getattr(handle, "_callback", None)
+    if handle is None or callback is None or handle.cancelled():
+        return None
+    return callback, tuple(getattr(handle, "_args", None) or ())
 
 
 def _force_exit(status: int, reason: str) -> None:
@@ -487,8 +560,8 @@ async def run_until_signalled(
     Returns the `shutdown_tasks` report of the work task (``finished`` names it when it
     returned by itself; a failure of ``work`` is logged and named in ``failed``).
     """
-    drain = _check_budget("drain_timeout", drain_timeout)
-    cancel = _check_budget("cancel_timeout", cancel_timeout)
+    drain = _seconds(drain_timeout, "drain_timeout")
+    cancel = _seconds(cancel_timeout, "cancel_timeout")
     stop = asyncio.Event()  # set by the first signal; work watches it
     with AsyncSignalHandlers(lambda _signum: stop.set(), signals):
         task = asyncio.get_running_loop().create_task(work(stop), name="work")
@@ -497,7 +570,7 @@ async def run_until_signalled(
             await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
             if not task.done():
                 logger.info("draining: waiting up to %.3gs for work to stop", drain)
-                await asyncio.wait([task], timeout=drain)
+                await asyncio.wait([task], timeout=_timeout(drain))
         finally:
             stopped.cancel()
         return await shutdown_tasks([task], cancel)

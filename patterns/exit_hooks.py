@@ -19,17 +19,22 @@ Guarantees:
       are as they were and ``on_stop`` is never called.
     * After ``stop()`` every handled signal has exactly the handler object it had before,
       and the wakeup fd is what it was, even if a handler put back raises on the way
-      (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``.
+      (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``
+      (`math.inf`: as long as it takes), and its report is true even after a Ctrl-C
+      interrupted an earlier ``stop()``.
+    * ``on_stop`` calling ``sys.exit(code)`` ends the program with ``code``: the exit is
+      logged and raised in the main thread; any other exception from it is logged.
     * A child forked while started gets the handlers it had before and no wakeup fd.
     * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and its
       failure is logged with its traceback.
 
 Python:
     3.11+, POSIX (the wakeup fd is a pipe); checked on 3.11.7, 3.12.1 and 3.13.0. 3.12.1
-    refuses to start a thread in an `atexit` handler (gh-113964), so there `force_exit`
-    exits without its flush. Forking after ``start()`` forks a multi-threaded process,
-    which 3.12+ warn about. An asyncio loop's ``add_signal_handler`` takes the wakeup fd,
-    so ``start()`` refuses to run while one is set.
+    refuses to start a thread in an `atexit` handler (gh-104690; gh-113964 allowed it again
+    in 3.12.3 and 3.13), so there `force_exit` exits without its flush. Forking after
+    ``start()`` forks a multi-threaded process, which 3.12+ warn about. An asyncio loop's
+    ``add_signal_handler`` takes the wakeup fd, so ``start()`` refuses to run while one is
+    set.
 
 Docs: docs/patterns/exit_hooks.md (the pitfalls, the Java counterpart, budgets, forking).
 """
@@ -39,6 +44,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -86,15 +92,47 @@ class SignalHandlersReport:
     still_running: tuple[str, ...]  # the names of those that had not
     first_signal: signal.Signals | None  # the signal that called on_stop, if one came
 
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(
+                f"a report cannot say terminated=True with still_running={self.still_running}"
+            )
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0 as a float; `math.inf` means "as long as it takes"."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until ``deadline`` (monotonic, may be inf), in waits a C call accepts."""
+    while not event.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        event.wait(min(remaining, threading.TIMEOUT_MAX))
+    return True
+
 
 def _wake_only(signum: int, frame: FrameType | None) -> None:
-    """The Python-level handler: nothing to do here.
+    """The Python-level handler: nothing to do here, unless on_stop asked for an exit.
 
     By the time it runs, CPython's C-level handler has already written ``signum`` to the
     wakeup fd, where the dispatcher thread picks it up. It exists so that the signal's
-    default action (die, or raise `KeyboardInterrupt`) does not happen. Doing nothing also
-    means it cannot deadlock on a lock the interrupted main thread holds (E1).
+    default action (die, or raise `KeyboardInterrupt`) does not happen. It takes no lock,
+    so it cannot deadlock on one the interrupted main thread holds (E1). The one thing it
+    may do is raise the `SystemExit` an ``on_stop`` raised in its own thread and handed to
+    the main thread with this signal (see `SignalHandlers`).
     """
+    handlers = _installed
+    if handlers is not None:
+        exit_ = handlers._take_exit()
+        if exit_ is not None:
+            raise exit_
 
 
 def _require_main_thread(what: str) -> None:
@@ -105,18 +143,22 @@ def _require_main_thread(what: str) -> None:
         )
 
 
-def _remaining(deadline: float) -> float:
-    return max(0.0, deadline - time.monotonic())
-
-
 class SignalHandlers:
     """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
 
     The constructor only checks its options. `start` (main thread only) takes the wakeup
     fd, starts the dispatcher thread and installs the handlers, all or nothing; `stop`
     (main thread, or any thread if never started) puts back exactly what was there, within
-    ``stop_timeout``, and returns the same `SignalHandlersReport` every time. Neither can
-    run twice: ``start()`` after ``start()`` or ``stop()`` raises `RuntimeError`.
+    ``stop_timeout``, and returns the same `SignalHandlersReport` every time once one has
+    completed. ``start()`` after ``start()`` or ``stop()`` raises `RuntimeError`; ``with``
+    starts a handle never started and enters a running one as it is, so ``with
+    install_signal_handlers(on_stop):`` works too.
+
+    ``on_stop`` runs in a thread of its own. If it raises `SystemExit` (``sys.exit(0)``),
+    which would end only that thread, silently (P8), the exit is logged and handed to the
+    main thread: one of our signals is sent to it, and its handler raises the `SystemExit`
+    there, wherever the main thread is; if ``stop()`` has already begun, ``stop()`` raises
+    it once it is done. Any other exception from ``on_stop`` is logged.
     """
 
     def __init__(
@@ -132,27 +174,40 @@ class SignalHandlers:
             raise ValueError(f"signals: {exc}") from None
         if not self._signals:
             raise ValueError("signals must name at least one signal")
-        if stop_timeout < 0:
-            raise ValueError(f"stop_timeout must be >= 0, got {stop_timeout!r}")
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._on_stop = on_stop
-        self.stop_timeout = stop_timeout
-        # Guards _started, _armed, _held, _closed, _received, _on_stop_thread and _report.
-        # Taken by the dispatcher thread for each signal, by start() and stop(); never held
-        # while on_stop runs, never taken by a Python-level signal handler (E1).
-        self._lock = threading.Lock()
+        # Guards _started, _armed, _held, _closed, _received, _on_stop_thread, _stopper,
+        # _self_signals and _report. Taken by the dispatcher thread for each signal, by
+        # start() and stop() for a few assignments; never held while anything waits or
+        # on_stop runs. Reentrant: a stop() from a signal handler that interrupted the main
+        # thread while it held the lock must not wait for itself (E1, R4).
+        self._lock = threading.RLock()
         self._started = False
         self._armed = False  # set once start() has succeeded; signals before it wait in _held
         self._held: list[signal.Signals] = []
         self._closed = False  # set by stop() or a failed start(): no signal is acted on after
         self._received: list[signal.Signals] = []
         self._on_stop_thread: threading.Thread | None = None
+        # Set in the finally of on_stop's thread: the truth about it even after a join()
+        # that a Ctrl-C interrupted (gh-90882 marks a live thread finished on 3.11/3.12).
+        self._on_stop_ended = threading.Event()
         self._report: SignalHandlersReport | None = None
+        # The ident of the thread inside stop(), so that a stop() from a signal handler
+        # that interrupted it returns at once instead of waiting for itself (R4).
+        self._stopper: int | None = None
+        self._stop_done = threading.Event()  # set once _report is recorded
+        # A SystemExit raised by on_stop in its thread, waiting for the main thread to
+        # raise it (from _wake_only, or at the end of stop()); and how many signals we
+        # sent to the main thread to get it there, which the dispatcher must not count.
+        self._exit: SystemExit | None = None
+        self._self_signals = 0
         # What _install changed, each undone by _restore and then marked undone, so that a
         # _restore interrupted half-way (a KeyboardInterrupt from a handler already put back)
         # can be called again and finish.
         self._previous: dict[signal.Signals, _Handler] = {}
         self._wakeup_installed = False
         self._dispatcher: threading.Thread | None = None
+        self._dispatcher_ended = threading.Event()  # set in the finally of the dispatcher
         self._dispatcher_running = False
         # The C-level handler writes signal numbers to _write_fd (non-blocking: a full pipe
         # drops a byte rather than block in a signal handler); the dispatcher reads _read_fd.
@@ -201,43 +256,100 @@ class SignalHandlers:
     def stop(self, timeout: float | None = None) -> SignalHandlersReport:
         """Put back the previous handlers and wakeup fd; wait for the helper threads.
 
-        Bounded by ``timeout`` (None: ``stop_timeout``). A signal that arrives once
-        ``stop()`` has begun is no longer acted on; from the moment its previous handler
-        is back, that handler gets it, and if it raises (a second Ctrl-C meeting
-        `signal.default_int_handler`), ``stop()`` still puts everything back, records its
-        report and then re-raises it.
+        Bounded by ``timeout`` (None: ``stop_timeout``; `math.inf`: as long as it takes).
+        A signal that arrives once ``stop()`` has begun is no longer acted on; from the
+        moment its previous handler is back, that handler gets it, and if it raises (a
+        second Ctrl-C meeting `signal.default_int_handler`), ``stop()`` still puts
+        everything back, records its report and then re-raises it. Once started, only the
+        main thread can put the handlers back; from elsewhere, ``stop()``:
+
+        * from ``on_stop`` (or the dispatcher): a request that changes nothing and returns
+          a provisional report at once, naming the calling thread; the handlers stay, so a
+          second signal still forces the exit, until the main thread's ``stop()``;
+        * from another thread while the main thread is inside ``stop()``: waits at most
+          ``timeout`` for it, then returns its report, or a provisional one;
+        * from a signal handler that interrupted the main thread's ``stop()``: returns a
+          provisional report at once;
+        * from another thread otherwise: `RuntimeError`.
+
+        A provisional report says ``terminated=False`` and is not recorded; the first
+        ``stop()`` that completes records its report, and every later call returns it.
         """
-        budget = self.stop_timeout if timeout is None else timeout
-        if budget < 0:
-            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        me = threading.get_ident()
         with self._lock:
             if self._report is not None:
                 return self._report
-            started = self._started
-        if started:
-            _require_main_thread("SignalHandlers.stop()")
+            own = me in (
+                self._thread_ident(self._dispatcher),
+                self._thread_ident(self._on_stop_thread),
+            )
+            inside = self._stopper == me
+            busy = self._stopper is not None
+            if not (own or inside or busy):
+                if self._started and threading.current_thread() is not threading.main_thread():
+                    _require_main_thread("SignalHandlers.stop()")
+                self._stopper = me
+        if own or inside:
+            return self._provisional()
+        if busy:
+            _wait(self._stop_done, time.monotonic() + budget)
+            return self._report or self._provisional()
+        try:
+            return self._stop(budget)
+        finally:
+            with self._lock:
+                self._stopper = None
+
+    def _stop(self, budget: float) -> SignalHandlersReport:
         deadline = time.monotonic() + budget
         with self._lock:
             self._closed = True
             on_stop_thread = self._on_stop_thread
         failure = self._restore_all(deadline)
-        if on_stop_thread is not None:
-            on_stop_thread.join(_remaining(deadline))
-            if on_stop_thread.is_alive():
-                logger.warning("on_stop is still running %.3gs after stop()", budget)
-        threads = (self._dispatcher, on_stop_thread)
-        alive = tuple(t.name for t in threads if t is not None and t.is_alive())
+        if on_stop_thread is not None and not _wait(self._on_stop_ended, deadline):
+            logger.warning("on_stop is still running %.3gs after stop()", budget)
         with self._lock:
-            first = self._received[0] if self._received else None
             if self._report is None:
+                alive = self._still_running()
+                first = self._received[0] if self._received else None
                 self._report = SignalHandlersReport(not alive, alive, first)
+                self._stop_done.set()
             report = self._report
+        exit_ = self._take_exit()  # on_stop's SystemExit that no signal carried to main yet
+        if exit_ is not None:  # the exit on_stop asked for wins over a Ctrl-C met on the way
+            raise exit_ from failure
         if failure is not None:
             raise failure
         return report
 
+    def _still_running(self) -> tuple[str, ...]:
+        """The names of our threads whose "ended" event is not set (caller holds _lock)."""
+        threads = [(self._dispatcher, self._dispatcher_ended)]
+        threads.append((self._on_stop_thread, self._on_stop_ended))
+        return tuple(t.name for t, ended in threads if t is not None and not ended.is_set())
+
+    def _provisional(self) -> SignalHandlersReport:
+        with self._lock:
+            first = self._received[0] if self._received else None
+            return SignalHandlersReport(False, self._still_running(), first)
+
+    @staticmethod
+    def _thread_ident(thread: threading.Thread | None) -> int | None:
+        return None if thread is None else thread.ident
+
+    def _take_exit(self) -> SystemExit | None:
+        """The SystemExit on_stop raised, once; called in the main thread only, without a lock."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        exit_, self._exit = self._exit, None
+        return exit_
+
     def __enter__(self) -> Self:
-        return self.start()
+        """Start if never started; a running object is returned as is (``with x.start():``)."""
+        with self._lock:
+            running = self._started and not self._closed
+        return self if running else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
@@ -263,9 +375,15 @@ class SignalHandlers:
         self._wakeup_installed = True
         _installed = self
         self._dispatcher = threading.Thread(
-            target=self._dispatch, name="signal-dispatcher", daemon=True
+            target=_setting_when_done(self._dispatch, self._dispatcher_ended),
+            name="signal-dispatcher",
+            daemon=True,
         )
-        self._dispatcher.start()
+        try:
+            self._dispatcher.start()
+        except BaseException:
+            self._dispatcher_ended.set()  # it never ran, so it has ended
+            raise
         self._dispatcher_running = True
         for signum in self._signals:
             # Recorded before it is replaced: putting back a handler that was not replaced
@@ -314,9 +432,9 @@ class SignalHandlers:
         if self._dispatcher_running:
             os.write(self._write_fd, bytes([_CLOSE]))
             self._dispatcher_running = False
-        if self._dispatcher is not None and self._dispatcher.is_alive():
-            self._dispatcher.join(_remaining(deadline))
-        if self._dispatcher is None or not self._dispatcher.is_alive():
+        # Not join()/is_alive(): after a join() that a Ctrl-C interrupted, 3.11/3.12 say a
+        # live thread has finished (gh-90882), and the pipe would close under it.
+        if self._dispatcher is None or _wait(self._dispatcher_ended, deadline):
             self._close_pipe()
         if _installed is self:
             _installed = None
@@ -336,9 +454,17 @@ class SignalHandlers:
         ``stop()`` in the child would end the parent's dispatcher. The child gets the
         handlers it would have had without us, as a process of its own.
         """
-        self._lock = threading.Lock()  # the dispatcher may have held it at the fork
+        self._lock = threading.RLock()  # the dispatcher may have held it at the fork
         self._closed = True
         self._on_stop_thread = None
+        self._stopper = None  # a stop() under way is the parent's, and so is an exit handed over
+        self._exit, self._self_signals = None, 0
+        # The parent's threads do not exist here: they have ended, as far as this process
+        # goes. New events, set: the old ones' locks may have been held at the fork.
+        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
+        self._dispatcher_ended.set()
+        self._on_stop_ended.set()
+        self._stop_done = threading.Event()
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
@@ -362,6 +488,9 @@ class SignalHandlers:
             # SIGALRM, say), so only ours count, and none after close() has started.
             if self._closed or signum not in self._signals:
                 return
+            if self._self_signals:  # sent by _hand_exit_to_main: not a second signal
+                self._self_signals -= 1
+                return
             if not self._armed:  # still installing: act only if installing succeeds
                 self._held.append(signal.Signals(signum))
                 return
@@ -372,7 +501,9 @@ class SignalHandlers:
                 # In its own thread: on_stop may block, and the dispatcher must stay free
                 # to see the second signal.
                 thread = threading.Thread(
-                    target=self._run_on_stop, args=(signal.Signals(signum),), name="on-stop"
+                    target=_setting_when_done(self._run_on_stop, self._on_stop_ended),
+                    args=(signal.Signals(signum),),
+                    name="on-stop",
                 )
                 thread.daemon = True
                 try:
@@ -392,8 +523,47 @@ class SignalHandlers:
         logger.warning("%s received: stopping (send it again to exit at once)", signum.name)
         try:
             self._on_stop()
-        except Exception:
+        except SystemExit as exc:
+            # sys.exit() in a thread other than main ends only that thread, silently (P8).
+            # What the caller meant is the program's exit: hand it to the main thread.
+            logger.error(
+                "on_stop raised SystemExit(%r) in thread %s; passing it to the main thread",
+                exc.code,
+                threading.current_thread().name,
+                exc_info=True,
+            )
+            self._hand_exit_to_main(exc, signum)
+        except BaseException:
             logger.exception("on_stop failed; a second signal still forces the exit")
+
+    def _hand_exit_to_main(self, exc: SystemExit, signum: signal.Signals) -> None:
+        """Make the main thread raise ``exc``: now by a signal, or at the end of its stop().
+
+        The signal is one of ours, so its Python handler is `_wake_only`, which raises the
+        exit in the main thread, even one blocked in ``Event.wait()``. Sent under the lock,
+        before stop() can mark us closed and put the previous handler back; once closed,
+        the main thread is in stop(), which raises it when it is done.
+        """
+        with self._lock:
+            self._exit = exc
+            if self._closed:
+                return
+            self._self_signals += 1
+            main = threading.main_thread().ident
+            if main is not None:
+                signal.pthread_kill(main, signum)
+
+
+def _setting_when_done(target: Callable[..., None], ended: threading.Event) -> Callable[..., None]:
+    """``target`` wrapped to set ``ended`` however it ends: a thread's own "ended" signal."""
+
+    def run(*args: Any) -> None:
+        try:
+            target(*args)
+        finally:
+            ended.set()
+
+    return run
 
 
 # The handle whose wakeup fd is set (there can be only one), for the fork hooks below.
@@ -464,6 +634,7 @@ def force_exit(
     wait for it (P19). Where no thread can be started (during finalization; in an `atexit`
     handler on 3.12.1) it exits without the flush.
     """
+    budget = _seconds(flush_timeout, "flush_timeout")
     if sys.is_finalizing():
         # No thread can start now: 3.12+ raise, and on 3.11 Thread.start() waits forever
         # for a thread that cannot get going. Exit without the flush.
@@ -473,9 +644,9 @@ def force_exit(
     )
     try:
         flusher.start()
-    except RuntimeError:  # 3.12.1 refuses new threads in atexit handlers too (gh-113964)
+    except RuntimeError:  # 3.12.0-3.12.2 refuse new threads in atexit handlers (gh-104690)
         os._exit(status)
-    flusher.join(flush_timeout)
+    flusher.join(min(budget, threading.TIMEOUT_MAX))  # not interrupted: nothing to trust
     os._exit(status)
 
 
@@ -518,8 +689,10 @@ def run_until_signalled(
     ran out (logged at ERROR). In that case the thread still holds interpreter exit: call
     `force_exit` rather than returning from ``main``.
     """
+    drain = _seconds(drain_timeout, "drain_timeout")
     stop = threading.Event()  # set by on_stop (first signal); work watches it
     wake = threading.Event()  # set by on_stop or when work ends; the main thread waits on it
+    ended = threading.Event()  # set when work ends: trusted even after an interrupted wait
 
     def on_stop() -> None:
         stop.set()
@@ -529,6 +702,7 @@ def run_until_signalled(
         try:
             work(stop)
         finally:
+            ended.set()
             wake.set()
 
     worker = threading.Thread(target=body, name="worker")
@@ -537,11 +711,10 @@ def run_until_signalled(
         try:
             wake.wait()  # safe without a timeout: on_stop never runs in this thread
             if stop.is_set():
-                logger.info("draining: waiting up to %.3gs for work to stop", drain_timeout)
-            worker.join(drain_timeout)
-            drained = not worker.is_alive()
+                logger.info("draining: waiting up to %.3gs for work to stop", drain)
+            drained = _wait(ended, time.monotonic() + drain)
             if not drained:
-                logger.error("work did not stop within %.3gs; abandoning it", drain_timeout)
+                logger.error("work did not stop within %.3gs; abandoning it", drain)
         finally:
             if cleanup is not None:
                 cleanup()

@@ -13,6 +13,7 @@ import asyncio.constants
 import contextlib
 import gc
 import logging
+import math
 import queue
 import signal
 import subprocess
@@ -29,11 +30,13 @@ import pytest
 
 from patterns.asyncio_shutdown import (
     AsyncSignalHandlers,
+    SignalReport,
     TaskSet,
     TaskShutdownReport,
     retry_forever,
     run_in_thread,
     run_in_thread_with,
+    run_until_signalled,
     shutdown_tasks,
 )
 from patterns.naive.asyncio_shutdown import (
@@ -342,10 +345,10 @@ def test_shutdown_tasks_sorts_every_task_into_one_outcome(caplog: pytest.LogCapt
     assert len(logged) == 1
 
 
-@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), "1"])
+@pytest.mark.parametrize("timeout", [-1, float("nan"), -math.inf, "1", True, None])
 def test_shutdown_tasks_refuses_a_bad_timeout(timeout: Any) -> None:
-    """A timeout that is not a finite number >= 0 is a ValueError naming it."""
-    with pytest.raises(ValueError, match="timeout must be a finite number"):
+    """A timeout that is not a number of seconds >= 0 is a ValueError naming it."""
+    with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
         asyncio.run(shutdown_tasks([], timeout))
 
 
@@ -537,18 +540,114 @@ def test_task_set_start_needs_a_running_loop() -> None:
         tasks.start()
 
 
-def test_task_set_stop_from_its_own_task_is_refused() -> None:
-    """A task of the set awaiting its stop() gets RuntimeError instead of waiting for itself."""
+def test_task_set_stop_from_its_own_task_is_a_request_that_returns_at_once() -> None:
+    """From its own task, stop() starts the stop and returns a provisional report naming it."""
 
     async def main() -> None:
-        async with TaskSet() as tasks:
+        got: list[TaskShutdownReport] = []
+        async with TaskSet(stop_timeout=MUST_HAPPEN) as tasks:
+            tasks.spawn(asyncio.Event().wait(), name="other")
 
             async def stopper() -> None:
-                await tasks.stop()
+                got.append(await tasks.stop())
+                await asyncio.Event().wait()  # cancelled by the stop it asked for
 
             task = tasks.spawn(stopper(), name="stopper")
-            await asyncio.wait([task])
-            assert isinstance(task.exception(), RuntimeError)
+            await asyncio.wait([task], timeout=MUST_HAPPEN)
+            assert task.cancelled()
+        assert got == [TaskShutdownReport(terminated=False, still_running=("other", "stopper"))]
+        final = await tasks.stop(0)
+        assert (final.terminated, sorted(final.cancelled)) == (True, ["other", "stopper"])
+        assert await tasks.stop() is final
+
+    asyncio.run(main())
+
+
+def test_async_with_on_a_started_task_set_returns_it_and_stops_it() -> None:
+    """``async with tasks.start():`` enters the running set; a stopped one cannot be entered."""
+
+    async def main() -> None:
+        tasks = TaskSet()
+        async with tasks.start() as same:
+            assert same is tasks
+            waiter = tasks.spawn(asyncio.Event().wait(), name="waiter")
+        assert waiter.cancelled()
+        assert (await tasks.stop()).cancelled == ("waiter",)
+        with pytest.raises(RuntimeError, match="start\\(\\) can be called once"):
+            async with tasks:
+                pass
+
+    asyncio.run(main())
+
+
+@pytest.mark.race("A7", "cancel then gather: one task that swallows the cancel hangs the stop")
+def test_task_set_a_second_concurrent_stop_is_bounded_by_its_own_budget() -> None:
+    """Lesson: a stop that joins one under way waits its own budget, not the other's."""
+
+    async def main() -> None:
+        release, caught = asyncio.Event(), asyncio.Event()
+        tasks = TaskSet().start()
+        tasks.spawn(_stubborn(release, caught), name="stubborn")
+        await asyncio.sleep(0)
+        first = asyncio.create_task(tasks.stop(MUST_HAPPEN))
+        await asyncio.wait_for(caught.wait(), MUST_HAPPEN)  # the first stop is waiting
+        started = time.monotonic()
+        second = await tasks.stop(STAYS_BLOCKED)
+        took = time.monotonic() - started
+        release.set()
+        report = await first
+        assert took < STAYS_BLOCKED + NOISE
+        assert second == TaskShutdownReport(terminated=False, still_running=("stubborn",))
+        assert (report.terminated, report.finished) == (True, ("stubborn",))
+        assert await tasks.stop(0) is report
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("budget", [math.inf, 1e10, 1e300, 10**400])
+def test_an_infinite_or_huge_budget_waits_as_long_as_it_takes(budget: float) -> None:
+    """Infinite and huge budgets are accepted everywhere and never overflow a timer."""
+
+    async def main() -> None:
+        tasks = TaskSet(stop_timeout=budget).start()
+        tasks.spawn(asyncio.Event().wait(), name="waiter")
+        assert (await tasks.stop()).cancelled == ("waiter",)
+        again = TaskSet().start()
+        assert (await again.stop(budget)).terminated
+        assert (await shutdown_tasks([], budget)).terminated
+        assert await run_in_thread_with(None, budget, lambda token: "done") == "done"
+
+        async def work(stop: asyncio.Event) -> None:
+            return None
+
+        report = await run_until_signalled(work, drain_timeout=budget, cancel_timeout=budget)
+        assert report.finished == ("work",)
+        assert AsyncSignalHandlers(lambda s: None).stop(budget).terminated
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1, True, "1", object()])
+def test_every_seconds_argument_refuses_what_is_not_seconds_and_names_itself(bad: Any) -> None:
+    """nan, negative, bool, str: ValueError naming the argument, before anything starts."""
+
+    async def main() -> None:
+        for name, call in [
+            ("stop_timeout", lambda: TaskSet(stop_timeout=bad)),
+            ("delay", lambda: retry_forever(asyncio.sleep, delay=bad).send(None)),
+            ("cancel_timeout", lambda: run_in_thread_with(None, bad, print).send(None)),
+            ("timeout", lambda: AsyncSignalHandlers(lambda s: None).stop(bad)),
+        ]:
+            with pytest.raises(ValueError, match=rf"^{name} must be a number of seconds >= 0"):
+                call()
+        tasks = TaskSet().start()
+        with pytest.raises(ValueError, match=r"^timeout must be a number of seconds >= 0"):
+            await tasks.stop(bad)
+        await tasks.stop()
+        for kwargs in [{"drain_timeout": bad}, {"drain_timeout": 1, "cancel_timeout": bad}]:
+            name = next(k for k, v in kwargs.items() if v is bad)
+            with pytest.raises(ValueError, match=rf"^{name} must be a number of seconds >= 0"):
+                await run_until_signalled(lambda stop: asyncio.sleep(0), **kwargs)
 
     asyncio.run(main())
 
@@ -1062,3 +1161,82 @@ def test_async_signal_handlers_start_is_all_or_nothing() -> None:
         assert handlers.stop().terminated
 
     asyncio.run(main())
+
+
+NESTED_HANDLERS = """
+import asyncio, os, signal
+from patterns.asyncio_shutdown import AsyncSignalHandlers, run_until_signalled
+
+async def inner(stop):
+    print("inner running", flush=True)
+
+async def main():
+    loop = asyncio.get_running_loop()
+    outer = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, outer.set)  # the program's own loop handler
+    with AsyncSignalHandlers(lambda s: outer.set()):
+        await run_until_signalled(inner, drain_timeout=1)  # an inner pair, nested
+        with AsyncSignalHandlers(lambda s: None, [signal.SIGUSR1]):
+            pass
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            outer.clear()
+            os.kill(os.getpid(), sig)
+            try:
+                await asyncio.wait_for(outer.wait(), {timeout})
+                print(signal.Signals(sig).name, "reached the outer handler", flush=True)
+            except TimeoutError:
+                print(signal.Signals(sig).name, "did nothing", flush=True)
+    print("done", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_an_inner_handler_pair_puts_back_the_loops_own_handler_when_it_stops() -> None:
+    """After a nested stop, SIGTERM and SIGUSR1 still reach what the loop had before."""
+    with child(NESTED_HANDLERS.format(timeout=MUST_HAPPEN / 4)) as c:
+        assert c.rest() == [
+            "inner running",
+            "SIGUSR1 reached the outer handler",
+            "SIGTERM reached the outer handler",
+            "done",
+        ]
+        assert c.proc.returncode == 0
+
+
+WITH_STARTED_SIGNAL_HANDLERS = """
+import asyncio, signal
+from patterns.asyncio_shutdown import AsyncSignalHandlers
+
+async def main():
+    handlers = AsyncSignalHandlers(lambda s: None)
+    with handlers.start() as same:
+        print("same:", same is handlers, flush=True)
+    print("put back:", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
+    try:
+        with handlers:
+            pass
+    except RuntimeError as exc:
+        print("stopped one:", exc, flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_with_on_started_async_signal_handlers_returns_them_and_the_program_ends() -> None:
+    """``with h.start():`` enters the running handlers and stops them; a stopped one raises."""
+    with child(WITH_STARTED_SIGNAL_HANDLERS) as c:
+        assert c.rest() == [
+            "same: True",
+            "put back: True",
+            "stopped one: AsyncSignalHandlers.start() can be called once, before stop()",
+        ]
+        assert c.proc.returncode == 0
+
+
+def test_a_report_cannot_say_terminated_with_tasks_still_running() -> None:
+    """Both reports refuse the lie: terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running=.*stubborn"):
+        TaskShutdownReport(terminated=True, still_running=("stubborn",))
+    with pytest.raises(ValueError, match="terminated=True with still_running="):
+        SignalReport(True, ("x",), None)

@@ -8,6 +8,7 @@ before it sends a signal or writes to the child's stdin, so every interleaving i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import signal
@@ -19,12 +20,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import IO
+from typing import IO, Any
 from unittest import mock
 
 import pytest
 
-from patterns.exit_hooks import SignalHandlers, SignalHandlersReport, install_signal_handlers
+from patterns.exit_hooks import (
+    SignalHandlers,
+    SignalHandlersReport,
+    install_signal_handlers,
+    run_until_signalled,
+)
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
@@ -1432,7 +1438,9 @@ def test_a_child_forked_after_install_dies_on_sigterm_and_its_signal_never_reach
 def test_a_forked_child_closing_its_copy_of_the_handle_leaves_the_parents_handlers_working():
     """The child's stop() must not stop the parent's dispatcher through the shared pipe."""
     code = FORK_AFTER_INSTALL.format(
-        child_then="handlers.stop()  # forked code that leaves the with-block does this",
+        # Forked code that leaves the with-block does this; the parent's threads are not
+        # the child's, so its report says terminated (status 5 if not).
+        child_then="os._exit(0 if handlers.stop().terminated else 5)",
         parent_then="",
         timeout=MUST_HAPPEN,
     )
@@ -1633,7 +1641,7 @@ class StartsOneWhenCollected:
 
 
 def test_starting_a_thread_at_exit_what_each_version_does():
-    """In atexit: refused only on 3.12.1 (gh-113964 relaxed it in 3.13); later: refused on 3.12+."""
+    """In atexit: refused on 3.12.1 only (gh-104690; gh-113964 relaxed it); later: on 3.12+."""
     in_atexit = run_child(
         THREAD_AT_EXIT.format(which="atexit.register(start_a_thread, 'in atexit')")
     )
@@ -1692,3 +1700,284 @@ def test_force_exit_during_finalization_exits_at_once_on_every_version():
     assert result.returncode == 7, result.stderr
     assert took() < MUST_HAPPEN
     assert result.stdout == ""  # no flush thread, so no log line, on purpose
+
+
+# --- issue 23: the paths users take ---------------------------------------------------------
+
+WITH_STARTED = """
+import signal
+from patterns.exit_hooks import SignalHandlers, install_signal_handlers
+
+with SignalHandlers(lambda: None).start() as a:
+    print("a running:", not a.stopped, flush=True)
+with install_signal_handlers(lambda: None) as b:
+    print("b running:", not b.stopped, flush=True)
+print("stopped:", a.stopped, b.stopped, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+try:
+    with a:
+        pass
+except RuntimeError as exc:
+    print("a stopped one:", exc)
+"""
+
+
+def test_with_on_a_started_signal_handlers_returns_it_stops_it_at_exit_and_the_program_ends():
+    """``with x.start():`` and ``with install_signal_handlers():`` work; a stopped one raises."""
+    result = run_child(WITH_STARTED)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "a running: True",
+        "b running: True",
+        "stopped: True True True",
+        "a stopped one: SignalHandlers.start() can be called once, before stop()",
+    ]
+
+
+@pytest.mark.usefixtures("saved_handlers")
+@pytest.mark.parametrize("budget", [math.inf, 1e10, 1e300, 10**400])
+def test_an_infinite_or_huge_budget_means_as_long_as_it_takes_and_never_overflows(
+    budget: float,
+):
+    """stop_timeout=inf (or huge): the dispatcher ends before its pipe closes; no OverflowError."""
+    fds = open_fds()
+    handlers = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,), stop_timeout=budget)
+    assert handlers.stop_timeout >= 1e10
+    with handlers:
+        pass
+    assert handlers.stop() == SignalHandlersReport(True, (), None)
+    assert not [t for t in threading.enumerate() if t.name == "signal-dispatcher"]
+    assert open_fds() == fds
+    again = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,)).start()
+    assert again.stop(budget).terminated
+
+
+@pytest.mark.usefixtures("saved_handlers")
+@pytest.mark.parametrize("bad", [math.nan, -1, -math.inf, True, "1", None, object()])
+def test_a_budget_that_is_not_a_number_of_seconds_is_a_value_error_naming_it(bad: object):
+    """nan, negative, bool, str, None: ValueError naming the argument, and nothing started."""
+    with pytest.raises(ValueError, match="stop_timeout must be a number of seconds"):
+        SignalHandlers(lambda: None, stop_timeout=bad)  # type: ignore[arg-type]
+    handlers = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,)).start()
+    if bad is not None:  # None means stop_timeout here
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            handlers.stop(bad)  # type: ignore[arg-type]
+    assert handlers.stop().terminated
+    with pytest.raises(ValueError, match="drain_timeout must be a number of seconds"):
+        run_until_signalled(lambda stop: None, drain_timeout=bad)  # type: ignore[arg-type]
+    assert signal.set_wakeup_fd(-1) == -1
+
+
+FORCE_EXIT_BUDGET = """
+import sys
+from patterns.exit_hooks import force_exit
+try:
+    force_exit(3, "budget", flush_timeout={budget})
+except ValueError as exc:
+    print(exc, flush=True)
+    sys.exit(4)
+"""
+
+
+@pytest.mark.parametrize(
+    ("budget", "status", "out"),
+    [
+        ("float('inf')", 3, ""),
+        ("1e300", 3, ""),
+        ("float('nan')", 4, "flush_timeout must be a number of seconds >= 0, not nan\n"),
+        ("-1", 4, "flush_timeout must be a number of seconds >= 0, not -1\n"),
+        ("True", 4, "flush_timeout must be a number of seconds >= 0, not True\n"),
+    ],
+)
+def test_force_exit_takes_an_infinite_flush_budget_and_refuses_one_that_is_not_seconds(
+    budget: str, status: int, out: str
+):
+    """An inf budget flushes and exits, no OverflowError; nan, -1, True: ValueError, no exit."""
+    result = run_child(FORCE_EXIT_BUDGET.format(budget=budget))
+    assert (result.returncode, result.stdout) == (status, out), result.stderr
+
+
+def test_run_until_signalled_with_an_infinite_drain_budget_returns_when_work_ends():
+    """drain_timeout=inf waits as long as work takes, and no longer."""
+    code = """
+        import signal
+        from patterns.exit_hooks import run_until_signalled
+        print(run_until_signalled(lambda stop: None, drain_timeout=float("inf")), flush=True)
+    """
+    result = run_child(textwrap.dedent(code))
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr
+
+
+def main_waits_for_on_stop() -> bool:
+    """Whether the main thread is in stop()'s wait for on_stop (not the dispatcher's, before).
+
+    That is ``_wait`` called by ``_stop``; before issue 23 it was ``join`` called by ``stop``,
+    which the fail-first run of these tests looked for.
+    """
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    while frame is not None and frame.f_back is not None:
+        pair = (frame.f_code.co_name, frame.f_back.f_code.co_name)
+        if pair in {("_wait", "_stop"), ("join", "stop")}:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def interrupt_main_once_it_waits_for_on_stop(sig: int) -> tuple[threading.Thread, dict[str, Any]]:
+    """A helper thread that sends ``sig`` to the main thread once it waits for on_stop."""
+    main = threading.main_thread()
+
+    def press() -> None:
+        wait_until(main_waits_for_on_stop, "the main thread waits for on_stop in stop()")
+        signal.pthread_kill(main.ident or 0, sig)
+
+    return run_in_thread(press, f"sends-{signal.Signals(sig).name}")
+
+
+@pytest.mark.race("P24", "a second Ctrl-C during the graceful shutdown")
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_ctrl_c_that_interrupts_stop_leaves_the_next_report_truthful():
+    """Lesson: after an interrupted wait, trust the thread's own "ended" event, never is_alive()."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    gate = Gate("on_stop")
+    handlers = SignalHandlers(gate.arrive, signals=(signal.SIGUSR1,)).start()
+    signal.raise_signal(signal.SIGUSR1)
+    gate.wait_reached()
+    presser, _ = interrupt_main_once_it_waits_for_on_stop(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            handlers.stop(MUST_HAPPEN)
+        join_or_fail(presser)
+        report = handlers.stop(0)  # on_stop is still parked at the gate: the truth, recorded
+        assert report == SignalHandlersReport(False, ("on-stop",), signal.SIGUSR1)
+        assert handlers.stop(MUST_HAPPEN) is report
+    finally:
+        gate.open()
+
+
+@pytest.mark.race("E1", "a handler that sets the event main is waiting on deadlocks")
+@pytest.mark.usefixtures("saved_handlers")
+def test_stop_from_a_signal_handler_that_interrupted_stop_returns_a_provisional_report_at_once():
+    """Lesson: a stop() from a handler runs inside the stop() it interrupted: it must not wait."""
+    gate = Gate("on_stop")
+    handlers = SignalHandlers(gate.arrive, signals=(signal.SIGUSR1,)).start()
+    from_handler: list[tuple[SignalHandlersReport, float]] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        with elapsed() as took:
+            report = handlers.stop()
+        from_handler.append((report, took()))
+        gate.open()  # only now may the stop() it interrupted finish
+
+    signal.signal(signal.SIGUSR2, handler)
+    signal.raise_signal(signal.SIGUSR1)
+    gate.wait_reached()
+    presser, _ = interrupt_main_once_it_waits_for_on_stop(signal.SIGUSR2)
+    try:
+        final = handlers.stop(MUST_HAPPEN)
+    finally:
+        gate.open()
+    join_or_fail(presser)
+    [(provisional, took)] = from_handler
+    assert provisional == SignalHandlersReport(False, ("on-stop",), signal.SIGUSR1)
+    assert took < NOISE
+    assert final == SignalHandlersReport(True, (), signal.SIGUSR1)
+    assert handlers.stop(0) is final
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_stop_from_on_stop_is_a_request_that_returns_at_once_and_the_main_stop_records():
+    """From on_stop's thread: a provisional report naming it, no error; the block's is final."""
+    from_on_stop: list[SignalHandlersReport | BaseException] = []
+    done = threading.Event()
+
+    def on_stop() -> None:
+        try:
+            from_on_stop.append(handlers.stop())
+        except BaseException as exc:  # the test inspects whatever it was
+            from_on_stop.append(exc)
+        done.set()
+
+    with SignalHandlers(on_stop, signals=(signal.SIGUSR1,)) as handlers:
+        signal.raise_signal(signal.SIGUSR1)
+        assert done.wait(MUST_HAPPEN)
+        assert not handlers.stopped  # a request: the handlers stay until the main thread
+    running = ("signal-dispatcher", "on-stop")  # on_stop's own thread is named
+    assert from_on_stop == [SignalHandlersReport(False, running, signal.SIGUSR1)]
+    assert handlers.stop() == SignalHandlersReport(True, (), signal.SIGUSR1)
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_an_on_stop_that_raises_a_base_exception_is_logged_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+):
+    """KeyboardInterrupt in on_stop's thread is logged, not left to threading.excepthook."""
+    done = threading.Event()
+
+    def on_stop() -> None:
+        done.set()
+        raise KeyboardInterrupt("from on_stop")
+
+    with SignalHandlers(on_stop, signals=(signal.SIGUSR1,)) as handlers:
+        signal.raise_signal(signal.SIGUSR1)
+        assert done.wait(MUST_HAPPEN)
+    assert handlers.stop().terminated
+    [record] = [r for r in caplog.records if r.exc_info and r.exc_info[0] is KeyboardInterrupt]
+    assert "on_stop failed" in record.getMessage()
+
+
+SYS_EXIT_IN_ON_STOP = """
+import logging, sys, threading
+from patterns.exit_hooks import SignalHandlers
+logging.basicConfig(format="log: %(message)s")
+
+try:
+    with SignalHandlers(lambda: sys.exit({code})):
+        print("ready", flush=True)
+        threading.Event().wait()  # nothing sets it: only the exit ends this
+finally:
+    print("cleanup ran", flush=True)
+print("after the block: not reached", flush=True)
+"""
+
+
+@pytest.mark.race("P8", "sys.exit() in a worker thread is silently ignored")
+@pytest.mark.parametrize("code", [0, 3])
+def test_sys_exit_in_on_stop_ends_the_program_with_its_code_through_the_main_thread(code: int):
+    """Lesson: SystemExit in a helper thread ends only that thread; hand it to the main thread."""
+    with Child(SYS_EXIT_IN_ON_STOP.format(code=code)) as child:
+        child.expect("ready")
+        child.send(signal.SIGTERM)
+        assert child.wait() == code
+        assert child.rest() == ["cleanup ran"]
+        assert f"on_stop raised SystemExit({code}) in thread on-stop" in child.stderr()
+
+
+def test_a_report_cannot_say_terminated_with_threads_still_running():
+    """The report's constructor refuses the lie: terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running=.*on-stop"):
+        SignalHandlersReport(True, ("on-stop",), None)
+    assert SignalHandlersReport(False, ("on-stop",), None).still_running == ("on-stop",)
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_sys_exit_in_on_stop_while_the_main_thread_is_in_stop_is_raised_by_stop_after_cleanup():
+    """Once stop() has begun, no signal is sent: stop() records its report, then raises the exit."""
+    gate = Gate("on_stop")
+
+    def on_stop() -> None:
+        gate.arrive()
+        sys.exit(4)
+
+    handlers = SignalHandlers(on_stop, signals=(signal.SIGUSR1,)).start()
+    signal.raise_signal(signal.SIGUSR1)
+    gate.wait_reached()
+    opener, _ = run_in_thread(
+        lambda: (wait_until(main_waits_for_on_stop, "stop() waits for on_stop"), gate.open()),
+        "opens-the-gate",
+    )
+    with pytest.raises(SystemExit) as exited:
+        handlers.stop(MUST_HAPPEN)
+    join_or_fail(opener)
+    assert exited.value.code == 4
+    assert handlers.stop(0) == SignalHandlersReport(True, (), signal.SIGUSR1)
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
