@@ -499,7 +499,7 @@ class Worker:
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         _check_counts(concurrency, prefetch)
-        beat, stop_timeout, cancel_timeout = _check_times(
+        beat, poll_interval, stop_timeout, cancel_timeout = _check_times(
             poll_interval=poll_interval,
             stop_timeout=stop_timeout,
             cancel_timeout=cancel_timeout,
@@ -511,14 +511,14 @@ class Worker:
         self._store = store
         self._tasks = tasks
         self._concurrency = concurrency
-        self._poll_interval = float(poll_interval)
+        self._poll_interval = poll_interval
         self.stop_timeout = stop_timeout
         self._cancel_timeout = cancel_timeout
         self._lease = lease
         self._on_shutdown = on_shutdown
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
-        self._outage_limit = float(store_outage_limit)
+        self._outage_limit = _seconds(store_outage_limit, "store_outage_limit")  # inf: never
         self._clock = clock
         self._step_hook = step_hook or _no_step_hook
 
@@ -2213,15 +2213,15 @@ def _check_times(
     lease: object,
     heartbeat_interval: object,
     store_outage_limit: object,
-) -> tuple[float, float, float | None]:
+) -> tuple[float, float, float, float | None]:
     """Check every interval alone and against the others.
 
-    Returns the heartbeat interval to use, ``stop_timeout`` and ``cancel_timeout`` as
-    floats. ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and
+    Returns the heartbeat interval to use, ``poll_interval``, ``stop_timeout`` and
+    ``cancel_timeout`` as floats. ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and
     ``store_outage_limit`` may be ``inf`` (as long as it takes); the lease is written to
     the store, so it is finite, within `MAX_SECONDS`.
     """
-    _positive(poll_interval, "poll_interval")
+    poll = _positive(poll_interval, "poll_interval")
     stop = _seconds(stop_timeout, "stop_timeout")
     cancel = None
     if cancel_timeout is not None:
@@ -2233,7 +2233,7 @@ def _check_times(
     held = check_time("lease", _positive(lease, "lease"))  # the store's limit: finite
     _positive(store_outage_limit, "store_outage_limit")
     if heartbeat_interval is None:
-        return held / 3, stop, cancel
+        return held / 3, poll, stop, cancel
     beat = _positive(heartbeat_interval, "heartbeat_interval")
     if beat >= held:
         # Every lease would lapse between two renewals: each outcome refused, each job
@@ -2242,4 +2242,4 @@ def _check_times(
             f"heartbeat_interval must be shorter than the lease ({held} s), got {beat}"
             " (a third of it is the default)"
         )
-    return beat, stop, cancel
+    return beat, poll, stop, cancel
