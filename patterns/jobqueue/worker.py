@@ -69,9 +69,16 @@ Guarantees:
       in ``still_running``. Each outcome in a group commit is fenced on its own: one
       refused leaves the others applied, and only the accepted ones run their hooks.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
-      thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
-      deadline are named in the report and released there (their attempt given back,
-      the late handler's outcome refused by fencing): a stop never makes a job fail
+      thread-safe, and calls ``on_shutdown`` exactly once (a hook or ``on_shutdown`` that
+      raises any BaseException is logged and contained; a Ctrl-C or exit from one run by
+      the stopping thread is re-raised once the report is recorded). A Ctrl-C during
+      the stop records nothing and the next stop resumes it; a stop from the stopping
+      thread itself (a signal handler) answers at once, one from the worker's own
+      threads is a request; neither is recorded. The report reads the worker's claim
+      records and each thread's own "ended" event, never ``Thread.is_alive()``.
+      Jobs still running at the deadline are named in the report and released there
+      (their attempt given back, the late handler's outcome refused by fencing): a
+      stop never makes a job fail
       (a second signal exits without a stop, so its running job keeps its lease).
       The process is expected to exit right after (a thread cannot be killed); a
       restart finds such a job queued, attempts as before the claim. Only a job whose
@@ -469,13 +476,17 @@ class Worker:
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
             in the thread that is there. None (the default): a no-op.
 
-    Every interval is checked at construction, alone and against the others: a
-    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
-    naming the argument.
+    Every interval is checked at construction, alone and against the others: a number
+    of seconds (not a bool or a str, not nan, not negative), else a `ValueError` naming
+    the argument. ``inf`` or a huge number means "as long as it takes" for
+    ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and ``store_outage_limit``
+    (waits are capped at `threading.TIMEOUT_MAX`); the lease and the heartbeat interval
+    go to the store, so they stay finite, within ``MAX_SECONDS``.
 
-    Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
-    own) and a context manager that starts on entry and stops on exit. A worker runs
-    once: a stopped worker cannot be started again; make a new one.
+    Lifecycle: `start`, `stop` (bounded, idempotent; from the worker's own threads, a
+    request) and a context manager: entering starts a worker that never started and
+    returns a running one as it is (``with Worker(...).start():``); leaving stops it. A
+    worker runs once: a stopped worker cannot be started or entered again; make a new one.
     """
 
     def __init__(
