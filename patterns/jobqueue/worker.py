@@ -962,7 +962,7 @@ class Worker:
         cancel_timeout, stop_timeout = self._cancel_timeout, self.stop_timeout
         if cancel_timeout is None:
             share = 0.25
-        elif cancel_timeout == stop_timeout:
+        elif cancel_timeout == stop_timeout > 0:
             share = 1.0  # cancels at once, inf included
         elif math.isinf(stop_timeout):  # a finite part of an endless default: kept as is
             cancel = min(cancel_timeout, budget)

@@ -246,6 +246,44 @@ def test_stop_inf_drains_a_running_job_however_long_it_takes() -> None:
     assert store.get(job_id).state is JobState.DONE
 
 
+def sleeping_worker(**options: Any) -> tuple[Worker, int]:
+    """A started worker whose one job sleeps on its token (it stops once cancelled)."""
+    store, tasks = MemoryStore(), TaskRegistry()
+    started = threading.Event()
+
+    @tasks.task(name="sleeper", max_attempts=1)
+    def sleeper(payload: Any, ctx: Any) -> None:
+        started.set()
+        ctx.sleep(MUST_HAPPEN * 3)
+
+    job_id = store.enqueue("sleeper")
+    worker = Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23", **options)
+    worker.start()
+    assert started.wait(MUST_HAPPEN)
+    return worker, job_id
+
+
+def test_an_endless_stop_timeout_with_an_equal_cancel_timeout_cancels_at_once() -> None:
+    """stop_timeout = cancel_timeout = inf: the whole (endless) budget is CANCELLING's."""
+    worker, job_id = sleeping_worker(stop_timeout=math.inf, cancel_timeout=math.inf)
+    with elapsed() as took:
+        report = worker.stop()
+    assert took() < NOISE
+    assert report.terminated
+    assert dict(report.outcomes) == {job_id: Outcome.RELEASED}
+    assert report.phases[WorkerState.DRAINING] < NOISE
+
+
+def test_a_finite_cancel_timeout_of_an_endless_stop_timeout_is_kept_in_seconds() -> None:
+    """stop_timeout=inf, cancel_timeout=0.2: stop(0.5) drains 0.3 s, then cancels."""
+    worker, job_id = sleeping_worker(stop_timeout=math.inf, cancel_timeout=0.2)
+    with elapsed() as took:
+        report = worker.stop(0.5)
+    assert took() < 0.5 + NOISE
+    assert dict(report.outcomes) == {job_id: Outcome.RELEASED}
+    assert 0.3 - 0.05 < report.phases[WorkerState.DRAINING] < 0.3 + NOISE
+
+
 SECONDS = ["poll_interval", "stop_timeout", "cancel_timeout", "lease", "heartbeat_interval"]
 
 
