@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -197,6 +198,68 @@ def test_after_ctrl_c_a_stop_that_sees_the_job_end_reports_terminated(interrupts
     assert worker_threads_alive(worker) == [] or all(
         t.daemon for t in threading.enumerate() if t.name.startswith(worker.name)
     )
+
+
+class ParkedClaims(MemoryStore):
+    """A store whose claims park at ``gate`` once ``park`` is set (a store call hanging)."""
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__()
+        self.gate = gate
+        self.park = False
+
+    def claim(self, owner: str, *, lease: float, limit: int = 1) -> Any:
+        """`MemoryStore.claim`, after the gate when parking."""
+        if self.park:
+            self.gate.arrive()
+        return super().claim(owner, lease=lease, limit=limit)
+
+
+def _main_waits_in_a_daemon_threads_stop() -> bool:
+    """Whether the main thread waits inside a stop of ``patterns/daemon_threads.py``."""
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    innermost = frame
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("daemon_threads.py"):
+            assert innermost is not None
+            return innermost.f_code.co_name in {"join", "_wait_for_tstate_lock", "wait"}
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.race(*CTRL_C)
+@pytest.mark.usefixtures("default_sigint")
+def test_after_ctrl_c_in_the_claimers_join_the_report_says_it_still_runs() -> None:
+    """A SIGINT inside the join of a claimer stuck in a store call: stop(0) is not terminated.
+
+    Lesson: before 3.13 the interrupted ``join()`` marks the live claimer finished
+    (gh-90882); the worker's report reads the claim loop's own "ended" event instead.
+    """
+    gate = Gate("a claim hanging in the store")
+    store = ParkedClaims(gate)
+    worker = Worker(store, TaskRegistry(), concurrency=1, poll_interval=60.0, name="w23").start()
+    store.park = True
+    worker.wake()  # the claimer claims again, and parks in the store
+    gate.wait_reached()
+    main = threading.main_thread()
+
+    def send() -> None:
+        wait_until(_main_waits_in_a_daemon_threads_stop, "the main thread joins the claimer")
+        assert main.ident is not None
+        signal.pthread_kill(main.ident, signal.SIGINT)
+
+    sender, _ = run_in_thread(send, "ctrl-c-sender")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.stop(5.0)
+        join_or_fail(sender)
+        report = worker.stop(0.0)
+        assert report.terminated is False  # the claimer still waits in the store
+        assert worker.state is WorkerState.STOPPED
+    finally:
+        gate.open()
+    assert worker.stop() is report
+    wait_until(lambda: worker_threads_alive(worker) == [], "the claimer left once released")
 
 
 def test_a_report_refuses_terminated_with_something_still_running() -> None:
