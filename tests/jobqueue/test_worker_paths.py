@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -40,6 +40,28 @@ from tests.support import (
 CTRL_C = ("I23", "a Ctrl-C during stop() leaves a report that lies or a stop that never ends")
 REENTRANT = ("I23", "a stop() from a signal handler, a handler or a hook deadlocks or refuses")
 
+_T = TypeVar("_T")
+_LEFT: list[Gate | Worker] = []  # what a failed test must not leave parked or running
+
+
+def keep(thing: _T) -> _T:
+    """Register a gate (opened) or a worker (stopped) for the end of the test, pass or fail."""
+    assert isinstance(thing, Gate | Worker)
+    _LEFT.append(thing)
+    return thing
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_parked() -> Iterator[None]:
+    """A failed assertion must not leave a parked job or a running worker to later tests."""
+    yield
+    left = _LEFT[:]
+    _LEFT.clear()
+    for gate in (g for g in left if isinstance(g, Gate)):
+        gate.open()
+    for worker in (w for w in left if isinstance(w, Worker)):
+        worker.stop(MUST_HAPPEN)
+
 
 def parked_worker(gate: Gate, **options: Any) -> tuple[Worker, MemoryStore, int]:
     """A started worker whose one job parks at ``gate``, ignoring its token (it never looks)."""
@@ -52,7 +74,7 @@ def parked_worker(gate: Gate, **options: Any) -> tuple[Worker, MemoryStore, int]
     job_id = store.enqueue("parked")
     settings: dict[str, Any] = {"concurrency": 1, "poll_interval": 60.0, "name": "w23"}
     settings.update(options)
-    worker = Worker(store, tasks, **settings).start()
+    worker = keep(Worker(store, tasks, **settings).start())
     gate.wait_reached()
     return worker, store, job_id
 
@@ -91,7 +113,9 @@ def signal_main_inside(func_name: str, signum: int) -> threading.Thread:
 
 def test_entering_a_started_worker_returns_it_and_the_block_stops_it() -> None:
     """``with Worker(...).start() as w`` gives the running worker; leaving the block stops it."""
-    worker = Worker(MemoryStore(), TaskRegistry(), concurrency=2, poll_interval=60.0, name="w23")
+    worker = keep(
+        Worker(MemoryStore(), TaskRegistry(), concurrency=2, poll_interval=60.0, name="w23")
+    )
     with worker.start() as entered:
         assert entered is worker
         assert worker.state is WorkerState.RUNNING
@@ -149,7 +173,7 @@ def test_after_ctrl_c_during_stop_a_stop_0_is_truthful_and_recorded() -> None:
     Lesson: an interrupted stop must neither lie later nor leave the next stop unable to
     finish; the report reads the worker's own bookkeeping and each thread's "ended" event.
     """
-    gate = Gate("ignores its stop")
+    gate = keep(Gate("ignores its stop"))
     worker, store, job_id = parked_worker(gate)
     try:
         sender = signal_main_inside("await_termination", signal.SIGINT)
@@ -179,7 +203,7 @@ def test_after_ctrl_c_a_stop_that_sees_the_job_end_reports_terminated(interrupts
 
     Lesson: a stop a Ctrl-C interrupted records nothing; the next one resumes it.
     """
-    gate = Gate("ignores its stop")
+    gate = keep(Gate("ignores its stop"))
     shutdowns: list[WorkerReport] = []
     worker, _, job_id = parked_worker(gate, on_shutdown=shutdowns.append)
     try:
@@ -235,9 +259,10 @@ def test_after_ctrl_c_in_the_claimers_join_the_report_says_it_still_runs() -> No
     Lesson: before 3.13 the interrupted ``join()`` marks the live claimer finished
     (gh-90882); the worker's report reads the claim loop's own "ended" event instead.
     """
-    gate = Gate("a claim hanging in the store")
+    gate = keep(Gate("a claim hanging in the store"))
     store = ParkedClaims(gate)
-    worker = Worker(store, TaskRegistry(), concurrency=1, poll_interval=60.0, name="w23").start()
+    worker = keep(Worker(store, TaskRegistry(), concurrency=1, poll_interval=60.0, name="w23"))
+    worker.start()
     store.park = True
     worker.wake()  # the claimer claims again, and parks in the store
     gate.wait_reached()
@@ -285,17 +310,18 @@ def test_an_endless_budget_means_as_long_as_it_takes(budget: float) -> None:
         name="w23",
     )
     assert endless.stop_timeout >= 1e10
-    endless.start()
+    keep(endless).start()
     assert endless.wait_stop_requested(0.0) is False
     assert (endless.stop().terminated, endless.stop().still_running) == (True, ())
     assert endless.wait_stop_requested(budget) is True
-    other = Worker(MemoryStore(), TaskRegistry(), poll_interval=budget, name="w23-other").start()
+    other = keep(Worker(MemoryStore(), TaskRegistry(), poll_interval=budget, name="w23-other"))
+    other.start()
     assert other.stop(budget).terminated is True
 
 
 def test_stop_inf_drains_a_running_job_however_long_it_takes() -> None:
     """stop(inf) waits for the running job (DRAINING has no end): it completes, not released."""
-    gate = Gate("finishes once the stop waits")
+    gate = keep(Gate("finishes once the stop waits"))
     worker, store, job_id = parked_worker(gate, stop_timeout=math.inf)
     main = threading.current_thread()
     opener, _ = run_in_thread(
@@ -320,7 +346,7 @@ def sleeping_worker(**options: Any) -> tuple[Worker, int]:
         ctx.sleep(MUST_HAPPEN * 3)
 
     job_id = store.enqueue("sleeper")
-    worker = Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23", **options)
+    worker = keep(Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23", **options))
     worker.start()
     assert started.wait(MUST_HAPPEN)
     return worker, job_id
@@ -361,7 +387,7 @@ def test_a_setting_that_is_not_a_number_of_seconds_is_refused_by_name(name: str,
 @pytest.mark.parametrize("bad", [math.nan, -1.0, True, "1"], ids=["nan", "neg", "bool", "str"])
 def test_a_stop_or_wait_budget_that_is_not_a_number_of_seconds_is_refused(bad: Any) -> None:
     """stop(bad) and wait_stop_requested(bad): ValueError naming ``timeout``; nothing changes."""
-    worker = Worker(MemoryStore(), TaskRegistry(), poll_interval=60.0, name="w23").start()
+    worker = keep(Worker(MemoryStore(), TaskRegistry(), poll_interval=60.0, name="w23").start())
     try:
         with pytest.raises(ValueError, match="timeout must be a number of seconds"):
             worker.stop(bad)
@@ -381,7 +407,7 @@ def test_stop_from_a_signal_handler_during_stop_returns_at_once() -> None:
 
     Lesson: the thread that owns the stop cannot wait for itself; it gets the current truth.
     """
-    gate = Gate("ignores its stop")
+    gate = keep(Gate("ignores its stop"))
     inner: dict[str, Any] = {}
     worker, _, job_id = parked_worker(gate)
 
@@ -423,8 +449,10 @@ def test_stop_from_on_shutdown_returns_a_provisional_report_at_once() -> None:
             inner["report"] = worker.stop(5.0)
         inner["took"] = took()
 
-    worker = Worker(
-        MemoryStore(), TaskRegistry(), poll_interval=60.0, name="w23", on_shutdown=on_shutdown
+    worker = keep(
+        Worker(
+            MemoryStore(), TaskRegistry(), poll_interval=60.0, name="w23", on_shutdown=on_shutdown
+        )
     ).start()
     report = worker.stop()
     assert inner["took"] < NOISE
@@ -440,7 +468,7 @@ def test_stop_from_a_handler_is_a_request_that_names_its_thread() -> None:
     """
     store, tasks = MemoryStore(), TaskRegistry()
     inner: dict[str, Any] = {}
-    gate = Gate("after its stop")
+    gate = keep(Gate("after its stop"))
 
     @tasks.task(name="stopper", max_attempts=1)
     def stopper(payload: Any, ctx: Any) -> str:
@@ -452,7 +480,7 @@ def test_stop_from_a_handler_is_a_request_that_names_its_thread() -> None:
         return "stopped myself"
 
     job_id = store.enqueue("stopper")
-    worker = Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23").start()
+    worker = keep(Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23").start())
     gate.wait_reached()
     assert worker.state is WorkerState.DRAINING  # the request began the stop
     gate.open()
@@ -475,7 +503,7 @@ def test_stop_from_a_hook_on_the_settler_is_a_request_that_names_its_thread() ->
     tasks.on_complete = lambda job, result: inner.append(worker.stop())
     tasks.task(name="t")(lambda payload, ctx: None)
     store.enqueue("t")
-    worker = Worker(store, tasks, poll_interval=60.0, name="w23").start()
+    worker = keep(Worker(store, tasks, poll_interval=60.0, name="w23").start())
     assert worker.wait_stop_requested(MUST_HAPPEN)
     final = worker.stop(MUST_HAPPEN)
     [early] = inner
@@ -491,7 +519,7 @@ def test_a_second_stop_from_another_thread_keeps_its_own_budget() -> None:
 
     Lesson: a caller's budget is its own; only the first stop to complete is recorded.
     """
-    gate = Gate("ignores its stop")
+    gate = keep(Gate("ignores its stop"))
     worker, _, job_id = parked_worker(gate)
     try:
         outer_thread, outer = run_in_thread(lambda: worker.stop(MUST_HAPPEN), "outer-stop")
@@ -528,8 +556,10 @@ def test_an_on_shutdown_that_raises_is_logged_and_the_report_is_kept(
         calls.append(report)
         raise error
 
-    worker = Worker(
-        MemoryStore(), TaskRegistry(), poll_interval=60.0, name="w23", on_shutdown=on_shutdown
+    worker = keep(
+        Worker(
+            MemoryStore(), TaskRegistry(), poll_interval=60.0, name="w23", on_shutdown=on_shutdown
+        )
     ).start()
     if isinstance(error, KeyboardInterrupt | SystemExit):
         with pytest.raises(type(error)):
@@ -562,7 +592,7 @@ def test_a_hook_that_raises_system_exit_on_the_settler_is_logged_and_contained(
     tasks.on_complete = on_complete
     tasks.task(name="t")(lambda payload, ctx: None)
     first = store.enqueue("t")
-    worker = Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23").start()
+    worker = keep(Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23").start())
     wait_until(lambda: hooked == [first], "the first hook ran")
     second = worker.enqueue("t")
     wait_until(lambda: hooked == [first, second], "the second hook ran")
