@@ -787,7 +787,7 @@ class Worker:
             if owner:
                 self._stop_owner = me
         if inside:  # a signal handler or a callback of the stop in progress
-            return self._provisional_report(start)
+            return self._report or self._provisional_report(start)
         if own:  # it cannot wait for itself: a request
             self.request_stop(f"stop() called from the worker's own thread {me.name}")
             return self._provisional_report(start, caller=me.name)

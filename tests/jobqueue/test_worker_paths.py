@@ -479,8 +479,8 @@ def test_stop_from_a_handler_is_a_request_that_names_its_thread() -> None:
         gate.arrive()
         return "stopped myself"
 
-    job_id = store.enqueue("stopper")
     worker = keep(Worker(store, tasks, concurrency=1, poll_interval=60.0, name="w23").start())
+    job_id = worker.enqueue("stopper")  # once ``worker`` is bound: the handler reads it
     gate.wait_reached()
     assert worker.state is WorkerState.DRAINING  # the request began the stop
     gate.open()
@@ -502,8 +502,8 @@ def test_stop_from_a_hook_on_the_settler_is_a_request_that_names_its_thread() ->
     inner: list[WorkerReport] = []
     tasks.on_complete = lambda job, result: inner.append(worker.stop())
     tasks.task(name="t")(lambda payload, ctx: None)
-    store.enqueue("t")
     worker = keep(Worker(store, tasks, poll_interval=60.0, name="w23").start())
+    worker.enqueue("t")  # once ``worker`` is bound: the hook reads it
     assert worker.wait_stop_requested(MUST_HAPPEN)
     final = worker.stop(MUST_HAPPEN)
     [early] = inner
