@@ -69,9 +69,16 @@ Guarantees:
       in ``still_running``. Each outcome in a group commit is fenced on its own: one
       refused leaves the others applied, and only the accepted ones run their hooks.
     * `Worker.stop` returns within its budget plus scheduling noise, is idempotent and
-      thread-safe, and calls ``on_shutdown`` exactly once. Jobs still running at the
-      deadline are named in the report and released there (their attempt given back,
-      the late handler's outcome refused by fencing): a stop never makes a job fail
+      thread-safe, and calls ``on_shutdown`` exactly once (a hook or ``on_shutdown`` that
+      raises any BaseException is logged and contained; a Ctrl-C or exit from one run by
+      the stopping thread is re-raised once the report is recorded). A Ctrl-C during
+      the stop records nothing and the next stop resumes it; a stop from the stopping
+      thread itself (a signal handler) answers at once, one from the worker's own
+      threads is a request; neither is recorded. The report reads the worker's claim
+      records and each thread's own "ended" event, never ``Thread.is_alive()``.
+      Jobs still running at the deadline are named in the report and released there
+      (their attempt given back, the late handler's outcome refused by fencing): a
+      stop never makes a job fail
       (a second signal exits without a stop, so its running job keeps its lease).
       The process is expected to exit right after (a thread cannot be killed); a
       restart finds such a job queued, attempts as before the claim. Only a job whose
@@ -132,7 +139,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Self
+from typing import ParamSpec, Self
 
 from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
 from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
@@ -182,6 +189,7 @@ _SETTLER_GRACE = 0.1  # seconds the settler may take to commit what it holds at 
 _OVERDUE_GRACE = 0.5  # seconds past its timeout before a running handler is reported
 _ROW_LOG_EVERY = 60.0  # seconds between two log lines about failing worker-row writes
 _names = itertools.count(1)
+_P = ParamSpec("_P")
 
 
 class WorkerState(enum.StrEnum):
@@ -250,11 +258,14 @@ class WorkerReport:
         terminated: True when every job in hand was settled and every thread the worker
             started has ended, within the budget.
         still_running: the jobs whose handler was still running at the deadline, named
-            ``"job <id>"``. Each was released (``released_running_ids``: queued again,
-            its attempt given back, its handler's late outcome refused); one whose
-            release failed keeps its lease and runs again once that expires.
+            ``"job <id>"``, then the names of the handler threads that had not ended (each
+            thread's own "ended" event, never ``Thread.is_alive()``; a provisional report
+            from one of the worker's own threads names that thread too). Each job was
+            released (``released_running_ids``: queued again, its attempt given back, its
+            handler's late outcome refused); one whose release failed keeps its lease and
+            runs again once that expires. Never non-empty with ``terminated`` True.
         worker: the worker's name.
-        still_running_ids: the ids of those jobs, in the same order.
+        still_running_ids: the ids of those jobs, in the same order (the first entries).
         outcomes: for each job the worker held when the stop began (running, or handed
             off but not started), how it was settled during the stop.
         errors: the `~patterns.jobqueue.tasks.PhaseError` records of the worker's life (the
@@ -284,6 +295,12 @@ class WorkerReport:
     released_running_ids: tuple[int, ...] = ()
     failure: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(
+                f"a report cannot say terminated=True with still_running={self.still_running!r}"
+            )
+
     @property
     def completed(self) -> tuple[int, ...]:
         """Jobs that ran to an outcome of their own (done, retried or failed) during the stop."""
@@ -300,15 +317,18 @@ class WorkerReport:
         text = (
             f"worker {self.worker} stopped in {self.elapsed:.2f}s: "
             f"{len(self.completed)} completed, {len(self.released)} released, "
-            f"{len(self.still_running)} still running"
+            f"{len(self.still_running_ids)} still running"
         )
-        if self.still_running:
+        if self.still_running_ids:
             kept = [i for i in self.still_running_ids if i not in self.released_running_ids]
             text += f" {list(self.still_running_ids)}"
             if self.released_running_ids:
                 text += f" (released {list(self.released_running_ids)}: attempts given back)"
             if kept:
                 text += f" (they keep their lease: {kept})"
+        threads = self.still_running[len(self.still_running_ids) :]
+        if threads:
+            text += f"; thread(s) still running: {', '.join(threads)}"
         if self.still_held_ids:
             text += (
                 f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
@@ -391,6 +411,21 @@ class _Held:
 
 
 @dataclass(slots=True)
+class _Ended:
+    """One thread the worker started: its name, and its own "began" and "ended" events.
+
+    Set by the thread's target (wrapped by ``Worker._tracked``), in its first line and its
+    ``finally``; read by the reports. Never ``Thread.is_alive()``: before 3.13 a
+    ``join()`` interrupted by Ctrl-C marks a live thread finished (gh-90882).
+    """
+
+    name: str
+    handler: bool  # a handler thread (named in ``still_running``), not the claimer & co.
+    began: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
 class _Pending:
     """One decided outcome on its way to the settler's group commit."""
 
@@ -441,13 +476,17 @@ class Worker:
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
             in the thread that is there. None (the default): a no-op.
 
-    Every interval is checked at construction, alone and against the others: a
-    number (not a bool), finite, at most ``MAX_SECONDS``; `TypeError` or `ValueError`
-    naming the argument.
+    Every interval is checked at construction, alone and against the others: a number
+    of seconds (not a bool or a str, not nan, not negative), else a `ValueError` naming
+    the argument. ``inf`` or a huge number means "as long as it takes" for
+    ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and ``store_outage_limit``
+    (waits are capped at `threading.TIMEOUT_MAX`); the lease and the heartbeat interval
+    go to the store, so they stay finite, within ``MAX_SECONDS``.
 
-    Lifecycle: `start`, `stop` (bounded, idempotent, from any thread but the worker's
-    own) and a context manager that starts on entry and stops on exit. A worker runs
-    once: a stopped worker cannot be started again; make a new one.
+    Lifecycle: `start`, `stop` (bounded, idempotent; from the worker's own threads, a
+    request) and a context manager: entering starts a worker that never started and
+    returns a running one as it is (``with Worker(...).start():``); leaving stops it. A
+    worker runs once: a stopped worker cannot be started or entered again; make a new one.
     """
 
     def __init__(
@@ -471,7 +510,7 @@ class Worker:
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         _check_counts(concurrency, prefetch)
-        beat = _check_times(
+        beat, poll_interval, stop_timeout, cancel_timeout = _check_times(
             poll_interval=poll_interval,
             stop_timeout=stop_timeout,
             cancel_timeout=cancel_timeout,
@@ -485,14 +524,12 @@ class Worker:
         self._concurrency = concurrency
         self._poll_interval = poll_interval
         self.stop_timeout = stop_timeout
-        self._cancel_share = (
-            None if cancel_timeout is None else cancel_timeout / max(stop_timeout, 1e-9)
-        )
+        self._cancel_timeout = cancel_timeout
         self._lease = lease
         self._on_shutdown = on_shutdown
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
-        self._outage_limit = float(store_outage_limit)
+        self._outage_limit = _seconds(store_outage_limit, "store_outage_limit")  # inf: never
         self._clock = clock
         self._step_hook = step_hook or _no_step_hook
 
@@ -502,6 +539,7 @@ class Worker:
         # hook or a store call runs.
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
+        self._init_stop()
         self._init_settler(lock, stop_timeout)
         self._state = WorkerState.NEW
         self._entered: dict[WorkerState, float] = {}  # monotonic time each state began
@@ -522,7 +560,6 @@ class Worker:
         self._init_worker_row(beat)
         self._init_errors()
         self._start_called = False  # set by the first start(), so a second one refuses
-        self._stop_owner: threading.Thread | None = None  # the thread running stop()
         self._report: WorkerReport | None = None
         self._failure: str | None = None  # why the worker stopped itself, if it did
 
@@ -556,10 +593,15 @@ class Worker:
             max_workers=concurrency, thread_name_prefix=f"{self.name}-job"
         )
         self._claimer = BackgroundService(
-            self._claim_loop, name=f"{self.name}-claimer", stop_timeout=stop_timeout
+            self._tracked(self._claim_loop, f"{self.name}-claimer"),
+            name=f"{self.name}-claimer",
+            stop_timeout=min(stop_timeout, threading.TIMEOUT_MAX),
         )
         self._heartbeat = HousekeepingDaemon(
-            self._reporting_death(every(beat, self._renew_leases)),
+            self._tracked(
+                self._reporting_death(every(min(beat, threading.TIMEOUT_MAX), self._renew_leases)),
+                f"{self.name}-heartbeat",
+            ),
             name=f"{self.name}-heartbeat",
         )
         self._signals: SignalHandlers | None = None
@@ -582,8 +624,21 @@ class Worker:
         self._refill = 0  # slots freed by outcomes in the outbox: the settler claims for them
         # Commits the handlers' outcomes, many per store transaction (group commit).
         self._settler = BackgroundService(
-            self._settle_loop, name=f"{self.name}-settler", stop_timeout=stop_timeout
+            self._tracked(self._settle_loop, f"{self.name}-settler"),
+            name=f"{self.name}-settler",
+            stop_timeout=min(stop_timeout, threading.TIMEOUT_MAX),
         )
+
+    def _init_stop(self) -> None:
+        # Every thread the worker starts, in start order (appended before it starts).
+        self._threads: list[_Ended] = []
+        # The thread running the stop that owns the shutdown; None again if that stop was
+        # interrupted (Ctrl-C) before it recorded its report, so that the next one resumes.
+        self._stop_owner: threading.Thread | None = None
+        self._shutdown_hook_called = False  # on_shutdown runs once, even if a stop is retried
+        # A KeyboardInterrupt or SystemExit from a callback run by the stopping thread
+        # (on_shutdown, on_unexpected_error): re-raised once the report is recorded.
+        self._deferred: BaseException | None = None
 
     def _init_errors(self) -> None:
         self._error_count = 0
@@ -639,7 +694,9 @@ class Worker:
             self._transition(WorkerState.RUNNING, f"{self._concurrency} handler thread(s)")
         self._settler.start()
         for started in range(1, self._concurrency + 1):
-            self._executor.submit(self._consume)
+            self._executor.submit(
+                self._tracked(self._consume, f"{self.name}-handler-{started}", handler=True)
+            )
             # The pool queues the loop even when it cannot start a thread for it (it logs
             # and goes on while other threads run); a loop that never ends would then wait
             # forever for a thread. A handler slot needs its own thread, so that is a failure.
@@ -688,7 +745,9 @@ class Worker:
 
     def wait_stop_requested(self, timeout: float | None = None) -> bool:
         """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
-        return self._stop_requested.wait(timeout)
+        if timeout is None:
+            return self._stop_requested.wait()
+        return _wait(self._stop_requested, _seconds(timeout, "timeout"))
 
     def stop(self, timeout: float | None = None) -> WorkerReport:
         """Drain, cancel, and report, within ``timeout`` (default ``stop_timeout``).
@@ -696,34 +755,55 @@ class Worker:
         DRAINING lasts until every running job has ended or the budget minus the cancel
         share is spent; then CANCELLING cancels every running job's token and waits for
         the rest of the budget; then STOPPED: ``on_shutdown(report)`` is called once and
-        the report returned. Never blocks past its budget (plus scheduling noise).
+        the report returned. Never blocks past its budget (plus scheduling noise);
+        ``inf`` waits as long as it takes.
 
-        Idempotent: later calls return the first call's report object, whatever their
-        timeout; a call made while another thread is stopping the worker waits for it
-        within its own budget, and returns a provisional, unfinished report if that runs
-        out. A stop before `start` returns a terminated report, and `start` then raises.
-        Raises `ValueError` for a negative ``timeout``, and `RuntimeError` when called from
-        one of the worker's own threads (a handler): use `request_stop` there.
+        The first stop that completes records its report; later calls return that
+        object, whatever their timeout. Any other call returns a provisional report
+        (``terminated=False``, what still runs), not recorded:
+
+        * from another thread while a stop runs: after waiting for it within its own
+          budget;
+        * from the thread already inside `stop` (a signal handler, ``on_shutdown``): at
+          once;
+        * from one of the worker's own threads (a handler, a hook): at once, after
+          `request_stop`; the calling thread is named in ``still_running``, and the next
+          `stop` from outside (`run` and ``with`` make it) completes the stop.
+
+        A stop interrupted (Ctrl-C) before it recorded its report records nothing; the
+        next `stop` carries on from where it was. A stop before `start` returns a
+        terminated report, and `start` then raises. ``timeout`` that is not a number of
+        seconds >= 0 (nan, negative, a bool, a str) is a `ValueError`.
         """
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must not be negative, got {timeout}")
-        budget = self.stop_timeout if timeout is None else timeout
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         start = time.monotonic()
-        if self._is_own_thread():
-            raise RuntimeError(f"{self!r}: stop() from the worker's own thread; use request_stop()")
-        with self._cond:
+        me = threading.current_thread()
+        with self._cond:  # an RLock: a signal handler on the stopping thread gets in
             if self._report is not None:
                 return self._report
-            owner = self._stop_owner is None
+            inside = self._stop_owner is me
+            own = not inside and self._is_own_thread()
+            owner = not inside and not own and self._stop_owner is None
             if owner:
-                self._stop_owner = threading.current_thread()
+                self._stop_owner = me
+        if inside:  # a signal handler or a callback of the stop in progress
+            return self._report or self._provisional_report(start)
+        if own:  # it cannot wait for itself: a request
+            self.request_stop(f"stop() called from the worker's own thread {me.name}")
+            return self._provisional_report(start, caller=me.name)
         if not owner:
-            self._stopped.wait(budget)
+            _wait(self._stopped, budget)
             return self._report or self._provisional_report(start)
         try:
             report = self._shut_down(budget, start)
-        finally:
-            self._stopped.set()
+        except BaseException:
+            with self._cond:
+                if self._report is None:  # interrupted: the next stop() resumes the shutdown
+                    self._stop_owner = None
+            raise
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:  # a callback's KeyboardInterrupt/SystemExit, now
+            raise deferred
         return report
 
     def run(self) -> WorkerReport:
@@ -736,7 +816,17 @@ class Worker:
         return report
 
     def __enter__(self) -> Self:
-        return self.start()
+        """Start the worker if it never started; a running one is returned as it is.
+
+        `RuntimeError` once a stop has begun: a worker runs once.
+        """
+        with self._cond:
+            stopped = self._stop_owner is not None or self._report is not None
+            stopped = stopped or self._state is WorkerState.STOPPED
+            started = self._start_called
+        if stopped:
+            raise RuntimeError(f"{self!r}: a stopped worker cannot be entered again")
+        return self if started else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
@@ -801,55 +891,117 @@ class Worker:
     # --- the shutdown ------------------------------------------------------------------------
 
     def _shut_down(self, budget: float, start: float) -> WorkerReport:
-        deadline = start + budget
+        """The owning stop's work; each step may run again after a Ctrl-C interrupted it."""
+        deadline = start + budget  # a float even for inf; every wait below is capped
+
+        def left() -> float:
+            return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
         with self._cond:
             never_started = self._state is WorkerState.NEW
             if never_started:
                 self._transition(WorkerState.STOPPED, "never started")
+            stopped = self._state is WorkerState.STOPPED  # a stop interrupted after STOPPED
         if never_started:
             self._drop_subscription()  # a start() racing this one may have subscribed
             return self._finish(self._build_report(start, terminated=True))
+        if not stopped:
+            report = self._shut_down_parts(budget, start, left)
+            with self._cond:
+                self._transition(WorkerState.STOPPED, report.summary())
+        else:
+            report = self._build_report(start, terminated=self._threads_ended(left))
+        return self._finish(report)
+
+    def _shut_down_parts(
+        self, budget: float, start: float, left: Callable[[], float]
+    ) -> WorkerReport:
         self.request_stop("stop() called")
-        cancel_share = 0.25 if self._cancel_share is None else self._cancel_share
-        cancel_budget = budget * cancel_share
+        drain_budget, cancel_budget = self._split(budget)
         # DRAINING is shutdown_and_await's graceful wait; on_force begins CANCELLING.
         pool = shutdown_and_await(
             self._executor,
-            max(0.0, budget - cancel_budget),
-            force_timeout=cancel_budget,
+            min(drain_budget, threading.TIMEOUT_MAX),
+            force_timeout=min(cancel_budget, threading.TIMEOUT_MAX),
             on_force=self._begin_cancelling,
         )
         # The claiming thread left when DRAINING began, unless a claim was in flight.
-        claimer = self._claimer.stop(max(0.0, deadline - time.monotonic()))
+        claimer = self._claimer.stop(left())
         # A KeyboardInterrupt inside the claimer's Thread.start (after the thread began)
         # leaves the service without it; the claim loop's own event still says when it left.
         claim_loop_ended = not self._claim_loop_began.is_set() or self._claim_loop_ended.wait(
-            max(0.0, deadline - time.monotonic())
+            left()
         )
         # The request_stop that drained the hand-off may be another thread's, still
         # releasing prefetched claims: the report waits for it, or names what it holds.
-        handoff_settled = self._handoff_settled.wait(max(0.0, deadline - time.monotonic()))
+        handoff_settled = self._handoff_settled.wait(left())
         # Every handler has handed its outcome over (or outlived the budget): the settler
         # commits what it holds and leaves; a later outcome is committed by its own thread.
         self._close_outbox()
-        settler = self._settler.stop(max(_SETTLER_GRACE, deadline - time.monotonic()))
+        settler = self._settler.stop(max(_SETTLER_GRACE, left()))
         self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
-        self._heartbeat.stop(max(_HEARTBEAT_GRACE, deadline - time.monotonic()))
+        self._heartbeat.stop(max(_HEARTBEAT_GRACE, left()))
         self._release_still_running()
         self._forget_worker()  # after the heartbeat, which would write the row again
-        report = self._build_report(
+        # The parts' reports may rest on a Thread.join() a Ctrl-C interrupted (gh-90882):
+        # the threads' own "ended" events have the last word.
+        return self._build_report(
             start,
             terminated=pool.terminated
             and claimer.terminated
             and settler.terminated
             and claim_loop_ended
-            and handoff_settled,
+            and handoff_settled
+            and self._threads_ended(left),
         )
-        with self._cond:
-            self._transition(WorkerState.STOPPED, report.summary())
-        return self._finish(report)
+
+    def _split(self, budget: float) -> tuple[float, float]:
+        """``budget`` as (DRAINING, CANCELLING) seconds; inf stays inf (no nan from inf - inf)."""
+        cancel_timeout, stop_timeout = self._cancel_timeout, self.stop_timeout
+        if cancel_timeout is None:
+            share = 0.25
+        elif cancel_timeout == stop_timeout > 0:
+            share = 1.0  # cancels at once, inf included
+        elif math.isinf(stop_timeout):  # a finite part of an endless default: kept as is
+            cancel = min(cancel_timeout, budget)
+            return (budget - cancel if math.isfinite(budget) else budget), cancel
+        else:
+            share = cancel_timeout / max(stop_timeout, 1e-9)
+        cancel = budget * share if share else 0.0
+        if share == 1.0:
+            return 0.0, budget
+        return (budget - cancel if math.isfinite(budget) else budget), cancel
+
+    def _threads_ended(self, left: Callable[[], float]) -> bool:
+        """Wait (within ``left()``) until every thread the worker started has ended."""
+        return all(_wait(mark.ended, left()) for mark in list(self._threads) if mark.began.is_set())
+
+    def _tracked(
+        self, target: Callable[_P, None], name: str, *, handler: bool = False
+    ) -> Callable[_P, None]:
+        """``target``, for a thread the worker starts: it sets its own `_Ended` events."""
+        mark = _Ended(name, handler)
+        self._threads.append(mark)
+
+        def run(*args: _P.args, **kwargs: _P.kwargs) -> None:
+            mark.name = threading.current_thread().name
+            mark.began.set()
+            try:
+                target(*args, **kwargs)
+            finally:
+                mark.ended.set()
+
+        return run
+
+    def _unended(self, *, handlers: bool) -> tuple[str, ...]:
+        """Names of the worker's (handler) threads that began and have not ended, lock-free."""
+        return tuple(
+            m.name
+            for m in list(self._threads)
+            if m.began.is_set() and not m.ended.is_set() and (m.handler or not handlers)
+        )
 
     def _release_still_running(self) -> None:
         """Give back the attempt of every job whose handler outlived the budget.
@@ -861,7 +1013,11 @@ class Worker:
         refused (fencing) and the job runs again from the queue, like an interrupted one.
         """
         with self._cond:
-            late = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
+            late = [
+                h
+                for h in self._held.values()
+                if h.state is _ClaimState.RUNNING and not h.released_at_deadline
+            ]
             for held in late:
                 held.released_at_deadline = True
         for held in late:
@@ -890,20 +1046,27 @@ class Worker:
 
     def _begin_cancelling(self) -> None:
         with self._cond:
+            if self._state is not WorkerState.DRAINING:  # a stop resumed after a Ctrl-C
+                return
             running = self._running()
             self._transition(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
         self._record_worker()
 
     def _finish(self, report: WorkerReport) -> WorkerReport:
-        if self._on_shutdown is not None:
+        with self._cond:
+            call, self._shutdown_hook_called = not self._shutdown_hook_called, True
+        if call and self._on_shutdown is not None:
             try:
                 self._on_shutdown(report)
-            except Exception as exc:  # noqa: BLE001 - a PhaseError: logged by _unexpected
+            except BaseException as exc:  # noqa: BLE001 - a PhaseError: logged by _unexpected
                 error = self._unexpected(Phase.ON_SHUTDOWN, None, exc)
                 report = replace(report, errors=(*report.errors, error))
+                if isinstance(exc, KeyboardInterrupt | SystemExit):
+                    self._deferred = self._deferred or exc  # raised once the report is kept
         with self._cond:
             self._report = report
+        self._stopped.set()
         # Last: once Python's own SIGINT handler is back, a Ctrl-C raises right here, and
         # the report must already be the final one.
         self._close_signal_handlers()
@@ -927,19 +1090,26 @@ class Worker:
         self._signals.stop()
         self._signals = None
 
-    def _build_report(self, start: float, *, terminated: bool) -> WorkerReport:
+    def _build_report(
+        self, start: float, *, terminated: bool, caller: str | None = None
+    ) -> WorkerReport:
         now = time.monotonic()
         with self._cond:
             still_running = tuple(self._running())
             waiting = (_ClaimState.WAITING, _ClaimState.LOST)
             still_held = tuple(sorted(i for i, h in self._held.items() if h.state in waiting))
             entered = dict(self._entered)
+            # The handler threads still running are named after the jobs (the claimer,
+            # settler and heartbeat only make terminated False: see _threads_ended).
+            threads = self._unended(handlers=True)
+            if caller is not None and caller not in threads:
+                threads = (*threads, caller)
             return WorkerReport(
-                terminated=terminated and not still_running and not still_held,
+                terminated=terminated and not still_running and not still_held and not threads,
                 still_held_ids=still_held,
                 released_running_ids=tuple(sorted(self._released_running)),
                 failure=self._failure,
-                still_running=tuple(f"job {job_id}" for job_id in still_running),
+                still_running=(*(f"job {job_id}" for job_id in still_running), *threads),
                 worker=self.name,
                 still_running_ids=still_running,
                 outcomes=MappingProxyType(dict(self._late)),
@@ -949,8 +1119,9 @@ class Worker:
                 elapsed=now - start,
             )
 
-    def _provisional_report(self, start: float) -> WorkerReport:
-        return self._build_report(start, terminated=False)
+    def _provisional_report(self, start: float, caller: str | None = None) -> WorkerReport:
+        """What runs now, ``terminated=False``: never recorded; ``caller`` named if given."""
+        return self._build_report(start, terminated=False, caller=caller)
 
     def _transition(
         self, new: WorkerState | _ClaimState, detail: str = "", held: _Held | None = None
@@ -1064,7 +1235,7 @@ class Worker:
             if wait is None:
                 self.request_stop("no job is due or running anywhere (exit when empty)")
                 return
-            self._wake.wait(wait)
+            self._wake.wait(min(wait, threading.TIMEOUT_MAX))  # poll_interval may be inf
 
     def _give_up_on_store(self, failures: int, lasted: float, exc: Exception, want: int) -> None:
         """Stop the worker: the store has failed every claim for ``store_outage_limit``."""
@@ -1949,11 +2120,20 @@ class Worker:
             return
         try:
             hook(*args)
-        except Exception as exc:
+        except BaseException as exc:  # logged and contained (R5); see below
+            exiting = isinstance(exc, KeyboardInterrupt | SystemExit)
+            if (
+                exiting
+                and not self._is_own_thread()
+                and self._stop_owner is not threading.current_thread()
+            ):
+                raise  # the caller's own Ctrl-C or exit, outside a stop: theirs at once
             if phase is None:  # on_unexpected_error itself: log, never recurse
                 logger.exception("on_unexpected_error raised; ignored")
             else:
                 self._unexpected(phase, job, exc)
+            if exiting and self._stop_owner is threading.current_thread():
+                self._deferred = self._deferred or exc  # raised once the stop is recorded
 
     def _thread_died(self, exc: BaseException) -> None:
         thread = threading.current_thread()
@@ -2001,13 +2181,39 @@ def _check_counts(concurrency: object, prefetch: object) -> None:
             raise ValueError(f"{name} must be at most {_MAX_THREADS}, got {value}")
 
 
-def _seconds(name: str, value: object, *, zero_ok: bool = False) -> float:
-    """``value`` as seconds: a finite number within `MAX_SECONDS`, positive (or zero)."""
-    seconds = check_time(name, value)  # TypeError / ValueError naming the argument
-    if seconds < 0 or (seconds == 0 and not zero_ok):
-        which = "must not be negative" if zero_ok else "must be positive"
-        raise ValueError(f"{name} {which}, got {value!r}")
+def _seconds(value: object, name: str) -> float:
+    """``value`` as seconds >= 0; bool, str, nan or negative: `ValueError` naming ``name``.
+
+    ``inf`` and huge values are kept and mean "as long as it takes": every wait made with
+    them is capped at `threading.TIMEOUT_MAX` (`_wait`), so no `OverflowError` escapes.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        # ValueError, not TypeError: one error for every bad budget (docs/design.md).
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")  # noqa: TRY004
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not seconds >= 0:  # nan compares False
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
     return seconds
+
+
+def _positive(value: object, name: str) -> float:
+    """`_seconds`, and not 0 (an interval of 0 would spin)."""
+    seconds = _seconds(value, name)
+    if seconds == 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return seconds
+
+
+def _wait(event: threading.Event, seconds: float) -> bool:
+    """``event.wait(seconds)`` for any ``seconds >= 0``, inf included: each wait is capped."""
+    deadline = time.monotonic() + seconds
+    while not event.wait(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
 
 
 def _check_times(
@@ -2018,21 +2224,28 @@ def _check_times(
     lease: object,
     heartbeat_interval: object,
     store_outage_limit: object,
-) -> float:
-    """Check every interval alone and against the others; the heartbeat interval to use."""
-    _seconds("poll_interval", poll_interval)
-    stop = _seconds("stop_timeout", stop_timeout, zero_ok=True)
+) -> tuple[float, float, float, float | None]:
+    """Check every interval alone and against the others.
+
+    Returns the heartbeat interval to use, ``poll_interval``, ``stop_timeout`` and
+    ``cancel_timeout`` as floats. ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and
+    ``store_outage_limit`` may be ``inf`` (as long as it takes); the lease is written to
+    the store, so it is finite, within `MAX_SECONDS`.
+    """
+    poll = _positive(poll_interval, "poll_interval")
+    stop = _seconds(stop_timeout, "stop_timeout")
+    cancel = None
     if cancel_timeout is not None:
-        cancel = _seconds("cancel_timeout", cancel_timeout, zero_ok=True)
+        cancel = _seconds(cancel_timeout, "cancel_timeout")
         if cancel > stop:
             raise ValueError(
                 f"cancel_timeout must be between 0 and stop_timeout ({stop}), got {cancel}"
             )
-    held = _seconds("lease", lease)
-    _seconds("store_outage_limit", store_outage_limit)
+    held = check_time("lease", _positive(lease, "lease"))  # the store's limit: finite
+    _positive(store_outage_limit, "store_outage_limit")
     if heartbeat_interval is None:
-        return held / 3
-    beat = _seconds("heartbeat_interval", heartbeat_interval)
+        return held / 3, poll, stop, cancel
+    beat = _positive(heartbeat_interval, "heartbeat_interval")
     if beat >= held:
         # Every lease would lapse between two renewals: each outcome refused, each job
         # run again by another claim until its attempts are spent, then failed.
@@ -2040,4 +2253,4 @@ def _check_times(
             f"heartbeat_interval must be shorter than the lease ({held} s), got {beat}"
             " (a third of it is the default)"
         )
-    return beat
+    return beat, poll, stop, cancel

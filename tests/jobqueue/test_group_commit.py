@@ -333,16 +333,19 @@ def test_a_group_commit_whose_outcome_is_unknown_sends_each_job_to_its_fallback(
 def test_after_the_settler_died_each_handler_thread_commits_its_own_outcome(
     world: World,
 ) -> None:
-    """A SystemExit from a hook ends the settler; the next outcome is still committed."""
+    """A SystemExit that ends the settler: the next outcome is still committed.
+
+    (A hook's SystemExit is contained and logged; the settler dies here of its own step.)
+    """
     first = world.store.enqueue("work", "now")
     second = world.store.enqueue("work", "wait")
 
-    def exits_once(job: Any, result: Any) -> None:
-        if job.id == first:
-            raise SystemExit("a hook gave up")
+    def exits_once(step: Step, claim: Claim, phase: Phase | None) -> None:
+        world.park(step, claim, phase)
+        if step is Step.AFTER_COMMIT and claim.job.id == first:
+            raise SystemExit("the settler gave up")
 
-    world.tasks.on_complete = exits_once
-    worker = world.worker(concurrency=2).start()
+    worker = world.worker(concurrency=2, step_hook=exits_once).start()
     assert worker.wait_stop_requested(MUST_HAPPEN)  # the settler's death stopped the worker
     world.go.set()
     report = worker.stop()
