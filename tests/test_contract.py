@@ -518,7 +518,7 @@ def _blocked_in_stop(thread: threading.Thread) -> bool:
     frame = sys._current_frames().get(thread.ident or -1)
     innermost = frame
     while frame is not None:
-        if frame.f_code.co_name in ("stop", "_stop_once"):
+        if frame.f_code.co_name in ("stop", "_stop_once", "naive_stop_by_join"):
             return innermost is not None and innermost.f_code.co_name in _BLOCKING
         frame = frame.f_back
     return False
@@ -548,6 +548,46 @@ def default_sigint() -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
 
 
+P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
+
+
+@pytest.mark.race(*P25)
+@pytest.mark.usefixtures("default_sigint")
+def test_naive_a_report_read_from_join_lies_after_a_ctrl_c() -> None:
+    """Before 3.13 the interrupted ``join()`` marks the live thread finished (gh-90882).
+
+    The naive stop's next report then says terminated with nothing still running while
+    the thread runs on; 3.13.0 fixed ``join()``, and the same code tells the truth there.
+    """
+    from patterns.naive.daemon_threads import naive_stop_by_join  # noqa: PLC0415
+
+    stopping, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def stubborn(_: object) -> None:
+        try:
+            release.wait(MUST_HAPPEN * 3)  # ignores `stopping`
+        finally:
+            ended.set()
+
+    thread = threading.Thread(target=stubborn, args=(stopping,), name="naive-stubborn")
+    thread.start()
+    try:
+        sender = _signal_main_when_blocked_in_stop(signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            naive_stop_by_join(thread, stopping, 5.0)
+        sender.join(MUST_HAPPEN)
+        terminated, still_running = naive_stop_by_join(thread, stopping, 0.0)
+        assert not ended.is_set()  # the thread really is still running
+        if sys.version_info < (3, 13):
+            assert (terminated, still_running) == (True, ())  # the lie
+        else:
+            assert (terminated, still_running) == (False, ("naive-stubborn",))
+    finally:
+        release.set()
+        assert ended.wait(MUST_HAPPEN)
+
+
+@pytest.mark.race(*P25)
 @pytest.mark.usefixtures("default_sigint")
 @each_busy_case
 @pytest.mark.parametrize("interrupts", [1, 2])

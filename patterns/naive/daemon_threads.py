@@ -1,4 +1,4 @@
-"""Broken on purpose: the naive versions of ``patterns.daemon_threads`` (P15, P16)."""
+"""Broken on purpose: the naive versions of ``patterns.daemon_threads`` (P15, P16, P25)."""
 
 from __future__ import annotations
 
@@ -37,3 +37,18 @@ def naive_run_with_atexit_stop(
     threading.Thread(target=work, args=(stopping,), name=name).start()
     atexit.register(stopping.set)
     return main()
+
+
+def naive_stop_by_join(
+    thread: threading.Thread, stopping: threading.Event, timeout: float
+) -> tuple[bool, tuple[str, ...]]:
+    """Broken on purpose: a stop whose report reads ``join()`` and ``is_alive()`` (P25).
+
+    Returns ``(terminated, still_running)``. On 3.11 and 3.12 a Ctrl-C that interrupts
+    ``thread.join()`` marks the thread as finished while it still runs (gh-90882), so
+    the next call reports ``terminated=True`` and nothing still running: a lie.
+    """
+    stopping.set()
+    thread.join(timeout)
+    alive = thread.is_alive()
+    return not alive, (thread.name,) if alive else ()

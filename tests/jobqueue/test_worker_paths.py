@@ -37,8 +37,8 @@ from tests.support import (
     wait_until_blocked_in,
 )
 
-CTRL_C = ("I23", "a Ctrl-C during stop() leaves a report that lies or a stop that never ends")
-REENTRANT = ("I23", "a stop() from a signal handler, a handler or a hook deadlocks or refuses")
+CTRL_C = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
+E1 = ("E1", "a handler that sets the event main is waiting on deadlocks")
 
 _T = TypeVar("_T")
 _LEFT: list[Gate | Worker] = []  # what a failed test must not leave parked or running
@@ -401,7 +401,7 @@ def test_a_stop_or_wait_budget_that_is_not_a_number_of_seconds_is_refused(bad: A
 # --- R4: stops from a signal handler, a handler, a hook, another thread --------------------
 
 
-@pytest.mark.race(*REENTRANT)
+@pytest.mark.race(*E1)
 def test_stop_from_a_signal_handler_during_stop_returns_at_once() -> None:
     """A SIGUSR1 handler's stop() while the main thread is inside stop(): provisional, at once.
 
@@ -439,7 +439,6 @@ def test_stop_from_a_signal_handler_during_stop_returns_at_once() -> None:
     assert worker.stop() is outer
 
 
-@pytest.mark.race(*REENTRANT)
 def test_stop_from_on_shutdown_returns_a_provisional_report_at_once() -> None:
     """on_shutdown runs inside the stop: its own stop() gets the report so far, at once."""
     inner: dict[str, Any] = {}
@@ -460,7 +459,6 @@ def test_stop_from_on_shutdown_returns_a_provisional_report_at_once() -> None:
     assert worker.stop() is report
 
 
-@pytest.mark.race(*REENTRANT)
 def test_stop_from_a_handler_is_a_request_that_names_its_thread() -> None:
     """A handler's stop() starts the drain and returns at once; the next stop is the final.
 
@@ -513,7 +511,6 @@ def test_stop_from_a_hook_on_the_settler_is_a_request_that_names_its_thread() ->
     assert worker.stop() is final
 
 
-@pytest.mark.race(*REENTRANT)
 def test_a_second_stop_from_another_thread_keeps_its_own_budget() -> None:
     """stop(0.2) while another thread's stop waits for a job: back in 0.2 s, provisional.
 
