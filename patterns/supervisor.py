@@ -17,10 +17,14 @@ Guarantees:
       within ``window`` seconds are spent; then the supervisor is unhealthy (an ERROR
       record and ``on_unhealthy``).
     * ``start()`` is all or nothing and returns the supervisor; a second ``start()``, or
-      one after ``stop()``, raises `RuntimeError`.
-    * ``stop(timeout=None)`` (``None``: ``stop_timeout``) returns within its budget (plus
-      scheduling noise), even while another thread is inside ``start()``, never raises for
-      a worker that ignores it, and returns the same `SupervisorReport` to every call.
+      one after ``stop()``, raises `RuntimeError`; ``with supervisor.start():`` works.
+    * ``stop(timeout=None)`` (``None``: ``stop_timeout``; ``math.inf``: as long as it
+      takes) returns within its budget (plus scheduling noise), even while another thread
+      is inside ``start()``, never raises for a worker that ignores it, and the first
+      `SupervisorReport` that completes is returned to every later call. Reports come
+      from each thread's own end signal, never from ``join()`` (gh-90882).
+    * ``stop()`` from the worker, a callback, or a signal handler that interrupted this
+      supervisor's ``start()``/``stop()`` is a request: it returns at once, provisionally.
     * `produce_until_consumer_dies` blocks at most ``check_every`` seconds after its
       consumer is gone, and returns the items it could not deliver.
 
