@@ -11,11 +11,17 @@ TL;DR::
 
 Guarantees:
     * ``start()`` is all or nothing and returns the service; a second ``start()``, or one
-      after ``stop()``, raises `RuntimeError`.
-    * ``stop(timeout=None)`` (``None``: ``stop_timeout``) returns within its budget (plus
-      scheduling noise) whatever the work does, never raises because the work is stuck,
-      and returns the same `StopReport` to every call; ``report.terminated`` is True
-      exactly when the thread has ended, and then every ``finally`` of the work has run.
+      after ``stop()``, raises `RuntimeError`. ``with service.start():`` and
+      ``with service:`` both work and both stop the service on the way out.
+    * ``stop(timeout=None)`` (``None``: ``stop_timeout``; ``math.inf``: as long as it
+      takes) returns within its budget (plus scheduling noise) whatever the work does,
+      never raises because the work is stuck, and the first report that completes is
+      returned to every later call; ``report.terminated`` is True exactly when the
+      thread's own end signal is set (never judged by ``join()``, which a Ctrl-C can
+      fool before 3.13), and then every ``finally`` of the work has run.
+    * A ``stop()`` from the service's own thread, or from a signal handler that
+      interrupted this service's ``start()``/``stop()``, is a request: it sets the stop
+      event and returns a provisional report at once, without deadlocking.
     * An exception from the work is logged at ERROR when it happens and kept in
       ``report.error``.
     * A `HousekeepingDaemon` never keeps the process alive and delays interpreter exit by
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -54,7 +61,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class StopReport:
-    """What the first ``stop()`` call achieved (every later call returns this same object).
+    """What a ``stop()`` call achieved (the first that completes is returned to every later call).
 
     Attributes:
         terminated: the thread has ended (or was never started).
@@ -70,6 +77,10 @@ class StopReport:
     elapsed: float
     error: BaseException | None = None
 
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
+
 
 class Service(Protocol):
     """The lifecycle contract of something that runs in the background.
@@ -77,9 +88,13 @@ class Service(Protocol):
     ``start()`` starts it and returns it, all or nothing (what it started is stopped if it
     fails part-way), and only once (`RuntimeError` after a first ``start()`` or a
     ``stop()``). ``stop(timeout=None)`` asks the work to stop, waits at most ``timeout``
-    seconds (None: ``stop_timeout``) and reports; every later call (or one racing it)
-    returns the same report. Stopped before it started, it reports ``terminated``. Leaving
-    a ``with`` block calls ``stop()``, whether the block raised or not.
+    seconds (None: ``stop_timeout``; ``math.inf``: as long as it takes) and reports; the
+    first report that completes is recorded and returned to every later call. A stop
+    racing it waits at most its own budget for that report, else returns a provisional
+    one (not recorded). A stop from the service's own thread, or from a signal handler
+    that interrupted a ``start()`` or ``stop()`` of the same service, only asks: it
+    returns a provisional report at once. ``with`` starts a service that was never
+    started, enters a running one as it is, and stops it on the way out.
     """
 
     name: str
@@ -89,11 +104,57 @@ class Service(Protocol):
         """Start the background work and return self."""
 
     def stop(self, timeout: float | None = None) -> StopReport:
-        """Stop within ``timeout`` (None: ``stop_timeout``) seconds; the first report, always."""
+        """Stop within ``timeout`` (None: ``stop_timeout``) seconds and report."""
 
     def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc_info: object) -> None: ...
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until the monotonic ``deadline`` (may be inf), never overflowing."""
+    while not event.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return event.is_set()
+        event.wait(min(left, threading.TIMEOUT_MAX))
+    return True
+
+
+class _Ended:
+    """A thread's own end signal, set in its target's ``finally`` (never ``is_alive()``).
+
+    Before 3.13 a Ctrl-C that interrupts ``Thread.join()`` marks a live thread finished
+    (gh-90882), so no report is built on ``join()`` or ``is_alive()``; it waits on this.
+    """
+
+    def __init__(self, target: Callable[[], object]) -> None:
+        self.event = threading.Event()  # set by the thread on its way out; waited on by stop()
+        # Taken by the thread as it begins, or by cancel_unstarted() after a failed
+        # Thread.start: whoever takes it first decides whether the target ever runs.
+        self._claim = threading.Lock()
+        self._target = target
+
+    def run(self) -> None:
+        try:
+            if self._claim.acquire(blocking=False):
+                self._target()
+        finally:
+            self.event.set()
+
+    def cancel_unstarted(self) -> None:
+        """After ``Thread.start`` raised: a thread that had not begun will never run the target."""
+        if self._claim.acquire(blocking=False):
+            self.event.set()
 
 
 class _ThreadService:
@@ -105,25 +166,29 @@ class _ThreadService:
     def __init__(
         self, work: Callable[[threading.Event], object], *, name: str, stop_timeout: float
     ) -> None:
-        if stop_timeout < 0:
-            raise ValueError(f"stop_timeout must be 0 or more seconds, not {stop_timeout!r}")
         self.name = name
-        self.stop_timeout = stop_timeout  # the budget of stop() (with, atexit) when none is given
+        # The budget of stop() (with, atexit) when none is given.
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._work = work
-        # Set once, by the first stop() (from any thread); waited on by the work, which
-        # must return soon after it is set. Never cleared.
+        # Set by the first stop() (from any thread, a request included); waited on by the
+        # work, which must return soon after it is set. Never cleared.
         self._stopping = threading.Event()
-        # Guards _thread and the check in start() against a racing stop(); held only for
-        # a few lines, never while a thread is being started or joined.
-        self._lock = threading.Lock()
+        # One-shot: taken by the first start(), or by a stop() that came first, never
+        # released. No stop path blocks on it (it is only tried), so no lock is waited on
+        # by stop(), and a signal handler's stop() cannot deadlock on it.
+        self._claim = threading.Lock()
+        self._starter: int | None = None  # ident of the thread inside start(), for R4
         self._thread: threading.Thread | None = None
+        self._ended: _Ended | None = None
         # Set by start() once Thread.start has returned or raised; waited on (within its
-        # budget) by a stop() that raced start(), since a thread cannot be joined before then.
+        # budget) by a stop() that raced start(), since until then the thread is not known.
         self._start_settled = threading.Event()
-        # Held by the stop() that builds the report, for its whole (bounded) run; a stop()
-        # racing it waits here, then returns the same report.
+        # Tried (never waited on) by stop(): its holder builds the report; _stopper is the
+        # holder's ident, so a stop from a signal handler on that thread returns at once.
         self._stop_lock = threading.Lock()
+        self._stopper: int | None = None
         self._report: StopReport | None = None
+        self._reported = threading.Event()  # set once _report is recorded; others wait on it
         self._error: BaseException | None = None  # written by the thread before it ends
 
     def __repr__(self) -> str:
@@ -131,53 +196,86 @@ class _ThreadService:
 
     def start(self) -> Self:
         """Start the thread and return self; see `Service.start`."""
-        with self._lock:
-            if self._thread is not None or self._stopping.is_set():
-                raise RuntimeError(f"{self!r} can only be started once, and not after stop()")
-            thread = threading.Thread(target=self._run, name=self.name, daemon=self._daemon)
-            self._thread = thread  # published first, so a stop() racing us can find it
+        if not self._claim.acquire(blocking=False):
+            raise RuntimeError(f"{self!r} can only be started once, and not after stop()")
+        self._starter = threading.get_ident()
+        ended = _Ended(self._run)
+        thread = threading.Thread(target=ended.run, name=self.name, daemon=self._daemon)
+        self._ended, self._thread = ended, thread  # published first, for a racing stop()
         try:
+            self._on_start()
             thread.start()
         except BaseException:  # no thread, or a Ctrl-C after it began: stop it, re-raise
+            ended.cancel_unstarted()
             self._start_settled.set()
             self.stop()  # the caller gets no service to stop: we do it
             raise
         self._start_settled.set()
         return self
 
-    def stop(self, timeout: float | None = None) -> StopReport:
-        """Set the stop event, join for at most ``timeout`` seconds, report; see `Service.stop`."""
-        budget = self.stop_timeout if timeout is None else timeout
-        if budget < 0:
-            raise ValueError(f"stop() needs a timeout of 0 or more seconds, not {timeout!r}")
-        if self._thread is threading.current_thread():
-            raise RuntimeError(f"{self!r}: stop() called from its own thread; return instead")
-        with self._stop_lock:
-            if self._report is None:
-                self._report = self._stop_once(budget)
-            return self._report
+    def _on_start(self) -> None:
+        """Called by start() before the thread starts (HousekeepingDaemon registers atexit)."""
 
-    def _stop_once(self, timeout: float) -> StopReport:
-        start = time.monotonic()
-        with self._lock:
-            thread = self._thread
-            self._stopping.set()  # from here on, start() refuses, and a new thread stops at once
-        if thread is None:
-            return StopReport(True, (), self.name, time.monotonic() - start)
-        # A start() in another thread may still be inside Thread.start: wait for it, within
-        # the budget, since a thread cannot be joined before Thread.start returns.
-        if self._start_settled.wait(timeout) and thread.ident is not None:
-            thread.join(max(0.0, start + timeout - time.monotonic()))
-        # ident None: Thread.start failed, so no thread ran (or, if a real signal cut
-        # start() short before the thread announced itself, it runs with stopping set).
-        terminated = self._start_settled.is_set() and not thread.is_alive()
+    def stop(self, timeout: float | None = None) -> StopReport:
+        """Set the stop event, wait at most ``timeout`` seconds, report; see `Service.stop`."""
+        began = time.monotonic()
+        deadline = began + (self.stop_timeout if timeout is None else _seconds(timeout, "timeout"))
+        if self._report is not None:
+            return self._report
+        me = threading.get_ident()
+        own = self._thread is threading.current_thread()
+        if own or (self._starter == me and not self._start_settled.is_set()):
+            self._stopping.set()  # a request: the thread cannot wait for itself
+            return self._provisional(began)
+        if self._stop_lock.acquire(blocking=False):
+            try:
+                self._stopper = me
+                if self._report is None:
+                    self._report = self._stop_once(began, deadline)
+                    self._reported.set()
+                return self._report
+            finally:
+                self._stopper = None
+                self._stop_lock.release()
+        # Another stop() builds the report: wait for it within our own budget, unless
+        # that stop() is this thread's own (we are a signal handler interrupting it).
+        if self._stopper != me and _wait(self._reported, deadline) and self._report is not None:
+            return self._report
+        self._stopping.set()
+        return self._provisional(began)
+
+    def _provisional(self, began: float) -> StopReport:
+        # The current truth, not recorded: a later stop() may still report the end.
+        ended = self._ended is not None and self._ended.event.is_set()
+        settled = self._start_settled.is_set() or self._thread is None
+        done = settled and (self._ended is None or ended)
+        still = () if done else (self.name,)
+        return StopReport(done, still, self.name, time.monotonic() - began, self._error)
+
+    def _stop_once(self, began: float, deadline: float) -> StopReport:
+        self._stopping.set()  # from here on a new thread stops at once
+        if self._claim.acquire(blocking=False):  # never started: start() now refuses
+            return StopReport(True, (), self.name, time.monotonic() - began)
+        # A start() in another thread may still be inside Thread.start: wait for it.
+        settled = _wait(self._start_settled, deadline)
+        ended, thread = self._ended, self._thread
+        terminated = settled and ended is not None and _wait(ended.event, deadline)
+        if terminated and thread is not None and thread.ident is not None:
+            # Its target has returned; join only lets threading finish its bookkeeping.
+            thread.join(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX))
         still_running = () if terminated else (self.name,)
-        elapsed = time.monotonic() - start
+        elapsed = time.monotonic() - began
         if not terminated:
-            logger.log(self._late_level, "%s did not stop within %.3gs", self.name, timeout)
+            logger.log(
+                self._late_level, "%s did not stop within %.3gs", self.name, deadline - began
+            )
         return StopReport(terminated, still_running, self.name, elapsed, self._error)
 
     def __enter__(self) -> Self:
+        if self._stopping.is_set():
+            raise RuntimeError(f"{self!r} was stopped: it cannot be entered again")
+        if self._claim.locked():
+            return self  # already running: ``with service.start():`` enters it as it is
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -218,7 +316,9 @@ class HousekeepingDaemon(_ThreadService):
     Being a daemon, it never keeps the process alive. `start` also registers a bounded
     stop-and-join with ``atexit``: when the interpreter exits, the work is asked to stop
     and given ``stop_timeout`` seconds to end cleanly; if it does not, a WARNING is
-    logged and the thread is abandoned. An explicit `stop` unregisters that handler.
+    logged and the thread is abandoned. An explicit `stop` that records its report
+    unregisters that handler; a refused ``start()`` or a request from its own thread
+    leaves it registered.
     Never give it work that must finish (a file write, a commit): that is P15.
     """
 
@@ -234,21 +334,24 @@ class HousekeepingDaemon(_ThreadService):
     ) -> None:
         super().__init__(work, name=name, stop_timeout=stop_timeout)
 
-    def start(self) -> Self:
-        """Start the daemon thread, register its stop with ``atexit``, return self."""
-        # Registered after this module imported logging, so it runs before the
-        # logging.shutdown handler (atexit runs newest first) and can still log (P21).
+    def _on_start(self) -> None:
+        # Called only by the start() that claimed the service, so a refused second start()
+        # never touches the registration. Registered after this module imported logging,
+        # so it runs before the logging.shutdown handler (atexit runs newest first) and
+        # can still log (P21).
         atexit.register(self._stop_at_exit)
-        try:
-            return super().start()
-        except BaseException:
-            atexit.unregister(self._stop_at_exit)
-            raise
 
     def stop(self, timeout: float | None = None) -> StopReport:
-        """Unregister the ``atexit`` handler, then stop as `Service.stop` says."""
-        atexit.unregister(self._stop_at_exit)
-        return super().stop(timeout)
+        """Stop as `Service.stop` says; the recorded report also unregisters the ``atexit`` handler.
+
+        A request (from the daemon's own thread) or a provisional report leaves the
+        handler registered: ``atexit.unregister`` drops every registration of this
+        daemon, and the one made by ``start()`` must still stop it at exit.
+        """
+        report = super().stop(timeout)
+        if report is self._report:
+            atexit.unregister(self._stop_at_exit)
+        return report
 
     def _stop_at_exit(self) -> None:
         # Called by atexit, which is iterating its handlers: do not unregister here.
@@ -260,13 +363,14 @@ def every(interval: float, tick: Callable[[], object]) -> Callable[[threading.Ev
     """Work that calls ``tick()`` at once and then every ``interval`` seconds until stopped.
 
     Between ticks it waits on the stop event, so a stop ends the wait at once; a tick
-    already running finishes first.
+    already running finishes first. ``interval`` may be ``math.inf`` (tick once).
     """
+    seconds = _seconds(interval, "interval")
 
     def work(stopping: threading.Event) -> None:
         while not stopping.is_set():
             tick()
-            stopping.wait(interval)
+            _wait(stopping, time.monotonic() + seconds)
 
     return work
 

@@ -17,10 +17,14 @@ Guarantees:
       within ``window`` seconds are spent; then the supervisor is unhealthy (an ERROR
       record and ``on_unhealthy``).
     * ``start()`` is all or nothing and returns the supervisor; a second ``start()``, or
-      one after ``stop()``, raises `RuntimeError`.
-    * ``stop(timeout=None)`` (``None``: ``stop_timeout``) returns within its budget (plus
-      scheduling noise), even while another thread is inside ``start()``, never raises for
-      a worker that ignores it, and returns the same `SupervisorReport` to every call.
+      one after ``stop()``, raises `RuntimeError`; ``with supervisor.start():`` works.
+    * ``stop(timeout=None)`` (``None``: ``stop_timeout``; ``math.inf``: as long as it
+      takes) returns within its budget (plus scheduling noise), even while another thread
+      is inside ``start()``, never raises for a worker that ignores it, and the first
+      `SupervisorReport` that completes is returned to every later call. Reports come
+      from each thread's own end signal, never from ``join()`` (gh-90882).
+    * ``stop()`` from the worker, a callback, or a signal handler that interrupted this
+      supervisor's ``start()``/``stop()`` is a request: it returns at once, provisionally.
     * `produce_until_consumer_dies` blocks at most ``check_every`` seconds after its
       consumer is gone, and returns the items it could not deliver.
 
@@ -33,12 +37,13 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import queue
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self, TypeVar
 
 __all__ = ["Supervisor", "SupervisorReport", "ThreadFailure", "produce_until_consumer_dies"]
@@ -94,6 +99,61 @@ class SupervisorReport:
     deaths: tuple[ThreadFailure, ...]
     elapsed: float
 
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until the monotonic ``deadline`` (may be inf), never overflowing."""
+    while not event.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return event.is_set()
+        event.wait(min(left, threading.TIMEOUT_MAX))
+    return True
+
+
+class _Tracked:
+    """A thread with its own end signal, set in its target's ``finally`` (R2 of issue 23).
+
+    Reports wait on ``ended``, never on ``join()``/``is_alive()``: before 3.13 a Ctrl-C
+    that interrupts ``Thread.join()`` marks a live thread finished (gh-90882).
+    """
+
+    def __init__(self, target: Callable[[], object], name: str) -> None:
+        self.ended = threading.Event()  # set by the thread on its way out; waited on by stop()
+        # Taken by the thread as it begins, or by cancel_unstarted() after a failed
+        # Thread.start: whoever takes it first decides whether the target ever runs.
+        self._claim = threading.Lock()
+        self._target = target
+        self.thread = threading.Thread(target=self._run, name=name)
+
+    def _run(self) -> None:
+        try:
+            if self._claim.acquire(blocking=False):
+                self._target()
+        finally:
+            self.ended.set()
+
+    def cancel_unstarted(self) -> None:
+        """After ``Thread.start`` raised: a thread that had not begun will never run the target."""
+        if self._claim.acquire(blocking=False):
+            self.ended.set()
+
+    def running(self) -> bool:
+        """Started and not yet ended (by its own signal)."""
+        return self.thread.ident is not None and not self.ended.is_set()
+
 
 class Supervisor:
     """Run ``target(stop)`` in a thread, notice when it ends, restart it within a budget.
@@ -105,7 +165,8 @@ class Supervisor:
     within the last ``window`` seconds, gives up: it logs at ERROR, becomes unhealthy and
     calls ``on_unhealthy(deaths)``. ``interval`` only paces restarts, so a worker that
     fails at once cannot spin. Callbacks run in the supervisor's thread; an exception from
-    one is logged and ignored, and they must not call `stop` (it would wait for itself).
+    one is logged and ignored. A callback or the worker may call `stop`: it is a request
+    that returns at once (see `stop`).
     """
 
     def __init__(
@@ -120,48 +181,51 @@ class Supervisor:
         on_death: Callable[[ThreadFailure], object] | None = None,
         on_unhealthy: Callable[[list[ThreadFailure]], object] | None = None,
     ) -> None:
-        for option, value in [
-            ("max_restarts", max_restarts),
-            ("window", window),
-            ("interval", interval),
-            ("stop_timeout", stop_timeout),
-        ]:
-            if value < 0:
-                raise ValueError(f"{option} must be 0 or more, not {value!r}")
+        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an int >= 0, not {max_restarts!r}")
         self.target = target
         self.name = name
         self.max_restarts = max_restarts
-        self.window = window
-        self.interval = interval
-        self.stop_timeout = stop_timeout
+        self.window = _seconds(window, "window")
+        self.interval = _seconds(interval, "interval")
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.on_death = on_death
         self.on_unhealthy = on_unhealthy
-        # The stop request. Set by stop(); watched by the worker (it is target's argument)
-        # and by the supervisor's thread while it paces a restart.
+        # The stop request. Set by stop() (a request included); watched by the worker (it
+        # is target's argument) and by the supervisor's thread. Never cleared.
         self._stop = threading.Event()
+        # Set by a worker's wrapper when it ends and by stop(); waited on, and cleared, by
+        # the supervisor's thread only. An event rather than a condition, so that stop()
+        # (maybe from a signal handler) never waits for a lock to wake it.
+        self._wake = threading.Event()
         # Set by the supervisor's thread when it gives up; waited on by wait_unhealthy().
         self._unhealthy = threading.Event()
-        # Guards every field below. Notified by the worker's wrapper when the worker ends
-        # and by stop(); waited on by the supervisor's thread. A restart happens only
-        # while it is held and the stop request is not set, and start() publishes its two
-        # threads while holding it, so once stop() has set the request and taken it, the
-        # threads it reads are the last ones (any of them started later sees the request).
-        self._changed = threading.Condition()
-        # Cleared by start() while it starts its threads, set once both Thread.start calls
-        # returned or one raised; a racing stop() waits on it within its budget, because
-        # a thread cannot be joined before it has started.
+        # One-shot: taken by the first start(), or by a stop() that came first; only ever
+        # tried, never waited on, so no stop path can block on it.
+        self._claim = threading.Lock()
+        self._starter: int | None = None  # ident of the thread inside start(), for R4
+        # Set once both Thread.start calls of start() returned or one raised; a racing
+        # stop() waits on it within its budget, because until then the threads are not known.
         self._start_settled = threading.Event()
-        self._start_settled.set()
-        # Held by the stop() that builds the report, for its whole (bounded) run; a stop()
-        # racing it waits here, then returns the same report.
+        # Tried (never waited on) by stop(): its holder builds the report; _stopper is the
+        # holder's ident, so a stop from a signal handler on that thread returns at once.
         self._stop_lock = threading.Lock()
+        self._stopper: int | None = None
         self._report: SupervisorReport | None = None
-        self._worker: threading.Thread | None = None
-        self._ended: list[ThreadFailure | None] = []  # one entry per worker end, not yet handled
+        self._reported = threading.Event()  # set once _report is recorded; others wait on it
+        # Written by start() (both) and by the supervisor's thread (_worker, on restart),
+        # each a single assignment made before the thread starts, so that a thread can
+        # always find itself here. Once the supervisor's thread has ended, _worker is final.
+        self._worker: _Tracked | None = None
+        self._supervisor: _Tracked | None = None
+        # Appended by worker wrappers (one entry per end, None for an asked-for end);
+        # popped by the supervisor's thread, and by stop() once that thread is done or
+        # out of time. deque.append/popleft and list.append are atomic, so no lock is held.
+        self._ended: collections.deque[ThreadFailure | None] = collections.deque()
         self._deaths: list[ThreadFailure] = []
+        # Only the supervisor's thread touches these two (the report reads _restarts).
         self._restart_times: collections.deque[float] = collections.deque()
         self._restarts = 0
-        self._supervisor: threading.Thread | None = None
 
     def start(self) -> Self:
         """Start the worker and the supervisor's thread; `RuntimeError` if started or stopped.
@@ -169,19 +233,18 @@ class Supervisor:
         All or nothing: if either thread cannot be started, or a Ctrl-C lands part-way,
         whatever started is stopped within ``stop_timeout`` and the error re-raised.
         """
-        with self._changed:
-            if self._supervisor is not None or self._stop.is_set():
-                raise RuntimeError(f"supervisor {self.name!r} was already started or stopped")
-            self._worker = threading.Thread(target=self._run_worker, name=self.name)
-            self._supervisor = threading.Thread(
-                target=self._supervise, name=f"{self.name}-supervisor"
-            )
-            threads = (self._worker, self._supervisor)
-            self._start_settled.clear()
+        if not self._claim.acquire(blocking=False):
+            raise RuntimeError(f"supervisor {self.name!r} was already started or stopped")
+        self._starter = threading.get_ident()
+        worker = _Tracked(self._run_worker, self.name)
+        supervisor = _Tracked(self._supervise, f"{self.name}-supervisor")
+        self._worker, self._supervisor = worker, supervisor  # published for a racing stop()
         try:
-            for thread in threads:
-                thread.start()
+            for tracked in (worker, supervisor):
+                tracked.thread.start()
         except BaseException:
+            worker.cancel_unstarted()
+            supervisor.cancel_unstarted()
             self._start_settled.set()
             self.stop()  # the caller gets nothing to stop: we do it
             raise
@@ -191,65 +254,100 @@ class Supervisor:
     def stop(self, timeout: float | None = None) -> SupervisorReport:
         """Ask the worker to stop, wait up to ``timeout`` (None: ``stop_timeout``), report.
 
-        Idempotent: every call returns the first call's report (a call racing the first
-        waits for it). Refused (`RuntimeError`) from the worker or a callback.
+        The first report that completes is recorded and returned to every later call. A
+        call racing it waits at most its own ``timeout`` for that report, then returns a
+        provisional one (not recorded). From the worker or a callback (the supervisor's
+        own threads), or from a signal handler that interrupted this supervisor's
+        ``start()``/``stop()``, it is a request: it sets the stop request and returns a
+        provisional report at once, naming the threads still running (the caller's own
+        included); a later ``stop()`` from outside returns the final report.
         """
-        budget = self.stop_timeout if timeout is None else timeout
-        if budget < 0:
-            raise ValueError(f"stop() needs a timeout of 0 or more seconds, not {timeout!r}")
-        if threading.current_thread() in (self._worker, self._supervisor):
-            raise RuntimeError("stop() called from the supervised worker or a callback")
-        with self._stop_lock:
-            if self._report is None:
-                self._report = self._stop_once(budget)
+        began = time.monotonic()
+        deadline = began + (self.stop_timeout if timeout is None else _seconds(timeout, "timeout"))
+        if self._report is not None:
             return self._report
+        me = threading.get_ident()
+        current = threading.current_thread()
+        own = any(t is not None and t.thread is current for t in (self._supervisor, self._worker))
+        if own or (self._starter == me and not self._start_settled.is_set()):
+            self._request_stop()
+            report = self._current(began, final=False)
+            caller = current.name
+            if own and caller not in report.still_running:  # it cannot have ended: it asks
+                report = replace(report, still_running=(*report.still_running, caller))
+            return report
+        if self._stop_lock.acquire(blocking=False):
+            try:
+                self._stopper = me
+                if self._report is None:
+                    self._report = self._stop_once(began, deadline)
+                    self._reported.set()
+                return self._report
+            finally:
+                self._stopper = None
+                self._stop_lock.release()
+        # Another stop() builds the report: wait for it within our own budget, unless
+        # that stop() is this thread's own (we are a signal handler interrupting it).
+        if self._stopper != me and _wait(self._reported, deadline) and self._report is not None:
+            return self._report
+        self._request_stop()
+        return self._current(began, final=False)
 
-    def _stop_once(self, timeout: float) -> SupervisorReport:
-        start = time.monotonic()
-        deadline = start + timeout
-
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
-
+    def _request_stop(self) -> None:
         self._stop.set()
-        # Timed, so that a restart holding the lock in Thread.start cannot hold stop().
-        locked_first = self._changed.acquire(timeout=left())
-        try:
-            if locked_first:
-                self._changed.notify_all()
-            # Final from here on when locked: no worker starts once the request is set.
-            worker, supervisor = self._worker, self._supervisor
-        finally:
-            if locked_first:
-                self._changed.release()
+        self._wake.set()  # the supervisor's thread looks at the request at once
+
+    def _stop_once(self, began: float, deadline: float) -> SupervisorReport:
+        self._request_stop()
+        if self._claim.acquire(blocking=False):  # never started: start() now refuses
+            return SupervisorReport(True, (), self.healthy, 0, (), time.monotonic() - began)
         # A start() in another thread may still be inside Thread.start: wait, within budget.
-        settled = self._start_settled.wait(left()) and locked_first
-        # A thread with no ident never ran: its Thread.start failed.
-        threads = [t for t in (supervisor, worker) if t is not None and t.ident is not None]
-        for thread in threads:  # the supervisor's first: it ends at once unless in a callback
-            thread.join(left())
-        locked = self._changed.acquire(timeout=left())
-        try:
-            if locked:
-                self._collect_final_end()
-            deaths, restarts = tuple(self._deaths), self._restarts
-        finally:
-            if locked:
-                self._changed.release()
-        still_running = tuple(t.name for t in threads if t.is_alive())
-        if not (settled and locked) and not still_running and worker is not None:
-            still_running = (worker.name,)  # not known to have ended: still being started
-        terminated = settled and locked and not still_running
-        if not terminated:
+        if _wait(self._start_settled, deadline):
+            supervisor = self._supervisor
+            # The supervisor's thread first: it ends at once unless a callback holds it,
+            # and once it has ended no restart can happen, so _worker is the last worker.
+            if supervisor is not None:
+                _wait(supervisor.ended, deadline)
+            worker = self._worker
+            if worker is not None:
+                _wait(worker.ended, deadline)
+        report = self._current(began, final=True)
+        for tracked in (self._supervisor, self._worker):
+            # Only threads whose target has returned: join just lets threading tidy up.
+            if tracked is not None and tracked.ended.is_set() and tracked.thread.ident:
+                tracked.thread.join(min(max(0.0, deadline - time.monotonic()), 1.0))
+        if not report.terminated:
             logger.error(
                 "supervisor %r: worker still running %.3gs after stop was requested",
                 self.name,
-                timeout,
+                deadline - began,
             )
-        elapsed = time.monotonic() - start
-        return SupervisorReport(terminated, still_running, self.healthy, restarts, deaths, elapsed)
+        return report
+
+    def _current(self, began: float, *, final: bool) -> SupervisorReport:
+        # The truth now, from the threads' own end signals.
+        settled = self._start_settled.is_set()
+        tracked = [t for t in (self._supervisor, self._worker) if t is not None]
+        still_running = tuple(t.thread.name for t in tracked if t.running())
+        if not settled and self._worker is not None and self.name not in still_running:
+            still_running = (*still_running, self.name)  # still being started
+        terminated = final and settled and not still_running
+        if final:
+            self._collect_final_end()
+        return SupervisorReport(
+            terminated,
+            still_running,
+            self.healthy,
+            self._restarts,
+            tuple(self._deaths),
+            time.monotonic() - began,
+        )
 
     def __enter__(self) -> Self:
+        if self._stop.is_set():
+            raise RuntimeError(f"supervisor {self.name!r} was stopped: it cannot be entered")
+        if self._claim.locked():
+            return self  # already running: ``with supervisor.start():`` enters it as it is
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -261,20 +359,22 @@ class Supervisor:
         return not self._unhealthy.is_set()
 
     def wait_unhealthy(self, timeout: float | None = None) -> bool:
-        """Block until the supervisor gives up on its worker; False if ``timeout`` ran out."""
-        return self._unhealthy.wait(timeout)
+        """Block until the supervisor gives up on its worker; False if ``timeout`` ran out.
+
+        ``None`` or ``math.inf``: wait as long as it takes.
+        """
+        seconds = _seconds(timeout, "timeout", allow_none=True)
+        return _wait(self._unhealthy, time.monotonic() + seconds)
 
     @property
     def restarts(self) -> int:
         """How many times the worker has been restarted."""
-        with self._changed:
-            return self._restarts
+        return self._restarts
 
     @property
     def deaths(self) -> list[ThreadFailure]:
         """Every unexpected end of the worker so far, oldest first."""
-        with self._changed:
-            return list(self._deaths)
+        return list(self._deaths)
 
     def _run_worker(self) -> None:
         failure: ThreadFailure | None = None
@@ -293,9 +393,8 @@ class Supervisor:
             logger.exception("worker %r died: %s", self.name, summary)
         finally:
             # The signal the supervisor waits for: always sent, however the worker ended.
-            with self._changed:
-                self._ended.append(failure)
-                self._changed.notify_all()
+            self._ended.append(failure)
+            self._wake.set()
 
     def _supervise(self) -> None:
         try:
@@ -306,47 +405,55 @@ class Supervisor:
 
     def _supervise_loop(self) -> None:
         while True:
-            with self._changed:
-                while not self._ended and not self._stop.is_set():
-                    self._changed.wait()
-                if self._stop.is_set():
-                    return  # stop() collects whatever end is still pending
-                failure = self._ended.pop(0)
+            self._wake.wait()
+            self._wake.clear()  # before looking, so a later end or stop wakes us again
+            while not self._stop.is_set():
+                try:
+                    failure = self._ended.popleft()
+                except IndexError:
+                    break
                 if failure is None:  # a clean end, which needs a stop request: see above
                     continue
                 self._deaths.append(failure)
-            self._call(self.on_death, failure)
-            if not self._may_restart():
-                self._give_up(
-                    f"worker died {len(self.deaths)} time(s), budget of {self.max_restarts} "
-                    f"restart(s) per {self.window:g}s spent"
-                )
-                return
-            if self._stop.wait(self.interval):  # pacing; a stop request cuts it short
-                return
-            with self._changed:
-                if self._stop.is_set():
+                if not self._handle_death(failure):
                     return
-                worker = threading.Thread(target=self._run_worker, name=self.name)
-                worker.start()  # if it raises, _supervise gives up; _worker is the dead one
-                self._worker = worker
-                self._restart_times.append(time.monotonic())
-                self._restarts += 1
-                restarts = self._restarts
-            logger.warning(
-                "supervisor %r: restarted the worker (restart %d, budget %d per %gs)",
-                self.name,
-                restarts,
-                self.max_restarts,
-                self.window,
+            if self._stop.is_set():
+                return  # stop() collects whatever end is still pending
+
+    def _handle_death(self, failure: ThreadFailure) -> bool:
+        """Report one death and restart the worker; False once supervision is over."""
+        self._call(self.on_death, failure)
+        if not self._may_restart():
+            self._give_up(
+                f"worker died {len(self._deaths)} time(s), budget of {self.max_restarts} "
+                f"restart(s) per {self.window:g}s spent"
             )
+            return False
+        if _wait(self._stop, time.monotonic() + self.interval):  # pacing; a stop cuts it short
+            return False
+        worker = _Tracked(self._run_worker, self.name)
+        self._worker = worker  # published first: the new worker's own stop() must find it
+        try:
+            worker.thread.start()
+        except BaseException:  # _supervise gives up; this worker never runs
+            worker.cancel_unstarted()
+            raise
+        self._restart_times.append(time.monotonic())
+        self._restarts += 1
+        logger.warning(
+            "supervisor %r: restarted the worker (restart %d, budget %d per %gs)",
+            self.name,
+            self._restarts,
+            self.max_restarts,
+            self.window,
+        )
+        return True
 
     def _may_restart(self) -> bool:
         now = time.monotonic()
-        with self._changed:
-            while self._restart_times and now - self._restart_times[0] >= self.window:
-                self._restart_times.popleft()
-            return len(self._restart_times) < self.max_restarts
+        while self._restart_times and now - self._restart_times[0] >= self.window:
+            self._restart_times.popleft()
+        return len(self._restart_times) < self.max_restarts
 
     def _give_up(self, reason: str) -> None:
         logger.error("supervisor %r gives up, unhealthy: %s", self.name, reason)
@@ -354,10 +461,13 @@ class Supervisor:
         self._call(self.on_unhealthy, self.deaths)
 
     def _collect_final_end(self) -> None:
-        # Called by stop() with _changed held: a worker that failed while (or after) the
-        # stop was requested is still a death, and is kept in the report.
-        while self._ended:
-            failure = self._ended.pop(0)
+        # A worker that failed while (or after) the stop was requested is still a death,
+        # and is kept in the report.
+        while True:
+            try:
+                failure = self._ended.popleft()
+            except IndexError:
+                return
             if failure is not None:
                 self._deaths.append(failure)
 
@@ -386,6 +496,7 @@ def produce_until_consumer_dies(
     caller can store, retry or drop them on purpose. (On 3.13+, a dying consumer can also
     call ``q.shutdown(immediate=True)`` in its ``finally``.)
     """
+    slice_ = min(_seconds(check_every, "check_every"), threading.TIMEOUT_MAX)
     iterator = iter(items)
     for item in iterator:
         while True:
@@ -394,7 +505,7 @@ def produce_until_consumer_dies(
                 logger.error("consumer is gone: %d item(s) not delivered", len(left))
                 return left
             try:
-                q.put(item, timeout=check_every)
+                q.put(item, timeout=slice_)
                 break
             except queue.Full:
                 continue

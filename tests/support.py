@@ -112,6 +112,32 @@ def wait_until_blocked_in(
     raise AssertionError(f"{thread.name} was never seen inside {func_name}()")
 
 
+# The innermost Python frame of a thread parked in a blocking wait (a lock, an event, a
+# join), on 3.11 to 3.13.
+_PARKED = frozenset({"wait", "join", "_wait_for_tstate_lock", "acquire"})
+
+
+def wait_until_parked_inside(
+    thread: threading.Thread, func_name: str, timeout: float = MUST_HAPPEN
+) -> None:
+    """Block until `thread` is parked in a blocking wait somewhere inside `func_name`().
+
+    Used before a real signal is sent to the main thread, so that it lands while a
+    ``stop()`` is blocked, which is the case being tested.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        if names and names[0] in _PARKED and func_name in names:
+            return
+        time.sleep(0.001)  # polling an observation, not waiting for a race
+    raise AssertionError(f"{thread.name} was never seen parked inside {func_name}()")
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = MUST_HAPPEN) -> None:
     """Poll an observation until it holds; the test has arranged that it must."""
     deadline = time.monotonic() + timeout

@@ -6,6 +6,7 @@ import concurrent.futures.thread as pool_module
 import functools
 import gc
 import logging
+import math
 import queue
 import signal
 import subprocess
@@ -35,10 +36,12 @@ from tests.support import (
     elapsed,
     join_or_fail,
     run_in_thread,
+    run_python,
     spawn_python,
     start_then_interrupt,
     thread_start_patched,
     wait_until_blocked_in,
+    wait_until_parked_inside,
 )
 
 # Scheduling noise allowed on top of a budget. Across a process boundary it also covers
@@ -698,7 +701,7 @@ def test_stop_refuses_a_negative_budget_and_none_means_stop_timeout() -> None:
     with pytest.raises(ValueError, match="stop_timeout"):
         BackgroundService(until_stopped(threading.Event()), name="budget", stop_timeout=-1)
     service = BackgroundService(until_stopped(threading.Event()), name="budget")
-    with pytest.raises(ValueError, match="0 or more"):
+    with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
         service.stop(-1)
     gate = Gate("work that ignores the stop")
     deaf = BackgroundService(lambda stopping: gate.arrive(), name="deaf", stop_timeout=0.2)
@@ -735,17 +738,30 @@ def test_work_that_raises_is_logged_and_returned_in_the_report(
     assert record.exc_info[1] is report.error
 
 
-def test_stop_from_the_services_own_thread_is_refused() -> None:
-    """A thread cannot join itself; the work is told to return instead."""
+@pytest.mark.parametrize("kind", [BackgroundService, HousekeepingDaemon])
+def test_stop_from_the_services_own_thread_is_a_request_that_returns_at_once(
+    kind: type[BackgroundService],
+) -> None:
+    """A thread cannot wait for itself: its stop() sets the event and says it still runs."""
+    seen: dict[str, object] = {}
 
     def work(stopping: threading.Event) -> None:
-        service.stop(0)
+        seen["report"] = service.stop(MUST_HAPPEN)
+        seen["stopping"] = stopping.is_set()
 
-    service = BackgroundService(work, name="self-stopping")
-    service.start()
-    report = service.stop(MUST_HAPPEN)
-    assert isinstance(report.error, RuntimeError)
-    assert "from its own thread" in str(report.error)
+    service = kind(work, name="self-stopping")
+    with elapsed() as took:
+        service.start()
+        report = service.stop(MUST_HAPPEN)
+    assert took() < NOISE  # the request did not wait its MUST_HAPPEN budget for itself
+    assert report.terminated
+    assert report.error is None
+    assert seen["stopping"] is True
+    request = seen["report"]
+    assert isinstance(request, StopReport)
+    assert not request.terminated
+    assert request.still_running == ("self-stopping",)
+    assert request is not report  # a request is never the recorded report
 
 
 def test_with_block_stops_the_service_even_when_the_body_raises() -> None:
@@ -907,3 +923,252 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
     assert service.stop(MUST_HAPPEN) is report
     for thread in alive_named("racing"):
         join_or_fail(thread)  # the work saw the stop event and ends
+
+
+# --- issue 23: the lifecycle contract on the paths users take -------------------------------
+
+R2 = ("R2", "Ctrl-C inside stop(): an interrupted join marks a live thread finished")
+R4 = ("R4", "stop() from a signal handler, or from its own thread, while a stop runs")
+
+KINDS = [BackgroundService, HousekeepingDaemon]
+
+
+@pytest.mark.parametrize("kind", ["BackgroundService", "HousekeepingDaemon"])
+def test_with_a_started_service_enters_it_stops_it_and_the_program_exits(kind: str) -> None:
+    """``with X(...).start(): pass`` in a fresh interpreter ends at once with status 0."""
+    code = f"""
+from patterns.daemon_threads import {kind}
+with {kind}(lambda stopping: stopping.wait(), name="entered").start() as service:
+    pass
+print(service.stop(0).terminated)
+"""
+    try:
+        result = run_python(code, timeout=MUST_HAPPEN)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the child never exited: a non-daemon thread was left running")
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_entering_a_running_service_returns_it_and_a_stopped_one_refuses(
+    kind: type[BackgroundService],
+) -> None:
+    """Entered while running it is the same object, stopped on exit; entered after stop, raises."""
+    started = threading.Event()
+    service = kind(until_stopped(started), name="entered", stop_timeout=MUST_HAPPEN)
+    with service.start() as entered:
+        assert entered is service
+        assert started.wait(MUST_HAPPEN)
+    report = service.stop(0)
+    assert report.terminated
+    with pytest.raises(RuntimeError, match="stopped"), service:
+        pass
+    with pytest.raises(RuntimeError, match="only be started once"):
+        service.start()
+
+
+def test_a_report_cannot_say_terminated_while_naming_a_running_thread() -> None:
+    """StopReport refuses terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match="terminated=True with still_running"):
+        StopReport(terminated=True, still_running=("svc",), name="svc", elapsed=0.0)
+
+
+def interrupt_main_once_parked_in(func_name: str, sent: threading.Event) -> threading.Thread:
+    """A helper thread that sends a real SIGINT to the main thread once it waits in func_name."""
+    main = threading.main_thread()
+
+    def send() -> None:
+        wait_until_parked_inside(main, func_name)
+        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+        sent.set()
+
+    thread = threading.Thread(target=send, name="interrupter")
+    thread.start()
+    return thread
+
+
+@pytest.mark.race(*R2)
+@pytest.mark.parametrize("kind", KINDS)
+def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_running_thread(
+    kind: type[BackgroundService],
+) -> None:
+    """Reports wait on the thread's own end signal, so a Ctrl-C inside stop() cannot fool them."""
+    gate = Gate("work that ignores its stop")
+    service = kind(lambda stopping: gate.arrive(), name="deaf")
+    service.start()
+    gate.wait_reached()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    sent = threading.Event()
+    try:
+        interrupter = interrupt_main_once_parked_in("stop", sent)
+        with pytest.raises(KeyboardInterrupt):
+            service.stop(MUST_HAPPEN)
+        join_or_fail(interrupter)
+        assert sent.is_set()
+        report = service.stop(0)
+        assert not report.terminated
+        assert report.still_running == ("deaf",)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        gate.open()
+    assert service.stop(MUST_HAPPEN) is report  # the first completed report is the record
+    for thread in alive_named("deaf"):
+        join_or_fail(thread)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("budget", [math.inf, 1e10, 1e300])
+def test_an_unbounded_budget_waits_as_long_as_it_takes_and_never_overflows(
+    kind: type[BackgroundService], budget: float
+) -> None:
+    """Budgets of inf or huge values, in the constructor or in stop(), mean "until it ends"."""
+    started = threading.Event()
+    service = kind(until_stopped(started), name="patient", stop_timeout=budget).start()
+    assert started.wait(MUST_HAPPEN)
+    report = service.stop()
+    assert report.terminated
+    other = kind(until_stopped(threading.Event()), name="patient-too").start()
+    assert other.stop(budget).terminated
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1, -math.inf, True, "1", None, [1]])
+def test_a_bad_number_of_seconds_is_a_value_error_naming_the_argument(bad: object) -> None:
+    """nan, negative, bool and non-numbers are refused wherever seconds are taken."""
+    work = until_stopped(threading.Event())
+    for kind in KINDS:
+        with pytest.raises(ValueError, match="stop_timeout must be a number of seconds"):
+            kind(work, name="bad", stop_timeout=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="interval must be a number of seconds"):
+        every(bad, lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stop_timeout must be a number of seconds"):
+        run_with_service(lambda: None, work, name="bad", stop_timeout=bad)  # type: ignore[arg-type]
+    if bad is not None:  # stop(None) means stop_timeout
+        service = BackgroundService(work, name="bad")
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            service.stop(bad)  # type: ignore[arg-type]
+        assert service.stop(0).terminated
+
+
+def test_every_with_an_infinite_interval_ticks_once_and_stops_at_once() -> None:
+    """every(inf, tick) never overflows: it ticks, then waits for the stop alone."""
+    ticked = threading.Event()
+    service = BackgroundService(every(math.inf, ticked.set), name="once").start()
+    assert ticked.wait(MUST_HAPPEN)
+    assert service.stop(MUST_HAPPEN).terminated
+
+
+HANDLER_STOPS_DURING_STOP = """
+import signal, sys, threading, time
+from patterns.daemon_threads import {kind}
+from tests.support import wait_until_parked_inside
+
+release, handled = threading.Event(), threading.Event()
+service = {kind}(lambda stopping: release.wait(20), name="svc", stop_timeout=20).start()
+seen = {{}}
+
+def handler(signum, frame):
+    began = time.monotonic()
+    report = service.stop(20)
+    seen["handler"] = (report.terminated, report.still_running, time.monotonic() - began)
+    handled.set()
+
+def helper():
+    wait_until_parked_inside(threading.main_thread(), "stop")
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+    handled.wait(5)
+    release.set()
+
+signal.signal(signal.SIGUSR1, handler)
+threading.Thread(target=helper).start()
+report = service.stop(20)
+terminated, still, took = seen["handler"]
+print(terminated, still, took < 1.0, report.terminated, service.stop(0) is report)
+"""
+
+
+@pytest.mark.race(*R4)
+@pytest.mark.parametrize("kind", ["BackgroundService", "HousekeepingDaemon"])
+def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once(
+    kind: str,
+) -> None:
+    """A handler's stop() on the thread already inside stop() must not wait for itself."""
+    try:
+        result = run_python(HANDLER_STOPS_DURING_STOP.format(kind=kind), timeout=3 * MUST_HAPPEN)
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock: the handler's stop() waited for the stop() it interrupted")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "False ('svc',) True True True\n"
+
+
+@pytest.mark.race(*R4)
+def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
+    """A stop racing a longer one returns provisionally on its own deadline; the first records."""
+    gate = Gate("work that ignores its stop")
+    service = BackgroundService(lambda stopping: gate.arrive(), name="slow").start()
+    gate.wait_reached()
+    first, outcome = run_in_thread(lambda: service.stop(MUST_HAPPEN), "first-stopper")
+    try:
+        wait_until_parked_inside(first, "stop")
+        with elapsed() as took:
+            second = service.stop(0.2)
+        assert took() < 0.2 + NOISE
+        assert not second.terminated
+        assert second.still_running == ("slow",)
+    finally:
+        gate.open()
+        join_or_fail(first)
+    recorded = outcome["result"]
+    assert recorded.terminated
+    assert service.stop(0) is recorded
+    assert second is not recorded
+
+
+def test_a_request_from_the_daemons_own_thread_keeps_it_stopped_at_exit() -> None:
+    """Only the recorded stop unregisters: after a request from its own thread, exit still waits.
+
+    The work's cleanup takes a while after the request; the daemon's atexit stop (10 s
+    budget) must wait for it. Without the registration the interpreter kills it mid-cleanup.
+    """
+    code = """
+import atexit, threading, time
+from patterns.daemon_threads import HousekeepingDaemon
+
+exiting = threading.Event()
+
+def work(stopping):
+    try:
+        daemon.stop(0)  # a request: it cannot wait for its own thread
+    except RuntimeError:
+        pass
+    exiting.wait(10)
+    time.sleep(0.5)  # a slow cleanup, which the atexit stop must wait for
+    print("cleanup done", flush=True)
+
+daemon = HousekeepingDaemon(work, name="hk", stop_timeout=10)
+daemon.start()
+atexit.register(exiting.set)  # runs before the daemon's atexit stop (newest first)
+"""
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "cleanup done\n"
+
+
+def test_a_refused_second_start_leaves_the_running_daemon_stopped_at_exit() -> None:
+    """The atexit stop of the running daemon survives a refused start(): its work ends cleanly."""
+    code = """
+import logging, sys
+from patterns.daemon_threads import HousekeepingDaemon
+
+def work(stopping):
+    stopping.wait()
+    print("stopped at exit", flush=True)
+
+daemon = HousekeepingDaemon(work, name="hk", stop_timeout=10).start()
+try:
+    daemon.start()
+except RuntimeError:
+    print("refused", flush=True)
+"""
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "refused\nstopped at exit\n"

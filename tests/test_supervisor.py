@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import queue
+import signal
+import subprocess
 import sys
 import threading
 import time
+import typing
 from collections.abc import Callable
 
 import pytest
 
+from patterns import thread_exceptions
 from patterns.naive.supervisor import naive_consume, naive_produce
 from patterns.supervisor import (
     Supervisor,
@@ -27,10 +33,12 @@ from tests.support import (
     join_or_fail,
     recording_hook,
     run_in_thread,
+    run_python,
     start_then_interrupt,
     stays_blocked,
     thread_start_patched,
     wait_until_blocked_in,
+    wait_until_parked_inside,
 )
 
 MODULE_LOGGER = "patterns.supervisor"
@@ -151,39 +159,42 @@ def test_stopping_a_healthy_worker_is_not_a_death_and_stop_is_idempotent(
     assert caplog.records == []
     with pytest.raises(RuntimeError, match="already started or stopped"):
         supervisor.start()
-    with pytest.raises(RuntimeError, match="already started or stopped"), supervisor:
+    with pytest.raises(RuntimeError, match="was stopped"), supervisor:
         pass
 
 
 def test_concurrent_stops_all_return_the_one_report() -> None:
-    """Stops racing each other wait for the first one's report instead of building their own."""
+    """Stops racing each other wait (within their budgets) for the first one's report."""
     gate = Gate("worker that ignores stop")
     supervisor = Supervisor(lambda stop: gate.arrive(), name="busy").start()
     gate.wait_reached()
     try:
-        stoppers = [run_in_thread(lambda: supervisor.stop(0.2), f"stopper-{i}") for i in range(3)]
+        stoppers = [
+            run_in_thread(lambda: supervisor.stop(MUST_HAPPEN), f"stopper-{i}") for i in range(3)
+        ]
         for thread, _ in stoppers:
-            join_or_fail(thread)
+            wait_until_parked_inside(thread, "stop")
     finally:
         gate.open()
+    for thread, _ in stoppers:
+        join_or_fail(thread)
     [first, *others] = [outcome["result"] for _, outcome in stoppers]
     assert all(other is first for other in others)
-    assert first.still_running == ("busy",)
-    for thread in alive_threads("busy", "busy-supervisor"):
-        join_or_fail(thread)
+    assert first.terminated
+    assert supervisor.stop(0) is first
 
 
-def test_entering_a_started_supervisor_raises_instead_of_skipping_the_start() -> None:
-    """`with` on a running supervisor is a second start(): refused, and the first one stands."""
+def test_entering_a_started_supervisor_enters_it_as_it_is_and_stops_it_on_exit() -> None:
+    """`with supervisor.start():` works like `with open(...)`: the running object, stopped after."""
     ran = threading.Event()
-    supervisor = Supervisor(stoppable(ran), name="entered").start()
-    try:
-        with pytest.raises(RuntimeError, match="already started or stopped"), supervisor:
-            pass
+    supervisor = Supervisor(stoppable(ran), name="entered", stop_timeout=MUST_HAPPEN)
+    with supervisor.start() as entered:
+        assert entered is supervisor
         assert ran.wait(MUST_HAPPEN)
         assert supervisor.healthy
-    finally:
-        assert supervisor.stop(MUST_HAPPEN).terminated
+    report = supervisor.stop(0)
+    assert report.terminated
+    assert alive_named("entered", "entered-supervisor") == []
 
 
 def test_stop_on_a_never_started_supervisor_reports_terminated_and_then_start_is_refused() -> None:
@@ -210,7 +221,7 @@ def test_stop_refuses_a_negative_timeout_and_none_means_stop_timeout() -> None:
     supervisor = Supervisor(lambda stop: gate.arrive(), name="deaf", stop_timeout=0.2).start()
     try:
         gate.wait_reached()
-        with pytest.raises(ValueError, match="0 or more"):
+        with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
             supervisor.stop(-1)
         started = time.monotonic()
         report = supervisor.stop(None)
@@ -371,26 +382,64 @@ def test_a_crash_of_the_supervisor_itself_is_reported_as_unhealthy(
     ]
 
 
-def test_stop_from_the_worker_itself_is_refused() -> None:
-    """The worker cannot wait for its own end; stop() says so instead of deadlocking."""
-    outcome: dict[str, BaseException] = {}
+def test_stop_from_the_worker_itself_is_a_request_that_returns_at_once() -> None:
+    """The worker cannot wait for its own end: its stop() asks, names itself, and returns."""
+    seen: dict[str, object] = {}
     supervisor: Supervisor | None = None
-    ran = threading.Event()
 
     def worker(stop: threading.Event) -> None:
         assert supervisor is not None
-        try:
-            supervisor.stop(0)
-        except RuntimeError as exc:
-            outcome["error"] = exc
-        ran.set()
-        stop.wait(MUST_HAPPEN)
+        seen["report"] = supervisor.stop(MUST_HAPPEN)
+        seen["stop"] = stop.is_set()
 
     supervisor = Supervisor(worker, name="self-stopper")
+    started = time.monotonic()
     supervisor.start()
-    assert ran.wait(MUST_HAPPEN)
-    assert "from the supervised worker" in str(outcome["error"])
-    assert supervisor.stop(MUST_HAPPEN).terminated
+    report = supervisor.stop(MUST_HAPPEN)
+    assert time.monotonic() - started < NOISE  # the request did not wait for itself
+    assert report.terminated
+    assert report.deaths == ()  # it returned because it asked to stop: not a death
+    assert seen["stop"] is True
+    request = seen["report"]
+    assert isinstance(request, SupervisorReport)
+    assert not request.terminated
+    assert "self-stopper" in request.still_running
+    assert supervisor.stop(0) is report
+
+
+def test_stop_from_a_restarted_worker_ends_supervision_without_joining_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A restarted worker is the supervisor's own thread too: its stop() is a request."""
+    generation = iter(range(100))
+    seen: dict[str, object] = {}
+
+    def worker(stop: threading.Event) -> None:
+        if next(generation) == 0:
+            raise ValueError("first death")
+        seen["report"] = supervisor.stop(MUST_HAPPEN)
+
+    supervisor = Supervisor(worker, name="restarted", interval=0)
+    with recording_hook() as uncaught:
+        supervisor.start()
+        wait_until_seen(seen, "report")
+        report = supervisor.stop(MUST_HAPPEN)
+    assert uncaught == []
+    assert report.terminated
+    assert report.restarts == 1
+    assert [d.summary for d in report.deaths] == ["ValueError: first death"]
+    request = seen["report"]
+    assert isinstance(request, SupervisorReport)
+    assert "restarted" in request.still_running
+    assert "cannot join current thread" not in caplog.text
+
+
+def wait_until_seen(seen: dict[str, object], key: str) -> None:
+    """Bounded wait for a worker to record ``key`` (the worker sets it, then ends)."""
+    deadline = time.monotonic() + MUST_HAPPEN
+    while key not in seen:
+        assert time.monotonic() < deadline, f"the worker never recorded {key!r}"
+        time.sleep(0.001)  # polling an observation, not waiting for a race
 
 
 # --- P9: a consumer dies and its producer blocks forever -------------------------------------
@@ -629,3 +678,220 @@ def test_stop_racing_start_returns_within_its_budget_and_nothing_is_left_running
     for thread in alive_threads("racing", "racing-supervisor"):
         join_or_fail(thread)
     assert supervisor.deaths == []
+
+
+# --- issue 23: the lifecycle contract on the paths users take -------------------------------
+
+R2 = ("R2", "Ctrl-C inside stop(): an interrupted join marks a live thread finished")
+R4 = ("R4", "stop() from a signal handler, or from its own thread, while a stop runs")
+
+
+def test_with_a_started_supervisor_enters_it_stops_it_and_the_program_exits() -> None:
+    """``with Supervisor(...).start(): pass`` in a fresh interpreter ends at once with status 0."""
+    code = """
+from patterns.supervisor import Supervisor
+with Supervisor(lambda stop: stop.wait(), name="entered").start() as supervisor:
+    pass
+print(supervisor.stop(0).terminated)
+"""
+    try:
+        result = run_python(code, timeout=MUST_HAPPEN)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the child never exited: a non-daemon thread was left running")
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr
+
+
+def test_a_report_cannot_say_terminated_while_naming_a_running_thread() -> None:
+    """SupervisorReport refuses terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match="terminated=True with still_running"):
+        SupervisorReport(True, ("worker",), True, 0, (), 0.0)
+
+
+def test_the_two_thread_failure_records_keep_the_same_fields() -> None:
+    """supervisor.ThreadFailure is a copy of thread_exceptions.ThreadFailure: same names, types."""
+
+    def shape(cls: type) -> list[tuple[str, object]]:
+        return [(f.name, f.type) for f in dataclasses.fields(cls)]
+
+    assert shape(ThreadFailure) == shape(thread_exceptions.ThreadFailure)
+    assert typing.get_type_hints(ThreadFailure) == typing.get_type_hints(
+        thread_exceptions.ThreadFailure
+    )
+
+
+@pytest.mark.race(*R2)
+def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_running_worker() -> None:
+    """Reports wait on each thread's own end signal, so a Ctrl-C inside stop() cannot fool them."""
+    gate = Gate("worker that ignores stop")
+    supervisor = Supervisor(lambda stop: gate.arrive(), name="deaf").start()
+    gate.wait_reached()
+    main = threading.main_thread()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    sent = threading.Event()
+
+    def interrupt() -> None:
+        wait_until_parked_inside(main, "stop")
+        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+        sent.set()
+
+    try:
+        interrupter = threading.Thread(target=interrupt, name="interrupter")
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            supervisor.stop(MUST_HAPPEN)
+        join_or_fail(interrupter)
+        assert sent.is_set()
+        report = supervisor.stop(0)
+        assert not report.terminated
+        assert "deaf" in report.still_running
+    finally:
+        signal.signal(signal.SIGINT, before)
+        gate.open()
+    assert supervisor.stop(MUST_HAPPEN) is report
+    for thread in alive_threads("deaf", "deaf-supervisor"):
+        join_or_fail(thread)
+
+
+@pytest.mark.parametrize("budget", [math.inf, 1e10, 1e300])
+def test_an_unbounded_budget_waits_as_long_as_it_takes_and_never_overflows(budget: float) -> None:
+    """Budgets of inf or huge values (stop_timeout, stop(), intervals) mean "until it ends"."""
+    ran = threading.Event()
+    supervisor = Supervisor(
+        stoppable(ran), name="patient", stop_timeout=budget, window=budget, interval=budget
+    ).start()
+    assert ran.wait(MUST_HAPPEN)
+    assert not supervisor.wait_unhealthy(0)
+    assert supervisor.stop().terminated
+    other = Supervisor(stoppable(), name="patient-too").start()
+    assert other.stop(budget).terminated
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 1e300, None])
+def test_wait_unhealthy_with_an_unbounded_timeout_waits_until_it_gives_up(
+    timeout: float | None,
+) -> None:
+    """wait_unhealthy(inf), (1e300) and (None) block until the give-up, without overflow."""
+    gate = Gate("worker about to die")
+
+    def worker(stop: threading.Event) -> None:
+        gate.arrive()
+        raise ValueError("dies")
+
+    supervisor = Supervisor(worker, name="doomed", max_restarts=0).start()
+    gate.wait_reached()
+    main = threading.main_thread()
+    opener = threading.Thread(
+        target=lambda: (wait_until_parked_inside(main, "wait_unhealthy"), gate.open()),
+        name="opener",
+    )
+    opener.start()
+    try:
+        assert supervisor.wait_unhealthy(timeout)
+    finally:
+        gate.open()
+        join_or_fail(opener)
+    assert not supervisor.stop(MUST_HAPPEN).healthy
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1, -math.inf, True, "1", None, [1]])
+def test_a_bad_number_of_seconds_is_a_value_error_naming_the_argument(bad: object) -> None:
+    """nan, negative, bool and non-numbers are refused wherever seconds are taken."""
+    for option in ["window", "interval", "stop_timeout"]:
+        with pytest.raises(ValueError, match=f"{option} must be a number of seconds"):
+            Supervisor(stoppable(), **{option: bad})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="check_every must be a number of seconds"):
+        produce_until_consumer_dies(queue.Queue(), [1], alive=lambda: True, check_every=bad)  # type: ignore[arg-type]
+    supervisor = Supervisor(stoppable(), name="bad")
+    if bad is not None:  # None means "forever" for wait_unhealthy, stop_timeout for stop
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            supervisor.wait_unhealthy(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+            supervisor.stop(bad)  # type: ignore[arg-type]
+    assert supervisor.stop(0).terminated
+
+
+HANDLER_STOPS_DURING_STOP = """
+import signal, threading, time
+from patterns.supervisor import Supervisor
+from tests.support import wait_until_parked_inside
+
+release, handled = threading.Event(), threading.Event()
+supervisor = Supervisor(lambda stop: release.wait(20), name="w", stop_timeout=20).start()
+seen = {}
+
+def handler(signum, frame):
+    began = time.monotonic()
+    report = supervisor.stop(20)
+    seen["handler"] = (report.terminated, report.still_running, time.monotonic() - began)
+    handled.set()
+
+def helper():
+    wait_until_parked_inside(threading.main_thread(), "stop")
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+    handled.wait(5)
+    release.set()
+
+signal.signal(signal.SIGUSR1, handler)
+threading.Thread(target=helper).start()
+report = supervisor.stop(20)
+terminated, still, took = seen["handler"]
+print(terminated, still, took < 1.0, report.terminated, supervisor.stop(0) is report)
+"""
+
+
+@pytest.mark.race(*R4)
+def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once() -> None:
+    """A handler's stop() on the thread already inside stop() must not wait for itself."""
+    try:
+        result = run_python(HANDLER_STOPS_DURING_STOP, timeout=3 * MUST_HAPPEN)
+    except subprocess.TimeoutExpired:
+        pytest.fail("deadlock: the handler's stop() waited for the stop() it interrupted")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "False ('w',) True True True\n"
+
+
+@pytest.mark.race(*R4)
+def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
+    """A stop racing a longer one returns provisionally on its own deadline; the first records."""
+    gate = Gate("worker that ignores stop")
+    supervisor = Supervisor(lambda stop: gate.arrive(), name="slow").start()
+    gate.wait_reached()
+    first, outcome = run_in_thread(lambda: supervisor.stop(MUST_HAPPEN), "first-stopper")
+    try:
+        wait_until_parked_inside(first, "stop")
+        started = time.monotonic()
+        second = supervisor.stop(0.2)
+        assert time.monotonic() - started < 0.2 + NOISE
+        assert not second.terminated
+        assert second.still_running == ("slow",)
+    finally:
+        gate.open()
+        join_or_fail(first)
+    recorded = outcome["result"]
+    assert recorded.terminated
+    assert supervisor.stop(0) is recorded
+    assert second is not recorded
+
+
+def test_stop_from_a_callback_is_a_request_and_supervision_ends() -> None:
+    """on_death runs on the supervisor's thread: its stop() asks and returns at once."""
+    seen: dict[str, object] = {}
+
+    def worker(stop: threading.Event) -> None:
+        raise ValueError("dies once")
+
+    def on_death(failure: ThreadFailure) -> None:
+        started = time.monotonic()
+        seen["report"] = supervisor.stop(MUST_HAPPEN)
+        seen["took"] = time.monotonic() - started
+
+    supervisor = Supervisor(worker, name="cb", interval=0, on_death=on_death)
+    supervisor.start()
+    wait_until_seen(seen, "took")
+    report = supervisor.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report.restarts == 0  # the request came before the restart: none happened
+    assert seen["took"] < NOISE
+    request = seen["report"]
+    assert isinstance(request, SupervisorReport)
+    assert "cb-supervisor" in request.still_running
