@@ -927,8 +927,8 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
 
 # --- issue 23: the lifecycle contract on the paths users take -------------------------------
 
-R2 = ("R2", "Ctrl-C inside stop(): an interrupted join marks a live thread finished")
-R4 = ("R4", "stop() from a signal handler, or from its own thread, while a stop runs")
+P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
+E1 = ("E1", "a handler that sets the event main is waiting on deadlocks")
 
 KINDS = [BackgroundService, HousekeepingDaemon]
 
@@ -987,7 +987,7 @@ def interrupt_main_once_parked_in(func_name: str, sent: threading.Event) -> thre
     return thread
 
 
-@pytest.mark.race(*R2)
+@pytest.mark.race(*P25)
 @pytest.mark.parametrize("kind", KINDS)
 def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_running_thread(
     kind: type[BackgroundService],
@@ -1086,7 +1086,7 @@ print(terminated, still, took < 1.0, report.terminated, service.stop(0) is repor
 """
 
 
-@pytest.mark.race(*R4)
+@pytest.mark.race(*E1)
 @pytest.mark.parametrize("kind", ["BackgroundService", "HousekeepingDaemon"])
 def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once(
     kind: str,
@@ -1100,7 +1100,6 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
     assert result.stdout == "False ('svc',) True True True\n"
 
 
-@pytest.mark.race(*R4)
 def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
     """A stop racing a longer one returns provisionally on its own deadline; the first records."""
     gate = Gate("work that ignores its stop")

@@ -682,8 +682,8 @@ def test_stop_racing_start_returns_within_its_budget_and_nothing_is_left_running
 
 # --- issue 23: the lifecycle contract on the paths users take -------------------------------
 
-R2 = ("R2", "Ctrl-C inside stop(): an interrupted join marks a live thread finished")
-R4 = ("R4", "stop() from a signal handler, or from its own thread, while a stop runs")
+P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
+E1 = ("E1", "a handler that sets the event main is waiting on deadlocks")
 
 
 def test_with_a_started_supervisor_enters_it_stops_it_and_the_program_exits() -> None:
@@ -719,7 +719,7 @@ def test_the_two_thread_failure_records_keep_the_same_fields() -> None:
     )
 
 
-@pytest.mark.race(*R2)
+@pytest.mark.race(*P25)
 def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_running_worker() -> None:
     """Reports wait on each thread's own end signal, so a Ctrl-C inside stop() cannot fool them."""
     gate = Gate("worker that ignores stop")
@@ -839,7 +839,7 @@ print(terminated, still, took < 1.0, report.terminated, supervisor.stop(0) is re
 """
 
 
-@pytest.mark.race(*R4)
+@pytest.mark.race(*E1)
 def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once() -> None:
     """A handler's stop() on the thread already inside stop() must not wait for itself."""
     try:
@@ -850,7 +850,6 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
     assert result.stdout == "False ('w',) True True True\n"
 
 
-@pytest.mark.race(*R4)
 def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
     """A stop racing a longer one returns provisionally on its own deadline; the first records."""
     gate = Gate("worker that ignores stop")
