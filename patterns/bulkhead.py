@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 __all__ = [
     "Bulkhead",
@@ -344,6 +344,35 @@ def _acquire(lock: threading.Lock, deadline: float) -> bool:
     return True
 
 
+class _OwnedLock:
+    """A `threading.Lock` that knows which thread holds it (also a Condition's lock).
+
+    stop() reads `owner`: a signal handler that runs on a thread interrupted while it
+    held the lock (inside ``call()``, say) must not wait for that lock, which its own
+    thread can only release after the handler returns.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: int | None = None  # the holder's ident; written only by the holder
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self.owner = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        self.owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 class _Worker:
     """A worker thread and its own "ended" event, set in the ``finally`` of its target.
 
@@ -390,10 +419,10 @@ class Bulkhead:
         # callers to admit and to time out, by workers to take a job and to count it, by
         # stop() to drain, and by stats(). Never held while a handler, a token callback
         # or a future's done-callback runs.
-        self._lock = threading.Lock()
+        self._lock = _OwnedLock()
         # Idle workers wait on it for a job or for stop(); admission notifies one,
         # stop() notifies all.
-        self._wakeup = threading.Condition(self._lock)
+        self._wakeup = threading.Condition(cast(threading.Lock, self._lock))
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
         self._running: set[_Job] = set()
         self._stopped = False
@@ -591,6 +620,16 @@ class Bulkhead:
             return report
         if self._stop_owner == threading.get_ident():
             return self._provisional()  # a signal handler inside our own stop(): no lock
+        if self._lock.owner == threading.get_ident():
+            # A signal handler on a thread that holds _lock (inside call(), say): it
+            # cannot take the lock, so a thread of ours does the stop.
+            threading.Thread(
+                target=self.stop,
+                args=(limit,),
+                kwargs={"cancel_running": cancel_running},
+                name=f"{self.name}-stopper",
+            ).start()
+            return self._provisional()
         if self._is_own_worker():  # a request from one of its own handlers
             exits: list[BaseException] = []
             self._begin_stop(cancel_running, exits)

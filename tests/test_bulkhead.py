@@ -1224,3 +1224,30 @@ def test_bulkhead_full_says_what_holds_the_slots() -> None:
         "1 of 1 queue slot(s) taken (1 by timed-out callers, to be skipped)"
     )
     finish(bulkhead, gate)
+
+
+def test_stop_from_a_signal_handler_that_landed_inside_a_locked_section_hands_off() -> None:
+    """A handler's stop() on a thread holding the bulkhead's lock never waits for it (R4)."""
+    bulkhead = Bulkhead(1, 0, name="locked").start()
+    seen: list[BulkheadReport] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(bulkhead.stop(MUST_HAPPEN))
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        # Where call() or submit() is when a signal lands between two of its bytecodes.
+        with bulkhead._lock:
+            signal.raise_signal(signal.SIGINT)  # the handler runs before this returns
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    (provisional,) = seen
+    assert not provisional.terminated
+    stopper = [t for t in threading.enumerate() if t.name == "locked-stopper"]
+    for thread in stopper:
+        join_or_fail(thread)
+    report = bulkhead.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report is not provisional
+    assert workers_named("locked-worker-") == []
