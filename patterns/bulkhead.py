@@ -23,7 +23,7 @@ Guarantees:
       still running from each worker's own "ended" event (never ``Thread.join``), and
       the first call that completes records the report every later call returns. A call
       from a signal handler during ``stop()``, from another thread while one runs, or
-      from a handler returns a provisional report instead of blocking (R4).
+      from a handler returns a provisional report instead of blocking.
     * ``with`` starts a new bulkhead and enters a running one (``with b.start():``);
       a handler that fails after its caller left is logged.
 
@@ -39,6 +39,7 @@ counterpart); the naive code is in ``patterns/naive/bulkhead.py``.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import math
@@ -193,7 +194,7 @@ class JobToken:
     def _run(callback: Callable[[], object], exits: list[BaseException]) -> None:
         try:
             callback()
-        except BaseException as exc:  # contained: the other callbacks still run (R5)
+        except BaseException as exc:  # contained: the other callbacks still run
             logger.exception("cancel callback %r failed", callback)
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 exits.append(exc)
@@ -309,7 +310,7 @@ def _check_count(option: str, value: object, minimum: int) -> int:
 
 
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as seconds; inf (and None, if allowed) means as long as it takes (R3)."""
+    """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
@@ -440,7 +441,7 @@ class Bulkhead:
         # Held for the whole of a stop() call; a stop() from another thread waits for it
         # within its own budget, then returns a provisional report. Never taken blocking
         # by the thread that holds it: _stop_owner (its ident) tells a stop() from a
-        # signal handler or callback inside that call to return at once (R4).
+        # signal handler or callback inside that call to return at once.
         self._stop_lock = threading.Lock()
         self._stop_owner: int | None = None
         self._report: BulkheadReport | None = None  # the first completed stop's, kept
@@ -699,9 +700,11 @@ class Bulkhead:
         with self._lock:
             workers = list(self._workers)
         for worker in workers:
-            if _wait_event(worker.ended, deadline):
-                # Its target has returned: the join is instant (a few bytecodes at most).
-                worker.thread.join(_left(deadline))
+            # Once its target has returned the join is instant (a few bytecodes at most).
+            # A thread that never started has its event set by start(), and no join.
+            if _wait_event(worker.ended, deadline) and worker.thread.ident is not None:
+                with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
+                    worker.thread.join(_left(deadline))
         with self._lock:
             still_running = self._still_running()
             stats = self._snapshot()
@@ -719,7 +722,7 @@ class Bulkhead:
         )
 
     def _still_running(self) -> tuple[str, ...]:
-        """Each running handler, and each worker with no job that has not ended (R2)."""
+        """Each running handler, and each worker with no job that has not ended."""
         jobs = tuple(self._running)  # one C-level copy: safe without the lock, under the GIL
         busy = {job.thread for job in jobs}
         idle = [
@@ -824,7 +827,7 @@ class Bulkhead:
                     self._running.add(job)
                 self._run(job)
         finally:
-            ended.set()  # the only "this worker is done" that stop() believes (R2)
+            ended.set()  # the only "this worker is done" that stop() believes
 
     def _run(self, job: _Job) -> None:
         """Run one job, count it, then release its outcome: in that order (B5)."""
