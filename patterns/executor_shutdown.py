@@ -241,7 +241,8 @@ class TrackingExecutor(ThreadPoolExecutor):
         if self._tracking_lock.owner == me:
             # A signal handler on a thread interrupted inside submit(): the lock it holds
             # is only released when the handler returns, so a thread of ours stops.
-            threading.Thread(target=self.stop, args=(budget,), name="executor-stopper").start()
+            name = f"{self._thread_name_prefix}-stopper"
+            threading.Thread(target=self.stop, args=(budget,), name=name).start()
             return self._provisional()
         if _own_task(self):  # a request from one of its own tasks: never wait for itself
             self.shutdown(wait=False)

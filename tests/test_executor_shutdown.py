@@ -1141,7 +1141,7 @@ def test_a_second_stop_from_another_thread_keeps_to_its_own_budget() -> None:
 
 def test_stop_from_a_signal_handler_that_landed_inside_submit_hands_off() -> None:
     """A handler's stop() on a thread holding the submit lock never waits for that lock."""
-    pool = TrackingExecutor(max_workers=1).start()
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="submitting").start()
     seen: list[ShutdownReport] = []
 
     def on_sigint(signum: int, frame: object) -> None:
@@ -1156,7 +1156,7 @@ def test_stop_from_a_signal_handler_that_landed_inside_submit_hands_off() -> Non
 
     (provisional,) = seen
     assert not provisional.terminated
-    for thread in [t for t in threading.enumerate() if t.name == "executor-stopper"]:
+    for thread in [t for t in threading.enumerate() if t.name == "submitting-stopper"]:
         join_or_fail(thread)
     report = pool.stop(MUST_HAPPEN)
     assert report.terminated
