@@ -19,8 +19,13 @@ Guarantees:
       traceback), `BulkheadTimeout` (nothing is cancelled: a queued job is skipped, a
       running one finishes and its `JobToken` is cancelled) or `BulkheadStopped`.
     * A caller that has its result, or its handler's exception, finds it in `Bulkhead.stats`.
-    * ``stop()`` keeps to its budget, returns the same report every time and names the
-      handlers still running; a handler that fails after its caller left is logged.
+    * ``stop()`` keeps to its own budget (inf: as long as it takes), names the handlers
+      still running from each worker's own "ended" event (never ``Thread.join``), and
+      the first call that completes records the report every later call returns. A call
+      from a signal handler during ``stop()``, from another thread while one runs, or
+      from a handler returns a provisional report instead of blocking.
+    * ``with`` starts a new bulkhead and enters a running one (``with b.start():``);
+      a handler that fails after its caller left is logged.
 
 Python:
     3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0 (GIL
@@ -37,13 +42,14 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, cast
 
 __all__ = [
     "Bulkhead",
@@ -146,38 +152,52 @@ class JobToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on cancel; return `cancelled`."""
-        return self._event.wait(timeout)
+        _wait_event(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
+        return self._event.is_set()
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
         """Run ``callback()`` once when the token is cancelled; at once if it already is.
 
-        Callbacks run in the cancelling thread, in registration order. An exception from
-        one is logged and does not stop the others.
+        Callbacks run in the cancelling thread, in registration order. Anything one
+        raises is logged and does not stop the others; a KeyboardInterrupt or SystemExit
+        is raised again once they have all run.
         """
         with self._lock:
             if not self._event.is_set():
                 self._callbacks.append(callback)
                 return
-        self._run(callback)
+        exits: list[BaseException] = []
+        self._run(callback, exits)
+        if exits:
+            raise exits[0]
 
-    def _cancel(self, reason: str) -> bool:
-        """Cancel with ``reason`` and run the callbacks; False if it was already cancelled."""
+    def _cancel(self, reason: str, exits: list[BaseException] | None = None) -> bool:
+        """Cancel with ``reason`` and run the callbacks; False if it was already cancelled.
+
+        A KeyboardInterrupt or SystemExit from a callback is appended to ``exits`` for
+        the caller to raise when its own cleanup is done, or raised here if it is None.
+        """
         with self._lock:
             if self._event.is_set():
                 return False
             self._reason = reason
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
+        pending: list[BaseException] = [] if exits is None else exits
         for callback in callbacks:
-            self._run(callback)
+            self._run(callback, pending)
+        if exits is None and pending:
+            raise pending[0]
         return True
 
     @staticmethod
-    def _run(callback: Callable[[], object]) -> None:
+    def _run(callback: Callable[[], object], exits: list[BaseException]) -> None:
         try:
             callback()
-        except Exception:
+        except BaseException as exc:  # contained: the other callbacks still run
             logger.exception("cancel callback %r failed", callback)
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                exits.append(exc)
 
 
 # The token of the job the current thread is running; set only by a bulkhead worker.
@@ -231,13 +251,14 @@ class BulkheadReport:
     """What the first ``stop`` call did and found (every later call returns it too).
 
     Attributes:
-        terminated: every worker thread had ended when the call returned, and no
-            ``start`` was still starting one.
+        terminated: every worker thread had left its loop when the call returned, and no
+            ``start`` was still starting one; never True with a non-empty still_running.
         still_running: one line per handler still running at the deadline:
             ``"<worker thread>: <function>"``, with ``" (abandoned)"`` if its caller had
-            timed out.
+            timed out, and ``"<worker thread>: (ending)"`` for a worker with no job that
+            had not yet left its loop.
         name: the bulkhead's name.
-        drained: queued callers the call released with `BulkheadStopped`.
+        drained: queued callers that stop released with `BulkheadStopped`.
         stats: the counters as the call returned.
         elapsed: seconds the call took.
     """
@@ -248,6 +269,10 @@ class BulkheadReport:
     drained: int
     stats: BulkheadStats
     elapsed: float
+
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
 _COUNTS = [f.name for f in fields(BulkheadStats) if f.name not in ("name", "active", "queued")]
@@ -284,23 +309,83 @@ def _check_count(option: str, value: object, minimum: int) -> int:
     return value
 
 
-def _check_seconds(option: str, value: object) -> float:
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{option} must be a number of seconds, 0 or more, got {value!r}")
-    return float(value)
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float: as long as it takes
+        return math.inf
 
 
-def _join_started(thread: threading.Thread, deadline: float) -> None:
-    """Join ``thread`` until ``deadline``; skip it if it has not started (yet, or ever).
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds  # inf stays inf: never handed to a C wait as it is
 
-    `threading.Thread.join` raises `RuntimeError` on a thread that is not started, and
-    a worker is listed before start() starts it, so stop() may meet one in that state.
+
+def _left(deadline: float) -> float:
+    """Seconds to ``deadline``, capped so that no C wait can raise OverflowError."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _wait_event(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until ``deadline`` (inf: forever), in capped slices."""
+    while not event.wait(_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _acquire(lock: threading.Lock, deadline: float) -> bool:
+    while not lock.acquire(timeout=_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+class _OwnedLock:
+    """A `threading.Lock` that knows which thread holds it (also a Condition's lock).
+
+    stop() reads `owner`: a signal handler that runs on a thread interrupted while it
+    held the lock (inside ``call()``, say) must not wait for that lock, which its own
+    thread can only release after the handler returns.
     """
-    if thread.ident is None:  # never started, or start() has not got that far
-        return
-    # Between getting its ident and being marked started, join() still raises.
-    with contextlib.suppress(RuntimeError):
-        thread.join(max(0.0, deadline - time.monotonic()))
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: int | None = None  # the holder's ident; written only by the holder
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self.owner = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        self.owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+class _Worker:
+    """A worker thread and its own "ended" event, set in the ``finally`` of its target.
+
+    stop() waits on the event, never on ``Thread.join`` or ``is_alive``: before 3.13 an
+    interrupted join marks a live thread finished (gh-90882), and a report built on it lies.
+    """
+
+    __slots__ = ("ended", "thread")
+
+    def __init__(self, thread: threading.Thread, ended: threading.Event) -> None:
+        self.thread = thread
+        self.ended = ended
 
 
 class Bulkhead:
@@ -308,14 +393,15 @@ class Bulkhead:
 
     Building one starts no thread: `start` starts the workers, all of them or none, and
     a call before it is a `RuntimeError`. The workers are non-daemon threads, so stop
-    the bulkhead (a ``with`` block calls ``start()`` and ``stop()``), or its idle workers
+    the bulkhead (a ``with`` block starts it if needed and stops it), or its idle workers
     keep the process alive. ``stop_timeout`` is the budget of ``stop()`` without an
     argument. Give each bulkhead the resource it protects as its ``name``: it names its
     threads, exceptions and log lines.
 
     Raises:
         ValueError: ``max_concurrent`` is not a positive integer, ``queue_size`` is not
-            an integer of 0 or more, or ``stop_timeout`` is negative.
+            an integer of 0 or more, or ``stop_timeout`` is not a number of seconds >= 0
+            (nan, negative, a bool or a string); inf means as long as it takes.
     """
 
     def __init__(
@@ -328,16 +414,16 @@ class Bulkhead:
     ) -> None:
         self._max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
         self._queue_size = _check_count("queue_size", queue_size, 0)
-        self.stop_timeout = _check_seconds("stop_timeout", stop_timeout)
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
         # Guards every field below and every _Job's settled/abandoned/thread. Held by
         # callers to admit and to time out, by workers to take a job and to count it, by
         # stop() to drain, and by stats(). Never held while a handler, a token callback
         # or a future's done-callback runs.
-        self._lock = threading.Lock()
+        self._lock = _OwnedLock()
         # Idle workers wait on it for a job or for stop(); admission notifies one,
         # stop() notifies all.
-        self._wakeup = threading.Condition(self._lock)
+        self._wakeup = threading.Condition(cast(threading.Lock, self._lock))
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
         self._running: set[_Job] = set()
         self._stopped = False
@@ -347,15 +433,18 @@ class Bulkhead:
         self._state = "new"
         # Each worker is listed here before its start() is called, so that a failure or a
         # KeyboardInterrupt in the middle of start() cannot leave a worker nobody knows of.
-        self._threads: list[threading.Thread] = []
+        self._workers: list[_Worker] = []
         # Clear while a start() is in progress; stop() waits on it (within its budget)
         # before it joins the workers, so that it sees every worker start() will make.
         self._not_starting = threading.Event()
         self._not_starting.set()
-        # Held for the whole of a stop() call, so that a second call waits for the first
-        # and returns its report, kept in _report.
+        # Held for the whole of a stop() call; a stop() from another thread waits for it
+        # within its own budget, then returns a provisional report. Never taken blocking
+        # by the thread that holds it: _stop_owner (its ident) tells a stop() from a
+        # signal handler or callback inside that call to return at once.
         self._stop_lock = threading.Lock()
-        self._report: BulkheadReport | None = None
+        self._stop_owner: int | None = None
+        self._report: BulkheadReport | None = None  # the first completed stop's, kept
 
     def __repr__(self) -> str:
         with self._lock:
@@ -391,7 +480,7 @@ class Bulkhead:
     def threads(self) -> list[threading.Thread]:
         """The worker threads (none before `start`)."""
         with self._lock:
-            return list(self._threads)
+            return [worker.thread for worker in self._workers]
 
     def start(self) -> Self:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
@@ -426,9 +515,17 @@ class Bulkhead:
             with self._lock:
                 if self._stopped:  # stop() ran while we were starting: give up
                     break
-                thread = threading.Thread(target=self._work, name=f"{self.name}-worker-{i}")
-                self._threads.append(thread)  # listed first: see __init__
-            thread.start()
+                ended = threading.Event()
+                thread = threading.Thread(
+                    target=self._work, args=(ended,), name=f"{self.name}-worker-{i}"
+                )
+                self._workers.append(_Worker(thread, ended))  # listed first: see __init__
+            try:
+                thread.start()
+            except BaseException:
+                if thread.ident is None:  # it never ran, so it cannot set its event
+                    ended.set()
+                raise
         with self._lock:
             if not self._stopped:
                 self._state = "running"
@@ -440,11 +537,11 @@ class Bulkhead:
         with self._lock:
             self._stopped = True
             self._wakeup.notify_all()  # no job was ever admitted: each worker just ends
-            threads = list(self._threads)
-        deadline = time.monotonic() + self.stop_timeout
-        for thread in threads:
-            _join_started(thread, deadline)
-        started = sum(1 for thread in threads if thread.ident is not None)
+            workers = list(self._workers)
+        deadline = _deadline(self.stop_timeout)
+        for worker in workers:
+            _wait_event(worker.ended, deadline)
+        started = sum(1 for worker in workers if worker.thread.ident is not None)
         logger.warning("%s: start() did not complete; %d worker(s) stopped", self.name, started)
 
     def stats(self) -> BulkheadStats:
@@ -480,17 +577,21 @@ class Bulkhead:
             BulkheadFull: refused at once: every worker busy and the queue full.
             BulkheadStopped: refused at once, or released from the queue by ``stop``.
             BulkheadTimeout: the timeout passed first; the work was not cancelled.
-            ValueError: ``timeout`` is negative (checked before admission).
+            ValueError: ``timeout`` is not a number of seconds >= 0 (checked before
+                admission); inf is no limit, as None is.
         """
-        limit = None if timeout is None else _check_seconds("timeout", timeout)
+        limit = _seconds(timeout, "timeout", allow_none=True)
         job = self._admit(fn, args, kwargs)
+        deadline = _deadline(limit)
         try:
-            done, _ = concurrent.futures.wait([job.future], limit)
-        except BaseException:  # KeyboardInterrupt while waiting: the caller is gone
-            self._leave(job, timed_out=False, limit=limit)
+            while not concurrent.futures.wait([job.future], _left(deadline))[0]:
+                if time.monotonic() >= deadline:
+                    self._leave(job, timed_out=True, limit=limit)
+                    break
+        except BaseException as exc:  # KeyboardInterrupt while waiting: the caller is gone
+            if not isinstance(exc, BulkheadTimeout):
+                self._leave(job, timed_out=False, limit=limit)
             raise
-        if not done:
-            self._leave(job, timed_out=True, limit=limit)
         result: T = job.future.result()  # settled by now: a result, an error, BulkheadStopped
         return result
 
@@ -499,24 +600,65 @@ class Bulkhead:
 
         Queued callers get `BulkheadStopped` at once, and so does every later call.
         Running handlers are not interrupted (``cancel_running=True`` cancels their
-        tokens); it waits up to ``timeout`` seconds (None: ``stop_timeout``) for them. A
-        second call returns the first call's report, waiting for that call if it still
-        runs. From a handler, that worker is reported as still running. A `start` in
-        progress in another thread stops starting workers and fails.
+        tokens); it waits up to ``timeout`` seconds (None: ``stop_timeout``; inf: as long
+        as it takes) for them. The first call that completes records its report and
+        every later call returns it. A call from another thread while one runs waits for
+        it within its own budget, then returns a provisional report (not recorded). A
+        call from inside a stop() (a signal handler on the stopping thread) returns a
+        provisional report at once. From a handler it is a request: the stop begins,
+        the call returns at once a provisional report naming that handler, and the next
+        stop() from outside returns the final one. A `start` in progress in another
+        thread stops starting workers and fails.
 
         Raises:
-            ValueError: ``timeout`` is negative.
+            ValueError: ``timeout`` is not a number of seconds >= 0.
+            KeyboardInterrupt, SystemExit: raised by a token callback that
+                ``cancel_running`` ran, again once the report is recorded.
         """
-        limit = self.stop_timeout if timeout is None else _check_seconds("timeout", timeout)
-        with self._stop_lock:
+        limit = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        report = self._report
+        if report is not None:
+            return report
+        if self._stop_owner == threading.get_ident():
+            return self._provisional()  # a signal handler inside our own stop(): no lock
+        if self._lock.owner == threading.get_ident():
+            # A signal handler on a thread that holds _lock (inside call(), say): it
+            # cannot take the lock, so a thread of ours does the stop.
+            threading.Thread(
+                target=self.stop,
+                args=(limit,),
+                kwargs={"cancel_running": cancel_running},
+                name=f"{self.name}-stopper",
+            ).start()
+            return self._provisional()
+        if self._is_own_worker():  # a request from one of its own handlers
+            exits: list[BaseException] = []
+            self._begin_stop(cancel_running, exits)
+            for exc in exits:  # logged by the token already; this thread is a worker
+                logger.warning("%s: %r from a token callback in a worker", self.name, exc)
+            return self._provisional()
+        deadline = _deadline(limit)
+        if not _acquire(self._stop_lock, deadline):
+            return self._provisional()  # the first stop is still running: its truth now
+        self._stop_owner = threading.get_ident()
+        exits = []
+        try:
             if self._report is None:
-                self._report = self._stop(limit, cancel_running=cancel_running)
-            return self._report
+                self._report = self._stop(deadline, limit, cancel_running, exits)
+            report = self._report
+        finally:
+            self._stop_owner = None
+            self._stop_lock.release()
+        if exits:
+            raise exits[0]
+        return report
 
-    def _stop(self, limit: float, *, cancel_running: bool) -> BulkheadReport:
-        """The first `stop`: drain, refuse, wait up to ``limit`` seconds, report."""
-        start = time.monotonic()
-        deadline = start + limit
+    def _is_own_worker(self) -> bool:
+        owner: object = getattr(_current, "bulkhead", None)
+        return owner is self
+
+    def _begin_stop(self, cancel_running: bool, exits: list[BaseException]) -> int:
+        """Mark stopped, release the queued callers, wake idle workers; never waits."""
         released: list[_Job] = []
         with self._lock:
             self._stopped = True
@@ -538,25 +680,35 @@ class Bulkhead:
             )
         if cancel_running:
             for job in running:
-                job.token._cancel("bulkhead stopped")
+                job.token._cancel("bulkhead stopped", exits)
         logger.info(
             "%s: stopped; %d queued caller(s) released, %d handler(s) running",
             self.name,
             len(released),
             len(running),
         )
+        return len(running)
+
+    def _stop(
+        self, deadline: float, limit: float, cancel_running: bool, exits: list[BaseException]
+    ) -> BulkheadReport:
+        """Drain, refuse, wait until ``deadline`` for the workers' ended events, report."""
+        start = time.monotonic()
+        self._begin_stop(cancel_running, exits)
         # A start() in progress sees _stopped and stops starting: wait for it.
-        self._not_starting.wait(max(0.0, deadline - time.monotonic()))
-        current = threading.current_thread()
+        _wait_event(self._not_starting, deadline)
         with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            if thread is not current:
-                _join_started(thread, deadline)
+            workers = list(self._workers)
+        for worker in workers:
+            # Once its target has returned the join is instant (a few bytecodes at most).
+            # A thread that never started has its event set by start(), and no join.
+            if _wait_event(worker.ended, deadline) and worker.thread.ident is not None:
+                with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
+                    worker.thread.join(_left(deadline))
         with self._lock:
-            still_running = tuple(sorted(job.describe() for job in self._running))
+            still_running = self._still_running()
             stats = self._snapshot()
-        terminated = self._not_starting.is_set() and not any(t.is_alive() for t in threads)
+        terminated = self._not_starting.is_set() and not still_running
         if still_running:
             logger.warning(
                 "%s: %d handler(s) still running after %.3gs: %s",
@@ -566,10 +718,36 @@ class Bulkhead:
                 "; ".join(still_running),
             )
         return BulkheadReport(
-            terminated, still_running, self.name, len(released), stats, time.monotonic() - start
+            terminated, still_running, self.name, stats.drained, stats, time.monotonic() - start
         )
 
+    def _still_running(self) -> tuple[str, ...]:
+        """Each running handler, and each worker with no job that has not ended."""
+        jobs = tuple(self._running)  # one C-level copy: safe without the lock, under the GIL
+        busy = {job.thread for job in jobs}
+        idle = [
+            f"{w.thread.name}: (ending)"
+            for w in tuple(self._workers)
+            if not w.ended.is_set() and w.thread.name not in busy
+        ]
+        return tuple(sorted([job.describe() for job in jobs] + idle))
+
+    def _provisional(self) -> BulkheadReport:
+        """The current truth for a stop() that cannot wait; never recorded, takes no lock.
+
+        Called from a signal handler that may have interrupted this thread while it held
+        ``_lock``, so it only reads: a copy of a set or dict is one step under the GIL.
+        """
+        stats = self._snapshot()
+        return BulkheadReport(False, self._still_running(), self.name, stats.drained, stats, 0.0)
+
     def __enter__(self) -> Self:
+        """Start the bulkhead if it never was; return it if it runs; refuse once stopped."""
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError(f"{self.name}: stopped; a stopped bulkhead cannot be entered")
+            if self._state == "running":  # `with bulkhead.start():`
+                return self
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -590,16 +768,23 @@ class Bulkhead:
             # while some worker has nothing to do: a hand-off, not a queue.
             if len(self._running) + len(self._pending) >= self._max_concurrent + self._queue_size:
                 self._counts["rejections"] += 1
-                raise BulkheadFull(
-                    self.name,
-                    f"all {self._max_concurrent} worker(s) busy and "
-                    f"{self._queue_size} caller(s) already waiting",
-                )
+                raise BulkheadFull(self.name, self._holders())
             job = _Job(fn, args, kwargs)
             self._pending.append(job)
             self._counts["accepted"] += 1
             self._wakeup.notify()
         return job
+
+    def _holders(self) -> str:
+        """What holds the slots, for `BulkheadFull`: a timed-out caller's job holds one too."""
+        abandoned = self._counts["abandoned"]  # running on after its caller timed out
+        skipped = sum(1 for job in self._pending if job.future.cancelled())
+        return (
+            f"full: {len(self._running)} of {self._max_concurrent} worker(s) running "
+            f"({abandoned} abandoned by timed-out callers), "
+            f"{len(self._pending)} of {self._queue_size} queue slot(s) taken "
+            f"({skipped} by timed-out callers, to be skipped)"
+        )
 
     def _leave(self, job: _Job, *, timed_out: bool, limit: float | None) -> None:
         """The caller stops waiting; raise `BulkheadTimeout`, or return if it just settled."""
@@ -624,21 +809,25 @@ class Bulkhead:
 
     # --- the worker's side ----------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _work(self, ended: threading.Event) -> None:
         """Worker thread body: take jobs until stopped; skip those whose caller left."""
-        while True:
-            with self._lock:
-                while not self._pending and not self._stopped:
-                    self._wakeup.wait()
-                if not self._pending:  # stopped: stop() drained the queue
-                    return
-                job = self._pending.popleft()
-                if not job.future.set_running_or_notify_cancel():
-                    self._counts["skipped"] += 1  # the caller left while it was queued
-                    continue
-                job.thread = threading.current_thread().name
-                self._running.add(job)
-            self._run(job)
+        _current.bulkhead = self
+        try:
+            while True:
+                with self._lock:
+                    while not self._pending and not self._stopped:
+                        self._wakeup.wait()
+                    if not self._pending:  # stopped: stop() drained the queue
+                        return
+                    job = self._pending.popleft()
+                    if not job.future.set_running_or_notify_cancel():
+                        self._counts["skipped"] += 1  # the caller left while it was queued
+                        continue
+                    job.thread = threading.current_thread().name
+                    self._running.add(job)
+                self._run(job)
+        finally:
+            ended.set()  # the only "this worker is done" that stop() believes
 
     def _run(self, job: _Job) -> None:
         """Run one job, count it, then release its outcome: in that order (B5)."""

@@ -14,7 +14,12 @@ Guarantees:
     * When the winning ``cancel()`` returns, every thread blocked in ``sleep()`` or
       ``wait()`` has been woken, every later checkpoint raises, every ``on_cancel()``
       callback has run exactly once (in the cancelling thread), and every live child
-      token is cancelled too. A token never becomes un-cancelled.
+      token is cancelled too, whatever a callback raised: each exception is logged, and
+      a KeyboardInterrupt or SystemExit is raised again once all that is done. A token
+      never becomes un-cancelled.
+    * Every number of seconds (``timeout``, ``seconds``, ``poll_interval``) is checked:
+      nan, negative, a bool or a string is a `ValueError` naming it; inf and huge values
+      mean as long as it takes and never raise `OverflowError`.
     * A deadline needs no timer thread: it is observed lazily, by ``sleep()``, ``wait()``
       and every checkpoint, and the first observer turns it into
       ``cancel("deadline exceeded")``.
@@ -34,6 +39,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import math
 import queue
 import socket
 import threading
@@ -49,6 +55,23 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEADLINE_EXCEEDED = "deadline exceeded"
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float: as long as it takes
+        return math.inf
+
+
+def _cap(seconds: float) -> float:
+    """A wait for a C call: never above `threading.TIMEOUT_MAX` (no OverflowError)."""
+    return min(max(0.0, seconds), threading.TIMEOUT_MAX)
 
 
 class Cancelled(BaseException):
@@ -99,7 +122,9 @@ class CancelToken:
     """
 
     def __init__(self, *, timeout: float | None = None) -> None:
-        self._deadline = None if timeout is None else time.monotonic() + timeout
+        seconds = _seconds(timeout, "timeout", allow_none=True)
+        # A float, inf included (never handed to a C wait as it is: see _cap).
+        self._deadline = None if timeout is None else time.monotonic() + seconds
         # Guards _reason, _callbacks and _children. cancel() holds it to flip the state
         # exactly once and to take every callback and child it must notify;
         # on_cancel(), Registration.remove() and child() hold it to add or remove an
@@ -125,8 +150,11 @@ class CancelToken:
         """Cancel the token; True only for the call that did it, False if it already was.
 
         The winning call wakes every waiter, then, in this thread, runs the callbacks in
-        registration order (an `Exception` from one is logged, and the rest still run)
-        and cancels the live children with the same reason. Keep callbacks quick.
+        registration order and cancels the live children with the same reason. Whatever
+        a callback raises (an `Exception`, another token's `Cancelled`) is logged and the
+        rest still run; a KeyboardInterrupt or SystemExit, from a callback or a child's,
+        is raised again once every callback has run and every child is cancelled. Keep
+        callbacks quick.
         """
         with self._lock:
             if self._reason is not None:
@@ -137,10 +165,16 @@ class CancelToken:
             self._callbacks.clear()
             children = [child for ref in self._children if (child := ref()) is not None]
             self._children.clear()
+        exits: list[BaseException] = []
         for callback in callbacks:
-            _run_callback(callback)
+            _run_callback(callback, exits)
         for child in children:
-            child.cancel(reason)
+            try:
+                child.cancel(reason)
+            except BaseException as exc:  # noqa: BLE001 - its callbacks logged it; raised below
+                exits.append(exc)
+        if exits:
+            raise exits[0]
         return True
 
     @property
@@ -180,14 +214,14 @@ class CancelToken:
         True if the token is cancelled, False if ``timeout`` ran out first. Never raises
         `Cancelled`: ``while not token.wait(poll_interval): ...`` is an idle loop.
         """
-        until = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        until = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
         while not self.cancelled:  # observes the deadline on every turn
             now = time.monotonic()
-            if until is not None and now >= until:
+            if now >= until:
                 return False
-            ends = _earliest(until, self._deadline)
-            # Re-checked by the loop, so a wait that ends a hair early is harmless.
-            self._cancelled.wait(None if ends is None else max(0.0, ends - now))
+            ends = min(until, math.inf if self._deadline is None else self._deadline)
+            # Re-checked by the loop, so a wait that ends early (capped) is harmless.
+            self._cancelled.wait(_cap(ends - now))
         return True
 
     def sleep(self, seconds: float) -> None:
@@ -196,9 +230,7 @@ class CancelToken:
         A deadline that passes during the sleep also raises. ``sleep(0)`` is a plain
         checkpoint. Raises `ValueError` for a negative length, as `time.sleep` does.
         """
-        if seconds < 0:
-            raise ValueError("sleep length must be non-negative")
-        if self.wait(seconds):
+        if self.wait(_seconds(seconds, "seconds")):
             raise Cancelled(self._reason or "cancelled")
 
     def check(self) -> None:
@@ -211,7 +243,8 @@ class CancelToken:
 
         Makes a blocking call interruptible: the callback closes what the call waits on,
         as in ``with token.on_cancel(lambda: sock.shutdown(socket.SHUT_RDWR)):`` around a
-        ``recv``. Leaving the ``with`` block removes the callback.
+        ``recv``. Leaving the ``with`` block removes the callback. If it runs here, what
+        it raises is logged, and a KeyboardInterrupt or SystemExit raised again.
         """
         if not self.cancelled:
             with self._lock:
@@ -219,7 +252,10 @@ class CancelToken:
                     key = next(self._keys)
                     self._callbacks[key] = callback
                     return Registration(self, key)
-        _run_callback(callback)
+        exits: list[BaseException] = []
+        _run_callback(callback, exits)
+        if exits:
+            raise exits[0]
         return Registration(self, None)
 
     def child(self, *, timeout: float | None = None) -> CancelToken:
@@ -248,11 +284,14 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
 
 
-def _run_callback(callback: Callable[[], object]) -> None:
+def _run_callback(callback: Callable[[], object], exits: list[BaseException]) -> None:
+    """Run one callback; log anything it raises, keep an exit for the caller to raise."""
     try:
         callback()
-    except Exception:
+    except BaseException as exc:  # contained: every other callback and child still runs
         logger.exception("on_cancel callback %r raised; the other callbacks still run", callback)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            exits.append(exc)
 
 
 # --- CPU-bound work: a checkpoint per unit of work (C1) ------------------------------------
@@ -286,7 +325,8 @@ def receive(sock: socket.socket, token: CancelToken, bufsize: int = 4096) -> byt
     previous_timeout = sock.gettimeout()
     with token.on_cancel(functools.partial(_shut_down, sock)):
         token.check()  # already cancelled: the callback has just run; do not block
-        sock.settimeout(token.remaining())  # None without a deadline
+        remaining = token.remaining()  # None without a deadline; inf for an endless one
+        sock.settimeout(None if remaining is None or remaining >= _cap(math.inf) else remaining)
         try:
             data = sock.recv(bufsize)
         except OSError:  # a timeout is the deadline; anything else after a cancel is ours
@@ -316,14 +356,16 @@ def take(q: queue.Queue[T], token: CancelToken, *, poll_interval: float = 0.05) 
     Never put a sentinel from an ``on_cancel`` callback instead: on a full queue the
     ``put`` blocks, and so does ``cancel()``.
     """
-    if poll_interval <= 0:
-        raise ValueError("poll_interval must be positive")
+    interval = _seconds(poll_interval, "poll_interval")
+    if interval == 0:
+        raise ValueError("poll_interval must be positive, not 0")
     while True:
         token.check()
         remaining = token.remaining()
         try:
-            return q.get(
-                timeout=poll_interval if remaining is None else min(poll_interval, remaining)
-            )
+            # Halved: Queue.get adds the timeout to time.time() and subtracts it again,
+            # and the rounding could take TIMEOUT_MAX itself past the limit.
+            wait = interval if remaining is None else min(interval, remaining)
+            return q.get(timeout=min(wait, threading.TIMEOUT_MAX / 2))
         except queue.Empty:
             continue  # a slice ended: look at the token again

@@ -12,18 +12,27 @@ as usual; leaving the block calls `TrackingExecutor.stop`, which returns a
 Guarantees:
     * `TrackingExecutor.stop` returns within its budget and `shutdown_and_await` within
       ``timeout + force_timeout`` (plus scheduling noise), whatever the tasks do, and
-      neither raises because a task is stuck. Called from one of the pool's own tasks,
-      they raise `RuntimeError` at once instead of waiting for themselves.
+      neither raises because a task is stuck; inf means as long as it takes. Called from
+      one of the pool's own tasks, ``stop()`` is a request that returns at once and
+      `shutdown_and_await` raises `RuntimeError` instead of waiting for itself.
+    * The first ``stop()`` that completes records the report every later call returns; a
+      ``stop()`` from ``on_force`` or a signal handler during a stop, or from another
+      thread past its own budget, returns a provisional report instead of blocking.
     * A callable in ``report.never_started`` never ran and never will; every other
-      accepted callable ran, or its thread is named in ``report.still_running``.
+      accepted callable ran, or the thread running it is named in
+      ``report.still_running``. "Ran" is the executor's own per-task accounting, not
+      ``Thread.join``, which an interrupted wait can make lie (gh-90882).
+    * ``on_force`` runs at most once per executor; what it raises is logged, and a
+      KeyboardInterrupt or SystemExit from it is raised again once the report is made.
     * Every task that fails is logged at ERROR when it fails, read or not.
     * A refused submit raises `Rejected`, which carries the callable; it never runs.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. None of them can
     stop a running thread: a task stops early only if it cooperates (``on_force`` is
-    where to tell it). Waiting for the workers reads the private
-    ``ThreadPoolExecutor._threads``; a test checks it on each version.
+    where to tell it). After the tasks have ended, the pool's threads are joined (read
+    from the private ``ThreadPoolExecutor._threads``; a test checks it on each version)
+    within what is left of the budget, but no report depends on that join.
 
 Docs: docs/patterns/executor_shutdown.md
 """
@@ -62,6 +71,64 @@ T = TypeVar("T")
 # The share of a stop() budget kept for the forced phase; the graceful wait gets the rest.
 _FORCE_SHARE = 0.25
 
+# The executor whose task the current thread is running; set only around a task.
+_current = threading.local()
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float: as long as it takes
+        return math.inf
+
+
+def _left(deadline: float) -> float:
+    """Seconds to ``deadline`` (inf: forever), capped so no C wait raises OverflowError."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+class _OwnedLock:
+    """A `threading.Lock` that knows which thread holds it.
+
+    A signal handler that calls ``stop()`` on a thread interrupted inside ``submit()``
+    must not wait for a lock its own thread can only release after the handler returns.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: int | None = None  # the holder's ident; written only by the holder
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self.owner = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        self.owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
+class _Task:
+    """One accepted callable, and the name of the thread that runs it once it starts."""
+
+    __slots__ = ("task", "thread")
+
+    def __init__(self, task: Callable[[], object]) -> None:
+        self.task = task
+        self.thread: str | None = None  # written once, by the worker, as the task starts
+
 
 class Rejected(RuntimeError):
     """A task was refused because the executor is shut down (Java: RejectedExecutionException).
@@ -80,8 +147,9 @@ class ShutdownReport:
     """What `TrackingExecutor.stop` or `shutdown_and_await` achieved.
 
     Attributes:
-        terminated: every task finished and every worker thread ended in time.
-        still_running: names of the worker threads still alive at the deadline.
+        terminated: every accepted task had finished or been cancelled in time (the
+            pool's threads may still be running their last bytecodes and done-callbacks).
+        still_running: names of the threads still running a task at the deadline.
         forced: the graceful wait ran out and `shutdown_now` was used.
         never_started: callables cancelled before they ran, in submission order.
         running_futures: futures whose tasks were still running at the deadline.
@@ -94,6 +162,10 @@ class ShutdownReport:
     never_started: tuple[Callable[[], object], ...] = ()
     running_futures: tuple[Future[Any], ...] = ()
     elapsed: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
 class TrackingExecutor(ThreadPoolExecutor):
@@ -114,22 +186,25 @@ class TrackingExecutor(ThreadPoolExecutor):
         on_force: Callable[[], object] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not (isinstance(stop_timeout, int | float) and 0 <= stop_timeout < math.inf):
-            raise ValueError(f"stop_timeout must be a finite number >= 0, got {stop_timeout!r}")
+        budget = _seconds(stop_timeout, "stop_timeout")
         super().__init__(max_workers, thread_name_prefix, **kwargs)
-        self.stop_timeout = float(stop_timeout)
+        self.stop_timeout = budget
         self._on_force = on_force
         # Guards _pending, _shutdown_requested and _started. Held by submit() around the
         # base class's submit, so a snapshot taken under it after shutdown() sees every
         # task the executor accepted. Never held while user code runs.
-        self._tracking_lock = threading.Lock()
-        self._pending: dict[Future[Any], Callable[[], object]] = {}  # insertion = submission order
+        self._tracking_lock = _OwnedLock()
+        self._pending: dict[Future[Any], _Task] = {}  # insertion = submission order
         self._shutdown_requested = False
         self._started = False
-        # Held for the whole of the first stop(), so a concurrent stop() waits for its
-        # report instead of starting a second shutdown.
+        # Held for the whole of a stop(); a stop() from another thread waits for it
+        # within its own budget, then returns a provisional report. _stop_owner (the
+        # holder's ident) tells a stop() from on_force or a signal handler inside that
+        # call to return at once instead of waiting for itself.
         self._stop_lock = threading.Lock()
-        self._report: ShutdownReport | None = None
+        self._stop_owner: int | None = None
+        self._report: ShutdownReport | None = None  # the first completed stop's, kept
+        self._on_force_ran = False  # set before on_force is called: at most once, ever
 
     def start(self) -> Self:
         """Mark the executor started; `RuntimeError` if it was started or shut down before."""
@@ -141,25 +216,67 @@ class TrackingExecutor(ThreadPoolExecutor):
         return self
 
     def stop(self, timeout: float | None = None) -> ShutdownReport:
-        """`shutdown_and_await` within ``timeout`` (None: ``stop_timeout``); same report each call.
+        """`shutdown_and_await` within ``timeout`` (None: ``stop_timeout``; inf: no limit).
 
-        Raises `ValueError` for a negative timeout and `RuntimeError` when called from
-        one of the pool's own tasks; never for a task that is stuck (the report names it).
-        A call made while the first one runs waits for it and returns its report.
+        The first call that completes records its report; every later call returns it.
+        Never raises for a task that is stuck (the report names it). Returns a
+        provisional report (not recorded) instead of blocking when called from
+        ``on_force`` or a signal handler during a stop, or from another thread once its
+        own budget is spent waiting for the stop in progress. From one of the pool's
+        own tasks it is a request: the pool shuts down gracefully (queued tasks still
+        run), and the next stop() from outside returns the final report.
+
+        Raises:
+            ValueError: ``timeout`` is not a number of seconds >= 0.
+            KeyboardInterrupt, SystemExit: raised by ``on_force``, again once the report
+                is recorded.
         """
-        budget = self.stop_timeout if timeout is None else timeout
-        if not budget >= 0:  # NaN too
-            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
-        _refuse_own_worker(self)
-        with self._stop_lock:
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        report = self._report
+        if report is not None:
+            return report
+        me = threading.get_ident()
+        if self._stop_owner == me:  # on_force, or a signal handler, inside our stop()
+            return self._provisional()
+        if self._tracking_lock.owner == me:
+            # A signal handler on a thread interrupted inside submit(): the lock it holds
+            # is only released when the handler returns, so a thread of ours stops.
+            name = f"{self._thread_name_prefix}-stopper"
+            threading.Thread(target=self.stop, args=(budget,), name=name).start()
+            return self._provisional()
+        if _own_task(self):  # a request from one of its own tasks: never wait for itself
+            self.shutdown(wait=False)
+            return self._provisional()
+        deadline = time.monotonic() + budget
+        while not self._stop_lock.acquire(timeout=_left(deadline)):
+            if time.monotonic() >= deadline:
+                return self._provisional()  # the stop in progress: its truth, now
+        self._stop_owner = me
+        exits: list[BaseException] = []
+        try:
             if self._report is None:
                 force = budget * _FORCE_SHARE
-                self._report = shutdown_and_await(
-                    self, budget - force, force_timeout=force, on_force=self._on_force
-                )
-            return self._report
+                graceful = budget if math.isinf(budget) else budget - force
+                self._report = _shutdown_and_await(self, graceful, force, self._on_force, exits)
+            report = self._report
+        finally:
+            self._stop_owner = None
+            self._stop_lock.release()
+        if exits:
+            raise exits[0]
+        return report
+
+    def _provisional(self) -> ShutdownReport:
+        """What runs now, for a stop() that cannot wait; never recorded, takes no lock."""
+        return _report(self, terminated=False, forced=False, never_started=[], start=None)
 
     def __enter__(self) -> Self:
+        """Start the executor if it never was; return it if it runs; refuse after shutdown."""
+        with self._tracking_lock:
+            if self._shutdown_requested:
+                raise RuntimeError("cannot enter an executor that was shut down")
+            if self._started:  # `with pool.start():`
+                return self
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
@@ -170,12 +287,23 @@ class TrackingExecutor(ThreadPoolExecutor):
         task: Callable[[], object] = (
             functools.partial(fn, *args, **kwargs) if args or kwargs else fn
         )
+        record = _Task(task)
+
+        def run() -> T:
+            # Our own accounting (no Thread.join): a task has ended when its future is done.
+            record.thread = threading.current_thread().name
+            _current.executor = self
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _current.executor = None
+
         with self._tracking_lock:
             try:
-                future = super().submit(fn, *args, **kwargs)
+                future = super().submit(run)
             except RuntimeError as exc:  # "cannot schedule new futures after shutdown"
                 raise Rejected(task, str(exc)) from exc
-            self._pending[future] = task
+            self._pending[future] = record
         # Outside the lock: if the task already finished, the callback runs right here.
         future.add_done_callback(self._on_done)
         return future
@@ -226,7 +354,19 @@ class TrackingExecutor(ThreadPoolExecutor):
     def pending(self) -> list[tuple[Future[Any], Callable[[], object]]]:
         """Unfinished futures (queued or running) with their callables, in submission order."""
         with self._tracking_lock:
-            return list(self._pending.items())
+            return [(future, record.task) for future, record in self._pending.items()]
+
+    def still_running(self) -> list[str]:
+        """Names of the threads running one of its tasks now; reads without a lock.
+
+        One C-level copy of the dict is a single step under the GIL, so a signal handler
+        may call it whatever its thread was doing.
+        """
+        return sorted(
+            record.thread or "(a pool thread, starting its task)"
+            for future, record in tuple(self._pending.items())
+            if future.running()
+        )
 
     def worker_threads(self) -> list[threading.Thread]:
         """The pool's worker threads (read from the private ``_threads`` set)."""
@@ -234,7 +374,8 @@ class TrackingExecutor(ThreadPoolExecutor):
 
     def _on_done(self, future: Future[Any]) -> None:
         with self._tracking_lock:
-            task = self._pending.pop(future, None)
+            record = self._pending.pop(future, None)
+        task = None if record is None else record.task
         if future.cancelled():
             return
         exc = future.exception()
@@ -282,28 +423,31 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
             "await_termination() needs an executor that was shut down: "
             "call executor.shutdown(wait=False) or shutdown_now(executor) first"
         )
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
     futures = [future for future, _ in executor.pending()]
-    _, not_done = concurrent.futures.wait(futures, timeout=timeout)
-    if not_done:
-        return False
-    # A future is done before its worker thread returns (done-callbacks run in the
-    # worker), so "terminated" also waits for the threads, within the same deadline.
-    for thread in executor.worker_threads():
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
+    while concurrent.futures.wait(futures, timeout=_left(deadline)).not_done:
+        if time.monotonic() >= deadline:
             return False
+    # Every task has ended: that is the answer, and it rests on the futures, never on
+    # Thread.join or is_alive (gh-90882). The threads are joined only for tidiness:
+    # each is returning from its loop (after the done-callbacks, which run in it).
+    current = threading.current_thread()
+    for thread in executor.worker_threads():
+        if thread is not current:
+            thread.join(_left(deadline))
     return True
+
+
+def _own_task(executor: TrackingExecutor) -> bool:
+    owner: object = getattr(_current, "executor", None)
+    return owner is executor
 
 
 def _refuse_own_worker(executor: TrackingExecutor) -> None:
     # A task waiting for its own pool to terminate waits for itself: raise before
     # anything is changed, instead of spending the whole budget and reporting failure.
-    # submit() adds a worker to _threads only after starting it, and its task may run
-    # first; submit holds _tracking_lock throughout, so under the lock the set is whole.
-    with executor._tracking_lock:
-        own = threading.current_thread() in executor.worker_threads()
-    if own:
+    # The mark is set by the task's wrapper, in the worker, before the task runs.
+    if _own_task(executor):
         raise RuntimeError(
             "cannot await termination from inside one of the executor's own tasks: "
             "call shutdown_now(executor) there, and wait from outside the pool"
@@ -319,17 +463,35 @@ def shutdown_and_await(
 ) -> ShutdownReport:
     """Shut down gracefully, wait up to ``timeout``, then force and wait ``force_timeout`` more.
 
-    ``on_force`` runs at most once, right after `shutdown_now`: the place to cancel the
-    token your running tasks watch (Java interrupts them at this point; Python cannot).
-    If the calling thread gets `KeyboardInterrupt` while waiting, the executor is forced
-    (``on_force`` runs then, unless it already has) and the interrupt re-raised, as
-    Java's idiom does on ``InterruptedException``. Called from one of the executor's own
-    tasks it raises `RuntimeError` at once, having changed nothing (P6).
+    ``on_force`` runs at most once per executor, right after `shutdown_now`: the place to
+    cancel the token your running tasks watch (Java interrupts them at this point;
+    Python cannot). Whatever it raises is logged; a KeyboardInterrupt or SystemExit
+    from it is raised again once the report is made. If the calling thread gets
+    `KeyboardInterrupt` while waiting, the executor is forced (``on_force`` runs then,
+    unless it already has) and the interrupt re-raised, as Java's idiom does on
+    ``InterruptedException``. Called from one of the executor's own tasks it raises
+    `RuntimeError` at once, having changed nothing (P6). inf waits as long as it takes.
     """
+    graceful = _seconds(timeout, "timeout")
+    force = _seconds(force_timeout, "force_timeout")
+    exits: list[BaseException] = []
+    report = _shutdown_and_await(executor, graceful, force, on_force, exits)
+    if exits:
+        raise exits[0]
+    return report
+
+
+def _shutdown_and_await(
+    executor: TrackingExecutor,
+    timeout: float,
+    force_timeout: float,
+    on_force: Callable[[], object] | None,
+    exits: list[BaseException],
+) -> ShutdownReport:
+    """`shutdown_and_await`, leaving a KeyboardInterrupt/SystemExit of on_force in exits."""
     _refuse_own_worker(executor)
     start = time.monotonic()
     forced = False
-    on_force_called = False  # set before the call: an interrupt inside it must not repeat it
     never_started: list[Callable[[], object]] = []
     try:
         executor.shutdown(wait=False)
@@ -337,37 +499,65 @@ def shutdown_and_await(
         if not terminated:
             forced = True
             never_started = shutdown_now(executor)
-            if on_force is not None:
-                on_force_called = True
-                on_force()
+            _run_on_force(executor, on_force, exits)
             terminated = await_termination(executor, force_timeout)
     except KeyboardInterrupt:
         cancelled = shutdown_now(executor)
-        if on_force is not None and not on_force_called:
-            on_force()
+        _run_on_force(executor, on_force, exits)
         logger.warning(
             "interrupted while awaiting termination: forced (%d never started)",
             len(never_started) + len(cancelled),
         )
         raise
-    running = tuple(future for future, _ in executor.pending() if future.running())
-    threads = tuple(t.name for t in executor.worker_threads() if t.is_alive())
-    report = ShutdownReport(
-        terminated=terminated,
-        still_running=() if terminated else threads,
-        forced=forced,
-        never_started=tuple(never_started),
-        running_futures=running,
-        elapsed=time.monotonic() - start,
+    report = _report(
+        executor, terminated=terminated, forced=forced, never_started=never_started, start=start
     )
     if not terminated:
         logger.error(
             "executor did not terminate within %.3gs: %d task(s) still running in %s",
             timeout + force_timeout,
-            len(running),
+            len(report.running_futures),
             ", ".join(report.still_running) or "no thread",
         )
     return report
+
+
+def _run_on_force(
+    executor: TrackingExecutor,
+    on_force: Callable[[], object] | None,
+    exits: list[BaseException],
+) -> None:
+    """Call ``on_force`` once per executor; log what it raises, keep exits for later."""
+    if on_force is None or executor._on_force_ran:
+        return
+    executor._on_force_ran = True  # before the call: an interrupt inside must not repeat it
+    try:
+        on_force()
+    except BaseException as exc:  # contained: the stop still ends and records its report
+        logger.exception("on_force %r raised; the stop goes on", on_force)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            exits.append(exc)
+
+
+def _report(
+    executor: TrackingExecutor,
+    *,
+    terminated: bool,
+    forced: bool,
+    never_started: list[Callable[[], object]],
+    start: float | None,
+) -> ShutdownReport:
+    """A report from the executor's own accounting, read without a lock."""
+    pending = tuple(executor._pending)
+    still_running = () if terminated else tuple(executor.still_running())
+    return ShutdownReport(
+        terminated=terminated,
+        still_running=still_running,
+        forced=forced,
+        never_started=tuple(never_started),
+        running_futures=tuple(future for future in pending if future.running()),
+        elapsed=0.0 if start is None else time.monotonic() - start,
+    )
 
 
 # --- The fixes for the naive code in patterns/naive/executor_shutdown.py ------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import concurrent.futures
 import logging
+import math
 import queue
 import random
 import signal
@@ -23,6 +24,7 @@ import pytest
 from patterns.bulkhead import (
     Bulkhead,
     BulkheadFull,
+    BulkheadReport,
     BulkheadStats,
     BulkheadStopped,
     BulkheadTimeout,
@@ -42,7 +44,9 @@ from tests.support import (
     elapsed,
     join_or_fail,
     run_in_thread,
+    run_python,
     stays_blocked,
+    wait_until,
     wait_until_blocked_in,
 )
 
@@ -178,7 +182,7 @@ def test_a_full_bulkhead_refuses_the_next_caller_at_once() -> None:
     ran: list[str] = []
     queued = bulkhead.submit(record(ran, "queued"))
 
-    with pytest.raises(BulkheadFull, match="reports: all 1 worker"):
+    with pytest.raises(BulkheadFull, match=r"^reports: full: 1 of 1 worker\(s\) running"):
         bulkhead.call(record(ran, "refused"), timeout=MUST_HAPPEN)
 
     stats = bulkhead.stats()
@@ -499,24 +503,26 @@ def test_stop_with_a_timeout_returns_on_time_and_names_the_handler_still_running
     assert bulkhead.stats().processed == 1
 
 
-def test_a_second_stop_while_the_first_waits_gets_the_first_report_when_it_ends() -> None:
-    """stop() is idempotent across threads: a second call waits for the first, same report."""
+def test_a_second_stop_from_another_thread_keeps_to_its_own_budget() -> None:
+    """A stop(0.2) while stop() runs returns a provisional report within 0.2 s (R4)."""
     bulkhead = Bulkhead(1, 0, name="twice").start()
     gate = Gate("running job")
     busy(bulkhead, gate)
     first, first_outcome = run_in_thread(lambda: bulkhead.stop(MUST_HAPPEN), "first-stop")
-    wait_until_blocked_in(first, "_join_started")  # waiting for the held handler
-    second, second_outcome = run_in_thread(lambda: bulkhead.stop(0), "second-stop")
+    wait_until_blocked_in(first, "_stop")  # holding the stop, waiting for the handler
 
-    assert stays_blocked(second)  # its own budget of 0 does not start a second stop
+    with elapsed() as took:
+        provisional = bulkhead.stop(0.2)
+
+    assert took() < 0.2 + NOISE
+    assert not provisional.terminated
+    assert provisional.still_running == ("twice-worker-0: hold.<locals>.held",)
     gate.open()
     join_or_fail(first)
-    join_or_fail(second)
-
     report = first_outcome["result"]
-    assert second_outcome["result"] is report
     assert report.terminated
-    assert bulkhead.stop() is report
+    assert report is not provisional  # a provisional report is never recorded
+    assert bulkhead.stop(0) is report
 
 
 def test_stop_with_cancel_running_lets_a_cooperative_handler_stop_early() -> None:
@@ -1007,3 +1013,241 @@ def test_these_checks_ran_on_a_build_with_the_gil() -> None:
     else:
         assert gil_disabled is None  # no free-threaded build before 3.13
         assert not hasattr(sys, "_is_gil_enabled")
+
+
+# --- issue 23: the paths users take (with x.start(), Ctrl-C, handlers, budgets) -------------
+
+
+def test_with_on_a_started_bulkhead_returns_it_and_the_program_exits() -> None:
+    """`with Bulkhead(...).start():` runs the block and stops at its end: the child exits."""
+    code = (
+        "from patterns.bulkhead import Bulkhead\n"
+        "with Bulkhead(2, 0, name='idiom').start() as b:\n"
+        "    assert b.call(lambda: 41 + 1, timeout=5) == 42\n"
+        "print('stopped' if b.stopped else 'running')\n"
+    )
+    done = run_python(code)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "stopped\n", "")
+
+
+def test_with_on_a_stopped_bulkhead_raises_and_starts_nothing() -> None:
+    """Entering a stopped bulkhead is a RuntimeError; entering a running one does not restart."""
+    bulkhead = Bulkhead(1, 0, name="entered").start()
+    with bulkhead as entered:
+        assert entered is bulkhead
+        assert len(bulkhead.threads) == 1
+    with pytest.raises(RuntimeError, match="stopped"), bulkhead:
+        pass  # pragma: no cover - never entered
+    assert workers_named("entered-worker-") == []
+
+
+def test_a_report_that_says_terminated_with_a_running_handler_cannot_be_built() -> None:
+    """BulkheadReport refuses terminated=True with a non-empty still_running."""
+    stats = BulkheadStats(name="x")
+    with pytest.raises(ValueError, match=r"terminated=True with still_running="):
+        BulkheadReport(True, ("x-worker-0: f",), "x", 0, stats, 0.0)
+
+
+def _send_sigint_once_inside(function: str) -> threading.Thread:
+    """A helper thread that sends a real SIGINT to the main thread once it is in ``function``."""
+    main = threading.main_thread()
+
+    def interrupt() -> None:
+        wait_until_blocked_in(main, function)
+        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt, name="sigint-sender")
+    helper.start()
+    return helper
+
+
+def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
+    """After a Ctrl-C interrupts stop(), stop(0) still names the busy worker (gh-90882)."""
+    bulkhead = Bulkhead(1, 0, name="ctrl-c").start()
+    gate = Gate("ignores its stop")
+    busy(bulkhead, gate)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        helper = _send_sigint_once_inside("_stop")
+        with pytest.raises(KeyboardInterrupt):
+            bulkhead.stop(MUST_HAPPEN)
+        join_or_fail(helper)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    report = bulkhead.stop(0)
+    assert not report.terminated
+    assert report.still_running == ("ctrl-c-worker-0: hold.<locals>.held",)
+    assert bulkhead.stop(MUST_HAPPEN) is report  # the first completed stop is the record
+    finish(bulkhead, gate)
+
+
+def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once() -> None:
+    """A handler's stop() on the thread already inside stop() never blocks: provisional."""
+    bulkhead = Bulkhead(1, 0, name="handler").start()
+    gate = Gate("ignores its stop")
+    busy(bulkhead, gate)
+    seen: list[BulkheadReport] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(bulkhead.stop(MUST_HAPPEN))
+        gate.open()  # the handler returned: let the work finish
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        helper = _send_sigint_once_inside("_stop")
+        report = bulkhead.stop(MUST_HAPPEN)
+        join_or_fail(helper)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    assert [(r.terminated, r.still_running) for r in seen] == [
+        (False, ("handler-worker-0: hold.<locals>.held",))
+    ]
+    assert report.terminated
+    assert bulkhead.stop(0) is report
+
+
+def test_stop_from_a_handler_is_a_request_that_returns_at_once() -> None:
+    """A handler's own stop() starts the stop, names its worker, and is not recorded."""
+    bulkhead = Bulkhead(1, 1, name="inside").start()
+    gate = Gate("queued caller admitted")
+    seen: list[BulkheadReport] = []
+
+    def stops_its_bulkhead() -> str:
+        gate.arrive()
+        seen.append(bulkhead.stop(MUST_HAPPEN))
+        return "asked"
+
+    running = bulkhead.submit(stops_its_bulkhead)
+    gate.wait_reached()
+    queued = bulkhead.submit(lambda: "never")
+    gate.open()
+
+    assert running.result(MUST_HAPPEN) == "asked"
+    with pytest.raises(BulkheadStopped):
+        queued.result(MUST_HAPPEN)
+    (provisional,) = seen
+    assert not provisional.terminated
+    name = "test_stop_from_a_handler_is_a_request_that_returns_at_once.<locals>.stops_its_bulkhead"
+    assert provisional.still_running == (f"inside-worker-0: {name}",)
+    report = bulkhead.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report is not provisional
+
+
+@pytest.mark.parametrize(
+    "seconds", [math.inf, 1e10, 1e300, 10**400], ids=["inf", "1e10", "1e300", "10**400"]
+)
+def test_a_huge_or_infinite_budget_means_as_long_as_it_takes(seconds: float) -> None:
+    """Infinite and huge budgets are accepted everywhere and never raise OverflowError (R3)."""
+    bulkhead = Bulkhead(1, 0, name="endless", stop_timeout=seconds).start()
+    assert bulkhead.call(lambda: "ok", timeout=seconds) == "ok"
+    token_waited: list[bool] = []
+
+    def waits() -> None:
+        token_waited.append(current_token().wait(seconds))
+
+    bulkhead.submit(waits)
+    wait_until(lambda: bulkhead.stats().active == 1, "the handler waits on its token")
+    assert bulkhead.stop(cancel_running=True).terminated  # stop_timeout
+    assert token_waited == [True]
+    assert Bulkhead(1, 0).start().stop(seconds).terminated
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, True, "1", None])
+def test_a_budget_that_is_not_seconds_is_a_value_error_naming_it(bad: object) -> None:
+    """nan, negative, bool, str: ValueError naming the argument, at every entry point (R3)."""
+    with pytest.raises(ValueError, match=r"^stop_timeout must be a number of seconds"):
+        Bulkhead(1, 0, stop_timeout=bad)  # type: ignore[arg-type]
+    bulkhead = Bulkhead(1, 0).start()
+    if bad is not None:  # None means "stop_timeout" for stop(), "no limit" for call()
+        with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+            bulkhead.stop(bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+            bulkhead.call(lambda: None, timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+            JobToken().wait(bad)  # type: ignore[arg-type]
+    assert bulkhead.stop(MUST_HAPPEN).terminated
+
+
+def test_a_token_callback_that_raises_keyboard_interrupt_is_contained_then_re_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every callback runs and the report is recorded before the KeyboardInterrupt (R5)."""
+    bulkhead = Bulkhead(2, 0, name="callbacks").start()
+    registered = [threading.Event(), threading.Event()]
+    ran: list[str] = []
+
+    def job(ready: threading.Event, name: str, exc: BaseException) -> Callable[[], None]:
+        def runs_until_cancelled() -> None:
+            def callback() -> None:
+                ran.append(name)
+                raise exc
+
+            token = current_token()
+            token.on_cancel(callback)
+            ready.set()
+            token.wait(MUST_HAPPEN)  # running until stop() cancels it
+
+        return runs_until_cancelled
+
+    bulkhead.submit(job(registered[0], "a", KeyboardInterrupt()))
+    bulkhead.submit(job(registered[1], "b", RuntimeError("second callback")))
+    for ready in registered:
+        assert ready.wait(MUST_HAPPEN)
+    with caplog.at_level(logging.ERROR), pytest.raises(KeyboardInterrupt):
+        bulkhead.stop(MUST_HAPPEN, cancel_running=True)
+
+    assert sorted(ran) == ["a", "b"]
+    assert sum("cancel callback" in r.getMessage() for r in caplog.records) == 2
+    report = bulkhead.stop(0)
+    assert report.terminated
+    assert bulkhead.stop(0) is report
+
+
+def test_bulkhead_full_says_what_holds_the_slots() -> None:
+    """A slot held by a job whose caller timed out is named as such in BulkheadFull."""
+    bulkhead = Bulkhead(1, 1, name="holders").start()
+    gate = Gate("abandoned handler")
+    first, outcome = run_in_thread(lambda: bulkhead.call(hold(gate), timeout=SHORT), "caller")
+    gate.wait_reached()
+    join_or_fail(first)  # its timeout passed while the handler is held at the gate
+    assert isinstance(outcome["error"], BulkheadTimeout)
+    with pytest.raises(BulkheadTimeout):
+        bulkhead.call(lambda: "late", timeout=SHORT)  # queued, then its caller left
+    with pytest.raises(BulkheadFull) as info:
+        bulkhead.call(lambda: "refused")
+
+    assert str(info.value) == (
+        "holders: full: 1 of 1 worker(s) running (1 abandoned by timed-out callers), "
+        "1 of 1 queue slot(s) taken (1 by timed-out callers, to be skipped)"
+    )
+    finish(bulkhead, gate)
+
+
+def test_stop_from_a_signal_handler_that_landed_inside_a_locked_section_hands_off() -> None:
+    """A handler's stop() on a thread holding the bulkhead's lock never waits for it (R4)."""
+    bulkhead = Bulkhead(1, 0, name="locked").start()
+    seen: list[BulkheadReport] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(bulkhead.stop(MUST_HAPPEN))
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        # Where call() or submit() is when a signal lands between two of its bytecodes.
+        with bulkhead._lock:
+            signal.raise_signal(signal.SIGINT)  # the handler runs before this returns
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    (provisional,) = seen
+    assert not provisional.terminated
+    stopper = [t for t in threading.enumerate() if t.name == "locked-stopper"]
+    for thread in stopper:
+        join_or_fail(thread)
+    report = bulkhead.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report is not provisional
+    assert workers_named("locked-worker-") == []

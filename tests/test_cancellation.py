@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import queue
 import socket
 import sys
@@ -256,7 +257,7 @@ def test_sleep_on_a_cancelled_token_raises_at_once_even_for_zero_seconds() -> No
 
 def test_sleep_rejects_a_negative_length() -> None:
     """sleep() refuses a negative length, as time.sleep does."""
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match=r"^seconds must be a number of seconds >= 0, not -1"):
         CancelToken().sleep(-1)
 
 
@@ -912,3 +913,103 @@ def test_a_socket_timeout_is_an_os_error() -> None:
     """socket.timeout is TimeoutError, an OSError, so receive's except OSError covers it."""
     assert socket.timeout is TimeoutError
     assert issubclass(TimeoutError, OSError)
+
+
+# --- issue 23: any budget, and callbacks that raise or exit --------------------------------
+
+
+@pytest.mark.parametrize(
+    "seconds", [math.inf, 1e10, 1e300, 10**400], ids=["inf", "1e10", "1e300", "10**400"]
+)
+def test_a_huge_or_infinite_timeout_means_as_long_as_it_takes(seconds: float) -> None:
+    """Infinite and huge seconds are accepted everywhere and never raise OverflowError."""
+    token = CancelToken(timeout=seconds)
+    assert not token.wait(0.01)
+    assert (token.remaining() or 0.0) > 1e9
+    assert not token.child(timeout=seconds).wait(0)
+    q: queue.Queue[str] = queue.Queue()
+    q.put("item")
+    assert take(q, token, poll_interval=seconds) == "item"
+    left, right = socket.socketpair()
+    with left, right:
+        right.sendall(b"data")
+        assert receive(left, token) == b"data"
+
+    waiter, waited = run_in_thread(lambda: token.wait(seconds), "waiter")
+    sleeper, slept = run_in_thread(lambda: token.sleep(seconds), "sleeper")
+    wait_until_blocked_in(waiter, "wait")
+    wait_until_blocked_in(sleeper, "wait")
+    token.cancel("done")
+    join_or_fail(waiter)
+    join_or_fail(sleeper)
+    assert waited == {"result": True}
+    assert isinstance(slept["error"], Cancelled)
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, True, "1"])
+def test_seconds_that_are_not_seconds_are_a_value_error_naming_the_argument(bad: object) -> None:
+    """nan, negative, bool, str: ValueError naming the argument, at every entry point."""
+    token = CancelToken()
+    cases: list[tuple[str, Callable[[], object]]] = [
+        ("timeout", lambda: CancelToken(timeout=bad)),  # type: ignore[arg-type]
+        ("timeout", lambda: token.child(timeout=bad)),  # type: ignore[arg-type]
+        ("timeout", lambda: token.wait(bad)),  # type: ignore[arg-type]
+        ("seconds", lambda: token.sleep(bad)),  # type: ignore[arg-type]
+        ("poll_interval", lambda: take(queue.Queue(), token, poll_interval=bad)),  # type: ignore[arg-type]
+    ]
+    for name, call in cases:
+        with pytest.raises(ValueError, match=f"^{name} must be a number of seconds >= 0"):
+            call()
+
+
+def test_every_callback_runs_and_every_child_is_cancelled_whatever_a_callback_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelled, KeyboardInterrupt, SystemExit from callbacks: all run, then the exit."""
+    token = CancelToken()
+    other = CancelToken()
+    other.cancel("the other job stopped")
+    ran: list[str] = []
+
+    def raises(name: str, exc: BaseException | None) -> Callable[[], None]:
+        def callback() -> None:
+            ran.append(name)
+            if name == "cancelled":
+                other.check()  # raises Cancelled, as a callback using another token may
+            elif exc is not None:
+                raise exc
+
+        return callback
+
+    token.on_cancel(raises("cancelled", None))
+    token.on_cancel(raises("interrupt", KeyboardInterrupt()))
+    token.on_cancel(raises("exit", SystemExit(2)))
+    token.on_cancel(raises("plain", None))
+    child = token.child()
+    child.on_cancel(raises("child's", None))
+
+    with caplog.at_level(logging.ERROR), pytest.raises(KeyboardInterrupt):
+        token.cancel("stop")
+
+    assert ran == ["cancelled", "interrupt", "exit", "plain", "child's"]
+    assert child.cancelled
+    assert child.reason == "stop"
+    assert sum("on_cancel callback" in r.getMessage() for r in caplog.records) == 3
+    assert not token.cancel("again")  # nothing is left to retry: it all ran once
+
+
+def test_a_callback_run_at_registration_is_contained_too(caplog: pytest.LogCaptureFixture) -> None:
+    """on_cancel on a cancelled token logs what the callback raises; an exit is re-raised."""
+    token = CancelToken()
+    token.cancel()
+    other = CancelToken()
+    other.cancel()
+    with caplog.at_level(logging.ERROR):
+        token.on_cancel(other.check)  # Cancelled from another token: logged, contained
+    assert "on_cancel callback" in caplog.text
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        token.on_cancel(interrupt)

@@ -9,6 +9,7 @@ import gc
 import inspect
 import io
 import logging
+import math
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 
 from patterns.executor_shutdown import (
     Rejected,
+    ShutdownReport,
     TrackingExecutor,
     await_termination,
     feed,
@@ -41,6 +43,7 @@ from tests.support import (
     elapsed,
     join_or_fail,
     run_in_thread,
+    run_python,
     spawn_python,
     stays_blocked,
     wait_until,
@@ -264,7 +267,7 @@ def test_pending_forgets_finished_tasks() -> None:
 def test_the_constructor_validates_stop_timeout_and_starts_no_thread() -> None:
     """A bad budget is a ValueError naming the option; a good one starts nothing."""
     before = threading.active_count()
-    for bad in (-1.0, float("nan"), float("inf"), "5"):
+    for bad in (-1.0, float("nan"), "5", True):
         with pytest.raises(ValueError, match="stop_timeout"):
             TrackingExecutor(max_workers=1, stop_timeout=bad)  # type: ignore[arg-type]
     pool = TrackingExecutor(max_workers=1, stop_timeout=2.5)
@@ -359,19 +362,32 @@ def test_leaving_a_with_block_stops_within_the_budget_instead_of_waiting_forever
     finish(pool, gate)
 
 
-def test_stop_from_one_of_the_pools_own_tasks_raises_at_once() -> None:
-    """A task stopping its own pool would wait for itself, so stop() refuses there.
+def test_stop_from_one_of_the_pools_own_tasks_is_a_request_that_returns_at_once() -> None:
+    """A task's stop() shuts the pool down, names its own thread, and waits for nothing.
 
     The task calls stop() as soon as it runs, possibly before its submit has recorded the
-    new worker thread: the guard must see the worker all the same.
+    new worker thread: the pool must know it all the same.
     """
-    pool = TrackingExecutor(max_workers=1).start()
-    future = pool.submit(pool.stop)
-    error = future.exception(MUST_HAPPEN)
-    assert isinstance(error, RuntimeError)
-    assert "own tasks" in str(error)
-    assert not pool.is_shutdown  # refused before anything changed
-    assert pool.stop(MUST_HAPPEN).terminated
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="own").start()
+    gate = Gate("the task, once the queue is filled")
+
+    def stops_its_pool() -> object:
+        gate.arrive()
+        return pool.stop(MUST_HAPPEN)
+
+    future = pool.submit(stops_its_pool)
+    gate.wait_reached()
+    queued = pool.submit(returns("still runs"))
+    gate.open()
+
+    provisional = future.result(MUST_HAPPEN)
+    assert not provisional.terminated
+    assert provisional.still_running == ("own_0",)
+    assert pool.is_shutdown  # the request took effect: graceful, so the queue still runs
+    assert queued.result(MUST_HAPPEN) == "still runs"
+    report = pool.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report is not provisional
 
 
 # --- a worker thread that cannot start (ThreadPoolExecutor starts them lazily, in submit) --
@@ -450,8 +466,8 @@ def test_shutdown_and_await_racing_a_submit_waits_for_the_task_it_lets_in() -> N
             lambda: shutdown_and_await(pool, MUST_HAPPEN, force_timeout=0), "stopper"
         )
         try:
-            # It waits for the submit's lock first, in the self-wait guard (P6).
-            wait_until_blocked_in(stopper, "_refuse_own_worker")
+            # It waits for the submit's lock first, to shut the executor down.
+            wait_until_blocked_in(stopper, "shutdown")
             assert stays_blocked(stopper)  # it waits for the submit in progress to finish
         finally:
             in_submit.open()
@@ -988,3 +1004,245 @@ def test_asyncio_shutdown_default_executor_timeout_bounds_a_stuck_task_only_on_3
     assert outcome == {"result": None}
     if sys.version_info[:2] == (3, 12):
         assert caught == []  # once released, the join inside finished in time: no warning
+
+
+# --- issue 23: the paths users take (with x.start(), Ctrl-C, handlers, budgets) -------------
+
+
+def test_with_on_a_started_executor_returns_it_and_the_program_exits() -> None:
+    """`with TrackingExecutor(...).start():` works and stops at the end: the child exits 0."""
+    code = (
+        "from patterns.executor_shutdown import TrackingExecutor\n"
+        "with TrackingExecutor(max_workers=2).start() as pool:\n"
+        "    assert pool.submit(lambda: 41 + 1).result(5) == 42\n"
+        "print('terminated' if pool.stop().terminated else 'running')\n"
+    )
+    done = run_python(code)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "terminated\n", "")
+
+
+def test_with_on_a_shut_down_executor_raises() -> None:
+    """Entering an executor that was shut down is a RuntimeError; a running one is returned."""
+    pool = TrackingExecutor(max_workers=1).start()
+    with pool as entered:
+        assert entered is pool
+    with pytest.raises(RuntimeError, match="shut down"), pool:
+        pass  # pragma: no cover - never entered
+
+
+def test_a_report_that_says_terminated_with_a_running_thread_cannot_be_built() -> None:
+    """ShutdownReport refuses terminated=True with a non-empty still_running."""
+    with pytest.raises(ValueError, match=r"terminated=True with still_running="):
+        ShutdownReport(terminated=True, still_running=("pool_0",))
+
+
+def _send_sigint_once_inside(function: str) -> threading.Thread:
+    """A helper thread that sends a real SIGINT to the main thread once it is in ``function``."""
+    main = threading.main_thread()
+
+    def interrupt() -> None:
+        wait_until_blocked_in(main, function)
+        signal.pthread_kill(main.ident or 0, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt, name="sigint-sender")
+    helper.start()
+    return helper
+
+
+def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
+    """After a Ctrl-C interrupts stop(), stop(0) still names the thread running the task."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="ctrl-c").start()
+    gate = Gate("ignores its stop")
+    pool.submit(gate.arrive)
+    gate.wait_reached()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        helper = _send_sigint_once_inside("await_termination")
+        with pytest.raises(KeyboardInterrupt):
+            pool.stop(MUST_HAPPEN)
+        join_or_fail(helper)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    report = pool.stop(0)
+    assert not report.terminated
+    assert report.still_running == ("ctrl-c_0",)
+    assert pool.stop(MUST_HAPPEN) is report
+    finish(pool, gate)
+
+
+def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once() -> None:
+    """A handler's stop() on the thread already inside stop() never blocks: provisional."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="handler").start()
+    gate = Gate("ignores its stop")
+    pool.submit(gate.arrive)
+    gate.wait_reached()
+    seen: list[ShutdownReport] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(pool.stop(MUST_HAPPEN))
+        gate.open()  # the handler returned: let the task finish
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        helper = _send_sigint_once_inside("await_termination")
+        report = pool.stop(MUST_HAPPEN)
+        join_or_fail(helper)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    assert [(r.terminated, r.still_running) for r in seen] == [(False, ("handler_0",))]
+    assert report.terminated
+    assert pool.stop(0) is report
+
+
+def test_stop_from_on_force_returns_a_provisional_report_at_once() -> None:
+    """on_force=lambda: pool.stop(0) runs inside stop(): it gets a provisional report."""
+    gate = Gate("stuck task")
+    seen: list[ShutdownReport] = []
+    pool = TrackingExecutor(
+        max_workers=1, thread_name_prefix="forced", on_force=lambda: seen.append(pool.stop(0))
+    ).start()
+    pool.submit(gate.arrive)
+    gate.wait_reached()
+
+    with elapsed() as took:
+        report = pool.stop(0.2)
+
+    assert took() < 0.2 + NOISE
+    assert [(r.terminated, r.still_running) for r in seen] == [(False, ("forced_0",))]
+    assert report.forced
+    assert not report.terminated
+    assert pool.stop(0) is report
+    finish(pool, gate)
+
+
+def test_a_second_stop_from_another_thread_keeps_to_its_own_budget() -> None:
+    """A stop(0.2) while stop() runs returns a provisional report within 0.2 s."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="twice").start()
+    gate = Gate("running task")
+    pool.submit(gate.arrive)
+    gate.wait_reached()
+    first, first_outcome = run_in_thread(lambda: pool.stop(MUST_HAPPEN), "first-stop")
+    wait_until_blocked_in(first, "await_termination")
+
+    with elapsed() as took:
+        provisional = pool.stop(0.2)
+
+    assert took() < 0.2 + NOISE
+    assert (provisional.terminated, provisional.still_running) == (False, ("twice_0",))
+    gate.open()
+    join_or_fail(first)
+    report = first_outcome["result"]
+    assert report.terminated
+    assert report is not provisional
+    assert pool.stop(0) is report
+
+
+def test_stop_from_a_signal_handler_that_landed_inside_submit_hands_off() -> None:
+    """A handler's stop() on a thread holding the submit lock never waits for that lock."""
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="submitting").start()
+    seen: list[ShutdownReport] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        seen.append(pool.stop(MUST_HAPPEN))
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pool._tracking_lock:  # where submit() is when a signal lands inside it
+            signal.raise_signal(signal.SIGINT)  # the handler runs before this returns
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    (provisional,) = seen
+    assert not provisional.terminated
+    for thread in [t for t in threading.enumerate() if t.name == "submitting-stopper"]:
+        join_or_fail(thread)
+    report = pool.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert report is not provisional
+
+
+def test_an_on_force_that_raises_is_logged_once_and_the_report_is_recorded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failing on_force neither escapes stop() nor runs again on a retry."""
+    gate = Gate("stuck task")
+    calls: list[str] = []
+
+    def on_force() -> None:
+        calls.append("on_force")
+        raise OSError("the token's socket is gone")
+
+    pool = TrackingExecutor(max_workers=1, on_force=on_force).start()
+    pool.submit(gate.arrive)
+    gate.wait_reached()
+
+    with caplog.at_level(logging.ERROR):
+        report = pool.stop(0.1)
+
+    assert report.forced
+    assert calls == ["on_force"]
+    assert "on_force" in caplog.text
+    assert "OSError" in caplog.text
+    assert pool.stop(0.1) is report
+    assert calls == ["on_force"]
+    finish(pool, gate)
+
+
+def test_a_keyboard_interrupt_from_on_force_is_re_raised_after_the_report_is_recorded() -> None:
+    """KeyboardInterrupt from on_force propagates, but only once the report is kept."""
+    gate = Gate("stuck task")
+    calls: list[str] = []
+
+    def on_force() -> None:
+        calls.append("on_force")
+        raise KeyboardInterrupt
+
+    pool = TrackingExecutor(max_workers=1, thread_name_prefix="exit", on_force=on_force).start()
+    pool.submit(gate.arrive)
+    gate.wait_reached()
+
+    with pytest.raises(KeyboardInterrupt):
+        pool.stop(0.2)
+
+    report = pool.stop(0)
+    assert (report.forced, report.terminated, report.still_running) == (True, False, ("exit_0",))
+    assert calls == ["on_force"]
+    finish(pool, gate)
+
+
+@pytest.mark.parametrize(
+    "seconds", [math.inf, 1e10, 1e300, 10**400], ids=["inf", "1e10", "1e300", "10**400"]
+)
+def test_a_huge_or_infinite_budget_means_as_long_as_it_takes(seconds: float) -> None:
+    """Infinite and huge budgets are accepted everywhere and never raise OverflowError."""
+    pool = TrackingExecutor(max_workers=1, stop_timeout=seconds).start()
+    pool.submit(returns(1))
+    assert pool.stop().terminated
+    assert TrackingExecutor(max_workers=1).stop(seconds).terminated
+    other = TrackingExecutor(max_workers=1)
+    other.submit(returns(2))
+    other.shutdown(wait=False)
+    assert await_termination(other, seconds)
+    third = TrackingExecutor(max_workers=1)
+    third.submit(returns(3))
+    assert shutdown_and_await(third, seconds, force_timeout=seconds).terminated
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, True, "1"])
+def test_a_budget_that_is_not_seconds_is_a_value_error_naming_it(bad: object) -> None:
+    """nan, negative, bool, str: a ValueError that names the argument, everywhere."""
+    with pytest.raises(ValueError, match=r"^stop_timeout must be a number of seconds"):
+        TrackingExecutor(max_workers=1, stop_timeout=bad)  # type: ignore[arg-type]
+    pool = TrackingExecutor(max_workers=1)
+    with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+        pool.stop(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+        shutdown_and_await(pool, bad, force_timeout=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^force_timeout must be a number of seconds"):
+        shutdown_and_await(pool, 0, force_timeout=bad)  # type: ignore[arg-type]
+    pool.shutdown(wait=False)
+    with pytest.raises(ValueError, match=r"^timeout must be a number of seconds"):
+        await_termination(pool, bad)  # type: ignore[arg-type]
+    assert pool.stop(0).terminated
