@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import sys
 import textwrap
 import threading
@@ -14,6 +15,16 @@ import pytest
 
 # How long a finished test may take to let its own threads end before they count as leaked.
 THREAD_GRACE = 5.0
+
+
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in the main thread, as in a plain program."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(autouse=True)

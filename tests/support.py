@@ -10,6 +10,7 @@ from __future__ import annotations
 import _thread
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -136,6 +137,24 @@ def wait_until_parked_inside(
             return
         time.sleep(0.001)  # polling an observation, not waiting for a race
     raise AssertionError(f"{thread.name} was never seen parked inside {func_name}()")
+
+
+def signal_main_when_inside(func_name: str, signum: int) -> threading.Thread:
+    """A thread that sends ``signum`` to the main thread once it is seen inside ``func_name``.
+
+    A real signal (``signal.pthread_kill``), as a Ctrl-C or a ``kill`` would deliver it, at
+    the point the test names; the caller joins the returned thread.
+    """
+    main = threading.main_thread()
+
+    def send() -> None:
+        wait_until_blocked_in(main, func_name)
+        assert main.ident is not None
+        signal.pthread_kill(main.ident, signum)
+
+    sender = threading.Thread(target=send, name="signal-sender")
+    sender.start()
+    return sender
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = MUST_HAPPEN) -> None:

@@ -45,6 +45,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     run_python,
+    signal_main_when_inside,
     stays_blocked,
     wait_until,
     wait_until_blocked_in,
@@ -1048,19 +1049,6 @@ def test_a_report_that_says_terminated_with_a_running_handler_cannot_be_built() 
         BulkheadReport(True, ("x-worker-0: f",), "x", 0, stats, 0.0)
 
 
-def _send_sigint_once_inside(function: str) -> threading.Thread:
-    """A helper thread that sends a real SIGINT to the main thread once it is in ``function``."""
-    main = threading.main_thread()
-
-    def interrupt() -> None:
-        wait_until_blocked_in(main, function)
-        signal.pthread_kill(main.ident or 0, signal.SIGINT)
-
-    helper = threading.Thread(target=interrupt, name="sigint-sender")
-    helper.start()
-    return helper
-
-
 def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     """After a Ctrl-C interrupts stop(), stop(0) still names the busy worker (gh-90882)."""
     bulkhead = Bulkhead(1, 0, name="ctrl-c").start()
@@ -1068,7 +1056,7 @@ def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     busy(bulkhead, gate)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        helper = _send_sigint_once_inside("_stop")
+        helper = signal_main_when_inside("_stop", signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
             bulkhead.stop(MUST_HAPPEN)
         join_or_fail(helper)
@@ -1095,7 +1083,7 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        helper = _send_sigint_once_inside("_stop")
+        helper = signal_main_when_inside("_stop", signal.SIGINT)
         report = bulkhead.stop(MUST_HAPPEN)
         join_or_fail(helper)
     finally:

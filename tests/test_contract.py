@@ -538,16 +538,6 @@ def _signal_main_when_blocked_in_stop(signum: int) -> threading.Thread:
     return sender
 
 
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt in the main thread, as in a plain program."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
 P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
 
 

@@ -44,6 +44,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     run_python,
+    signal_main_when_inside,
     spawn_python,
     stays_blocked,
     wait_until,
@@ -1036,19 +1037,6 @@ def test_a_report_that_says_terminated_with_a_running_thread_cannot_be_built() -
         ShutdownReport(terminated=True, still_running=("pool_0",))
 
 
-def _send_sigint_once_inside(function: str) -> threading.Thread:
-    """A helper thread that sends a real SIGINT to the main thread once it is in ``function``."""
-    main = threading.main_thread()
-
-    def interrupt() -> None:
-        wait_until_blocked_in(main, function)
-        signal.pthread_kill(main.ident or 0, signal.SIGINT)
-
-    helper = threading.Thread(target=interrupt, name="sigint-sender")
-    helper.start()
-    return helper
-
-
 def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     """After a Ctrl-C interrupts stop(), stop(0) still names the thread running the task."""
     pool = TrackingExecutor(max_workers=1, thread_name_prefix="ctrl-c").start()
@@ -1057,7 +1045,7 @@ def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     gate.wait_reached()
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        helper = _send_sigint_once_inside("await_termination")
+        helper = signal_main_when_inside("await_termination", signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
             pool.stop(MUST_HAPPEN)
         join_or_fail(helper)
@@ -1085,7 +1073,7 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        helper = _send_sigint_once_inside("await_termination")
+        helper = signal_main_when_inside("await_termination", signal.SIGINT)
         report = pool.stop(MUST_HAPPEN)
         join_or_fail(helper)
     finally:

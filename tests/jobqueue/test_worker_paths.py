@@ -33,6 +33,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     run_python,
+    signal_main_when_inside,
     wait_until,
     wait_until_blocked_in,
 )
@@ -82,30 +83,6 @@ def parked_worker(gate: Gate, **options: Any) -> tuple[Worker, MemoryStore, int]
 def worker_threads_alive(worker: Worker) -> list[str]:
     """Names of the worker's threads that are alive (observed from outside, after the fact)."""
     return [t.name for t in threading.enumerate() if t.name.startswith(worker.name)]
-
-
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt in the main thread, as in a plain program."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def signal_main_inside(func_name: str, signum: int) -> threading.Thread:
-    """A thread that sends ``signum`` to the main thread once it is seen inside ``func_name``."""
-    main = threading.main_thread()
-
-    def send() -> None:
-        wait_until_blocked_in(main, func_name)
-        assert main.ident is not None
-        signal.pthread_kill(main.ident, signum)
-
-    sender = threading.Thread(target=send, name="ctrl-c-sender")
-    sender.start()
-    return sender
 
 
 # --- R1: `with worker.start():`, and the program exits -------------------------------------
@@ -176,7 +153,7 @@ def test_after_ctrl_c_during_stop_a_stop_0_is_truthful_and_recorded() -> None:
     gate = keep(Gate("ignores its stop"))
     worker, store, job_id = parked_worker(gate)
     try:
-        sender = signal_main_inside("await_termination", signal.SIGINT)
+        sender = signal_main_when_inside("await_termination", signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
             worker.stop(5.0)
         join_or_fail(sender)
@@ -208,7 +185,7 @@ def test_after_ctrl_c_a_stop_that_sees_the_job_end_reports_terminated(interrupts
     worker, _, job_id = parked_worker(gate, on_shutdown=shutdowns.append)
     try:
         for _ in range(interrupts):
-            sender = signal_main_inside("await_termination", signal.SIGINT)
+            sender = signal_main_when_inside("await_termination", signal.SIGINT)
             with pytest.raises(KeyboardInterrupt):
                 worker.stop(5.0)
             join_or_fail(sender)
@@ -418,7 +395,7 @@ def test_stop_from_a_signal_handler_during_stop_returns_at_once() -> None:
 
     before = signal.signal(signal.SIGUSR1, handler)
     try:
-        sender = signal_main_inside("await_termination", signal.SIGUSR1)
+        sender = signal_main_when_inside("await_termination", signal.SIGUSR1)
 
         def open_after_the_handler() -> None:
             join_or_fail(sender)
