@@ -23,7 +23,7 @@ Guarantees:
     * `AsyncSignalHandlers` puts back, when stopped, the loop's own handler for a signal if
       the loop had one (an outer `AsyncSignalHandlers`), else the exact previous Python
       handler.
-    * Every number of seconds is checked: `math.inf` means as long as it takes; nan, a
+    * Every number of seconds is checked: ``math.inf`` means as long as it takes; nan, a
       negative number, a bool or a string is a `ValueError` naming the argument.
     * When the task awaiting `run_in_thread` is cancelled, the token is set, the task waits
       at most ``cancel_timeout`` for ``fn`` to return, and a ``fn`` that does not is logged.
@@ -86,7 +86,7 @@ _FORCE_FLUSH_TIMEOUT = 0.5
 
 
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """A number of seconds >= 0 as a float; `math.inf` means "as long as it takes"."""
+    """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
     if value is None and allow_none:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
@@ -257,7 +257,7 @@ class TaskSet:
     async def stop(self, timeout: float | None = None) -> TaskShutdownReport:
         """Refuse new tasks, cancel the running ones, wait at most ``timeout``; report.
 
-        ``None`` means ``stop_timeout``; `math.inf` waits as long as it takes. Raises
+        ``None`` means ``stop_timeout``; ``math.inf`` waits as long as it takes. Raises
         `ValueError` for a bad timeout; never for a task that would not stop (the report
         names it). If the caller is cancelled, the stop goes on and a later ``stop()``
         returns its report. Awaited from one of the set's own tasks, it is a request: the

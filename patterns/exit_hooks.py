@@ -20,7 +20,7 @@ Guarantees:
     * After ``stop()`` every handled signal has exactly the handler object it had before,
       and the wakeup fd is what it was, even if a handler put back raises on the way
       (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``
-      (`math.inf`: as long as it takes), and its report is true even after a Ctrl-C
+      (``math.inf``: as long as it takes), and its report is true even after a Ctrl-C
       interrupted an earlier ``stop()``.
     * ``on_stop`` calling ``sys.exit(code)`` ends the program with ``code``: the exit is
       logged and raised in the main thread; any other exception from it is logged.
@@ -100,7 +100,7 @@ class SignalHandlersReport:
 
 
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """A number of seconds >= 0 as a float; `math.inf` means "as long as it takes"."""
+    """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
     if value is None and allow_none:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
@@ -256,7 +256,7 @@ class SignalHandlers:
     def stop(self, timeout: float | None = None) -> SignalHandlersReport:
         """Put back the previous handlers and wakeup fd; wait for the helper threads.
 
-        Bounded by ``timeout`` (None: ``stop_timeout``; `math.inf`: as long as it takes).
+        Bounded by ``timeout`` (None: ``stop_timeout``; ``math.inf``: as long as it takes).
         A signal that arrives once ``stop()`` has begun is no longer acted on; from the
         moment its previous handler is back, that handler gets it, and if it raises (a
         second Ctrl-C meeting `signal.default_int_handler`), ``stop()`` still puts

@@ -280,7 +280,7 @@ def shutdown_process_pool(
     SIGKILL to those still alive half-way through ``force_timeout``, and reaps them all.
     Call it before any other ``shutdown()``: that one forgets the worker processes.
     A `KeyboardInterrupt` while it waits kills the workers at once, reaps them within
-    ``force_timeout`` and is re-raised. Either budget may be `math.inf` (as long as it
+    ``force_timeout`` and is re-raised. Either budget may be ``math.inf`` (as long as it
     takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
     a `ValueError`, never a stuck task.
     """
@@ -597,7 +597,7 @@ class StoppableProcess:
     def stop(self, timeout: float | None = None) -> ProcessStopReport:
         """Ask, wait, force near the end of ``timeout``; the first completed report thereafter.
 
-        ``timeout`` defaults to ``stop_timeout``; `math.inf` waits as long as it takes
+        ``timeout`` defaults to ``stop_timeout``; ``math.inf`` waits as long as it takes
         (and never forces).
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")

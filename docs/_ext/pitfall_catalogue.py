@@ -17,7 +17,12 @@ from sphinx.util.docutils import SphinxDirective
 from tests import catalogue
 
 # The docs page of each test file whose name is not tests/test_<module>.py.
-PAGES = {"test_bulkhead_http": "/patterns/bulkhead", "test_postgres": "/jobqueue/many_machines"}
+PAGES = {
+    "test_bulkhead_http": "/patterns/bulkhead",
+    "test_postgres": "/jobqueue/many_machines",
+    "test_worker_paths": "/jobqueue/design",
+    "test_contract": "/design",
+}
 
 
 def _page(nodeid: str) -> str:
