@@ -3,7 +3,8 @@
 ```{race-lanes} executor_shutdown.p1
 ```
 
-runs ``SCENARIOS["executor_shutdown.p1"]`` from ``patterns.teaching.scenarios`` while the
+runs ``SCENARIOS["executor_shutdown.p1"]`` from ``patterns.teaching.scenarios`` (written
+in ``patterns/teaching/scenarios/executor_shutdown.py``: one module per pattern) while the
 page is built and embeds both lane diagrams as inline SVG (so they take the page's text
 colour, in light and dark mode), side by side on a wide screen and one above the other
 on a narrow one, with the scenario's caption. The pictures cannot drift from the code:

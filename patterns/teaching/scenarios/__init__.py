@@ -1,0 +1,82 @@
+"""Naive and fixed runs of each pattern page's main pitfall, traced for a lane diagram.
+
+``SCENARIOS[key]`` (keys such as ``"executor_shutdown.p1"``) holds a `Scenario`: its
+``naive()`` and ``fixed()`` each run the real code (``patterns.naive.<module>`` and
+``patterns.<module>``) under the interleaving that the module's race tests force, with
+`threading.Event` checkpoints instead of sleeps, and return the `Tracer`. The marks are
+made here, never inside a pattern module. Each run takes well under a second and leaves
+no thread running: a naive run that strands a thread releases it afterwards, and says so
+in a mark.
+
+One module per pattern, under the pattern's own name (``scenarios/executor_shutdown.py``
+draws ``patterns/executor_shutdown.py``); what they share is in ``scenarios/common.py``.
+Docs: docs/_ext/lanes.py
+"""
+
+from __future__ import annotations
+
+import html
+
+from patterns.teaching.scenarios import (
+    async_queue,
+    asyncio_shutdown,
+    bulkhead,
+    cancellation,
+    closable_queue,
+    daemon_threads,
+    executor_shutdown,
+    exit_hooks,
+    poison_pill,
+    process_shutdown,
+    supervisor,
+    thread_exceptions,
+)
+from patterns.teaching.scenarios.common import Scenario
+
+__all__ = ["SCENARIOS", "Scenario", "pair_html"]
+
+SCENARIOS: dict[str, Scenario] = {
+    "executor_shutdown.p1": executor_shutdown.P1,
+    "cancellation.c1": cancellation.C1,
+    "poison_pill.p10": poison_pill.P10,
+    "closable_queue.p14": closable_queue.P14,
+    "thread_exceptions.silent_death": thread_exceptions.SILENT_DEATH,
+    "supervisor.p9": supervisor.P9,
+    "daemon_threads.p15": daemon_threads.P15,
+    "exit_hooks.p22": exit_hooks.P22,
+    "bulkhead.b1": bulkhead.B1,
+    "async_queue.a1": async_queue.A1,
+    "asyncio_shutdown.a7": asyncio_shutdown.A7,
+    "process_shutdown.m3": process_shutdown.M3,
+}
+
+
+def how_to_read(lanes: str = "a thread") -> str:
+    """The sentence that says how to read a picture whose lanes are ``lanes``."""
+    return (
+        f"Each lane is {lanes}; the marks are numbered in the order they happened, spaced "
+        "by order, not to scale, and the key gives each mark's time since the first one. "
+        "The failure is red."
+    )
+
+
+def pair_html(key: str, *, when: str = "Drawn from runs made just now.") -> str:
+    """Run ``SCENARIOS[key]`` and return both pictures as one HTML figure with a caption.
+
+    Inline SVG, so the drawing takes the page's text colour (light and dark themes);
+    side by side when there is room for both, one above the other when there is not.
+    """
+    scenario = SCENARIOS[key]
+    naive, fixed = scenario.naive(), scenario.fixed()
+    naive.title = f"Naive: {naive.title}"
+    fixed.title = f"Fixed: {fixed.title}"
+    columns = max(len(naive.events), len(fixed.events))
+    one = 'style="flex:1 1 20em;min-width:0"'
+    caption = f"{scenario.pitfall}: {scenario.caption} {how_to_read(scenario.lanes)} {when}"
+    return (
+        f'<figure class="race-lanes" id="race-lanes-{html.escape(key.replace(".", "-"))}">'
+        '<div class="race-lanes-pair" style="display:flex;flex-wrap:wrap;gap:1em">'
+        f"<div {one}>{naive.svg(columns=columns)}</div>"
+        f"<div {one}>{fixed.svg(columns=columns)}</div>"
+        f"</div><figcaption><p>{html.escape(caption)}</p></figcaption></figure>"
+    )
