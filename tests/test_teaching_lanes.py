@@ -7,6 +7,7 @@ import itertools
 import signal
 import threading
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -154,6 +155,20 @@ def test_columns_widen_the_time_axis_for_a_side_by_side_pair() -> None:
 
 
 # --- the scenarios -------------------------------------------------------------------------
+
+
+def test_each_scenario_lives_in_the_module_named_after_its_pattern() -> None:
+    """``"x.p1"`` is written in ``patterns/teaching/scenarios/x.py``, and ``x`` is a pattern."""
+    root = Path(__file__).resolve().parent.parent
+    misplaced = []
+    for key, scenario in SCENARIOS.items():
+        module = key.split(".")[0]
+        written_in = {scenario.naive.__module__, scenario.fixed.__module__}
+        if written_in != {f"patterns.teaching.scenarios.{module}"}:
+            misplaced.append(f"{key}: written in {sorted(written_in)}")
+        if not (root / "patterns" / f"{module}.py").exists():
+            misplaced.append(f"{key}: no patterns/{module}.py")
+    assert not misplaced, misplaced
 
 
 @pytest.mark.parametrize("key", sorted(SCENARIOS))
