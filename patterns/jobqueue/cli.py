@@ -142,6 +142,9 @@ class UsageError(Exception):
     """The command did nothing: reported as one line on stderr, exit status 2."""
 
 
+# --- the parser: every command and option, checked before anything runs -----------------------
+
+
 class _Parser(argparse.ArgumentParser):
     """An `argparse.ArgumentParser` whose errors are one line and exit status 2."""
 
@@ -202,13 +205,19 @@ def _whole(name: str, *, minimum: int = 1, maximum: int) -> Callable[[str], int]
 _job_id = _whole("job id", maximum=_MAX_ID)
 
 
+_DB_HELP = (
+    "the queue: an SQLite file (created by enqueue and worker only) or a postgresql:// "
+    f"URL; accepted before or after the command (default: ${DB_VARIABLE})"
+)
+
+_Command = Callable[[str, str], argparse.ArgumentParser]
+"""Adds a command to the parser: ``command(name, help_text)`` returns its sub-parser."""
+
+
 def _parser() -> _Parser:
-    db_help = (
-        "the queue: an SQLite file (created by enqueue and worker only) or a postgresql:// "
-        f"URL; accepted before or after the command (default: ${DB_VARIABLE})"
-    )
+    """The whole command line: the global options, then each command in the order of ``--help``."""
     parser = _Parser(prog=PROG, description="A durable job queue on SQLite or PostgreSQL.")
-    parser.add_argument("--db", metavar="PATH", default=None, help=db_help)
+    parser.add_argument("--db", metavar="PATH", default=None, help=_DB_HELP)
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -220,15 +229,25 @@ def _parser() -> _Parser:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         # SUPPRESS: absent after the command, it leaves the value given before it alone.
-        sub.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)
+        sub.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=_DB_HELP)
         return sub
 
-    def json_flag(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--json", action="store_true", help="print JSON, times as raw seconds since the epoch"
-        )
+    _enqueue_arguments(command("enqueue", "add a job; prints its id"))
+    _worker_arguments(command("worker", "run a worker until signalled"))
+    _reading_commands(command)
+    _changing_commands(command)
+    _json_flag(command("workers", "print the live workers"))
+    commands.add_parser("demo", help="run the walkthrough on a temporary database")
+    return parser
 
-    enqueue = command("enqueue", "add a job; prints its id")
+
+def _json_flag(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--json", action="store_true", help="print JSON, times as raw seconds since the epoch"
+    )
+
+
+def _enqueue_arguments(enqueue: argparse.ArgumentParser) -> None:
     enqueue.add_argument("task", metavar="TASK", help="the task's registered name")
     enqueue.add_argument(
         "payload",
@@ -269,7 +288,8 @@ def _parser() -> _Parser:
         "(default: none: 3 attempts, no timeout, no check)",
     )
 
-    worker = command("worker", "run a worker until signalled")
+
+def _worker_arguments(worker: argparse.ArgumentParser) -> None:
     worker.add_argument(
         "--tasks", required=True, metavar="MODULE:ATTRIBUTE", help="the TaskRegistry to run"
     )
@@ -328,12 +348,15 @@ def _parser() -> _Parser:
         "--store-outage-limit) (default: run until signalled)",
     )
 
+
+def _reading_commands(command: _Command) -> None:
+    """``status``, ``show`` and ``list`` (``workers`` comes after the commands that change jobs)."""
     status = command("status", "print the number of jobs in each state")
-    json_flag(status)
+    _json_flag(status)
 
     show = command("show", "print every field of one job")
     show.add_argument("id", metavar="ID", type=_job_id)
-    json_flag(show)
+    _json_flag(show)
 
     listing = command("list", "print jobs, newest first, one line each")
     listing.add_argument(
@@ -349,8 +372,11 @@ def _parser() -> _Parser:
         default=50,
         help=f"at most this many jobs, 1 to {_MAX_LIMIT} (default: 50)",
     )
-    json_flag(listing)
+    _json_flag(listing)
 
+
+def _changing_commands(command: _Command) -> None:
+    """``requeue``, ``cancel`` and ``purge``."""
     requeue = command("requeue", "put a failed job back in the queue, attempts reset")
     requeue.add_argument("id", metavar="ID", type=_job_id, nargs="?", help="the failed job")
     requeue.add_argument("--failed", action="store_true", help="every failed job instead")
@@ -376,11 +402,8 @@ def _parser() -> _Parser:
         help=f"only jobs in this state; repeatable (default: all of {', '.join(finished)})",
     )
 
-    workers = command("workers", "print the live workers")
-    json_flag(workers)
 
-    commands.add_parser("demo", help="run the walkthrough on a temporary database")
-    return parser
+# --- main: parse, run one command, report -----------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -541,21 +564,25 @@ def _parse_payload(text: str, where: str) -> JsonValue:
     return payload
 
 
+def _task_defaults(spec: str, name: str) -> dict[str, Any]:
+    """The enqueue options the task ``name`` of registry ``spec`` sets; a warning if unknown."""
+    registry = _load_registry(spec)
+    task = registry.get(name)
+    if task is None:
+        _warn(
+            f"task {name!r} is not in {spec} (registered: "
+            f"{', '.join(sorted(registry)) or 'none'}); enqueued anyway"
+        )
+        return {}
+    options: dict[str, Any] = {"max_attempts": task.max_attempts}
+    if task.timeout is not None:
+        options["timeout"] = task.timeout
+    return options
+
+
 def _enqueue(args: argparse.Namespace) -> int:
     payload = _parse_payload(*_read_payload(args))
-    options: dict[str, Any] = {}
-    if args.tasks is not None:
-        registry = _load_registry(args.tasks)
-        task = registry.get(args.task)
-        if task is None:
-            _warn(
-                f"task {args.task!r} is not in {args.tasks} (registered: "
-                f"{', '.join(sorted(registry)) or 'none'}); enqueued anyway"
-            )
-        else:
-            options["max_attempts"] = task.max_attempts
-            if task.timeout is not None:
-                options["timeout"] = task.timeout
+    options = {} if args.tasks is None else _task_defaults(args.tasks, args.task)
     if args.max_attempts is not None:
         options["max_attempts"] = args.max_attempts
     if args.timeout is not None:
