@@ -25,7 +25,8 @@ kept), ``cancel`` cancels a queued job or asks a running one's worker to cancel 
 ``TaskRegistry`` named by ``MODULE:ATTRIBUTE`` (importable from the current directory or
 ``PYTHONPATH``), logging to stderr; the first SIGTERM or SIGINT starts the graceful stop
 (DRAINING, then CANCELLING, within ``--stop-timeout``), a second one exits at once.
-``demo`` runs a self-contained walkthrough on a temporary database.
+``demo`` runs a self-contained walkthrough on a temporary database
+(`patterns.jobqueue.demo`).
 
 ``--db`` is an SQLite file, or a ``postgresql://`` URL (the queue then lives in that
 database's ``jobqueue`` schema, shared by workers on several machines). Every command but
@@ -55,8 +56,8 @@ Exit status:
 143    a second SIGTERM forced the exit (128 + 15)
 ====== =================================================================================
 
-Every error is one line on stderr, never a traceback. This module and the demo print:
-they are the user interface. The library logs.
+Every error is one line on stderr, never a traceback. This module and `patterns.jobqueue.demo`
+print: they are the user interface. The library logs.
 
 Docs: docs/jobqueue/operations.md
 """
@@ -74,14 +75,12 @@ import os
 import re
 import sqlite3
 import sys
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TextIO, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from patterns.exit_hooks import force_exit
-from patterns.jobqueue.demo_tasks import tasks as demo_tasks
+from patterns.jobqueue import demo
 from patterns.jobqueue.postgres import (
     PostgresStore,
     StoreSchemaError,
@@ -141,6 +140,9 @@ T = TypeVar("T")
 
 class UsageError(Exception):
     """The command did nothing: reported as one line on stderr, exit status 2."""
+
+
+# --- the parser: every command and option, checked before anything runs -----------------------
 
 
 class _Parser(argparse.ArgumentParser):
@@ -203,13 +205,19 @@ def _whole(name: str, *, minimum: int = 1, maximum: int) -> Callable[[str], int]
 _job_id = _whole("job id", maximum=_MAX_ID)
 
 
+_DB_HELP = (
+    "the queue: an SQLite file (created by enqueue and worker only) or a postgresql:// "
+    f"URL; accepted before or after the command (default: ${DB_VARIABLE})"
+)
+
+_Command = Callable[[str, str], argparse.ArgumentParser]
+"""Adds a command to the parser: ``command(name, help_text)`` returns its sub-parser."""
+
+
 def _parser() -> _Parser:
-    db_help = (
-        "the queue: an SQLite file (created by enqueue and worker only) or a postgresql:// "
-        f"URL; accepted before or after the command (default: ${DB_VARIABLE})"
-    )
+    """The whole command line: the global options, then each command in the order of ``--help``."""
     parser = _Parser(prog=PROG, description="A durable job queue on SQLite or PostgreSQL.")
-    parser.add_argument("--db", metavar="PATH", default=None, help=db_help)
+    parser.add_argument("--db", metavar="PATH", default=None, help=_DB_HELP)
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -221,15 +229,25 @@ def _parser() -> _Parser:
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         # SUPPRESS: absent after the command, it leaves the value given before it alone.
-        sub.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=db_help)
+        sub.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=_DB_HELP)
         return sub
 
-    def json_flag(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--json", action="store_true", help="print JSON, times as raw seconds since the epoch"
-        )
+    _enqueue_arguments(command("enqueue", "add a job; prints its id"))
+    _worker_arguments(command("worker", "run a worker until signalled"))
+    _reading_commands(command)
+    _changing_commands(command)
+    _json_flag(command("workers", "print the live workers"))
+    commands.add_parser("demo", help="run the walkthrough on a temporary database")
+    return parser
 
-    enqueue = command("enqueue", "add a job; prints its id")
+
+def _json_flag(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--json", action="store_true", help="print JSON, times as raw seconds since the epoch"
+    )
+
+
+def _enqueue_arguments(enqueue: argparse.ArgumentParser) -> None:
     enqueue.add_argument("task", metavar="TASK", help="the task's registered name")
     enqueue.add_argument(
         "payload",
@@ -270,7 +288,8 @@ def _parser() -> _Parser:
         "(default: none: 3 attempts, no timeout, no check)",
     )
 
-    worker = command("worker", "run a worker until signalled")
+
+def _worker_arguments(worker: argparse.ArgumentParser) -> None:
     worker.add_argument(
         "--tasks", required=True, metavar="MODULE:ATTRIBUTE", help="the TaskRegistry to run"
     )
@@ -329,12 +348,15 @@ def _parser() -> _Parser:
         "--store-outage-limit) (default: run until signalled)",
     )
 
+
+def _reading_commands(command: _Command) -> None:
+    """``status``, ``show`` and ``list`` (``workers`` comes after the commands that change jobs)."""
     status = command("status", "print the number of jobs in each state")
-    json_flag(status)
+    _json_flag(status)
 
     show = command("show", "print every field of one job")
     show.add_argument("id", metavar="ID", type=_job_id)
-    json_flag(show)
+    _json_flag(show)
 
     listing = command("list", "print jobs, newest first, one line each")
     listing.add_argument(
@@ -350,8 +372,11 @@ def _parser() -> _Parser:
         default=50,
         help=f"at most this many jobs, 1 to {_MAX_LIMIT} (default: 50)",
     )
-    json_flag(listing)
+    _json_flag(listing)
 
+
+def _changing_commands(command: _Command) -> None:
+    """``requeue``, ``cancel`` and ``purge``."""
     requeue = command("requeue", "put a failed job back in the queue, attempts reset")
     requeue.add_argument("id", metavar="ID", type=_job_id, nargs="?", help="the failed job")
     requeue.add_argument("--failed", action="store_true", help="every failed job instead")
@@ -377,11 +402,8 @@ def _parser() -> _Parser:
         help=f"only jobs in this state; repeatable (default: all of {', '.join(finished)})",
     )
 
-    workers = command("workers", "print the live workers")
-    json_flag(workers)
 
-    commands.add_parser("demo", help="run the walkthrough on a temporary database")
-    return parser
+# --- main: parse, run one command, report -----------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -389,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if args.command == "demo":
-            return _demo()
+            return demo.run()
         args.db = _queue_name(args)
         return _COMMANDS[args.command](args)
     except UsageError as exc:
@@ -542,21 +564,25 @@ def _parse_payload(text: str, where: str) -> JsonValue:
     return payload
 
 
+def _task_defaults(spec: str, name: str) -> dict[str, Any]:
+    """The enqueue options the task ``name`` of registry ``spec`` sets; a warning if unknown."""
+    registry = _load_registry(spec)
+    task = registry.get(name)
+    if task is None:
+        _warn(
+            f"task {name!r} is not in {spec} (registered: "
+            f"{', '.join(sorted(registry)) or 'none'}); enqueued anyway"
+        )
+        return {}
+    options: dict[str, Any] = {"max_attempts": task.max_attempts}
+    if task.timeout is not None:
+        options["timeout"] = task.timeout
+    return options
+
+
 def _enqueue(args: argparse.Namespace) -> int:
     payload = _parse_payload(*_read_payload(args))
-    options: dict[str, Any] = {}
-    if args.tasks is not None:
-        registry = _load_registry(args.tasks)
-        task = registry.get(args.task)
-        if task is None:
-            _warn(
-                f"task {args.task!r} is not in {args.tasks} (registered: "
-                f"{', '.join(sorted(registry)) or 'none'}); enqueued anyway"
-            )
-        else:
-            options["max_attempts"] = task.max_attempts
-            if task.timeout is not None:
-                options["timeout"] = task.timeout
+    options = {} if args.tasks is None else _task_defaults(args.tasks, args.task)
     if args.max_attempts is not None:
         options["max_attempts"] = args.max_attempts
     if args.timeout is not None:
@@ -897,222 +923,3 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "purge": _purge,
     "workers": _workers,
 }
-
-
-# --- the demo ----------------------------------------------------------------------------------
-
-# (task, payload, how many): claimed oldest first, so the long jobs start at once.
-_DEMO_JOBS: tuple[tuple[str, dict[str, object], int], ...] = (
-    ("crunch", {"steps": 40, "step": 0.1}, 2),
-    ("slow", {"seconds": 0.6}, 6),
-    ("fast", {}, 8),
-    ("flaky", {"succeed_on": 2}, 2),
-    ("doomed", {}, 1),
-)
-_WHAT = {
-    "crunch": "4 s, cooperative: ctx.sleep(0.1) between its 40 steps",
-    "slow": "0.6 s in time.sleep: ignores its token",
-    "fast": "returns at once",
-    "flaky": "fails on attempt 1, succeeds on attempt 2",
-    "doomed": "always fails; max_attempts=3",
-}
-_DEMO_BUDGET = 2.0  # the first worker's shutdown budget: 1.5 s draining, 0.5 s cancelling
-_DEMO_STOP_AFTER = 1.0  # seconds the first worker runs before it is stopped
-
-
-class _Screen:
-    """The demo's output: lines, and one live progress line redrawn in place on a terminal."""
-
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
-        self._live = out.isatty()
-        # Guards the output, written by the main thread and by the logging handler
-        # (from worker threads); held only while a line is written.
-        self._lock = threading.Lock()
-        self._progress_shown = False
-        self._last_plain = 0.0
-
-    def say(self, text: str = "") -> None:
-        with self._lock:
-            self._clear()
-            print(text, file=self._out, flush=True)
-
-    def progress(self, text: str) -> None:
-        with self._lock:
-            if self._live:
-                self._out.write("\r\x1b[2K   " + text)
-                self._out.flush()
-                self._progress_shown = True
-            elif time.monotonic() - self._last_plain >= 0.5:  # a log file: fewer lines
-                self._last_plain = time.monotonic()
-                print("   " + text, file=self._out, flush=True)
-
-    def _clear(self) -> None:
-        if self._progress_shown:
-            self._out.write("\r\x1b[2K")
-            self._progress_shown = False
-
-
-class _ScreenHandler(logging.Handler):
-    """Shows the worker's state transitions and warnings as demo lines."""
-
-    def __init__(self, screen: _Screen) -> None:
-        super().__init__(logging.INFO)
-        self._screen = screen
-
-    def emit(self, record: logging.LogRecord) -> None:
-        event = getattr(record, "event", None)
-        if event is not None:
-            self._screen.say(f"   [state] {record.getMessage().split(': ', 1)[1]}")
-        elif record.levelno >= logging.WARNING or "interrupted" in record.getMessage():
-            self._screen.say(f"   [log] {record.levelname.lower()}: {record.getMessage()}")
-
-
-def _progress_line(store: SQLiteStore, worker: Worker, started: float) -> str:
-    counts = store.counts()
-    return (
-        f"queued {counts['queued']:>2} | running {counts['running']} | done {counts['done']:>2}"
-        f" | failed {counts['failed']} | {worker.state.value} | {time.monotonic() - started:4.1f}s"
-    )
-
-
-def _demo(out: TextIO = sys.stdout) -> int:
-    screen = _Screen(out)
-    handler = _ScreenHandler(screen)
-    jobqueue_logger = logging.getLogger("patterns.jobqueue")
-    jobqueue_logger.addHandler(handler)
-    previous_level = jobqueue_logger.level
-    jobqueue_logger.setLevel(logging.INFO)
-    try:
-        with tempfile.TemporaryDirectory(prefix="jobqueue-demo-") as tmp:
-            return _demo_in(os.path.join(tmp, "jobs.sqlite3"), screen)
-    finally:
-        jobqueue_logger.removeHandler(handler)
-        jobqueue_logger.setLevel(previous_level)
-
-
-def _demo_in(path: str, screen: _Screen) -> int:
-    say = screen.say
-    say("The job queue: a durable SQLite queue, a deadline-driven stop, and a restart.")
-    say(f"database: {path}")
-    store = SQLiteStore(path)
-    try:
-        say()
-        say("1. Enqueue a mix of jobs (claimed oldest first, so the long ones start at once):")
-        ids: dict[int, str] = {}
-        for name, payload, count in _DEMO_JOBS:
-            for _ in range(count):
-                ids[demo_tasks.enqueue(store, name, payload)] = name
-            say(f"   {count} x {name:<7} {_WHAT[name]}")
-        _stop_in_the_middle(screen, store, ids)
-        _restart(screen, store)
-        say()
-        say("5. The tally: every job enqueued is accounted for.")
-        return _tally(screen, store, ids)
-    finally:
-        store.close()
-
-
-def _stop_in_the_middle(screen: _Screen, store: SQLiteStore, ids: dict[int, str]) -> None:
-    say = screen.say
-    before = {job_id: store.get(job_id) for job_id in ids}
-    say()
-    say(
-        f"2. Start a worker: 4 threads, a {_DEMO_BUDGET:g} s shutdown budget "
-        f"({_DEMO_BUDGET * 0.75:g} s draining, {_DEMO_BUDGET * 0.25:g} s cancelling)."
-    )
-    worker = Worker(store, demo_tasks, concurrency=4, poll_interval=0.05, stop_timeout=_DEMO_BUDGET)
-    started = time.monotonic()
-    worker.start()
-    while time.monotonic() - started < _DEMO_STOP_AFTER:  # a demo paces itself for the reader
-        screen.progress(_progress_line(store, worker, started))
-        time.sleep(0.05)
-    say()
-    say("3. Stop in the middle, as on SIGTERM: stop claiming, let the running jobs finish,")
-    say("   cancel the ones still running when the drain budget is spent.")
-    report = worker.stop()
-    _show_report(screen, report, ids)
-    say(f"   in the database now: {_counts_text(store.counts())}")
-    for job_id in report.released:
-        old, new = before[job_id], store.get(job_id)
-        if old is None or new is None:
-            continue
-        same = new.run_at == old.run_at and new.attempts == old.attempts
-        say(
-            f"   released job {job_id} ({ids[job_id]}): {new.state.value}, attempts "
-            f"{new.attempts}, run_at {'unchanged' if same else 'CHANGED'}: interrupted, not failed"
-        )
-
-
-def _restart(screen: _Screen, store: SQLiteStore) -> None:
-    screen.say()
-    screen.say("4. Restart: a new worker on the same file finishes the rest.")
-    worker = Worker(store, demo_tasks, concurrency=4, poll_interval=0.05, stop_timeout=_DEMO_BUDGET)
-    started = time.monotonic()
-    worker.start()
-    deadline = started + 30.0
-    while time.monotonic() < deadline:
-        counts = store.counts()
-        if counts["queued"] == 0 and counts["running"] == 0:
-            break
-        screen.progress(_progress_line(store, worker, started))
-        time.sleep(0.05)
-    worker.stop()
-    stats = worker.stats()
-    screen.say(
-        f"   the second worker settled {stats.settled} claim(s) in "
-        f"{time.monotonic() - started:.1f}s: {stats.done} done, {stats.retried} retried, "
-        f"{stats.failed} failed"
-    )
-
-
-def _show_report(screen: _Screen, report: WorkerReport, ids: dict[int, str]) -> None:
-    def named(job_ids: Sequence[int]) -> str:
-        return ", ".join(f"{i} {ids[i]}" for i in job_ids) or "none"
-
-    phases = ", ".join(f"{s.value} {t:.2f}s" for s, t in report.phases.items())
-    screen.say(f"   report: terminated={report.terminated} ({phases}, total {report.elapsed:.2f}s)")
-    screen.say(f"     completed during the stop: {named(report.completed)}")
-    screen.say(f"     released (back in the queue, unchanged): {named(report.released)}")
-    screen.say(f"     still running at the deadline: {named(report.still_running_ids)}")
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{state.value} {counts[state.value]}" for state in JobState)
-
-
-def _tally(screen: _Screen, store: SQLiteStore, ids: dict[int, str]) -> int:
-    say = screen.say
-    rows: dict[str, dict[str, int]] = {}
-    last_errors: list[str] = []
-    for job_id, name in ids.items():
-        job = store.get(job_id)
-        row = rows.setdefault(name, {"jobs": 0, "attempts": 0, **dict.fromkeys(JobState, 0)})
-        row["jobs"] += 1
-        if job is None:
-            continue
-        row[job.state] += 1
-        row["attempts"] += job.attempts
-        if job.state is JobState.FAILED and job.last_error:
-            last_errors.append(f"job {job_id} ({name}): {job.last_error}")
-    say(f"   {'task':<8} {'enqueued':>8} {'done':>5} {'failed':>6} {'queued':>6} {'attempts':>8}")
-    for name, row in rows.items():
-        say(
-            f"   {name:<8} {row['jobs']:>8} {row[JobState.DONE]:>5} {row[JobState.FAILED]:>6}"
-            f" {row[JobState.QUEUED] + row[JobState.RUNNING]:>6} {row['attempts']:>8}"
-        )
-    for line in last_errors:
-        say(f"   {line}")
-    counts = store.counts()
-    total = sum(counts.values())
-    cancelled = counts.get("cancelled", 0)
-    settled = counts["done"] + counts["failed"] + cancelled
-    say(
-        f"   {len(ids)} enqueued = {counts['done']} done + {counts['failed']} failed"
-        f" + {cancelled} cancelled + {counts['queued']} queued + {counts['running']} running"
-    )
-    if total == len(ids) == settled:
-        say("   Nothing lost, nothing left behind.")
-        return EXIT_OK
-    say("   The tally does NOT reconcile.")
-    return EXIT_FAILURE
