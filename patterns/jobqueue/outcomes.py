@@ -1,6 +1,7 @@
-"""The job queue's per-job decision: requeue or fail a job that did not complete.
+"""A job's outcome: how the worker settled one claim, and the decision when it did not complete.
 
-TL;DR: ``decide(job, text, policy, fallback)`` asks the task's policy (its failure or its
+TL;DR: `Outcome` names how the worker settled one claimed job (one per claim).
+``decide(job, text, policy, fallback)`` asks the task's policy (its failure or its
 unreadiness policy), falls back when the policy raises or returns neither `Retry` nor
 `Fail`, and turns a `Retry` on the job's last attempt into a `Fail`. The worker then
 makes the one store call that carries the decision out, and calls the task's hook.
@@ -18,14 +19,28 @@ Docs: docs/jobqueue/design.md (one job's life, in qdolor's order).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 
 from patterns.jobqueue.store import Job
 from patterns.jobqueue.tasks import Backoff, Decision, Fail, Retry
 
-__all__ = ["DEFAULT_POLICY", "decide"]
+__all__ = ["DEFAULT_POLICY", "Outcome", "decide"]
 
 DEFAULT_POLICY = Backoff()  # decides when a task's own failure policy raised
+
+
+class Outcome(enum.StrEnum):
+    """How the worker settled one claimed job: exactly one of these per claim."""
+
+    DONE = "done"  # store.complete accepted
+    RETRIED = "retried"  # store.retry accepted: queued again later, attempt counted
+    FAILED = "failed"  # store.fail accepted (failed for good, or abandoned as not ready)
+    RELEASED = "released"  # store.release accepted: interrupted or never started
+    LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
+    UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
+    UNKNOWN = "unknown"  # the commit's outcome is unknown (the connection broke in COMMIT)
+    CANCELLED = "cancelled"  # store.mark_cancelled accepted: its handler stopped on a cancel
 
 
 def decide(

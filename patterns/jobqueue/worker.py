@@ -24,8 +24,8 @@ Pattern:
       one ``cancel()`` reaches every running job;
     * the claiming thread and the settler are non-daemon ``BackgroundService`` threads
       and the heartbeat a daemon ``HousekeepingDaemon`` (``daemon_threads``). A handler
-      thread hands its job's decided outcome to the settler and is free for the next
-      job at once; the settler commits every outcome waiting in one
+      thread hands its job's decided outcome to the settler (``patterns.jobqueue.settler``)
+      and is free for the next job at once; the settler commits every outcome waiting in one
       `~patterns.jobqueue.store.Store.settle_many` (group commit: while one commit is in
       flight the next batch collects; an idle queue commits a single outcome at once),
       then records the outcomes and runs the hooks;
@@ -129,6 +129,7 @@ See also:
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import logging
 import math
@@ -146,8 +147,9 @@ from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
-from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
+from patterns.jobqueue.outcomes import DEFAULT_POLICY, Outcome, decide
 from patterns.jobqueue.postgres import CommitUnknown
+from patterns.jobqueue.settler import Pending, Settler
 from patterns.jobqueue.store import (
     Claim,
     Job,
@@ -213,19 +215,6 @@ _TRANSITIONS: Mapping[WorkerState, frozenset[WorkerState]] = MappingProxyType(
         WorkerState.STOPPED: frozenset(),
     }
 )
-
-
-class Outcome(enum.StrEnum):
-    """How the worker settled one claimed job: exactly one of these per claim."""
-
-    DONE = "done"  # store.complete accepted
-    RETRIED = "retried"  # store.retry accepted: queued again later, attempt counted
-    FAILED = "failed"  # store.fail accepted (failed for good, or abandoned as not ready)
-    RELEASED = "released"  # store.release accepted: interrupted or never started
-    LOST = "lost"  # the store refused: another claim holds the lease now (fencing)
-    UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
-    UNKNOWN = "unknown"  # the commit's outcome is unknown (the connection broke in COMMIT)
-    CANCELLED = "cancelled"  # store.mark_cancelled accepted: its handler stopped on a cancel
 
 
 class Step(enum.StrEnum):
@@ -407,7 +396,7 @@ class _Held:
     handler_token: CancelToken | None = None  # the handler's: ``token``'s child with its timeout
     timeout: float | None = None  # seconds the handler may run (the job's, else the task's)
     overdue_reported: bool = False  # the warning for a handler past its deadline was logged
-    pending: _Pending | None = None  # its outcome, decided by the handler thread, to commit
+    pending: Pending[_Held] | None = None  # its decided outcome, on its way to the settler
 
 
 @dataclass(slots=True)
@@ -423,19 +412,6 @@ class _Ended:
     handler: bool  # a handler thread (named in ``still_running``), not the claimer & co.
     began: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass(slots=True)
-class _Pending:
-    """One decided outcome on its way to the settler's group commit."""
-
-    run: _Held
-    phase: Phase  # the store call's phase, for errors, logs and the step hook
-    item: Settlement  # what settle_many records
-    success: Outcome  # the outcome when the store accepts it
-    then: Callable[[], object] | None  # the task's hook, run only on ``success``
-    began: float | None  # monotonic time the handler began (a completion's log line)
-    outcome: Outcome | None = None  # set by the settler
 
 
 class Worker:
@@ -536,11 +512,11 @@ class Worker:
         # Guards every field below it, up to the events. Waited on by the claiming thread
         # (for free claim slots or a state change); notified by a handler thread when it
         # frees its slot and by every state transition. Never held while a handler, a
-        # hook or a store call runs.
+        # hook or a store call runs. The settler guards its outbox with it too (and waits
+        # on a Condition of its own over it), so a hand-over is one lock hold.
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
         self._init_stop()
-        self._init_settler(lock, stop_timeout)
         self._state = WorkerState.NEW
         self._entered: dict[WorkerState, float] = {}  # monotonic time each state began
         self._slots = concurrency + prefetch  # claims the worker may hold at once
@@ -548,11 +524,11 @@ class Worker:
         # that a handler thread may be free, and the claim then fills every free slot.
         self._claim_at = max(1, prefetch)
         self._idle = self._slots  # claim slots neither holding a claim nor promised one
+        self._claimer_waiting = False  # the claiming thread waits on _cond for a free slot
         # Every claim in hand, by job id, from the claim until its outcome is recorded:
         # the heartbeat renews the WAITING and RUNNING ones.
         self._held: dict[int, _Held] = {}
         self._late: dict[int, Outcome] = {}  # outcomes settled after the stop began
-        self._released_running: list[int] = []  # released at the deadline, handler running
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
         self._timed_out_count = 0
@@ -589,6 +565,30 @@ class Worker:
         # than the claim slots allow. Shut down by request_stop(), which takes back what
         # no handler took yet.
         self._handoff: ClosableQueue[Claim] = ClosableQueue()
+        # Commits the handlers' outcomes, many per store transaction (group commit), and
+        # claims for the slots they free in the same one; it shares the worker's lock.
+        self._settler: Settler[_Held] = Settler(
+            self._store,
+            owner=self.name,
+            lease=self._lease,
+            clock=self._clock,
+            lock=lock,
+            claiming=lambda: self._state is WorkerState.RUNNING,
+            free_slots=self._give_back,
+            settled=self._record_batch,
+            unsettled=self._unsettled_pending,
+            claimed=self._take_claims,
+            completed=lambda job, result: self._hook(
+                Phase.ON_COMPLETE, job, self._tasks.on_complete, job, result
+            ),
+            error=self._unexpected,
+            died=self._thread_died,
+            before_commit=functools.partial(self._step_hook, Step.BEFORE_COMMIT),
+            after_commit=functools.partial(self._step_hook, Step.AFTER_COMMIT),
+            wake=self._wake,
+            stop_timeout=min(stop_timeout, threading.TIMEOUT_MAX),
+            track=lambda target: self._tracked(target, f"{self.name}-settler"),
+        )
         self._executor = TrackingExecutor(
             max_workers=concurrency, thread_name_prefix=f"{self.name}-job"
         )
@@ -610,25 +610,6 @@ class Worker:
         # wake() as the callback, unsubscribed by the stop once the claiming thread left.
         self._unsubscribe: Callable[[], object] | None = None
 
-    def _init_settler(self, lock: threading.RLock, stop_timeout: float) -> None:
-        # ``_cond``'s lock, for the settler thread alone: notified when an outcome arrives
-        # while it waits (``_settler_waiting``), and when the outbox closes.
-        self._outbox_ready = threading.Condition(lock)
-        self._outbox: list[_Pending] = []  # outcomes handed over, not yet taken by the settler
-        self._outbox_closed = False  # set by the stop (or the settler's death): commit inline
-        self._settler_waiting = False
-        self._claimer_waiting = False  # the claiming thread waits on _cond for a free slot
-        # The store's shared transaction (outcomes and the claims for the slots they free),
-        # if it has one; then a handler's freed slot waits in _refill for the settler.
-        self._share = getattr(self._store, "settle_and_claim", None)
-        self._refill = 0  # slots freed by outcomes in the outbox: the settler claims for them
-        # Commits the handlers' outcomes, many per store transaction (group commit).
-        self._settler = BackgroundService(
-            self._tracked(self._settle_loop, f"{self.name}-settler"),
-            name=f"{self.name}-settler",
-            stop_timeout=min(stop_timeout, threading.TIMEOUT_MAX),
-        )
-
     def _init_stop(self) -> None:
         # Every thread the worker starts, in start order (appended before it starts).
         self._threads: list[_Ended] = []
@@ -636,6 +617,7 @@ class Worker:
         # interrupted (Ctrl-C) before it recorded its report, so that the next one resumes.
         self._stop_owner: threading.Thread | None = None
         self._shutdown_hook_called = False  # on_shutdown runs once, even if a stop is retried
+        self._released_running: list[int] = []  # released at the deadline, handler running
         # A KeyboardInterrupt or SystemExit from a callback run by the stopping thread
         # (on_shutdown, on_unexpected_error): re-raised once the report is recorded.
         self._deferred: BaseException | None = None
@@ -937,7 +919,7 @@ class Worker:
         handoff_settled = self._handoff_settled.wait(left())
         # Every handler has handed its outcome over (or outlived the budget): the settler
         # commits what it holds and leaves; a later outcome is committed by its own thread.
-        self._close_outbox()
+        self._settler.close()
         settler = self._settler.stop(max(_SETTLER_GRACE, left()))
         self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
@@ -1162,7 +1144,7 @@ class Worker:
         return current in self._executor.worker_threads() or current.name in (
             self._claimer.name,
             self._heartbeat.name,
-            self._settler.name,
+            self._settler.thread_name,
         )
 
     def _is_stopping(self) -> bool:
@@ -1305,19 +1287,18 @@ class Worker:
                 pending = self._process(claim)
                 with self._cond:  # one lock hold: the outcome to the settler, the slot freed
                     queued = pending is None or self._queue_outcome(pending)
-                    if pending is not None and queued and self._share is not None:
-                        self._refill += 1  # the settler claims for it with the outcome
-                    else:
+                    # With refills, the slot goes with the outcome: its commit claims for it.
+                    if pending is None or not queued or not self._settler.refills:
                         self._idle += 1
                         if self._claimer_waiting:  # for a free slot: this is one
                             self._cond.notify()
                 if pending is not None and not queued:  # the settler is gone: commit here
-                    self._commit_batch([pending])
+                    self._settler.commit_batch([pending])
                     self._wake.set()
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death shrinks the pool
             self._thread_died(exc)
 
-    def _process(self, claim: Claim) -> _Pending | None:
+    def _process(self, claim: Claim) -> Pending[_Held] | None:
         """Run one handed-off claim; its decided outcome, for the settler (None: settled)."""
         job = claim.job
         with self._cond:
@@ -1454,16 +1435,6 @@ class Worker:
         limit = run.timeout or 0.0
         self._after_failure(run, task, TimeoutError(f"timed out after {limit:g}s"))
 
-    def _complete_without_result(self, claim: Claim, why: Exception) -> bool:
-        job = claim.job
-        logger.warning(
-            "job %d (%s): its result cannot be stored (%s); completing it with result None",
-            job.id,
-            job.task,
-            why,
-        )
-        return self._store.complete(claim, None)
-
     def _after_failure(self, run: _Held, task: Task | None, error: BaseException) -> None:
         """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
         job = run.claim.job
@@ -1551,13 +1522,13 @@ class Worker:
     ) -> None:
         """Decide the job's outcome: its handler thread hands it over (`_consume`).
 
-        The settler commits it with others (`_commit_batch`), records the outcome, then
-        runs ``then`` (the task's hook) only when the outcome is ``success``.
+        The settler commits it with others (`Settler.commit_batch`), records the outcome,
+        then runs ``then`` (the task's hook) only when the outcome is ``success``.
         """
-        run.pending = _Pending(run, phase, item, success, then, began)
+        run.pending = Pending(run, phase, item, success, then, began)
         self._step_hook(Step.BEFORE_GROUP_COMMIT, run.claim, phase)
 
-    def _queue_outcome(self, pending: _Pending) -> bool:
+    def _queue_outcome(self, pending: Pending[_Held]) -> bool:
         """Queue ``pending`` for the settler; False if it is gone (call with ``_cond`` held).
 
         Either way the claim is SETTLING from here on: the heartbeat leaves it alone, and
@@ -1568,55 +1539,9 @@ class Worker:
         claim = run.claim  # the heartbeat may have renewed it
         if pending.item.claim is not claim:
             pending.item = replace(pending.item, claim=claim)
-        if self._outbox_closed:
-            return False
-        self._outbox.append(pending)
-        if self._settler_waiting:
-            self._outbox_ready.notify()
-        return True
+        return self._settler.put(pending)
 
-    # --- the settler: group commit ---------------------------------------------------------------
-
-    def _settle_loop(self, stopping: threading.Event) -> None:
-        """Commit every outcome waiting, in one `Store.settle_many`, until closed and empty.
-
-        ``stopping`` (the service's) is not waited on: `_close_outbox` ends the wait, and
-        the loop leaves once what was handed over before that is committed.
-        """
-        try:
-            while True:
-                with self._cond:
-                    while not self._outbox and not self._outbox_closed:
-                        self._settler_waiting = True
-                        self._outbox_ready.wait()
-                    self._settler_waiting = False
-                    batch, self._outbox = self._outbox, []
-                    want = self._take_refill(stopping)
-                if not batch:
-                    return
-                self._commit_batch(batch, want, stopping)
-                if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
-                    self._wake.set()
-        except BaseException as exc:  # noqa: BLE001 - logged; a silent death leaves outcomes unwritten
-            with self._cond:
-                self._outbox_closed = True  # from now on each handler thread commits its own
-                left, self._outbox = self._outbox, []
-                self._give_back(self._take_refill(stopping, claiming=False))
-            for pending in left:
-                self._unsettled(pending.run)
-            self._thread_died(exc)
-
-    def _take_refill(self, stopping: threading.Event, *, claiming: bool = True) -> int:
-        """Reserve the slots the outbox's outcomes freed, for the settler's claim (``_cond`` held).
-
-        Once the worker is stopping (or not ``claiming``) no claim is taken: the slots are
-        free again at once and 0 is returned.
-        """
-        want, self._refill = self._refill, 0
-        if claiming and self._state is WorkerState.RUNNING and not stopping.is_set():
-            return want
-        self._give_back(want)
-        return 0
+    # --- what the settler reports back -----------------------------------------------------------
 
     def _give_back(self, slots: int) -> None:
         """Free ``slots`` reserved slots no claim filled (call with ``_cond`` held)."""
@@ -1625,23 +1550,8 @@ class Worker:
             if self._claimer_waiting:
                 self._cond.notify()
 
-    def _close_outbox(self) -> None:
-        """No more hand-overs: the settler commits what it has and leaves."""
-        with self._cond:
-            self._outbox_closed = True
-            self._outbox_ready.notify_all()
-
-    def _commit_batch(
-        self, batch: list[_Pending], want: int = 0, stopping: threading.Event | None = None
-    ) -> None:
-        """Commit ``batch`` (one `Store.settle_many`), record each outcome, then the hooks.
-
-        With ``want`` reserved slots, the same transaction claims for them
-        (`Store.settle_and_claim`); the claims go to the handlers as the claimer's do,
-        the slots no claim filled are freed. A thread dying part-way (a `BaseException`)
-        records every outcome it had not recorded yet as unsettled before it goes.
-        """
-        claims = self._commit_or_unsettle(batch, want)
+    def _record_batch(self, batch: list[Pending[_Held]]) -> None:
+        """Record each committed outcome and stop holding its claim (one lock hold)."""
         with self._cond:
             for pending in batch:
                 run, outcome = pending.run, pending.outcome or Outcome.UNSETTLED
@@ -1652,34 +1562,11 @@ class Worker:
                 self._counts[outcome] += 1
                 if self._state is not WorkerState.RUNNING:
                     self._late[job_id] = outcome
-        if want:  # before the hooks: the handlers start on them while the hooks run
-            self._take_claims(claims, want, stopping)
-        on_complete = self._tasks.on_complete
-        for pending in batch:
-            if pending.outcome is not pending.success:
-                continue
-            item = pending.item
-            if item.kind is Settle.COMPLETE:
-                job = pending.run.claim.job
-                if pending.began is not None and logger.isEnabledFor(logging.INFO):
-                    took = time.monotonic() - pending.began
-                    logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
-                if on_complete is not None:
-                    self._hook(Phase.ON_COMPLETE, job, on_complete, job, item.result)
-            elif pending.then is not None:
-                pending.then()
 
-    def _commit_or_unsettle(self, batch: list[_Pending], want: int) -> list[Claim]:
-        """`_commit_group`; dying part-way, the outcomes not recorded are unsettled."""
-        try:
-            return self._commit_group(batch, want)
-        except BaseException:
-            with self._cond:
-                self._give_back(want)
-            for pending in batch:
-                if pending.run.outcome is None:
-                    self._unsettled(pending.run)
-            raise
+    def _unsettled_pending(self, pending: Pending[_Held]) -> None:
+        """A thread dying part-way: the outcome it had not recorded is unsettled."""
+        if pending.run.outcome is None:
+            self._unsettled(pending.run)
 
     def _take_claims(
         self, claims: list[Claim], want: int, stopping: threading.Event | None
@@ -1701,217 +1588,6 @@ class Worker:
                     return
                 raise
 
-    def _commit_group(self, batch: list[_Pending], want: int = 0) -> list[Claim]:
-        """Set each item's ``outcome``: one store call for all, each fenced on its own.
-
-        With ``want``, that call also claims up to ``want`` jobs: the claims are returned.
-        """
-        sent: list[_Pending] = []
-        for pending in batch:
-            try:
-                self._step_hook(Step.BEFORE_COMMIT, pending.item.claim, pending.phase)
-            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
-                pending.outcome = self._raised(pending, exc)
-                continue
-            sent.append(pending)
-        claims: list[Claim] = []
-        try:
-            if want:
-                answers, claims = self._settle_and_claim([pending.item for pending in sent], want)
-            elif sent:
-                answers = self._settle_many([pending.item for pending in sent])
-            else:
-                return claims
-        except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-            if sent:
-                self._group_failed(sent, exc)
-            else:
-                self._unexpected(Phase.DEQUEUE, None, exc)
-            return claims
-        for pending, answer in zip(sent, answers, strict=True):
-            try:
-                self._step_hook(Step.AFTER_COMMIT, pending.item.claim, pending.phase)
-            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
-                pending.outcome = self._raised(pending, exc)
-                continue
-            pending.outcome = self._answered(pending, answer)
-        return claims
-
-    def _settle_and_claim(
-        self, items: list[Settlement], want: int
-    ) -> tuple[list[bool | Exception], list[Claim]]:
-        """`Store.settle_and_claim`, checked to answer once per item and claim within ``want``."""
-        assert self._share is not None  # want > 0 only when the store shares
-        answers, claims = self._share(items, self.name, lease=self._lease, limit=want)
-        if len(answers) != len(items) or len(claims) > want:
-            raise RuntimeError(
-                f"settle_and_claim returned {len(answers)} answers for {len(items)} items"
-                f" and {len(claims)} claims for {want} slots"
-            )
-        return answers, claims
-
-    def _settle_many(self, items: list[Settlement]) -> list[bool | Exception]:
-        """`Store.settle_many`, checked to answer once per item."""
-        answers = self._store.settle_many(items)
-        if len(answers) != len(items):
-            raise RuntimeError(f"settle_many returned {len(answers)} answers for {len(items)}")
-        return answers
-
-    def _answered(self, pending: _Pending, answer: bool | Exception) -> Outcome:
-        """The outcome of one item from its `Store.settle_many` answer."""
-        if isinstance(answer, Exception):
-            if pending.item.kind is not Settle.COMPLETE:
-                return self._raised(pending, answer)
-            try:  # a result the store cannot keep: complete with None instead
-                answer = self._complete_without_result(pending.item.claim, answer)
-            except Exception as exc:  # noqa: BLE001 - logged by _unexpected
-                return self._raised(pending, exc)
-        if answer:
-            return pending.success
-        self._log_refused(pending.run, pending.phase)
-        return Outcome.LOST
-
-    def _raised(self, pending: _Pending, exc: Exception) -> Outcome:
-        """The job's store call raised: logged, then one bounded fallback (`_fallback`)."""
-        self._unexpected(pending.phase, pending.run.claim.job, exc)
-        return self._fallback(pending.run, pending.item.claim, pending.phase, exc)
-
-    def _group_failed(self, sent: list[_Pending], exc: Exception) -> None:
-        """``settle_many`` itself raised: each job takes the path of its own failed call.
-
-        Alone, or when the commit's outcome is unknown (any item may have applied), each
-        goes straight to `_fallback`, as if its single call had raised. Several items
-        whose transaction failed (nothing applied) are then committed one by one; the
-        error is reported once, under the first item's phase and job.
-        """
-        if len(sent) == 1 or isinstance(exc, CommitUnknown):
-            for pending in sent:
-                pending.outcome = self._raised(pending, exc)
-            return
-        first = sent[0]
-        self._unexpected(first.phase, first.run.claim.job, exc)
-        logger.warning(
-            "worker %s: the group commit of jobs %s failed; committing each on its own",
-            self.name,
-            [pending.run.claim.job.id for pending in sent],
-        )
-        for pending in sent:
-            try:
-                answer = self._commit(pending.phase, pending.item.claim, self._settle_one(pending))
-            except Exception as again:  # noqa: BLE001 - logged by _unexpected
-                pending.outcome = self._raised(pending, again)
-            else:
-                pending.outcome = self._answered(pending, answer)
-
-    def _settle_one(self, pending: _Pending) -> Callable[[Claim], bool]:
-        """One item alone, as `_commit`'s action; the item's own exception is raised."""
-        item = pending.item
-
-        def action(claim: Claim) -> bool:
-            [answer] = self._store.settle_many([replace(item, claim=claim)])
-            if not isinstance(answer, Exception):
-                return answer
-            if item.kind is not Settle.COMPLETE:
-                raise answer
-            return self._complete_without_result(claim, answer)
-
-        return action
-
-    def _fallback(self, run: _Held, claim: Claim, phase: Phase, exc: Exception) -> Outcome:
-        """The one store call made when the call that settles a job raised.
-
-        Never a release of a job whose handler ran (its attempt would be given back, and
-        an outcome that can never be recorded would run the job again at once, for
-        ever): the attempt stays spent. A job with attempts left is requeued after the
-        default backoff, one without is failed, each with a storable reason; a job
-        decided failed stays failed. A commit whose outcome is unknown repeats its own
-        kind of call: fencing refuses the second if the first applied. If the fallback
-        raises too, the job is unsettled: its lease expires and the store counts the
-        attempt, so ``max_attempts`` still bounds its runs.
-        """
-        job = claim.job
-        unknown = isinstance(exc, CommitUnknown)
-        reason = storable_error(
-            f"its outcome could not be recorded ({phase.value}): {_describe(exc)}"
-        )
-        action: Callable[[Claim], bool]
-        if phase is Phase.RELEASE:
-            if not unknown:
-                logger.error("job %d: unsettled; it runs again when its lease expires", job.id)
-                return Outcome.UNSETTLED
-            # The release may have applied; a second one is refused if it did.
-            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
-        elif phase is Phase.CANCEL:
-            # A release of a job with a cancel request ends it cancelled in every store
-            # (it never runs again), so giving the attempt back cannot loop it.
-            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
-        elif phase in (Phase.NACK, Phase.ABANDON) or job.attempts >= job.max_attempts:
-            fallback_phase, outcome = Phase.NACK, Outcome.FAILED
-            action = lambda c: self._store.fail(c, reason)  # noqa: E731
-        else:
-            run_at = self._clock() + DEFAULT_POLICY.delay(job.attempts)
-            fallback_phase, outcome = Phase.REQUEUE, Outcome.RETRIED
-            action = lambda c: self._store.retry(c, reason, run_at=run_at)  # noqa: E731
-        if unknown:
-            logger.warning(
-                "job %d: %s: outcome unknown: the commit may or may not have happened; "
-                "trying %s (refused if it did)",
-                job.id,
-                phase.value,
-                fallback_phase.value,
-            )
-        try:
-            accepted = self._commit(fallback_phase, claim, action)
-        except Exception as again:  # noqa: BLE001 - logged by _unexpected
-            self._unexpected(fallback_phase, job, again)
-            if unknown:
-                return Outcome.UNKNOWN
-            logger.error(  # noqa: TRY400 - the traceback was just logged
-                "job %d: unsettled; it runs again when its lease expires (attempt %d of %d spent)",
-                job.id,
-                job.attempts,
-                job.max_attempts,
-            )
-            return Outcome.UNSETTLED
-        if not accepted:
-            if unknown:
-                logger.warning(
-                    "job %d: %s refused after an unknown commit: the first %s most likely "
-                    "applied (or another claim holds the job now); outcome unknown",
-                    job.id,
-                    fallback_phase.value,
-                    phase.value,
-                )
-                return Outcome.UNKNOWN
-            self._log_refused(run, fallback_phase)
-            return Outcome.LOST
-        logger.warning("job %d: %s instead: %s", job.id, outcome.value, reason)
-        return outcome
-
-    def _log_refused(self, run: _Held, phase: Phase) -> None:
-        job = run.claim.job
-        if run.released_at_deadline:
-            logger.warning(
-                "job %d: %s refused: the job was released at the stop deadline while its "
-                "handler still ran; this late outcome is dropped",
-                job.id,
-                phase.value,
-            )
-            return
-        logger.warning(
-            "job %d: %s refused: its lease was taken over by another claim (fencing); "
-            "this worker's outcome is dropped",
-            job.id,
-            phase.value,
-        )
-
-    def _commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
-        """Make one store call that settles a job, between its two `Step` boundaries."""
-        self._step_hook(Step.BEFORE_COMMIT, claim, phase)
-        accepted = action(claim)
-        self._step_hook(Step.AFTER_COMMIT, claim, phase)
-        return accepted
-
     def _release(self, claim: Claim) -> bool:
         """`Store.release`, repeated once if its commit's outcome is unknown.
 
@@ -1919,7 +1595,7 @@ class Worker:
         left leased with its attempt spent because a connection broke at ``COMMIT``.
         """
         try:
-            return self._commit(Phase.RELEASE, claim, self._store.release)
+            return self._settler.commit(Phase.RELEASE, claim, self._store.release)
         except CommitUnknown as exc:
             self._unexpected(Phase.RELEASE, claim.job, exc)
             logger.warning(
@@ -1927,7 +1603,7 @@ class Worker:
                 "releasing again (refused if it did)",
                 claim.job.id,
             )
-            return self._commit(Phase.RELEASE, claim, self._store.release) or True
+            return self._settler.commit(Phase.RELEASE, claim, self._store.release) or True
 
     def _settle_unstarted(self, claim: Claim) -> None:
         """Release a claim whose handler never started (the stop began, or the lease was lost)."""

@@ -1,0 +1,471 @@
+"""The settler: a worker's group commit, one store transaction for many jobs' outcomes.
+
+TL;DR: a handler thread hands its job's decided outcome to `Settler.put` and is free at once;
+the settler's thread takes every outcome waiting and commits them with one
+``Store.settle_many`` (with ``Store.settle_and_claim``, the same transaction claims a job
+for each slot they freed), then reports each outcome back and runs the hooks of the
+accepted ones. While one commit is in flight the next batch collects; an outcome that
+finds the settler idle is committed alone at once.
+
+Pattern:
+    Its thread is a non-daemon ``BackgroundService`` (``patterns.daemon_threads``): a
+    commit in flight is never abandoned, and the worker's stop ends it within its budget.
+    The outbox is closed once, like a closable queue (``patterns.closable_queue``): after
+    `Settler.close` (or the settler's death) `put` refuses, and the handler thread commits
+    its own outcome with `Settler.commit_batch`. The outbox and the refill count are
+    guarded by the worker's lock, handed to the constructor: a hand-over is one lock hold
+    with the claim's move to SETTLING and its slot's accounting, and the refill's "may I
+    claim?" (``claiming``) is read under the lock that ``request_stop`` changes the
+    worker's state with, so no claim starts after it.
+
+Guarantees:
+    * Each outcome is fenced on its own: one refused leaves the others applied.
+    * Every outcome handed over is reported back exactly once (``settled``), after its
+      commit; a thread dying part-way reports what it had not as unsettled first.
+    * A store call that raised takes one bounded fallback (``Settler._fallback``) that
+      keeps the attempt spent: requeued while attempts are left, failed after.
+
+See also: ``patterns.jobqueue.worker`` (what wires it), ``tests/jobqueue/test_settler.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Generic, Protocol, TypeVar
+
+from patterns.daemon_threads import BackgroundService, StopReport
+from patterns.jobqueue.outcomes import DEFAULT_POLICY, Outcome
+from patterns.jobqueue.postgres import CommitUnknown
+from patterns.jobqueue.store import Claim, Job, JsonValue, Settle, Settlement, Store, storable_error
+from patterns.jobqueue.tasks import Phase, _describe
+
+__all__ = ["Pending", "Run", "Settler"]
+
+# A child of the worker's logger: a program that configured ``patterns.jobqueue.worker``
+# sees the settler's lines as it did when they were the worker's own.
+logger = logging.getLogger("patterns.jobqueue.worker.settler")
+
+
+class Run(Protocol):
+    """What the settler reads of the worker's record of one claim."""
+
+    @property
+    def claim(self) -> Claim:
+        """The latest claim (the heartbeat may renew it)."""
+        ...
+
+    @property
+    def released_at_deadline(self) -> bool:
+        """True once the stop released the job at its deadline while its handler ran."""
+        ...
+
+
+_R = TypeVar("_R", bound=Run)
+
+
+@dataclass(slots=True)
+class Pending(Generic[_R]):
+    """One decided outcome on its way to the settler's group commit."""
+
+    run: _R  # the worker's record of the claim, handed back with the outcome
+    phase: Phase  # the store call's phase, for errors, logs and the step hook
+    item: Settlement  # what settle_many records
+    success: Outcome  # the outcome when the store accepts it
+    then: Callable[[], object] | None  # the task's hook, run only on ``success``
+    began: float | None  # monotonic time the handler began (a completion's log line)
+    outcome: Outcome | None = None  # set by the settler
+
+
+_StepHook = Callable[[Claim, Phase], object]
+
+
+class Settler(Generic[_R]):
+    """Commits handed-over outcomes in groups, in its own thread; see the module docstring.
+
+    Collaborators (none is the worker itself): ``store``; ``lock``, the worker's, guarding
+    the outbox; ``claiming()`` (lock held): may the refill claim now; ``free_slots(n)``
+    (lock held): slots reserved for a refill that no claim filled; ``settled(batch)``:
+    record each item's ``outcome`` (None: unsettled); ``unsettled(pending)``: one a dying
+    thread never committed; ``claimed(claims, want, stopping)``: the refill's claims;
+    ``completed(job, result)``: an accepted completion's hook; ``error(phase, job, exc)``;
+    ``died(exc)``; ``before_commit``/``after_commit(claim, phase)``: the step hooks;
+    ``wake``: set after each commit; ``track``: wraps the thread's target.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        owner: str,
+        lease: float,
+        clock: Callable[[], float],
+        lock: threading.RLock,
+        claiming: Callable[[], bool],
+        free_slots: Callable[[int], None],
+        settled: Callable[[list[Pending[_R]]], None],
+        unsettled: Callable[[Pending[_R]], None],
+        claimed: Callable[[list[Claim], int, threading.Event | None], None],
+        completed: Callable[[Job, JsonValue], None],
+        error: Callable[[Phase, Job | None, BaseException], object],
+        died: Callable[[BaseException], None],
+        before_commit: _StepHook,
+        after_commit: _StepHook,
+        wake: threading.Event,
+        stop_timeout: float,
+        track: Callable[[Callable[[threading.Event], None]], Callable[[threading.Event], None]],
+    ) -> None:
+        self._store, self._owner, self._lease, self._clock = store, owner, lease, clock
+        self._claiming, self._free_slots, self._claimed = claiming, free_slots, claimed
+        self._settled, self._unsettled, self._completed = settled, unsettled, completed
+        self._error, self._died, self._wake = error, died, wake
+        self._before_commit, self._after_commit = before_commit, after_commit
+        self._lock = lock
+        # Guards every field below it, with everything the worker guards by the same lock.
+        # Waited on by the settler's thread alone (``_waiting`` says so); notified by put()
+        # while it waits, and by close().
+        self._ready = threading.Condition(lock)
+        self._outbox: list[Pending[_R]] = []  # handed over, not yet taken by the thread
+        self._closed = False  # set by close() (or the thread's death): put() refuses
+        self._waiting = False
+        # The store's shared transaction (outcomes and the claims for the slots they free),
+        # if it has one; then a handed-over outcome's slot waits in _refill for the commit.
+        self._share = getattr(store, "settle_and_claim", None)
+        self._refill = 0  # slots freed by outcomes in the outbox: the commit claims for them
+        self._service = BackgroundService(
+            track(self._loop), name=f"{owner}-settler", stop_timeout=stop_timeout
+        )
+
+    @property
+    def refills(self) -> bool:
+        """True if a handed-over outcome takes its slot along (the store shares commits)."""
+        return self._share is not None
+
+    @property
+    def thread_name(self) -> str:
+        """The name of the settler's thread."""
+        return self._service.name
+
+    def start(self) -> None:
+        """Start the settler's thread."""
+        self._service.start()
+
+    def close(self) -> None:
+        """No more hand-overs: the thread commits what it has and leaves."""
+        with self._lock:
+            self._closed = True
+            self._ready.notify_all()
+
+    def stop(self, timeout: float) -> StopReport:
+        """Wait (within ``timeout``) for the thread to commit what it holds and leave."""
+        return self._service.stop(timeout)
+
+    def put(self, pending: Pending[_R]) -> bool:
+        """Queue ``pending`` (and its slot, if `refills`); False once closed (lock held)."""
+        if self._closed:
+            return False
+        self._outbox.append(pending)
+        if self._share is not None:
+            self._refill += 1  # the commit claims for it with the outcome
+        if self._waiting:
+            self._ready.notify()
+        return True
+
+    def _loop(self, stopping: threading.Event) -> None:
+        """Commit every outcome waiting, in one `Store.settle_many`, until closed and empty.
+
+        ``stopping`` (the service's) is not waited on: `close` ends the wait, and the loop
+        leaves once what was handed over before that is committed.
+        """
+        try:
+            while True:
+                with self._lock:
+                    while not self._outbox and not self._closed:
+                        self._waiting = True
+                        self._ready.wait()
+                    self._waiting = False
+                    batch, self._outbox = self._outbox, []
+                    want = self._take_refill(stopping)
+                if not batch:
+                    return
+                self.commit_batch(batch, want, stopping)
+                if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
+                    self._wake.set()
+        except BaseException as exc:  # noqa: BLE001 - reported; a silent death leaves outcomes unwritten
+            with self._lock:
+                self._closed = True  # from now on each handler thread commits its own
+                left, self._outbox = self._outbox, []
+                self._free_slots(self._take_refill(stopping, claiming=False))
+            for pending in left:
+                self._unsettled(pending)
+            self._died(exc)
+
+    def _take_refill(self, stopping: threading.Event, *, claiming: bool = True) -> int:
+        """Reserve the slots the outbox's outcomes freed, for the commit's claim (lock held).
+
+        Once the worker is stopping (or not ``claiming``) no claim is taken: the slots are
+        free again at once and 0 is returned.
+        """
+        want, self._refill = self._refill, 0
+        if claiming and self._claiming() and not stopping.is_set():
+            return want
+        self._free_slots(want)
+        return 0
+
+    def commit_batch(
+        self, batch: list[Pending[_R]], want: int = 0, stopping: threading.Event | None = None
+    ) -> None:
+        """Commit ``batch`` (one `Store.settle_many`), report each outcome, then the hooks.
+
+        With ``want`` reserved slots, the same transaction claims for them
+        (`Store.settle_and_claim`); the claims go to ``claimed``, which frees the slots no
+        claim filled. A thread dying part-way (a `BaseException`) reports every outcome it
+        had not reported yet as unsettled before it goes.
+        """
+        try:
+            claims = self._commit_group(batch, want)
+        except BaseException:
+            with self._lock:
+                self._free_slots(want)
+            for pending in batch:
+                self._unsettled(pending)
+            raise
+        self._settled(batch)
+        if want:  # before the hooks: the handlers start on them while the hooks run
+            self._claimed(claims, want, stopping)
+        for pending in batch:
+            if pending.outcome is not pending.success:
+                continue
+            item = pending.item
+            if item.kind is Settle.COMPLETE:
+                job = pending.run.claim.job
+                if pending.began is not None and logger.isEnabledFor(logging.INFO):
+                    took = time.monotonic() - pending.began
+                    logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
+                self._completed(job, item.result)
+            elif pending.then is not None:
+                pending.then()
+
+    def _commit_group(self, batch: list[Pending[_R]], want: int = 0) -> list[Claim]:
+        """Set each item's ``outcome``: one store call for all, each fenced on its own.
+
+        With ``want``, that call also claims up to ``want`` jobs: the claims are returned.
+        """
+        sent: list[Pending[_R]] = []
+        for pending in batch:
+            try:
+                self._before_commit(pending.item.claim, pending.phase)
+            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
+                pending.outcome = self._raised(pending, exc)
+                continue
+            sent.append(pending)
+        claims: list[Claim] = []
+        try:
+            if want:
+                answers, claims = self._settle_and_claim([pending.item for pending in sent], want)
+            elif sent:
+                answers = self._settle_many([pending.item for pending in sent])
+            else:
+                return claims
+        except Exception as exc:  # noqa: BLE001 - reported by error()
+            if sent:
+                self._group_failed(sent, exc)
+            else:
+                self._error(Phase.DEQUEUE, None, exc)
+            return claims
+        for pending, answer in zip(sent, answers, strict=True):
+            try:
+                self._after_commit(pending.item.claim, pending.phase)
+            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
+                pending.outcome = self._raised(pending, exc)
+                continue
+            pending.outcome = self._answered(pending, answer)
+        return claims
+
+    def _settle_and_claim(
+        self, items: list[Settlement], want: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """`Store.settle_and_claim`, checked to answer once per item and claim within ``want``."""
+        assert self._share is not None  # want > 0 only when the store shares
+        answers, claims = self._share(items, self._owner, lease=self._lease, limit=want)
+        if len(answers) != len(items) or len(claims) > want:
+            raise RuntimeError(
+                f"settle_and_claim returned {len(answers)} answers for {len(items)} items"
+                f" and {len(claims)} claims for {want} slots"
+            )
+        return answers, claims
+
+    def _settle_many(self, items: list[Settlement]) -> list[bool | Exception]:
+        """`Store.settle_many`, checked to answer once per item."""
+        answers = self._store.settle_many(items)
+        if len(answers) != len(items):
+            raise RuntimeError(f"settle_many returned {len(answers)} answers for {len(items)}")
+        return answers
+
+    def _answered(self, pending: Pending[_R], answer: bool | Exception) -> Outcome:
+        """The outcome of one item from its `Store.settle_many` answer."""
+        if isinstance(answer, Exception):
+            if pending.item.kind is not Settle.COMPLETE:
+                return self._raised(pending, answer)
+            try:  # a result the store cannot keep: complete with None instead
+                answer = self._complete_without_result(pending.item.claim, answer)
+            except Exception as exc:  # noqa: BLE001 - reported by error()
+                return self._raised(pending, exc)
+        if answer:
+            return pending.success
+        self._log_refused(pending.run, pending.phase)
+        return Outcome.LOST
+
+    def _raised(self, pending: Pending[_R], exc: Exception) -> Outcome:
+        """The job's store call raised: reported, then one bounded fallback (`_fallback`)."""
+        self._error(pending.phase, pending.run.claim.job, exc)
+        return self._fallback(pending.run, pending.item.claim, pending.phase, exc)
+
+    def _group_failed(self, sent: list[Pending[_R]], exc: Exception) -> None:
+        """``settle_many`` itself raised: each job takes the path of its own failed call.
+
+        Alone, or when the commit's outcome is unknown (any item may have applied), each
+        goes straight to `_fallback`, as if its single call had raised. Several items
+        whose transaction failed (nothing applied) are then committed one by one; the
+        error is reported once, under the first item's phase and job.
+        """
+        if len(sent) == 1 or isinstance(exc, CommitUnknown):
+            for pending in sent:
+                pending.outcome = self._raised(pending, exc)
+            return
+        first = sent[0]
+        self._error(first.phase, first.run.claim.job, exc)
+        logger.warning(
+            "worker %s: the group commit of jobs %s failed; committing each on its own",
+            self._owner,
+            [pending.run.claim.job.id for pending in sent],
+        )
+        for pending in sent:
+            try:
+                answer = self.commit(pending.phase, pending.item.claim, self._settle_one(pending))
+            except Exception as again:  # noqa: BLE001 - reported by error()
+                pending.outcome = self._raised(pending, again)
+            else:
+                pending.outcome = self._answered(pending, answer)
+
+    def _settle_one(self, pending: Pending[_R]) -> Callable[[Claim], bool]:
+        """One item alone, as `commit`'s action; the item's own exception is raised."""
+        item = pending.item
+
+        def action(claim: Claim) -> bool:
+            [answer] = self._store.settle_many([replace(item, claim=claim)])
+            if not isinstance(answer, Exception):
+                return answer
+            if item.kind is not Settle.COMPLETE:
+                raise answer
+            return self._complete_without_result(claim, answer)
+
+        return action
+
+    def _complete_without_result(self, claim: Claim, why: Exception) -> bool:
+        job = claim.job
+        logger.warning(
+            "job %d (%s): its result cannot be stored (%s); completing it with result None",
+            job.id,
+            job.task,
+            why,
+        )
+        return self._store.complete(claim, None)
+
+    def _fallback(self, run: _R, claim: Claim, phase: Phase, exc: Exception) -> Outcome:
+        """The one store call made when the call that settles a job raised.
+
+        Never a release of a job whose handler ran (its attempt would be given back, and
+        an outcome that can never be recorded would run the job again at once, for
+        ever): the attempt stays spent. A job with attempts left is requeued after the
+        default backoff, one without is failed, each with a storable reason; a job
+        decided failed stays failed. A commit whose outcome is unknown repeats its own
+        kind of call: fencing refuses the second if the first applied. If the fallback
+        raises too, the job is unsettled: its lease expires and the store counts the
+        attempt, so ``max_attempts`` still bounds its runs.
+        """
+        job = claim.job
+        unknown = isinstance(exc, CommitUnknown)
+        reason = storable_error(
+            f"its outcome could not be recorded ({phase.value}): {_describe(exc)}"
+        )
+        action: Callable[[Claim], bool]
+        if phase is Phase.RELEASE:
+            if not unknown:
+                logger.error("job %d: unsettled; it runs again when its lease expires", job.id)
+                return Outcome.UNSETTLED
+            # The release may have applied; a second one is refused if it did.
+            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
+        elif phase is Phase.CANCEL:
+            # A release of a job with a cancel request ends it cancelled in every store
+            # (it never runs again), so giving the attempt back cannot loop it.
+            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
+        elif phase in (Phase.NACK, Phase.ABANDON) or job.attempts >= job.max_attempts:
+            fallback_phase, outcome = Phase.NACK, Outcome.FAILED
+            action = lambda c: self._store.fail(c, reason)  # noqa: E731
+        else:
+            run_at = self._clock() + DEFAULT_POLICY.delay(job.attempts)
+            fallback_phase, outcome = Phase.REQUEUE, Outcome.RETRIED
+            action = lambda c: self._store.retry(c, reason, run_at=run_at)  # noqa: E731
+        if unknown:
+            logger.warning(
+                "job %d: %s: outcome unknown: the commit may or may not have happened; "
+                "trying %s (refused if it did)",
+                job.id,
+                phase.value,
+                fallback_phase.value,
+            )
+        try:
+            accepted = self.commit(fallback_phase, claim, action)
+        except Exception as again:  # noqa: BLE001 - reported by error()
+            self._error(fallback_phase, job, again)
+            if unknown:
+                return Outcome.UNKNOWN
+            logger.error(  # noqa: TRY400 - the traceback was just logged
+                "job %d: unsettled; it runs again when its lease expires (attempt %d of %d spent)",
+                job.id,
+                job.attempts,
+                job.max_attempts,
+            )
+            return Outcome.UNSETTLED
+        if not accepted:
+            if unknown:
+                logger.warning(
+                    "job %d: %s refused after an unknown commit: the first %s most likely "
+                    "applied (or another claim holds the job now); outcome unknown",
+                    job.id,
+                    fallback_phase.value,
+                    phase.value,
+                )
+                return Outcome.UNKNOWN
+            self._log_refused(run, fallback_phase)
+            return Outcome.LOST
+        logger.warning("job %d: %s instead: %s", job.id, outcome.value, reason)
+        return outcome
+
+    def _log_refused(self, run: _R, phase: Phase) -> None:
+        job = run.claim.job
+        if run.released_at_deadline:
+            logger.warning(
+                "job %d: %s refused: the job was released at the stop deadline while its "
+                "handler still ran; this late outcome is dropped",
+                job.id,
+                phase.value,
+            )
+            return
+        logger.warning(
+            "job %d: %s refused: its lease was taken over by another claim (fencing); "
+            "this worker's outcome is dropped",
+            job.id,
+            phase.value,
+        )
+
+    def commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
+        """Make one store call that settles a job, between its two step boundaries."""
+        self._before_commit(claim, phase)
+        accepted = action(claim)
+        self._after_commit(claim, phase)
+        return accepted
