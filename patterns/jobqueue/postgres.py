@@ -30,9 +30,9 @@ Pattern:
     uses to end its idle wait. A statement that fails because the connection broke before
     ``COMMIT`` was sent changed nothing, so the store reconnects and retries it with
     backoff; a break during ``COMMIT`` leaves the outcome unknown and raises
-    `CommitUnknown`, which the worker handles like any failed store call (the lease
-    brings the job back). The schema lives in its own PostgreSQL schema with a version
-    table, created and migrated under an advisory lock.
+    `~patterns.jobqueue.store.CommitUnknown`, which the worker handles like any failed
+    store call (the lease brings the job back). The schema lives in its own PostgreSQL
+    schema with a version table, created and migrated under an advisory lock.
 
 Guarantees:
     * A job is returned by at most one claim while its lease is live, across every
@@ -44,8 +44,9 @@ Guarantees:
     * Complete, fail, retry, release and renew change the row only while the claim's
       token still holds the lease; they return False (None for renew) otherwise. So does
       each item of ``settle_many``, whose items commit together in one transaction.
-    * A call that raises `StoreUnavailable` (other than `CommitUnknown`) changed nothing.
-      Connection loss is retried ``RETRIES`` times with backoff first.
+    * A call that raises `~patterns.jobqueue.store.StoreUnavailable` (other than
+      `~patterns.jobqueue.store.CommitUnknown`) changed nothing. Connection loss is
+      retried ``RETRIES`` times with backoff first.
     * Every subscriber is called after each commit that enqueued or released a job, and
       again each time the listener (re)connects, since a notification may have been
       missed while it was away; a call means "look now", and may find nothing.
@@ -96,6 +97,7 @@ from patterns.jobqueue.store import (
     JOB_COLUMNS,
     CancelResult,
     Claim,
+    CommitUnknown,
     Job,
     JobState,
     JsonValue,
@@ -103,6 +105,7 @@ from patterns.jobqueue.store import (
     Settle,
     Settlement,
     Store,
+    StoreUnavailable,
     WorkerRecord,
     backoff,
     cancelled_reason,
@@ -134,10 +137,10 @@ if TYPE_CHECKING:
 __all__ = [
     "RETRIES",
     "SCHEMA_VERSION",
-    "CommitUnknown",
+    "CommitUnknown",  # defined in patterns.jobqueue.store, with the protocol; re-exported
     "PostgresStore",
     "StoreSchemaError",
-    "StoreUnavailable",
+    "StoreUnavailable",  # the same
     "is_postgres_url",
 ]
 
@@ -499,18 +502,6 @@ def _settle_names(n: int) -> tuple[str, ...]:
     return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
 
 
-class StoreUnavailable(RuntimeError):
-    """The database could not be reached within the retries; the call changed nothing."""
-
-
-class CommitUnknown(StoreUnavailable):
-    """The connection broke during ``COMMIT``: the transaction may or may not have applied.
-
-    Unlike its base class, the call may have taken effect. A claim that did commit leaves
-    its jobs running under leases nobody holds: they run again once those expire.
-    """
-
-
 class StoreSchemaError(RuntimeError):
     """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
 
@@ -570,9 +561,9 @@ class PostgresStore:
             raises `StoreSchemaError` ("no such queue") and nothing is created.
 
     The constructor connects, checks or creates the schema, and raises
-    `StoreUnavailable` if the server cannot be reached within ``RETRIES`` attempts,
-    `StoreSchemaError` if the schema is not usable, and `ImportError` naming the extra to
-    install if psycopg is missing.
+    `~patterns.jobqueue.store.StoreUnavailable` if the server cannot be reached within
+    ``RETRIES`` attempts, `StoreSchemaError` if the schema is not usable, and `ImportError`
+    naming the extra to install if psycopg is missing.
 
     One connection serves every call, guarded by a lock, as in ``SQLiteStore``: every call
     is one short transaction, so a connection per thread would mostly add connections to
@@ -1030,7 +1021,7 @@ class PostgresStore:
         See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
         Both calls run their own code, joined to this transaction, so the claim is the
         same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries the whole
-        of it, during ``COMMIT`` raises `CommitUnknown`.
+        of it, during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown`.
         """
         count = check_share_limit(limit)
         if count:
@@ -1126,8 +1117,9 @@ class PostgresStore:
         call (``BEGIN``, the statement, ``COMMIT``). Of two items for one claim, the first
         applies and the second is False, as one after the other would be. A release that
         applied sends one ``NOTIFY``. The connection breaking before ``COMMIT`` is
-        retried, during ``COMMIT`` raises `CommitUnknown`, as for a single call; a
-        transaction that failed applied none of the items. An empty list does nothing.
+        retried, during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown`, as for a
+        single call; a transaction that failed applied none of the items. An empty list
+        does nothing.
         """
         if not items:
             return []

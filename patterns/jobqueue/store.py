@@ -64,6 +64,7 @@ __all__ = [
     "MAX_SECONDS",
     "CancelResult",
     "Claim",
+    "CommitUnknown",
     "Job",
     "JobState",
     "JsonValue",
@@ -71,6 +72,7 @@ __all__ = [
     "Settle",
     "Settlement",
     "Store",
+    "StoreUnavailable",
     "WorkerRecord",
     "WorkerRow",
     "backoff",
@@ -132,6 +134,22 @@ class CancelResult(enum.StrEnum):
     REQUESTED = "requested"  # the job is running: its worker's next renew sees the request
     FINISHED = "finished"  # the job had already ended (done, failed, cancelled): no change
     NOT_FOUND = "not found"  # no job has this id
+
+
+class StoreUnavailable(RuntimeError):
+    """The database could not be reached within the retries; the call changed nothing.
+
+    Raised by a store on a database server (`~patterns.jobqueue.postgres.PostgresStore`);
+    defined here, with the protocol, so that a worker handles it without importing that store.
+    """
+
+
+class CommitUnknown(StoreUnavailable):
+    """The connection broke during ``COMMIT``: the transaction may or may not have applied.
+
+    Unlike its base class, the call may have taken effect. A claim that did commit leaves
+    its jobs running under leases nobody holds: they run again once those expire.
+    """
 
 
 @dataclass(frozen=True)
@@ -647,7 +665,7 @@ class Store(Protocol):
         exactly what its single-job method does; so of two items for one claim, the first
         applies and the second is False. A failure of the transaction itself raises, as a
         single call would: nothing applied, or, for a commit whose outcome is unknown
-        (``CommitUnknown`` on PostgreSQL), any of it may have. An empty list is a no-op:
+        (`CommitUnknown` on PostgreSQL), any of it may have. An empty list is a no-op:
         no transaction, nothing raised.
         """
         ...

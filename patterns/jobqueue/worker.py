@@ -147,9 +147,9 @@ from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, decide
-from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.store import (
     Claim,
+    CommitUnknown,
     Job,
     JsonValue,
     Settle,
@@ -167,8 +167,8 @@ from patterns.jobqueue.tasks import (
     Retry,
     Task,
     TaskRegistry,
-    _describe,
 )
+from patterns.jobqueue.tasks import describe_error as _describe
 from patterns.thread_exceptions import ThreadFailure
 
 __all__ = [
