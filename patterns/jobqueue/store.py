@@ -97,6 +97,7 @@ __all__ = [
     "prepare_many",
     "prepare_settlement",
     "settle_each",
+    "settle_only",
     "storable_error",
 ]
 
@@ -682,6 +683,9 @@ class Store(Protocol):
         written. A failure of the transaction raises as
         `settle_many` does: nothing applied and nothing claimed, or, for a commit whose
         outcome is unknown, any of it may have.
+
+        A store that cannot join a claim to that transaction claims nothing
+        (`settle_only`): the worker's claiming thread then claims for the freed slots.
         """
         ...
 
@@ -846,14 +850,18 @@ def settle_each(store: Store, items: Sequence[Settlement]) -> list[bool | Except
     return done
 
 
-def settle_then_claim(
+def settle_only(
     store: Store, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
 ) -> tuple[list[bool | Exception], list[Claim]]:
-    """`Store.settle_and_claim`'s meaning in two transactions: `Store.settle_many`, then a claim.
+    """`Store.settle_and_claim` for a store whose claim cannot join its outcomes' transaction.
 
-    For a store that has no shared transaction; not atomic: a failed claim raises with
-    the outcomes applied.
+    Checks ``owner``, ``lease`` and ``limit`` as the shared transaction does, records the
+    outcomes with `Store.settle_many`, and claims nothing: a worker frees the slots it had
+    reserved for the claims, and its claiming thread claims for them in a transaction of
+    its own.
     """
     count = check_share_limit(limit)
-    done = store.settle_many(items)
-    return done, store.claim(owner, lease=lease, limit=count) if count else []
+    if count:
+        check_owner(owner)
+        check_lease(lease)
+    return store.settle_many(items), []

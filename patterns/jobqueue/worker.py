@@ -618,9 +618,8 @@ class Worker:
         self._outbox_closed = False  # set by the stop (or the settler's death): commit inline
         self._settler_waiting = False
         self._claimer_waiting = False  # the claiming thread waits on _cond for a free slot
-        # The store's shared transaction (outcomes and the claims for the slots they free),
-        # if it has one; then a handler's freed slot waits in _refill for the settler.
-        self._share = getattr(self._store, "settle_and_claim", None)
+        # A handler's freed slot waits in _refill for the settler, whose commit of the
+        # outcomes claims for it (Store.settle_and_claim).
         self._refill = 0  # slots freed by outcomes in the outbox: the settler claims for them
         # Commits the handlers' outcomes, many per store transaction (group commit).
         self._settler = BackgroundService(
@@ -1305,7 +1304,7 @@ class Worker:
                 pending = self._process(claim)
                 with self._cond:  # one lock hold: the outcome to the settler, the slot freed
                     queued = pending is None or self._queue_outcome(pending)
-                    if pending is not None and queued and self._share is not None:
+                    if pending is not None and queued:
                         self._refill += 1  # the settler claims for it with the outcome
                     else:
                         self._idle += 1
@@ -1741,8 +1740,9 @@ class Worker:
         self, items: list[Settlement], want: int
     ) -> tuple[list[bool | Exception], list[Claim]]:
         """`Store.settle_and_claim`, checked to answer once per item and claim within ``want``."""
-        assert self._share is not None  # want > 0 only when the store shares
-        answers, claims = self._share(items, self.name, lease=self._lease, limit=want)
+        answers, claims = self._store.settle_and_claim(
+            items, self.name, lease=self._lease, limit=want
+        )
         if len(answers) != len(items) or len(claims) > want:
             raise RuntimeError(
                 f"settle_and_claim returned {len(answers)} answers for {len(items)} items"
