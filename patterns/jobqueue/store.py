@@ -599,7 +599,12 @@ def backoff(first: float, attempt: int, cap: float = math.inf) -> float:
 
 
 class Store(Protocol):
-    """What a worker needs from a store. Every method is one transaction and thread-safe."""
+    """What a worker needs from a store. Every method is one transaction and thread-safe.
+
+    The contract is written here once: the stores of this package subclass the protocol
+    and inherit these docstrings; a store's own docstring on a method says only what
+    differs on that store. A store of one's own may subclass it too, or just match it.
+    """
 
     def enqueue(
         self,
@@ -625,33 +630,41 @@ class Store(Protocol):
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
         """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
 
-        Due means queued with ``run_at <= now``, or running with an expired lease. An
-        expired job whose attempts are spent is marked failed instead of being returned.
+        Due means queued with ``run_at <= now``, or running with an expired lease
+        (``lease_until <= now``). An expired job whose attempts are spent is marked failed
+        instead of being returned, and one with a cancel request is marked cancelled.
         """
         ...
 
     def complete(self, claim: Claim, result: JsonValue = None) -> bool:
         """Mark the job done with ``result``; False (no change) if the lease was lost.
 
-        ``result`` must pass `encode_result` (JSON, within ``max_payload_bytes``), or
-        `TypeError` / `ValueError` is raised and nothing changes.
+        ``result`` must pass `~patterns.jobqueue.store.encode_result` (JSON, within
+        ``max_payload_bytes``), or `TypeError` / `ValueError` is raised and nothing changes.
         """
         ...
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost.
 
-        Every method taking an ``error`` stores `storable_error` of it: it never raises
-        because of the text.
+        Every method taking an ``error`` stores `~patterns.jobqueue.store.storable_error` of
+        it: it never raises because of the text.
         """
         ...
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
         ...
 
     def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
+
+        False if the lease was lost. A job with a cancel request ends cancelled instead (it
+        would never run again).
+        """
         ...
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
@@ -660,14 +673,15 @@ class Store(Protocol):
         Each entry means what the single-job method returns: True applied, False refused
         by fencing (that claim alone; the others still apply). Each item is checked
         before the transaction, as its single-job method checks its arguments
-        (`prepare_settlement`): one the store refuses there (a result `encode_result`
-        rejects, a bad ``run_at``, not a `Settlement`) is its exception, is never written,
-        and the others still apply. The rest apply in order, each fenced alone and doing
+        (`~patterns.jobqueue.store.prepare_settlement`): one the store refuses there (a
+        result `~patterns.jobqueue.store.encode_result` rejects, a bad ``run_at``, not a
+        `~patterns.jobqueue.store.Settlement`) is its exception, is never written, and
+        the others still apply. The rest apply in order, each fenced alone and doing
         exactly what its single-job method does; so of two items for one claim, the first
         applies and the second is False. A failure of the transaction itself raises, as a
         single call would: nothing applied, or, for a commit whose outcome is unknown
-        (`CommitUnknown` on PostgreSQL), any of it may have. An empty list is a no-op:
-        no transaction, nothing raised.
+        (`~patterns.jobqueue.store.CommitUnknown` on PostgreSQL), any of it may have. An
+        empty list is a no-op: no transaction, nothing raised.
         """
         ...
 
@@ -685,7 +699,8 @@ class Store(Protocol):
         outcome is unknown, any of it may have.
 
         A store that cannot join a claim to that transaction claims nothing
-        (`settle_only`): the worker's claiming thread then claims for the freed slots.
+        (`~patterns.jobqueue.store.settle_only`): the worker's claiming thread then claims
+        for the freed slots.
         """
         ...
 
@@ -722,7 +737,7 @@ class Store(Protocol):
         ...
 
     def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        """`requeue` every failed job (of ``task``) in one transaction; their ids."""
+        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
         ...
 
     def cancel(self, job_id: int) -> CancelResult:
@@ -742,7 +757,7 @@ class Store(Protocol):
     ) -> int:
         """Delete finished jobs in ``states`` (updated before ``older_than``); how many.
 
-        ``states`` may name only finished states (`check_states`).
+        ``states`` may name only finished states (`~patterns.jobqueue.store.check_states`).
         """
         ...
 
