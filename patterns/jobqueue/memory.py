@@ -67,7 +67,7 @@ from patterns.jobqueue.store import (
     NewJob,
     Settle,
     Settlement,
-    Store,
+    SingleOutcomes,
     WorkerRecord,
     cancelled_reason,
     check_job_id,
@@ -81,13 +81,11 @@ from patterns.jobqueue.store import (
     check_text,
     check_time,
     check_worker,
-    encode_result,
     expired_reason,
     new_token,
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
-    storable_error,
 )
 
 __all__ = ["MemoryStore"]
@@ -146,7 +144,7 @@ def _no_op() -> None:
     """The unsubscribe of a store without notifications: there is nothing to undo."""
 
 
-class MemoryStore(Store):
+class MemoryStore(SingleOutcomes):
     """A thread-safe, non-durable ``Store``; ``clock`` supplies every timestamp."""
 
     def __init__(
@@ -361,23 +359,6 @@ class MemoryStore(Store):
             return None
         return row
 
-    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
-        text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle_one(claim, Settle.COMPLETE, text)
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        return self._settle_one(claim, Settle.FAIL, storable_error(error))
-
-    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        when = check_time("run_at", run_at)
-        return self._settle_one(claim, Settle.RETRY, storable_error(error), when)
-
-    def release(self, claim: Claim) -> bool:
-        return self._settle_one(claim, Settle.RELEASE)
-
-    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
-        return self._settle_one(claim, Settle.CANCEL, storable_error(reason))
-
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
         """`~patterns.jobqueue.store.Store.settle_many` under one hold of the store's lock.
 
@@ -421,9 +402,7 @@ class MemoryStore(Store):
             claims = self.claim(owner, lease=lease, limit=count) if count else []
         return done, claims
 
-    def _settle_one(
-        self, claim: Claim, kind: Settle, text: str | None = None, when: float = 0.0
-    ) -> bool:
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
         """One outcome, checked already, in its own hold of the lock."""
         with self._lock:
             self._check_open()

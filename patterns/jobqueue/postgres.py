@@ -104,7 +104,7 @@ from patterns.jobqueue.store import (
     NewJob,
     Settle,
     Settlement,
-    Store,
+    SingleOutcomes,
     StoreUnavailable,
     WorkerRecord,
     backoff,
@@ -120,14 +120,12 @@ from patterns.jobqueue.store import (
     check_text,
     check_time,
     check_worker,
-    encode_result,
     expired_reason,
     job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
-    storable_error,
 )
 
 if TYPE_CHECKING:
@@ -540,7 +538,7 @@ def _advisory_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PostgresStore(Store):
+class PostgresStore(SingleOutcomes):
     """A ``Store`` in the PostgreSQL database at ``dsn``, shared by any number of machines.
 
     Args:
@@ -1037,8 +1035,19 @@ class PostgresStore(Store):
 
         return self._transaction(body)
 
-    def _settle(self, claim: Claim, outcome: str, params: Mapping[str, Any]) -> bool:
-        """Apply one outcome only while the claim still holds the lease; notify on release."""
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
+        """Apply one checked outcome only while the claim holds the lease; notify on release."""
+        params: dict[str, Any]
+        if kind is Settle.COMPLETE:
+            params = {"result": text}
+        elif kind is Settle.RETRY:
+            gave_back = cancelled_reason("and its worker gave it back")
+            params = {"error": text, "run_at": _check_range("run_at", when), "cancelled": gave_back}
+        elif kind is Settle.RELEASE:
+            params = {"cancelled": cancelled_reason("and its worker gave it back")}
+        else:
+            params = {"error": text}
+        outcome = _SINGLE[kind]
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> bool:
             cursor = conn.execute(
@@ -1060,33 +1069,12 @@ class PostgresStore(Store):
             )
         return held
 
-    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
-        text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle(claim, "complete", {"result": text})
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        return self._settle(claim, "fail", {"error": storable_error(error)})
-
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
         """`~patterns.jobqueue.store.Store.retry`; ``run_at`` is on the database's clock.
 
         A worker computes it from `clock`.
         """
-        when = _check_range("run_at", check_time("run_at", run_at))
-        return self._settle(
-            claim,
-            "retry",
-            {
-                "error": storable_error(error),
-                "run_at": when,
-                "cancelled": cancelled_reason("and its worker gave it back"),
-            },
-        )
-
-    def release(self, claim: Claim) -> bool:
-        return self._settle(
-            claim, "release", {"cancelled": cancelled_reason("and its worker gave it back")}
-        )
+        return super().retry(claim, error, run_at=run_at)
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
         """`~patterns.jobqueue.store.Store.settle_many` in one ``UPDATE ... FROM (VALUES ...)``.
@@ -1175,9 +1163,6 @@ class PostgresStore(Store):
             statement = self._compose(_SQL["settle_many"], values=sql.SQL(values))
             self._statements[name] = statement
         return statement
-
-    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
-        return self._settle(claim, "mark_cancelled", {"error": storable_error(reason)})
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
         seconds = _check_range("lease", check_lease(lease))

@@ -94,7 +94,7 @@ from patterns.jobqueue.store import (
     NewJob,
     Settle,
     Settlement,
-    Store,
+    SingleOutcomes,
     WorkerRecord,
     backoff,
     cancelled_reason,
@@ -109,7 +109,6 @@ from patterns.jobqueue.store import (
     check_text,
     check_time,
     check_worker,
-    encode_result,
     expired_reason,
     job_from_row,
     new_token,
@@ -338,7 +337,7 @@ class _Watcher:
         self.thread: threading.Thread | None = None
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SingleOutcomes):
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
     The file is created with the current schema if it does not exist, unless ``create``
@@ -797,7 +796,7 @@ class SQLiteStore(Store):
         logger.error("%s; job failed", reason)
         return None
 
-    def _settle(self, claim: Claim, kind: Settle, text: str | None, when: float = 0.0) -> bool:
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
         """One checked outcome, in its own transaction, only while the claim holds the lease."""
         held = self._write(lambda conn, now: self._settle_in(conn, now, claim, (kind, text, when)))
         if not held:
@@ -822,23 +821,6 @@ class SQLiteStore(Store):
             params = (text,)
         cursor = conn.execute(_SETTLE_SQL[kind], (*params, now, claim.job.id, claim.token))
         return cursor.rowcount == 1
-
-    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
-        text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle(claim, Settle.COMPLETE, text)
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        return self._settle(claim, Settle.FAIL, storable_error(error))
-
-    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        when = check_time("run_at", run_at)
-        return self._settle(claim, Settle.RETRY, storable_error(error), when)
-
-    def release(self, claim: Claim) -> bool:
-        return self._settle(claim, Settle.RELEASE, None)
-
-    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
-        return self._settle(claim, Settle.CANCEL, storable_error(reason))
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
         """`~patterns.jobqueue.store.Store.settle_many` in one ``BEGIN IMMEDIATE`` transaction.

@@ -39,8 +39,10 @@ A name (task, owner, worker) is refused instead (`check_text`): no NUL, no lone 
 at most 200 characters. `Store.renew` never reads the payload, whatever its size.
 
 Shared by the stores, so that none imports another: the argument checks and row
-preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
-row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause (`backoff`).
+preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), the five single-job outcome
+methods on one primitive each store provides (``SingleOutcomes``, their base class), and
+for the SQL stores the row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause
+(`backoff`).
 """
 
 from __future__ import annotations
@@ -809,6 +811,41 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store's resources; idempotent."""
         ...
+
+
+class SingleOutcomes(Store):
+    """The five single-job outcome methods of `Store`, on one method a store provides.
+
+    `Store.complete`, `Store.fail`, `Store.retry`, `Store.release` and
+    `Store.mark_cancelled` check their arguments alike on every store (a result through
+    `encode_result`, an error through `storable_error`, a retry's ``run_at`` through
+    `check_time`), then apply one outcome in its own transaction, fenced by the claim's
+    token: ``_settle_one(claim, kind, text, when)``, which a store subclassing this
+    implements (``text`` and ``when`` as `prepare_settlement` returns them).
+    """
+
+    _max_payload_bytes: int
+
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
+        """Apply one checked outcome in its own transaction; False if the lease is gone."""
+        raise NotImplementedError
+
+    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
+        text = None if result is None else encode_result(result, self._max_payload_bytes)
+        return self._settle_one(claim, Settle.COMPLETE, text, 0.0)
+
+    def fail(self, claim: Claim, error: str) -> bool:
+        return self._settle_one(claim, Settle.FAIL, storable_error(error), 0.0)
+
+    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
+        when = check_time("run_at", run_at)
+        return self._settle_one(claim, Settle.RETRY, storable_error(error), when)
+
+    def release(self, claim: Claim) -> bool:
+        return self._settle_one(claim, Settle.RELEASE, None, 0.0)
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        return self._settle_one(claim, Settle.CANCEL, storable_error(reason), 0.0)
 
 
 def prepare_settlement(
