@@ -53,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
@@ -67,7 +67,7 @@ from patterns.jobqueue.store import (
     NewJob,
     Settle,
     Settlement,
-    Store,
+    SingleOutcomes,
     WorkerRecord,
     cancelled_reason,
     check_job_id,
@@ -81,13 +81,11 @@ from patterns.jobqueue.store import (
     check_text,
     check_time,
     check_worker,
-    encode_result,
     expired_reason,
     new_token,
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
-    storable_error,
 )
 
 __all__ = ["MemoryStore"]
@@ -146,7 +144,7 @@ def _no_op() -> None:
     """The unsubscribe of a store without notifications: there is nothing to undo."""
 
 
-class MemoryStore:
+class MemoryStore(SingleOutcomes):
     """A thread-safe, non-durable ``Store``; ``clock`` supplies every timestamp."""
 
     def __init__(
@@ -215,7 +213,6 @@ class MemoryStore:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | None = None,
     ) -> int:
-        """Add a job and return its id; a bad payload or argument writes nothing."""
         with self._lock:
             self._check_open()
             now = self._clock()
@@ -234,7 +231,6 @@ class MemoryStore:
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
         with self._lock:
             self._check_open()
             now = self._clock()
@@ -244,12 +240,6 @@ class MemoryStore:
         return ids
 
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
-        """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
-
-        Due means queued with ``run_at <= now``, or running with an expired lease
-        (``lease_until <= now``). An expired job whose attempts are spent is marked failed
-        instead of being returned, and one with a cancel request is marked cancelled.
-        """
         check_owner(owner)
         seconds = check_lease(lease)
         count = check_limit(limit)
@@ -369,46 +359,10 @@ class MemoryStore:
             return None
         return row
 
-    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
-        """Mark the job done with ``result``; False (no change) if the lease was lost.
-
-        A ``result`` that is not JSON or is over ``max_payload_bytes`` raises `TypeError` /
-        `ValueError` and changes nothing.
-        """
-        text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle_one(claim, Settle.COMPLETE, text)
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        """Mark the job failed for good with ``error``; False if the lease was lost."""
-        return self._settle_one(claim, Settle.FAIL, storable_error(error))
-
-    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
-
-        A job with a cancel request ends cancelled instead (it would never run again).
-        """
-        when = check_time("run_at", run_at)
-        return self._settle_one(claim, Settle.RETRY, storable_error(error), when)
-
-    def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
-
-        A job with a cancel request ends cancelled instead (it would never run again).
-        """
-        return self._settle_one(claim, Settle.RELEASE)
-
-    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
-        """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
-        return self._settle_one(claim, Settle.CANCEL, storable_error(reason))
-
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes under one hold of the lock.
+        """`~patterns.jobqueue.store.Store.settle_many` under one hold of the store's lock.
 
-        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
-        (`~patterns.jobqueue.store.prepare_settlement`: a bad one is its own exception);
-        then all are applied in one step, each fenced alone, in order (of two items for
-        one claim, the first applies and the second finds the lease gone). Nobody sees
-        some applied and others not. An empty list does nothing (not even the closed check).
+        Nobody sees some of the items applied and others not.
         """
         if not items:
             return []
@@ -433,9 +387,9 @@ class MemoryStore:
     def settle_and_claim(
         self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
     ) -> tuple[list[bool | Exception], list[Claim]]:
-        """`settle_many` then `claim` under one hold of the lock (nobody sees in between).
+        """`~patterns.jobqueue.store.Store.settle_and_claim` under one hold of the store's lock.
 
-        See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
+        Nobody sees what is between the outcomes and the claims.
         """
         count = check_share_limit(limit)
         if count:
@@ -448,9 +402,7 @@ class MemoryStore:
             claims = self.claim(owner, lease=lease, limit=count) if count else []
         return done, claims
 
-    def _settle_one(
-        self, claim: Claim, kind: Settle, text: str | None = None, when: float = 0.0
-    ) -> bool:
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
         """One outcome, checked already, in its own hold of the lock."""
         with self._lock:
             self._check_open()
@@ -489,11 +441,6 @@ class MemoryStore:
         return True
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost.
-
-        The renewed claim carries the caller's job snapshot with the new ``lease_until``,
-        and ``cancel_requested``.
-        """
         seconds = check_lease(lease)
         with self._lock:
             row = self._held(claim)
@@ -510,7 +457,6 @@ class MemoryStore:
             return Claim(job, claim.token, row.lease_until, row.cancel_requested)
 
     def get(self, job_id: int) -> Job | None:
-        """The job with this id, or None."""
         check_job_id(job_id)
         with self._lock:
             self._check_open()
@@ -520,7 +466,6 @@ class MemoryStore:
     def list_jobs(
         self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
     ) -> list[Job]:
-        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
         wanted = None if state is None else check_state(state)
         name = None if task is None else check_text("task", task)
         count = check_limit(limit)
@@ -536,7 +481,6 @@ class MemoryStore:
         return found
 
     def requeue(self, job_id: int) -> bool:
-        """Put a failed job back in the queue, due now, attempts 0, last error kept."""
         check_job_id(job_id)
         with self._lock:
             self._check_open()
@@ -548,7 +492,6 @@ class MemoryStore:
         return True
 
     def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
         name = None if task is None else check_text("task", task)
         with self._lock:
             self._check_open()
@@ -576,7 +519,6 @@ class MemoryStore:
         heapq.heappush(self._queued, (row.run_at, row.id))
 
     def cancel(self, job_id: int) -> CancelResult:
-        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
         check_job_id(job_id)
         with self._lock:
             self._check_open()
@@ -597,7 +539,6 @@ class MemoryStore:
         return result
 
     def counts(self) -> dict[str, int]:
-        """Number of jobs in each state, every state present (zero included)."""
         result = {state.value: 0 for state in JobState}
         with self._lock:
             self._check_open()
@@ -606,7 +547,6 @@ class MemoryStore:
         return result
 
     def next_due(self) -> float | None:
-        """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
         with self._lock:
             self._check_open()
             times = [
@@ -620,7 +560,6 @@ class MemoryStore:
     def purge(
         self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
     ) -> int:
-        """Delete finished jobs in ``states`` (updated before ``older_than``); how many."""
         cutoff = None if older_than is None else check_time("older_than", older_than)
         finished = check_states(states)
         with self._lock:
@@ -647,7 +586,6 @@ class MemoryStore:
         jobs_held: int,
         ttl: float,
     ) -> None:
-        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later."""
         row = check_worker(
             worker_id,
             host=host,
@@ -673,14 +611,12 @@ class MemoryStore:
             )
 
     def forget_worker(self, worker_id: str) -> None:
-        """Delete this worker's row (a worker that stopped); no error if there is none."""
         name = check_text("worker_id", worker_id)
         with self._lock:
             self._check_open()
             self._workers.pop(name, None)
 
     def workers(self) -> list[WorkerRecord]:
-        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
         with self._lock:
             self._check_open()
             self._expire_workers(self._clock())
@@ -695,22 +631,12 @@ class MemoryStore:
             del self._workers[name]
 
     def clock(self) -> float:
-        """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
         return self._clock()
 
     def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
-        """No notifications here: never calls ``callback``; the unsubscribe does nothing.
-
-        A worker on this store finds new jobs at its next poll. `RuntimeError` once closed.
-        """
         self._check_open()
         return _no_op
 
     def close(self) -> None:
-        """Release the store's resources; idempotent."""
         with self._lock:
             self._closed = True
-
-
-if TYPE_CHECKING:  # mypy --strict proves the store implements the protocol exactly
-    _implements: type[Store] = MemoryStore

@@ -30,9 +30,9 @@ Pattern:
     uses to end its idle wait. A statement that fails because the connection broke before
     ``COMMIT`` was sent changed nothing, so the store reconnects and retries it with
     backoff; a break during ``COMMIT`` leaves the outcome unknown and raises
-    `CommitUnknown`, which the worker handles like any failed store call (the lease
-    brings the job back). The schema lives in its own PostgreSQL schema with a version
-    table, created and migrated under an advisory lock.
+    `~patterns.jobqueue.store.CommitUnknown`, which the worker handles like any failed
+    store call (the lease brings the job back). The schema lives in its own PostgreSQL
+    schema with a version table, created and migrated under an advisory lock.
 
 Guarantees:
     * A job is returned by at most one claim while its lease is live, across every
@@ -44,8 +44,9 @@ Guarantees:
     * Complete, fail, retry, release and renew change the row only while the claim's
       token still holds the lease; they return False (None for renew) otherwise. So does
       each item of ``settle_many``, whose items commit together in one transaction.
-    * A call that raises `StoreUnavailable` (other than `CommitUnknown`) changed nothing.
-      Connection loss is retried ``RETRIES`` times with backoff first.
+    * A call that raises `~patterns.jobqueue.store.StoreUnavailable` (other than
+      `~patterns.jobqueue.store.CommitUnknown`) changed nothing. Connection loss is
+      retried ``RETRIES`` times with backoff first.
     * Every subscriber is called after each commit that enqueued or released a job, and
       again each time the listener (re)connects, since a notification may have been
       missed while it was away; a call means "look now", and may find nothing.
@@ -96,13 +97,15 @@ from patterns.jobqueue.store import (
     JOB_COLUMNS,
     CancelResult,
     Claim,
+    CommitUnknown,
     Job,
     JobState,
     JsonValue,
     NewJob,
     Settle,
     Settlement,
-    Store,
+    SingleOutcomes,
+    StoreUnavailable,
     WorkerRecord,
     backoff,
     cancelled_reason,
@@ -117,14 +120,12 @@ from patterns.jobqueue.store import (
     check_text,
     check_time,
     check_worker,
-    encode_result,
     expired_reason,
     job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
-    storable_error,
 )
 
 if TYPE_CHECKING:
@@ -134,10 +135,10 @@ if TYPE_CHECKING:
 __all__ = [
     "RETRIES",
     "SCHEMA_VERSION",
-    "CommitUnknown",
+    "CommitUnknown",  # defined in patterns.jobqueue.store, with the protocol; re-exported
     "PostgresStore",
     "StoreSchemaError",
-    "StoreUnavailable",
+    "StoreUnavailable",  # the same
     "is_postgres_url",
 ]
 
@@ -499,18 +500,6 @@ def _settle_names(n: int) -> tuple[str, ...]:
     return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
 
 
-class StoreUnavailable(RuntimeError):
-    """The database could not be reached within the retries; the call changed nothing."""
-
-
-class CommitUnknown(StoreUnavailable):
-    """The connection broke during ``COMMIT``: the transaction may or may not have applied.
-
-    Unlike its base class, the call may have taken effect. A claim that did commit leaves
-    its jobs running under leases nobody holds: they run again once those expire.
-    """
-
-
 class StoreSchemaError(RuntimeError):
     """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
 
@@ -549,7 +538,7 @@ def _advisory_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PostgresStore:
+class PostgresStore(SingleOutcomes):
     """A ``Store`` in the PostgreSQL database at ``dsn``, shared by any number of machines.
 
     Args:
@@ -570,9 +559,9 @@ class PostgresStore:
             raises `StoreSchemaError` ("no such queue") and nothing is created.
 
     The constructor connects, checks or creates the schema, and raises
-    `StoreUnavailable` if the server cannot be reached within ``RETRIES`` attempts,
-    `StoreSchemaError` if the schema is not usable, and `ImportError` naming the extra to
-    install if psycopg is missing.
+    `~patterns.jobqueue.store.StoreUnavailable` if the server cannot be reached within
+    ``RETRIES`` attempts, `StoreSchemaError` if the schema is not usable, and `ImportError`
+    naming the extra to install if psycopg is missing.
 
     One connection serves every call, guarded by a lock, as in ``SQLiteStore``: every call
     is one short transaction, so a connection per thread would mostly add connections to
@@ -934,7 +923,6 @@ class PostgresStore:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | None = None,
     ) -> int:
-        """Add a job and return its id; a bad payload or argument writes nothing."""
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
         new = prepare_enqueue(
             0.0,
@@ -953,7 +941,6 @@ class PostgresStore:
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
         prepared = []
         for index, (new, spec) in enumerate(
             zip(prepare_many(0.0, jobs, self._max_payload_bytes), jobs, strict=True)
@@ -968,13 +955,10 @@ class PostgresStore:
         return ids
 
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
-        """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
+        """`~patterns.jobqueue.store.Store.claim`, on the database's clock (its ``now``).
 
-        Due means queued with ``run_at <= now``, or running with an expired lease
-        (``lease_until <= now``), ``now`` being the database's clock. An expired job whose
-        attempts are spent is marked failed instead of being returned, and one with a
-        cancel request is marked cancelled. Rows that another transaction holds locked at
-        this moment are skipped, never waited for.
+        Rows that another transaction holds locked at this moment are skipped, never
+        waited for (``SKIP LOCKED``).
         """
         check_owner(owner)
         seconds = _check_range("lease", check_lease(lease))
@@ -1025,12 +1009,11 @@ class PostgresStore:
     def settle_and_claim(
         self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
     ) -> tuple[list[bool | Exception], list[Claim]]:
-        """`settle_many` then `claim` in one transaction: one ``COMMIT`` for both.
+        """`~patterns.jobqueue.store.Store.settle_and_claim` in one transaction: one ``COMMIT``.
 
-        See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
-        Both calls run their own code, joined to this transaction, so the claim is the
-        same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries the whole
-        of it, during ``COMMIT`` raises `CommitUnknown`.
+        `settle_many` and `claim` run their own code, joined to this transaction, so the
+        claim is the same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries
+        the whole of it, during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown`.
         """
         count = check_share_limit(limit)
         if count:
@@ -1052,8 +1035,19 @@ class PostgresStore:
 
         return self._transaction(body)
 
-    def _settle(self, claim: Claim, outcome: str, params: Mapping[str, Any]) -> bool:
-        """Apply one outcome only while the claim still holds the lease; notify on release."""
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
+        """Apply one checked outcome only while the claim holds the lease; notify on release."""
+        params: dict[str, Any]
+        if kind is Settle.COMPLETE:
+            params = {"result": text}
+        elif kind is Settle.RETRY:
+            gave_back = cancelled_reason("and its worker gave it back")
+            params = {"error": text, "run_at": _check_range("run_at", when), "cancelled": gave_back}
+        elif kind is Settle.RELEASE:
+            params = {"cancelled": cancelled_reason("and its worker gave it back")}
+        else:
+            params = {"error": text}
+        outcome = _SINGLE[kind]
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> bool:
             cursor = conn.execute(
@@ -1075,59 +1069,23 @@ class PostgresStore:
             )
         return held
 
-    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
-        """Mark the job done with ``result``; False (no change) if the lease was lost.
-
-        A ``result`` that is not JSON or is over ``max_payload_bytes`` raises `TypeError` /
-        `ValueError` and changes nothing.
-        """
-        text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle(claim, "complete", {"result": text})
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        """Mark the job failed for good with ``error``; False if the lease was lost."""
-        return self._settle(claim, "fail", {"error": storable_error(error)})
-
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
+        """`~patterns.jobqueue.store.Store.retry`; ``run_at`` is on the database's clock.
 
-        ``run_at`` is on the database's clock: a worker computes it from `clock`. A job
-        with a cancel request ends cancelled instead (it would never run again).
+        A worker computes it from `clock`.
         """
-        when = _check_range("run_at", check_time("run_at", run_at))
-        return self._settle(
-            claim,
-            "retry",
-            {
-                "error": storable_error(error),
-                "run_at": when,
-                "cancelled": cancelled_reason("and its worker gave it back"),
-            },
-        )
-
-    def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
-
-        A job with a cancel request ends cancelled instead (it would never run again).
-        """
-        return self._settle(
-            claim, "release", {"cancelled": cancelled_reason("and its worker gave it back")}
-        )
+        return super().retry(claim, error, run_at=run_at)
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes in one transaction.
+        """`~patterns.jobqueue.store.Store.settle_many` in one ``UPDATE ... FROM (VALUES ...)``.
 
-        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
-        (`~patterns.jobqueue.store.prepare_settlement`, and a retry's ``run_at`` within
-        PostgreSQL's range: a bad one is its own exception and is not sent); the rest go
-        in one ``UPDATE ... FROM (VALUES ...)`` that fences each row by its own token (one
-        statement per ``_SETTLE_ROWS`` items; one item takes its single-job statement),
-        then one ``COMMIT``: a batch of up to that many costs the round trips of a single
-        call (``BEGIN``, the statement, ``COMMIT``). Of two items for one claim, the first
-        applies and the second is False, as one after the other would be. A release that
-        applied sends one ``NOTIFY``. The connection breaking before ``COMMIT`` is
-        retried, during ``COMMIT`` raises `CommitUnknown`, as for a single call; a
-        transaction that failed applied none of the items. An empty list does nothing.
+        A retry's ``run_at`` is also checked against PostgreSQL's range before the
+        transaction. The statement fences each row by its own token (one statement per
+        ``_SETTLE_ROWS`` items; one item takes its single-job statement), then one ``COMMIT``:
+        a batch of up to that many costs the round trips of a single call (``BEGIN``, the
+        statement, ``COMMIT``). A release that applied sends one ``NOTIFY``. The connection
+        breaking before ``COMMIT`` is retried; during ``COMMIT`` it raises
+        `~patterns.jobqueue.store.CommitUnknown`, as for a single call.
         """
         if not items:
             return []
@@ -1206,17 +1164,7 @@ class PostgresStore:
             self._statements[name] = statement
         return statement
 
-    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
-        """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
-        return self._settle(claim, "mark_cancelled", {"error": storable_error(reason)})
-
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost.
-
-        Touches the lease only: the payload is neither read nor sent, so a renew costs the
-        same whatever its size. The renewed claim carries the caller's job snapshot with
-        the new ``lease_until``, and ``cancel_requested``.
-        """
         seconds = _check_range("lease", check_lease(lease))
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Claim | None:
@@ -1241,7 +1189,6 @@ class PostgresStore:
         return renewed
 
     def get(self, job_id: int) -> Job | None:
-        """The job with this id, or None."""
         if not check_job_id(job_id):  # outside bigint: never issued
             return None
 
@@ -1254,7 +1201,6 @@ class PostgresStore:
     def list_jobs(
         self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
     ) -> list[Job]:
-        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
         params = {
             "state": None if state is None else check_state(state).value,
             "task": None if task is None else check_text("task", task),
@@ -1277,7 +1223,6 @@ class PostgresStore:
         return self._transaction(body)
 
     def requeue(self, job_id: int) -> bool:
-        """Put a failed job back in the queue, due now, attempts 0, last error kept."""
         if not check_job_id(job_id):
             return False
         done = bool(self._requeue(job_id, None))
@@ -1286,14 +1231,12 @@ class PostgresStore:
         return done
 
     def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
         ids = self._requeue(None, None if task is None else check_text("task", task))
         if ids:
             logger.info("%s: requeued %d failed jobs", self._where, len(ids))
         return ids
 
     def cancel(self, job_id: int) -> CancelResult:
-        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
         if not check_job_id(job_id):
             return CancelResult.NOT_FOUND
 
@@ -1316,7 +1259,6 @@ class PostgresStore:
         return result
 
     def counts(self) -> dict[str, int]:
-        """Number of jobs in each state, every state present (zero included)."""
         rows = self._transaction(
             lambda conn, clock: conn.execute(self._statements["counts"]).fetchall()
         )
@@ -1325,7 +1267,6 @@ class PostgresStore:
         return result
 
     def next_due(self) -> float | None:
-        """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
         row = self._transaction(
             lambda conn, clock: conn.execute(self._statements["next_due"]).fetchone()
         )
@@ -1334,7 +1275,6 @@ class PostgresStore:
     def purge(
         self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
     ) -> int:
-        """Delete finished jobs in ``states`` (updated before ``older_than``); how many."""
         cutoff = (
             None
             if older_than is None
@@ -1362,9 +1302,9 @@ class PostgresStore:
         jobs_held: int,
         ttl: float,
     ) -> None:
-        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later.
+        """`~patterns.jobqueue.store.Store.record_worker`; ``started_at`` on the database's clock.
 
-        ``started_at`` is on the database's clock (a worker reads it from `clock`).
+        A worker reads it from `clock`.
         """
         row = check_worker(
             worker_id,
@@ -1392,15 +1332,12 @@ class PostgresStore:
         self._transaction(body)
 
     def forget_worker(self, worker_id: str) -> None:
-        """Delete this worker's row (a worker that stopped); no error if there is none."""
         name = check_text("worker_id", worker_id)
         self._transaction(
             lambda conn, clock: conn.execute(self._statements["forget_worker"], {"id": name})
         )
 
     def workers(self) -> list[WorkerRecord]:
-        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
-
         def body(
             conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
         ) -> list[WorkerRecord]:
@@ -1441,14 +1378,12 @@ class PostgresStore:
     # --- wake-ups ---------------------------------------------------------------------------
 
     def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
-        """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
+        """`~patterns.jobqueue.store.Store.subscribe` through ``LISTEN`` on a connection of its own.
 
-        It is called from the store's listener thread after every commit that enqueued or
-        released a job in this schema, from any connection on any machine, and each time
-        the listener has (re)started listening, because a notification may have been
-        missed before. It must return quickly and not call back into the store from that
-        thread: ``Worker.wake`` (set an event) is the intended callback. An exception from
-        it is logged and ignored.
+        The callback is called from the store's listener thread after every commit that
+        enqueued or released a job in this schema, from any connection on any machine, and
+        each time the listener has (re)started listening, because a notification may have
+        been missed before. An exception from it is logged and ignored.
 
         The first subscription starts the listener: a daemon thread with its own
         connection that reconnects with backoff when the connection is lost. It runs
@@ -1608,7 +1543,3 @@ class PostgresStore:
             self._close_wakeup()
         if conn is not None:
             conn.close()
-
-
-if TYPE_CHECKING:  # mypy --strict proves the store implements the protocol exactly
-    _implements: type[Store] = PostgresStore

@@ -39,9 +39,18 @@ from typing import Generic, Protocol, TypeVar
 
 from patterns.daemon_threads import BackgroundService, StopReport
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, Outcome
-from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.store import Claim, Job, JsonValue, Settle, Settlement, Store, storable_error
-from patterns.jobqueue.tasks import Phase, _describe
+from patterns.jobqueue.store import (
+    Claim,
+    CommitUnknown,
+    Job,
+    JsonValue,
+    Settle,
+    Settlement,
+    Store,
+    storable_error,
+)
+from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.tasks import describe_error as _describe
 
 __all__ = ["Pending", "Run", "Settler"]
 
@@ -131,18 +140,12 @@ class Settler(Generic[_R]):
         self._outbox: list[Pending[_R]] = []  # handed over, not yet taken by the thread
         self._closed = False  # set by close() (or the thread's death): put() refuses
         self._waiting = False
-        # The store's shared transaction (outcomes and the claims for the slots they free),
-        # if it has one; then a handed-over outcome's slot waits in _refill for the commit.
-        self._share = getattr(store, "settle_and_claim", None)
+        # A handed-over outcome's slot waits in _refill for the commit of the outcomes,
+        # which claims for it in the same transaction (`Store.settle_and_claim`).
         self._refill = 0  # slots freed by outcomes in the outbox: the commit claims for them
         self._service = BackgroundService(
             track(self._loop), name=f"{owner}-settler", stop_timeout=stop_timeout
         )
-
-    @property
-    def refills(self) -> bool:
-        """True if a handed-over outcome takes its slot along (the store shares commits)."""
-        return self._share is not None
 
     @property
     def thread_name(self) -> str:
@@ -164,12 +167,11 @@ class Settler(Generic[_R]):
         return self._service.stop(timeout)
 
     def put(self, pending: Pending[_R]) -> bool:
-        """Queue ``pending`` (and its slot, if `refills`); False once closed (lock held)."""
+        """Queue ``pending`` and its slot; False once closed (lock held)."""
         if self._closed:
             return False
         self._outbox.append(pending)
-        if self._share is not None:
-            self._refill += 1  # the commit claims for it with the outcome
+        self._refill += 1  # the commit claims for it with the outcome
         if self._waiting:
             self._ready.notify()
         return True
@@ -289,8 +291,9 @@ class Settler(Generic[_R]):
         self, items: list[Settlement], want: int
     ) -> tuple[list[bool | Exception], list[Claim]]:
         """`Store.settle_and_claim`, checked to answer once per item and claim within ``want``."""
-        assert self._share is not None  # want > 0 only when the store shares
-        answers, claims = self._share(items, self._owner, lease=self._lease, limit=want)
+        answers, claims = self._store.settle_and_claim(
+            items, self._owner, lease=self._lease, limit=want
+        )
         if len(answers) != len(items) or len(claims) > want:
             raise RuntimeError(
                 f"settle_and_claim returned {len(answers)} answers for {len(items)} items"

@@ -79,7 +79,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
@@ -94,7 +94,7 @@ from patterns.jobqueue.store import (
     NewJob,
     Settle,
     Settlement,
-    Store,
+    SingleOutcomes,
     WorkerRecord,
     backoff,
     cancelled_reason,
@@ -109,7 +109,6 @@ from patterns.jobqueue.store import (
     check_text,
     check_time,
     check_worker,
-    encode_result,
     expired_reason,
     job_from_row,
     new_token,
@@ -338,7 +337,7 @@ class _Watcher:
         self.thread: threading.Thread | None = None
 
 
-class SQLiteStore:
+class SQLiteStore(SingleOutcomes):
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
     The file is created with the current schema if it does not exist, unless ``create``
@@ -700,8 +699,6 @@ class SQLiteStore:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | None = None,
     ) -> int:
-        """Add a job and return its id; a bad payload or argument writes nothing."""
-
         # A bad argument raises inside the transaction, which rolls back: nothing written.
         def body(conn: sqlite3.Connection, now: float) -> int:
             new = prepare_enqueue(
@@ -721,8 +718,6 @@ class SQLiteStore:
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Add several jobs (each a mapping of `enqueue`'s arguments) in one transaction."""
-
         def body(conn: sqlite3.Connection, now: float) -> list[int]:
             prepared = prepare_many(now, jobs, self._max_payload_bytes)
             return [self._insert(conn, new, now) for new in prepared]
@@ -732,12 +727,6 @@ class SQLiteStore:
         return ids
 
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
-        """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
-
-        Due means queued with ``run_at <= now``, or running with an expired lease
-        (``lease_until <= now``). An expired job whose attempts are spent is marked failed
-        instead of being returned, and one with a cancel request is marked cancelled.
-        """
         check_owner(owner)
         seconds = check_lease(lease)
         count = check_limit(limit)
@@ -807,7 +796,7 @@ class SQLiteStore:
         logger.error("%s; job failed", reason)
         return None
 
-    def _settle(self, claim: Claim, kind: Settle, text: str | None, when: float = 0.0) -> bool:
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
         """One checked outcome, in its own transaction, only while the claim holds the lease."""
         held = self._write(lambda conn, now: self._settle_in(conn, now, claim, (kind, text, when)))
         if not held:
@@ -833,49 +822,11 @@ class SQLiteStore:
         cursor = conn.execute(_SETTLE_SQL[kind], (*params, now, claim.job.id, claim.token))
         return cursor.rowcount == 1
 
-    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
-        """Mark the job done with ``result``; False (no change) if the lease was lost.
-
-        A ``result`` that is not JSON or is over ``max_payload_bytes`` raises `TypeError` /
-        `ValueError` and changes nothing.
-        """
-        text = None if result is None else encode_result(result, self._max_payload_bytes)
-        return self._settle(claim, Settle.COMPLETE, text)
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        """Mark the job failed for good with ``error``; False if the lease was lost."""
-        return self._settle(claim, Settle.FAIL, storable_error(error))
-
-    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
-
-        A job with a cancel request ends cancelled instead (it would never run again).
-        """
-        when = check_time("run_at", run_at)
-        return self._settle(claim, Settle.RETRY, storable_error(error), when)
-
-    def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
-
-        A job with a cancel request ends cancelled instead (it would never run again).
-        """
-        return self._settle(claim, Settle.RELEASE, None)
-
-    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
-        """End a running job as cancelled, ``reason`` as its last error; False if lease lost."""
-        return self._settle(claim, Settle.CANCEL, storable_error(reason))
-
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
-        """Record several outcomes in one ``BEGIN IMMEDIATE`` transaction.
+        """`~patterns.jobqueue.store.Store.settle_many` in one ``BEGIN IMMEDIATE`` transaction.
 
-        See `~patterns.jobqueue.store.Store.settle_many`. Every item is checked first
-        (`~patterns.jobqueue.store.prepare_settlement`: a bad one is its own exception and
-        never reaches the file); then one transaction runs each item's fenced UPDATE in
-        order (of two items for one claim, the first applies and the second finds the
-        lease gone) and commits once: with ``synchronous="FULL"`` one fsync for the lot. A
-        busy database is retried, a damaged file or a closed store raises, exactly as for
-        a single call, and a failed transaction applied none of the items. An empty list
-        does nothing.
+        One commit for the lot: with ``synchronous="FULL"``, one fsync. A busy database is
+        retried and a damaged file raises, as for a single call.
         """
         if not items:
             return []
@@ -903,11 +854,10 @@ class SQLiteStore:
     def settle_and_claim(
         self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
     ) -> tuple[list[bool | Exception], list[Claim]]:
-        """`settle_many` then `claim` in one ``BEGIN IMMEDIATE`` transaction: one commit.
+        """`~patterns.jobqueue.store.Store.settle_and_claim` in one ``BEGIN IMMEDIATE`` transaction.
 
-        See `~patterns.jobqueue.store.Store.settle_and_claim`; ``limit=0`` settles only.
-        Both calls run their own code, joined to this transaction; a busy database
-        retries the whole of it, a failure rolls all of it back.
+        `settle_many` and `claim` run their own code, joined to this transaction; a busy
+        database retries the whole of it, a failure rolls all of it back.
         """
         count = check_share_limit(limit)
         if count:
@@ -930,12 +880,6 @@ class SQLiteStore:
         return self._write(body)
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        """Extend the lease; the renewed claim, or None if the lease was lost.
-
-        Touches the lease only: the payload is neither read nor parsed, so a renew costs
-        the same whatever its size. The renewed claim carries the caller's job snapshot
-        with the new ``lease_until``, and ``cancel_requested``.
-        """
         seconds = check_lease(lease)
 
         def body(conn: sqlite3.Connection, now: float) -> Claim | None:
@@ -963,7 +907,6 @@ class SQLiteStore:
         return renewed
 
     def get(self, job_id: int) -> Job | None:
-        """The job with this id, or None."""
         if not check_job_id(job_id):
             return None
         return self._read(lambda conn: self._select(conn, job_id))
@@ -971,7 +914,6 @@ class SQLiteStore:
     def list_jobs(
         self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
     ) -> list[Job]:
-        """Up to ``limit`` jobs, newest (highest id) first, filtered by state and task."""
         where, params = ["1 = 1"], []
         if state is not None:
             where.append("state = ?")
@@ -990,7 +932,6 @@ class SQLiteStore:
     )
 
     def requeue(self, job_id: int) -> bool:
-        """Put a failed job back in the queue, due now, attempts 0, last error kept."""
         if not check_job_id(job_id):
             return False
 
@@ -1004,7 +945,6 @@ class SQLiteStore:
         return done
 
     def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
         name = None if task is None else check_text("task", task)
         where = "" if name is None else " AND task = ?"
         extra: tuple[str, ...] = () if name is None else (name,)
@@ -1025,7 +965,6 @@ class SQLiteStore:
         return ids
 
     def cancel(self, job_id: int) -> CancelResult:
-        """Cancel a job: a queued one never runs; a running one gets ``cancel_requested``."""
         if not check_job_id(job_id):
             return CancelResult.NOT_FOUND
 
@@ -1052,7 +991,6 @@ class SQLiteStore:
         return result
 
     def counts(self) -> dict[str, int]:
-        """Number of jobs in each state, every state present (zero included)."""
         rows = self._read(
             lambda conn: conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
         )
@@ -1061,7 +999,6 @@ class SQLiteStore:
         return result
 
     def next_due(self) -> float | None:
-        """When the next job becomes claimable (a run_at or a lease expiry); None if never."""
         row = self._read(
             lambda conn: conn.execute(
                 "SELECT MIN(t) FROM ("
@@ -1075,7 +1012,6 @@ class SQLiteStore:
     def purge(
         self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
     ) -> int:
-        """Delete finished jobs in ``states`` (updated before ``older_than``); how many."""
         cutoff = None if older_than is None else check_time("older_than", older_than)
         chosen = sorted(state.value for state in check_states(states))
         if not chosen:
@@ -1105,7 +1041,6 @@ class SQLiteStore:
         jobs_held: int,
         ttl: float,
     ) -> None:
-        """Insert or update this worker's row; ``last_seen`` is now, it expires ``ttl`` later."""
         row = check_worker(
             worker_id,
             host=host,
@@ -1136,13 +1071,10 @@ class SQLiteStore:
         self._write(body)
 
     def forget_worker(self, worker_id: str) -> None:
-        """Delete this worker's row (a worker that stopped); no error if there is none."""
         name = check_text("worker_id", worker_id)
         self._write(lambda conn, now: conn.execute("DELETE FROM workers WHERE id = ?", (name,)))
 
     def workers(self) -> list[WorkerRecord]:
-        """The live workers' rows (not yet expired), oldest ``started_at`` first."""
-
         def body(conn: sqlite3.Connection, now: float) -> list[WorkerRecord]:
             self._expire_workers(conn, now)
             rows = conn.execute(
@@ -1158,7 +1090,6 @@ class SQLiteStore:
             logger.info("%s: %d worker rows expired (workers that died?)", self._path, gone)
 
     def clock(self) -> float:
-        """The store's time now: the ``clock`` it was built with (`time.time` by default)."""
         return self._clock()
 
     # --- wake-ups: the data_version watcher -------------------------------------------------
@@ -1177,21 +1108,17 @@ class SQLiteStore:
         self._watcher: _Watcher | None = None
 
     def subscribe(self, callback: Callable[[], object]) -> Callable[[], None]:
-        """Call ``callback()`` whenever a job may have become due; return an unsubscribe.
+        """`~patterns.jobqueue.store.Store.subscribe` through a watcher thread and ``data_version``.
 
-        It is called from the store's watcher thread within about ``watch_interval``
-        seconds of a commit by any other connection to the file, in this process or
-        another (SQLite's ``PRAGMA data_version`` changes then); the store's own commits
-        do not call it. It may also be called when nothing is due (a worker's row was
-        written, a job finished): a worker then claims and finds nothing. It must return
-        quickly and not call back into the store from that thread: ``Worker.wake`` is the
-        intended callback. An exception from it is logged and ignored.
+        The callback is called from the store's watcher thread within about
+        ``watch_interval`` seconds of a commit by any other connection to the file, in this
+        process or another (SQLite's ``PRAGMA data_version`` changes then); the store's own
+        commits do not call it. An exception from it is logged and ignored.
 
         The first subscription starts the watcher thread with a connection of its own; the
         last unsubscribe and `close` stop it (waiting up to 2 s). If it cannot start, this
         raises and subscribes nobody. With ``watch_interval`` 0 or None, or a ``:memory:``
-        database, nothing ever calls ``callback`` and the unsubscribe does nothing: a
-        worker finds new jobs at its next poll. `RuntimeError` once closed.
+        database, nothing ever calls ``callback`` and the unsubscribe does nothing.
         """
         with self._watch_lock:
             self._check_open()
@@ -1352,7 +1279,3 @@ class SQLiteStore:
             self._watcher = None
             self._subscribers.clear()
         self._end_watcher(watcher)
-
-
-if TYPE_CHECKING:  # mypy --strict proves the store implements the protocol exactly
-    _implements: type[Store] = SQLiteStore

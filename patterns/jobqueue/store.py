@@ -39,8 +39,10 @@ A name (task, owner, worker) is refused instead (`check_text`): no NUL, no lone 
 at most 200 characters. `Store.renew` never reads the payload, whatever its size.
 
 Shared by the stores, so that none imports another: the argument checks and row
-preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), and for the SQL stores the
-row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause (`backoff`).
+preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), the five single-job outcome
+methods on one primitive each store provides (``SingleOutcomes``, their base class), and
+for the SQL stores the row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause
+(`backoff`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ __all__ = [
     "MAX_SECONDS",
     "CancelResult",
     "Claim",
+    "CommitUnknown",
     "Job",
     "JobState",
     "JsonValue",
@@ -71,6 +74,7 @@ __all__ = [
     "Settle",
     "Settlement",
     "Store",
+    "StoreUnavailable",
     "WorkerRecord",
     "WorkerRow",
     "backoff",
@@ -95,6 +99,7 @@ __all__ = [
     "prepare_many",
     "prepare_settlement",
     "settle_each",
+    "settle_only",
     "storable_error",
 ]
 
@@ -132,6 +137,22 @@ class CancelResult(enum.StrEnum):
     REQUESTED = "requested"  # the job is running: its worker's next renew sees the request
     FINISHED = "finished"  # the job had already ended (done, failed, cancelled): no change
     NOT_FOUND = "not found"  # no job has this id
+
+
+class StoreUnavailable(RuntimeError):
+    """The database could not be reached within the retries; the call changed nothing.
+
+    Raised by a store on a database server (`~patterns.jobqueue.postgres.PostgresStore`);
+    defined here, with the protocol, so that a worker handles it without importing that store.
+    """
+
+
+class CommitUnknown(StoreUnavailable):
+    """The connection broke during ``COMMIT``: the transaction may or may not have applied.
+
+    Unlike its base class, the call may have taken effect. A claim that did commit leaves
+    its jobs running under leases nobody holds: they run again once those expire.
+    """
 
 
 @dataclass(frozen=True)
@@ -580,7 +601,12 @@ def backoff(first: float, attempt: int, cap: float = math.inf) -> float:
 
 
 class Store(Protocol):
-    """What a worker needs from a store. Every method is one transaction and thread-safe."""
+    """What a worker needs from a store. Every method is one transaction and thread-safe.
+
+    The contract is written here once: the stores of this package subclass the protocol
+    and inherit these docstrings; a store's own docstring on a method says only what
+    differs on that store. A store of one's own may subclass it too, or just match it.
+    """
 
     def enqueue(
         self,
@@ -606,33 +632,41 @@ class Store(Protocol):
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
         """Take up to ``limit`` due jobs, oldest ``run_at`` first (ties by id), under a lease.
 
-        Due means queued with ``run_at <= now``, or running with an expired lease. An
-        expired job whose attempts are spent is marked failed instead of being returned.
+        Due means queued with ``run_at <= now``, or running with an expired lease
+        (``lease_until <= now``). An expired job whose attempts are spent is marked failed
+        instead of being returned, and one with a cancel request is marked cancelled.
         """
         ...
 
     def complete(self, claim: Claim, result: JsonValue = None) -> bool:
         """Mark the job done with ``result``; False (no change) if the lease was lost.
 
-        ``result`` must pass `encode_result` (JSON, within ``max_payload_bytes``), or
-        `TypeError` / `ValueError` is raised and nothing changes.
+        ``result`` must pass `~patterns.jobqueue.store.encode_result` (JSON, within
+        ``max_payload_bytes``), or `TypeError` / `ValueError` is raised and nothing changes.
         """
         ...
 
     def fail(self, claim: Claim, error: str) -> bool:
         """Mark the job failed for good with ``error``; False if the lease was lost.
 
-        Every method taking an ``error`` stores `storable_error` of it: it never raises
-        because of the text.
+        Every method taking an ``error`` stores `~patterns.jobqueue.store.storable_error` of
+        it: it never raises because of the text.
         """
         ...
 
     def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost."""
+        """Queue the job again at ``run_at``, keeping the attempt; False if the lease was lost.
+
+        A job with a cancel request ends cancelled instead (it would never run again).
+        """
         ...
 
     def release(self, claim: Claim) -> bool:
-        """Return an interrupted job unchanged: attempt given back, original ``run_at``."""
+        """Return an interrupted job unchanged: attempt given back, original ``run_at``.
+
+        False if the lease was lost. A job with a cancel request ends cancelled instead (it
+        would never run again).
+        """
         ...
 
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
@@ -641,14 +675,15 @@ class Store(Protocol):
         Each entry means what the single-job method returns: True applied, False refused
         by fencing (that claim alone; the others still apply). Each item is checked
         before the transaction, as its single-job method checks its arguments
-        (`prepare_settlement`): one the store refuses there (a result `encode_result`
-        rejects, a bad ``run_at``, not a `Settlement`) is its exception, is never written,
-        and the others still apply. The rest apply in order, each fenced alone and doing
+        (`~patterns.jobqueue.store.prepare_settlement`): one the store refuses there (a
+        result `~patterns.jobqueue.store.encode_result` rejects, a bad ``run_at``, not a
+        `~patterns.jobqueue.store.Settlement`) is its exception, is never written, and
+        the others still apply. The rest apply in order, each fenced alone and doing
         exactly what its single-job method does; so of two items for one claim, the first
         applies and the second is False. A failure of the transaction itself raises, as a
         single call would: nothing applied, or, for a commit whose outcome is unknown
-        (``CommitUnknown`` on PostgreSQL), any of it may have. An empty list is a no-op:
-        no transaction, nothing raised.
+        (`~patterns.jobqueue.store.CommitUnknown` on PostgreSQL), any of it may have. An
+        empty list is a no-op: no transaction, nothing raised.
         """
         ...
 
@@ -664,6 +699,10 @@ class Store(Protocol):
         written. A failure of the transaction raises as
         `settle_many` does: nothing applied and nothing claimed, or, for a commit whose
         outcome is unknown, any of it may have.
+
+        A store that cannot join a claim to that transaction claims nothing
+        (`~patterns.jobqueue.store.settle_only`): the worker's claiming thread then claims
+        for the freed slots.
         """
         ...
 
@@ -700,7 +739,7 @@ class Store(Protocol):
         ...
 
     def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        """`requeue` every failed job (of ``task``) in one transaction; their ids."""
+        """`requeue` every failed job (of ``task``) in one transaction; their ids, ascending."""
         ...
 
     def cancel(self, job_id: int) -> CancelResult:
@@ -720,7 +759,7 @@ class Store(Protocol):
     ) -> int:
         """Delete finished jobs in ``states`` (updated before ``older_than``); how many.
 
-        ``states`` may name only finished states (`check_states`).
+        ``states`` may name only finished states (`~patterns.jobqueue.store.check_states`).
         """
         ...
 
@@ -772,6 +811,41 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store's resources; idempotent."""
         ...
+
+
+class SingleOutcomes(Store):
+    """The five single-job outcome methods of `Store`, on one method a store provides.
+
+    `Store.complete`, `Store.fail`, `Store.retry`, `Store.release` and
+    `Store.mark_cancelled` check their arguments alike on every store (a result through
+    `encode_result`, an error through `storable_error`, a retry's ``run_at`` through
+    `check_time`), then apply one outcome in its own transaction, fenced by the claim's
+    token: ``_settle_one(claim, kind, text, when)``, which a store subclassing this
+    implements (``text`` and ``when`` as `prepare_settlement` returns them).
+    """
+
+    _max_payload_bytes: int
+
+    def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
+        """Apply one checked outcome in its own transaction; False if the lease is gone."""
+        raise NotImplementedError
+
+    def complete(self, claim: Claim, result: JsonValue = None) -> bool:
+        text = None if result is None else encode_result(result, self._max_payload_bytes)
+        return self._settle_one(claim, Settle.COMPLETE, text, 0.0)
+
+    def fail(self, claim: Claim, error: str) -> bool:
+        return self._settle_one(claim, Settle.FAIL, storable_error(error), 0.0)
+
+    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
+        when = check_time("run_at", run_at)
+        return self._settle_one(claim, Settle.RETRY, storable_error(error), when)
+
+    def release(self, claim: Claim) -> bool:
+        return self._settle_one(claim, Settle.RELEASE, None, 0.0)
+
+    def mark_cancelled(self, claim: Claim, reason: str) -> bool:
+        return self._settle_one(claim, Settle.CANCEL, storable_error(reason), 0.0)
 
 
 def prepare_settlement(
@@ -828,14 +902,18 @@ def settle_each(store: Store, items: Sequence[Settlement]) -> list[bool | Except
     return done
 
 
-def settle_then_claim(
+def settle_only(
     store: Store, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
 ) -> tuple[list[bool | Exception], list[Claim]]:
-    """`Store.settle_and_claim`'s meaning in two transactions: `Store.settle_many`, then a claim.
+    """`Store.settle_and_claim` for a store whose claim cannot join its outcomes' transaction.
 
-    For a store that has no shared transaction; not atomic: a failed claim raises with
-    the outcomes applied.
+    Checks ``owner``, ``lease`` and ``limit`` as the shared transaction does, records the
+    outcomes with `Store.settle_many`, and claims nothing: a worker frees the slots it had
+    reserved for the claims, and its claiming thread claims for them in a transaction of
+    its own.
     """
     count = check_share_limit(limit)
-    done = store.settle_many(items)
-    return done, store.claim(owner, lease=lease, limit=count) if count else []
+    if count:
+        check_owner(owner)
+        check_lease(lease)
+    return store.settle_many(items), []

@@ -227,13 +227,13 @@ class PhaseError(Exception):
 
     def __init__(self, phase: Phase, job: Job | None, cause: BaseException) -> None:
         where = "" if job is None else f" (job {job.id}, task {job.task!r})"
-        super().__init__(f"{phase.value} failed{where}: {_describe(cause)}")
+        super().__init__(f"{phase.value} failed{where}: {describe_error(cause)}")
         self.phase = phase
         self.job = job
         self.__cause__ = cause
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
     """``"Type: message"`` for a log line or ``last_error``, even if ``str(error)`` raises.
 
     The error comes from a handler or a hook, so its ``__str__`` is someone else's code:

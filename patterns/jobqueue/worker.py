@@ -148,10 +148,10 @@ from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.outcomes import DEFAULT_POLICY, Outcome, decide
-from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.settler import Pending, Settler
 from patterns.jobqueue.store import (
     Claim,
+    CommitUnknown,
     Job,
     JsonValue,
     Settle,
@@ -169,8 +169,8 @@ from patterns.jobqueue.tasks import (
     Retry,
     Task,
     TaskRegistry,
-    _describe,
 )
+from patterns.jobqueue.tasks import describe_error as _describe
 from patterns.thread_exceptions import ThreadFailure
 
 __all__ = [
@@ -1287,8 +1287,8 @@ class Worker:
                 pending = self._process(claim)
                 with self._cond:  # one lock hold: the outcome to the settler, the slot freed
                     queued = pending is None or self._queue_outcome(pending)
-                    # With refills, the slot goes with the outcome: its commit claims for it.
-                    if pending is None or not queued or not self._settler.refills:
+                    # A queued outcome takes its slot along: its commit claims for it.
+                    if pending is None or not queued:
                         self._idle += 1
                         if self._claimer_waiting:  # for a free slot: this is one
                             self._cond.notify()

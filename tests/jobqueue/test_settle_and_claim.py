@@ -19,7 +19,7 @@ import pytest
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, Job, Settle, Settlement, Store
+from patterns.jobqueue.store import Claim, Job, Settle, Settlement, Store, settle_only
 from tests.jobqueue.conftest import admin_execute
 from tests.support import FakeClock
 
@@ -250,3 +250,16 @@ def test_postgres_the_shared_transaction_is_one_commit(
         assert commits == [1]
     finally:
         store.close()
+
+
+def test_settle_only_settles_as_settle_many_claims_nothing_and_checks_the_claim_arguments() -> None:
+    """The default of a store that cannot share the transaction: its claimer claims later."""
+    store = MemoryStore(clock=FakeClock())
+    store.enqueue_many([{"task": "t"}] * 3)
+    (claim,) = store.claim("w", lease=LEASE)
+    item = Settlement(Settle.COMPLETE, claim)
+    with pytest.raises(ValueError, match="lease"):
+        settle_only(store, [item], "w", lease=0.0, limit=1)
+    assert store.counts()["running"] == 1  # checked before anything was written
+    assert settle_only(store, [item, item], "w", lease=LEASE, limit=2) == ([True, False], [])
+    assert store.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 0, "cancelled": 0}

@@ -37,7 +37,15 @@ import pytest
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, Job, JobState, Settle, Settlement, Store
+from patterns.jobqueue.store import (
+    Claim,
+    Job,
+    JobState,
+    Settle,
+    Settlement,
+    Store,
+    settle_only,
+)
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
 from tests.support import (
@@ -165,6 +173,12 @@ class FaultStore:
         for item, answer in zip(items, answers, strict=True):
             self.ledger.settled(_METHODS[item.kind], item.claim, answer is True)
         return answers
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """The noted `settle_many`, no claim: every claim goes through `claim`, noted."""
+        return settle_only(self, items, owner, lease=lease, limit=limit)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """Pass through, noting an accepted call."""

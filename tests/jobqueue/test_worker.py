@@ -22,7 +22,7 @@ import pytest
 
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.store import Claim, JobState, Settlement, settle_each
+from patterns.jobqueue.store import Claim, JobState, Settlement, settle_each, settle_only
 from patterns.jobqueue.tasks import (
     Backoff,
     Fail,
@@ -130,6 +130,12 @@ class RecordingStore:
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
         """One recorded single call per item (each may park or raise as told)."""
         return settle_each(self, items)
+
+    def settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """The recorded `settle_many`, no claim: the worker's claiming thread claims."""
+        return settle_only(self, items, owner, lease=lease, limit=limit)
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         """Record if accepted."""
