@@ -50,7 +50,7 @@ nitpick_ignore_regex = [
             r"(asyncio|_asyncio|concurrent|threading|queue|socket|typing|collections|contextlib|"
             r"types|io|logging|"
             r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref|atexit|"
-            r"multiprocessing)"
+            r"multiprocessing|sqlite3)"
             r"(\..*)?"
         ),
     ),

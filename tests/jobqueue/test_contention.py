@@ -69,8 +69,9 @@ def job(payload, ctx):
 LAUNCH = """
 import sys
 import patterns.jobqueue.sqlite as sqlite_store
+import patterns.jobqueue.sqlite_transactions as sqlite_transactions
 sqlite_store.BUSY_TIMEOUT = 0.05
-sqlite_store._BACKOFF = 0.2
+sqlite_transactions._BACKOFF = 0.2
 {body}
 """
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue import sqlite as sqlite_store
+from patterns.jobqueue import sqlite_transactions
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import CommitUnknown, PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
@@ -402,8 +403,8 @@ def test_sqlite_a_lock_held_past_every_retry_raises_and_applies_none_of_the_batc
 ) -> None:
     """After the bounded busy retries the batch raises "locked"; every job is as it was."""
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.02)  # read when the store connects
-    monkeypatch.setattr(sqlite_store, "_BUSY_RETRIES", 2)
-    monkeypatch.setattr(sqlite_store, "_BACKOFF", 0.01)
+    monkeypatch.setattr(sqlite_transactions, "_BUSY_RETRIES", 2)
+    monkeypatch.setattr(sqlite_transactions, "_BACKOFF", 0.01)
     path = tmp_path / "jobs.db"
     store = SQLiteStore(path)
     other = sqlite3.connect(path, isolation_level=None)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from patterns.jobqueue import sqlite as sqlite_store
+from patterns.jobqueue import sqlite_schema, sqlite_transactions
 from patterns.jobqueue.sqlite import SCHEMA_VERSION, SQLiteStore, StoreFileError
 from patterns.jobqueue.store import JobState
 from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread, spawn_python, stays_blocked
@@ -143,7 +144,7 @@ def test_the_claim_query_searches_indexes_instead_of_scanning_the_table(
     conn = raw(db)
     try:
         plan = " | ".join(
-            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sqlite_store._DUE_SQL}", (0, 0, 1))
+            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sqlite_schema.DUE_SQL}", (0, 0, 1))
         )
     finally:
         conn.close()
@@ -247,8 +248,8 @@ def test_a_migration_that_fails_leaves_the_version_1_file_as_it_was(
         " created_at, updated_at) VALUES ('a', '1', 'queued', 1, 0, 3, 1, 1)"
     )
     conn.close()
-    broken = (*sqlite_store._MIGRATIONS[1][:-1], "THIS IS NOT SQL")
-    monkeypatch.setattr(sqlite_store, "_MIGRATIONS", (sqlite_store._MIGRATIONS[0], broken))
+    broken = (*sqlite_schema.MIGRATIONS[1][:-1], "THIS IS NOT SQL")
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", (sqlite_schema.MIGRATIONS[0], broken))
     with pytest.raises(StoreFileError):
         SQLiteStore(db)
     assert pragma(db, "user_version") == 1
@@ -514,8 +515,8 @@ def test_a_lock_held_past_every_retry_raises_and_loses_no_job(
 ) -> None:
     """After bounded retries the claim raises "database is locked"; the job is still queued."""
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.02)  # read when the store connects
-    monkeypatch.setattr(sqlite_store, "_BUSY_RETRIES", 3)
-    monkeypatch.setattr(sqlite_store, "_BACKOFF", 0.01)
+    monkeypatch.setattr(sqlite_transactions, "_BUSY_RETRIES", 3)
+    monkeypatch.setattr(sqlite_transactions, "_BACKOFF", 0.01)
     made = SQLiteStore(db)
     other = raw(db)
     try:
@@ -573,7 +574,7 @@ def test_the_store_lock_is_free_while_it_backs_off_between_busy_retries(
 
     try:
         other.execute("BEGIN IMMEDIATE")
-        monkeypatch.setattr(sqlite_store.time, "sleep", sleep)
+        monkeypatch.setattr(sqlite_transactions.time, "sleep", sleep)
         job_id = made.enqueue("t")
         monkeypatch.undo()
         assert held_while_sleeping == [False]
