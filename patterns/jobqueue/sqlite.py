@@ -249,6 +249,9 @@ class SQLiteStore(SingleOutcomes, SQLiteTransactions):
         """The database file."""
         return self._path
 
+    # --- rows: every method below runs in _write or _read, the transactions it inherits ---
+    # --- from SQLiteTransactions (patterns/jobqueue/sqlite_transactions.py) -----------------
+
     def _job(self, row: Sequence[Any]) -> Job:
         try:
             return job_from_row(row)
