@@ -1,6 +1,7 @@
 """A job's outcome: how the worker settled one claim, and the decision when it did not complete.
 
-TL;DR: `Outcome` names how the worker settled one claimed job (one per claim).
+TL;DR: `Outcome` names how the worker settled one claimed job (one per claim);
+`ClaimState` says where a claim the worker holds is until then.
 ``decide(job, text, policy, fallback)`` asks the task's policy (its failure or its
 unreadiness policy), falls back when the policy raises or returns neither `Retry` nor
 `Fail`, and turns a `Retry` on the job's last attempt into a `Fail`. The worker then
@@ -20,12 +21,13 @@ Docs: docs/jobqueue/design.md (one job's life, in qdolor's order).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from patterns.jobqueue.store import Job
 from patterns.jobqueue.tasks import Backoff, Decision, Fail, Retry
 
-__all__ = ["DEFAULT_POLICY", "Outcome", "decide"]
+__all__ = ["CLAIM_MOVES", "DEFAULT_POLICY", "ClaimState", "Outcome", "decide"]
 
 DEFAULT_POLICY = Backoff()  # decides when a task's own failure policy raised
 
@@ -41,6 +43,26 @@ class Outcome(enum.StrEnum):
     UNSETTLED = "unsettled"  # every store call raised: the lease will expire, it runs again
     UNKNOWN = "unknown"  # the commit's outcome is unknown (the connection broke in COMMIT)
     CANCELLED = "cancelled"  # store.mark_cancelled accepted: its handler stopped on a cancel
+
+
+class ClaimState(enum.StrEnum):
+    """Where one held claim is; every change goes through ``Worker._transition``."""
+
+    WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
+    RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
+    SETTLING = "settling"  # its outcome is handed to the settler; renewed until committed
+    LOST = "lost"  # its lease was lost before it started: it will not run
+
+
+# The only moves a claim makes (`Worker._transition` checks each against this table).
+CLAIM_MOVES: Mapping[ClaimState, frozenset[ClaimState]] = MappingProxyType(
+    {
+        ClaimState.WAITING: frozenset({ClaimState.RUNNING, ClaimState.LOST}),
+        ClaimState.RUNNING: frozenset({ClaimState.SETTLING}),
+        ClaimState.SETTLING: frozenset(),
+        ClaimState.LOST: frozenset(),
+    }
+)
 
 
 def decide(

@@ -23,7 +23,8 @@ Pattern:
     * each job's token is a child of the worker's ``CancelToken`` (``cancellation``), so
       one ``cancel()`` reaches every running job;
     * the claiming thread and the settler are non-daemon ``BackgroundService`` threads
-      and the heartbeat a daemon ``HousekeepingDaemon`` (``daemon_threads``). A handler
+      and the heartbeat (``patterns.jobqueue.heartbeat``) a daemon ``HousekeepingDaemon``
+      (``daemon_threads``) that renews every lease held and writes the worker's row. A handler
       thread hands its job's decided outcome to the settler (``patterns.jobqueue.settler``)
       and is free for the next job at once; the settler commits every outcome waiting in one
       `~patterns.jobqueue.store.Store.settle_many` (group commit: while one commit is in
@@ -134,7 +135,6 @@ import itertools
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -144,10 +144,12 @@ from typing import ParamSpec, Self
 
 from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
 from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
-from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
+from patterns.daemon_threads import BackgroundService
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
-from patterns.jobqueue.outcomes import DEFAULT_POLICY, Outcome, decide
+from patterns.jobqueue import options
+from patterns.jobqueue.heartbeat import Heartbeat
+from patterns.jobqueue.outcomes import CLAIM_MOVES, DEFAULT_POLICY, ClaimState, Outcome, decide
 from patterns.jobqueue.settler import Pending, Settler
 from patterns.jobqueue.store import (
     Claim,
@@ -157,7 +159,6 @@ from patterns.jobqueue.store import (
     Settle,
     Settlement,
     Store,
-    check_time,
     storable_error,
 )
 from patterns.jobqueue.tasks import (
@@ -188,8 +189,6 @@ _MAX_ERRORS_KEPT = 100  # PhaseErrors kept for the report; the count in stats is
 _MAX_DEQUEUE_BACKOFF = 30.0  # seconds between claims while the store keeps failing
 _HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
 _SETTLER_GRACE = 0.1  # seconds the settler may take to commit what it holds at the deadline
-_OVERDUE_GRACE = 0.5  # seconds past its timeout before a running handler is reported
-_ROW_LOG_EVERY = 60.0  # seconds between two log lines about failing worker-row writes
 _names = itertools.count(1)
 _P = ParamSpec("_P")
 
@@ -364,32 +363,13 @@ class WorkerStats:
         )
 
 
-class _ClaimState(enum.StrEnum):
-    """Where one held claim is; every change goes through ``Worker._transition``."""
-
-    WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
-    RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost
-    SETTLING = "settling"  # its outcome is handed to the settler; renewed until committed
-    LOST = "lost"  # its lease was lost before it started: it will not run
-
-
-_CLAIM_MOVES: Mapping[_ClaimState, frozenset[_ClaimState]] = MappingProxyType(
-    {
-        _ClaimState.WAITING: frozenset({_ClaimState.RUNNING, _ClaimState.LOST}),
-        _ClaimState.RUNNING: frozenset({_ClaimState.SETTLING}),
-        _ClaimState.SETTLING: frozenset(),
-        _ClaimState.LOST: frozenset(),
-    }
-)
-
-
 @dataclass(slots=True)
 class _Held:
     """One claim the worker holds, from the claim to its outcome; changed under ``_cond``."""
 
     claim: Claim  # the latest: the heartbeat replaces it with each renewed one
     token: CancelToken  # the handler's, a child of the worker's
-    state: _ClaimState = _ClaimState.WAITING
+    state: ClaimState = ClaimState.WAITING
     outcome: Outcome | None = None  # set once, by _settle
     released_at_deadline: bool = False  # released by the forced stop while it still ran
     cancel_requested: bool = False  # an operator cancelled the job (seen by a renew)
@@ -485,8 +465,8 @@ class Worker:
         clock: Callable[[], float] = time.time,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
-        _check_counts(concurrency, prefetch)
-        beat, poll_interval, stop_timeout, cancel_timeout = _check_times(
+        options.check_counts(concurrency, prefetch)
+        beat, poll_interval, stop_timeout, cancel_timeout = options.check_times(
             poll_interval=poll_interval,
             stop_timeout=stop_timeout,
             cancel_timeout=cancel_timeout,
@@ -505,7 +485,7 @@ class Worker:
         self._on_shutdown = on_shutdown
         self._install_signals = install_signal_handlers
         self._exit_when_empty = exit_when_empty
-        self._outage_limit = _seconds(store_outage_limit, "store_outage_limit")  # inf: never
+        self._outage_limit = options.seconds(store_outage_limit, "store_outage_limit")  # inf: never
         self._clock = clock
         self._step_hook = step_hook or _no_step_hook
 
@@ -532,8 +512,6 @@ class Worker:
         self._counts = dict.fromkeys(Outcome, 0)
         self._claimed = 0
         self._timed_out_count = 0
-        self._overdue = 0
-        self._init_worker_row(beat)
         self._init_errors()
         self._start_called = False  # set by the first start(), so a second one refuses
         self._report: WorkerReport | None = None
@@ -597,12 +575,22 @@ class Worker:
             name=f"{self.name}-claimer",
             stop_timeout=min(stop_timeout, threading.TIMEOUT_MAX),
         )
-        self._heartbeat = HousekeepingDaemon(
-            self._tracked(
-                self._reporting_death(every(min(beat, threading.TIMEOUT_MAX), self._renew_leases)),
-                f"{self.name}-heartbeat",
-            ),
-            name=f"{self.name}-heartbeat",
+        # Renews every lease held, from the claim to the outcome, and writes the worker's
+        # row; it reads the claims in hand under the worker's lock.
+        self._heartbeat: Heartbeat[_Held] = Heartbeat(
+            self._store,
+            owner=self.name,
+            lease=self._lease,
+            interval=beat,
+            clock=self._clock,
+            lock=lock,
+            held=self._held,
+            state=lambda: self._state.value,
+            lost=lambda held: self._transition(ClaimState.LOST, held=held),
+            error=self._unexpected,
+            died=self._thread_died,
+            before_renew=lambda claim: self._step_hook(Step.HEARTBEAT, claim, None),
+            track=lambda target: self._tracked(target, f"{self.name}-heartbeat"),
         )
         self._signals: SignalHandlers | None = None
         # The store's own wake-up feed, if it has one (PostgresStore: LISTEN/NOTIFY, so a
@@ -626,13 +614,6 @@ class Worker:
         self._error_count = 0
         self._errors: list[PhaseError] = []
         self._thread_failures: list[ThreadFailure] = []
-
-    def _init_worker_row(self, beat: float) -> None:
-        self._beat = beat
-        self._started_at = 0.0  # the store's clock at start, for the worker row
-        self._row_failures = 0  # record_worker calls that raised; logged rate-limited
-        self._row_logged_at = -math.inf  # monotonic time of the last such log line
-        self._host = socket.gethostname()
 
     def __repr__(self) -> str:
         return f"<Worker {self.name} {self._state}>"
@@ -664,7 +645,7 @@ class Worker:
         return self
 
     def _start_parts(self) -> None:
-        self._started_at = self._clock()  # the worker row's started_at (the first beat writes it)
+        self._heartbeat.started()  # the worker row's started_at (the first beat writes it)
         unsubscribe = self._store.subscribe(self.wake)  # a no-op where nothing notifies
         with self._cond:
             self._unsubscribe = unsubscribe
@@ -718,7 +699,7 @@ class Worker:
         if not draining:
             return
         self._wake.set()
-        self._record_worker()  # operators watching `workers` see the drain at once
+        self._heartbeat.record()  # operators watching `workers` see the drain at once
         try:
             for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
                 self._settle_unstarted(claim)
@@ -729,7 +710,7 @@ class Worker:
         """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
         if timeout is None:
             return self._stop_requested.wait()
-        return _wait(self._stop_requested, _seconds(timeout, "timeout"))
+        return _wait(self._stop_requested, options.seconds(timeout, "timeout"))
 
     def stop(self, timeout: float | None = None) -> WorkerReport:
         """Drain, cancel, and report, within ``timeout`` (default ``stop_timeout``).
@@ -757,7 +738,7 @@ class Worker:
         terminated report, and `start` then raises. ``timeout`` that is not a number of
         seconds >= 0 (nan, negative, a bool, a str) is a `ValueError`.
         """
-        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        budget = self.stop_timeout if timeout is None else options.seconds(timeout, "timeout")
         start = time.monotonic()
         me = threading.current_thread()
         with self._cond:  # an RLock: a signal handler on the stopping thread gets in
@@ -859,9 +840,9 @@ class Worker:
                 unknown=self._counts[Outcome.UNKNOWN],
                 cancelled=self._counts[Outcome.CANCELLED],
                 timed_out=self._timed_out_count,
-                overdue=self._overdue,
+                overdue=self._heartbeat.overdue,
                 awaiting_commit=sum(
-                    1 for h in self._held.values() if h.state is _ClaimState.SETTLING
+                    1 for h in self._held.values() if h.state is ClaimState.SETTLING
                 ),
             )
 
@@ -926,7 +907,7 @@ class Worker:
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
         self._heartbeat.stop(max(_HEARTBEAT_GRACE, left()))
         self._release_still_running()
-        self._forget_worker()  # after the heartbeat, which would write the row again
+        self._heartbeat.forget()  # after the heartbeat, which would write the row again
         # The parts' reports may rest on a Thread.join() a Ctrl-C interrupted (gh-90882):
         # the threads' own "ended" events have the last word.
         return self._build_report(
@@ -998,7 +979,7 @@ class Worker:
             late = [
                 h
                 for h in self._held.values()
-                if h.state is _ClaimState.RUNNING and not h.released_at_deadline
+                if h.state is ClaimState.RUNNING and not h.released_at_deadline
             ]
             for held in late:
                 held.released_at_deadline = True
@@ -1033,7 +1014,7 @@ class Worker:
             running = self._running()
             self._transition(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
-        self._record_worker()
+        self._heartbeat.record()
 
     def _finish(self, report: WorkerReport) -> WorkerReport:
         with self._cond:
@@ -1078,7 +1059,7 @@ class Worker:
         now = time.monotonic()
         with self._cond:
             still_running = tuple(self._running())
-            waiting = (_ClaimState.WAITING, _ClaimState.LOST)
+            waiting = (ClaimState.WAITING, ClaimState.LOST)
             still_held = tuple(sorted(i for i, h in self._held.items() if h.state in waiting))
             entered = dict(self._entered)
             # The handler threads still running are named after the jobs (the claimer,
@@ -1106,18 +1087,18 @@ class Worker:
         return self._build_report(start, terminated=False, caller=caller)
 
     def _transition(
-        self, new: WorkerState | _ClaimState, detail: str = "", held: _Held | None = None
+        self, new: WorkerState | ClaimState, detail: str = "", held: _Held | None = None
     ) -> None:
         """Set and log one state change, checked against its table (call with ``_cond`` held).
 
         A `WorkerState` moves the worker (logged at INFO, as event ``worker.<state>``,
         and every waiter on ``_cond`` is woken); a claim state moves ``held`` (DEBUG).
         """
-        if isinstance(new, _ClaimState):
+        if isinstance(new, ClaimState):
             if held is None:
                 raise TypeError("a claim state needs the claim it moves")
             old_claim = held.state
-            if new not in _CLAIM_MOVES[old_claim]:
+            if new not in CLAIM_MOVES[old_claim]:
                 raise RuntimeError(f"job {held.claim.job.id}: no move from {old_claim} to {new}")
             held.state = new
             logger.debug(
@@ -1143,7 +1124,7 @@ class Worker:
         current = threading.current_thread()
         return current in self._executor.worker_threads() or current.name in (
             self._claimer.name,
-            self._heartbeat.name,
+            self._heartbeat.thread_name,
             self._settler.thread_name,
         )
 
@@ -1152,7 +1133,7 @@ class Worker:
 
     def _running(self) -> list[int]:
         """Ids of the jobs whose handler has started and not ended (call with ``_cond`` held)."""
-        started = (_ClaimState.RUNNING, _ClaimState.SETTLING)
+        started = (ClaimState.RUNNING, ClaimState.SETTLING)
         return sorted(i for i, h in self._held.items() if h.state in started)
 
     # --- the claiming thread ------------------------------------------------------------------
@@ -1307,8 +1288,8 @@ class Worker:
             run = self._held.get(job.id)
             if self._state is not WorkerState.RUNNING or run is None:
                 run = None
-            elif run.state is _ClaimState.WAITING:  # not LOST: its lease still holds
-                self._transition(_ClaimState.RUNNING, held=run)
+            elif run.state is ClaimState.WAITING:  # not LOST: its lease still holds
+                self._transition(ClaimState.RUNNING, held=run)
             else:
                 run = None
         if run is None:
@@ -1535,7 +1516,7 @@ class Worker:
         ``running_jobs`` and the report still name it until its outcome is recorded.
         """
         run = pending.run
-        self._transition(_ClaimState.SETTLING, held=run)
+        self._transition(ClaimState.SETTLING, held=run)
         claim = run.claim  # the heartbeat may have renewed it
         if pending.item.claim is not claim:
             pending.item = replace(pending.item, claim=claim)
@@ -1612,7 +1593,7 @@ class Worker:
             # Still held (so a report made meanwhile names it) until its outcome is recorded.
             held = self._held.get(job.id)
             claim = claim if held is None else held.claim  # the heartbeat may have renewed it
-            lost = held is not None and held.state is _ClaimState.LOST
+            lost = held is not None and held.state is ClaimState.LOST
         if lost:
             logger.info("job %d: its lease was lost before it started; not run", job.id)
             self._record(job, Outcome.LOST, held)
@@ -1635,143 +1616,6 @@ class Worker:
             self._counts[outcome] += 1
             if self._state is not WorkerState.RUNNING:
                 self._late[job.id] = outcome
-
-    # --- the heartbeat ------------------------------------------------------------------------
-
-    def _reporting_death(
-        self, work: Callable[[threading.Event], None]
-    ) -> Callable[[threading.Event], None]:
-        """``work`` whose thread, if it dies, is recorded and stops the worker like any other.
-
-        A heartbeat that ended quietly would let every lease expire while its job runs on.
-        """
-
-        def run(stopping: threading.Event) -> None:
-            try:
-                work(stopping)
-            except BaseException as exc:  # noqa: BLE001 - recorded by _thread_died
-                self._thread_died(exc)
-
-        return run
-
-    def _renew_leases(self) -> None:
-        """Renew every lease held: running claims, waiting ones, then outcomes to commit.
-
-        Also: the worker's row, an operator's cancel seen on a renewed claim, and the
-        warning for a handler still running past its timeout.
-        """
-        self._record_worker()
-        self._report_overdue()
-        with self._cond:
-            held = [h for h in self._held.values() if h.state is _ClaimState.RUNNING]
-            held += [h for h in self._held.values() if h.state is _ClaimState.WAITING]
-            # Outcomes waiting for the group commit (a slow hook or commit before them
-            # must not let their leases lapse); one renewed as it commits changes nothing.
-            held += [h for h in self._held.values() if h.state is _ClaimState.SETTLING]
-            snapshot = [(h, h.state, h.claim) for h in held]
-        for run, was, claim in snapshot:
-            job = claim.job
-            try:
-                self._step_hook(Step.HEARTBEAT, claim, None)
-                renewed = self._store.renew(claim, lease=self._lease)
-            except Exception as exc:  # noqa: BLE001 - logged; the heartbeat goes on
-                self._unexpected(Phase.HEARTBEAT, job, exc)
-                continue
-            with self._cond:
-                if run.state is not was or self._held.get(job.id) is not run:
-                    continue  # started, settling or released meanwhile: not this beat's
-                if was is _ClaimState.SETTLING:
-                    if renewed is not None:
-                        run.claim = renewed
-                    continue  # the commit under way decides (refused if the lease is lost)
-                if renewed is not None:
-                    run.claim = renewed
-                    cancel = renewed.cancel_requested and not run.cancel_requested
-                    run.cancel_requested = run.cancel_requested or renewed.cancel_requested
-                    if cancel:
-                        # Only this job's token: the handler sees Interrupted at its
-                        # next checkpoint; its worker is not stopping.
-                        logger.info("job %d: cancel requested by an operator", job.id)
-                        run.token.cancel("cancelled by operator")
-                    continue
-                if was is _ClaimState.WAITING:
-                    self._transition(_ClaimState.LOST, held=run)
-            if was is _ClaimState.WAITING:
-                logger.warning(
-                    "job %d: lease lost before it started (taken over?); not running it", job.id
-                )
-            else:
-                logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
-                run.token.cancel("lease lost")
-
-    def _report_overdue(self) -> None:
-        """Warn once for each handler still running past its timeout, and count it."""
-        now = time.monotonic()
-        overdue: list[tuple[_Held, CancelToken, float]] = []
-        with self._cond:
-            for held in self._held.values():
-                token = held.handler_token
-                if held.state is not _ClaimState.RUNNING or held.overdue_reported:
-                    continue
-                if token is None or token.deadline is None:
-                    continue
-                if now >= token.deadline + _OVERDUE_GRACE:
-                    held.overdue_reported = True
-                    self._overdue += 1
-                    overdue.append((held, token, token.deadline))
-        for held, token, deadline in overdue:
-            token.cancel(DEADLINE_EXCEEDED)  # what observing the deadline would do
-            job = held.claim.job
-            logger.warning(
-                "job %d (%s): still running %.1f s past its timeout of %gs: the handler "
-                "ignores its token; it keeps its handler thread until it returns",
-                job.id,
-                job.task,
-                now - deadline,
-                held.timeout or 0.0,
-            )
-
-    def _record_worker(self) -> None:
-        """Write this worker's row (state, jobs held); a failure is logged, rate-limited."""
-        with self._cond:
-            state, held = self._state, len(self._held)
-        try:
-            self._store.record_worker(
-                self.name,
-                host=self._host,
-                pid=os.getpid(),
-                state=state.value,
-                started_at=self._started_at,
-                jobs_held=held,
-                ttl=3 * self._beat,
-            )
-        except Exception as exc:  # noqa: BLE001 - a row is for operators; never stop for it
-            self._row_failed("record_worker", exc)
-
-    def _forget_worker(self) -> None:
-        try:
-            self._store.forget_worker(self.name)
-        except Exception as exc:  # noqa: BLE001 - the row expires by itself
-            self._row_failed("forget_worker", exc)
-
-    def _row_failed(self, what: str, exc: Exception) -> None:
-        now = time.monotonic()
-        with self._cond:
-            self._row_failures += 1
-            failures = self._row_failures
-            quiet = now - self._row_logged_at < _ROW_LOG_EVERY
-            if not quiet:
-                self._row_logged_at = now
-        if not quiet:
-            logger.warning(
-                "worker %s: could not write its row (%s: %d error(s) so far; logged at most "
-                "every %g s): %s",
-                self.name,
-                what,
-                failures,
-                _ROW_LOG_EVERY,
-                _describe(exc),
-            )
 
     # --- errors -----------------------------------------------------------------------------
 
@@ -1843,46 +1687,6 @@ def _phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[W
     return durations
 
 
-_MAX_THREADS = 10_000  # more handler threads (or prefetched claims) than this is a mistake
-
-
-def _check_counts(concurrency: object, prefetch: object) -> None:
-    for name, value, least in (("concurrency", concurrency, 1), ("prefetch", prefetch, 0)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-        if value < least:
-            which = "at least 1" if least else "not negative"
-            raise ValueError(f"{name} must be {which}, got {value}")
-        if value > _MAX_THREADS:
-            raise ValueError(f"{name} must be at most {_MAX_THREADS}, got {value}")
-
-
-def _seconds(value: object, name: str) -> float:
-    """``value`` as seconds >= 0; bool, str, nan or negative: `ValueError` naming ``name``.
-
-    ``inf`` and huge values are kept and mean "as long as it takes": every wait made with
-    them is capped at `threading.TIMEOUT_MAX` (`_wait`), so no `OverflowError` escapes.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        # ValueError, not TypeError: one error for every bad budget (docs/design.md).
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")  # noqa: TRY004
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int too large for a float
-        seconds = math.inf
-    if not seconds >= 0:  # nan compares False
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    return seconds
-
-
-def _positive(value: object, name: str) -> float:
-    """`_seconds`, and not 0 (an interval of 0 would spin)."""
-    seconds = _seconds(value, name)
-    if seconds == 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return seconds
-
-
 def _wait(event: threading.Event, seconds: float) -> bool:
     """``event.wait(seconds)`` for any ``seconds >= 0``, inf included: each wait is capped."""
     deadline = time.monotonic() + seconds
@@ -1890,43 +1694,3 @@ def _wait(event: threading.Event, seconds: float) -> bool:
         if time.monotonic() >= deadline:
             return False
     return True
-
-
-def _check_times(
-    *,
-    poll_interval: object,
-    stop_timeout: object,
-    cancel_timeout: object,
-    lease: object,
-    heartbeat_interval: object,
-    store_outage_limit: object,
-) -> tuple[float, float, float, float | None]:
-    """Check every interval alone and against the others.
-
-    Returns the heartbeat interval to use, ``poll_interval``, ``stop_timeout`` and
-    ``cancel_timeout`` as floats. ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and
-    ``store_outage_limit`` may be ``inf`` (as long as it takes); the lease is written to
-    the store, so it is finite, within `MAX_SECONDS`.
-    """
-    poll = _positive(poll_interval, "poll_interval")
-    stop = _seconds(stop_timeout, "stop_timeout")
-    cancel = None
-    if cancel_timeout is not None:
-        cancel = _seconds(cancel_timeout, "cancel_timeout")
-        if cancel > stop:
-            raise ValueError(
-                f"cancel_timeout must be between 0 and stop_timeout ({stop}), got {cancel}"
-            )
-    held = check_time("lease", _positive(lease, "lease"))  # the store's limit: finite
-    _positive(store_outage_limit, "store_outage_limit")
-    if heartbeat_interval is None:
-        return held / 3, poll, stop, cancel
-    beat = _positive(heartbeat_interval, "heartbeat_interval")
-    if beat >= held:
-        # Every lease would lapse between two renewals: each outcome refused, each job
-        # run again by another claim until its attempts are spent, then failed.
-        raise ValueError(
-            f"heartbeat_interval must be shorter than the lease ({held} s), got {beat}"
-            " (a third of it is the default)"
-        )
-    return beat, poll, stop, cancel
