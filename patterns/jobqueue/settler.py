@@ -22,10 +22,12 @@ Guarantees:
     * Each outcome is fenced on its own: one refused leaves the others applied.
     * Every outcome handed over is reported back exactly once (``settled``), after its
       commit; a thread dying part-way reports what it had not as unsettled first.
-    * A store call that raised takes one bounded fallback (``Settler._fallback``) that
-      keeps the attempt spent: requeued while attempts are left, failed after.
+    * A store call that raised takes one bounded fallback (``patterns.jobqueue.fallback``,
+      which also reads each job's answer) that keeps the attempt spent: requeued while
+      attempts are left, failed after.
 
-See also: ``patterns.jobqueue.worker`` (what wires it), ``tests/jobqueue/test_settler.py``.
+See also: ``patterns.jobqueue.worker`` (what wires it), ``patterns.jobqueue.fallback``,
+``tests/jobqueue/test_settler.py``.
 """
 
 from __future__ import annotations
@@ -34,23 +36,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from patterns.daemon_threads import BackgroundService, StopReport
-from patterns.jobqueue.outcomes import DEFAULT_POLICY, Outcome
-from patterns.jobqueue.store import (
-    Claim,
-    CommitUnknown,
-    Job,
-    JsonValue,
-    Settle,
-    Settlement,
-    Store,
-    storable_error,
-)
+from patterns.jobqueue.fallback import Fallback, Pending, Run
+from patterns.jobqueue.store import Claim, Job, JsonValue, Settle, Settlement, Store
 from patterns.jobqueue.tasks import Phase
-from patterns.jobqueue.tasks import describe_error as _describe
 
 __all__ = ["Pending", "Run", "Settler"]
 
@@ -59,36 +50,7 @@ __all__ = ["Pending", "Run", "Settler"]
 logger = logging.getLogger("patterns.jobqueue.worker.settler")
 
 
-class Run(Protocol):
-    """What the settler reads of the worker's record of one claim."""
-
-    @property
-    def claim(self) -> Claim:
-        """The latest claim (the heartbeat may renew it)."""
-        ...
-
-    @property
-    def released_at_deadline(self) -> bool:
-        """True once the stop released the job at its deadline while its handler ran."""
-        ...
-
-
 _R = TypeVar("_R", bound=Run)
-
-
-@dataclass(slots=True)
-class Pending(Generic[_R]):
-    """One decided outcome on its way to the settler's group commit."""
-
-    run: _R  # the worker's record of the claim, handed back with the outcome
-    phase: Phase  # the store call's phase, for errors, logs and the step hook
-    item: Settlement  # what settle_many records
-    success: Outcome  # the outcome when the store accepts it
-    then: Callable[[], object] | None  # the task's hook, run only on ``success``
-    began: float | None  # monotonic time the handler began (a completion's log line)
-    outcome: Outcome | None = None  # set by the settler
-
-
 _StepHook = Callable[[Claim, Phase], object]
 
 
@@ -100,7 +62,8 @@ class Settler(Generic[_R]):
     (lock held): slots reserved for a refill that no claim filled; ``settled(batch)``:
     record each item's ``outcome`` (None: unsettled); ``unsettled(pending)``: one a dying
     thread never committed; ``claimed(claims, want, stopping)``: the refill's claims;
-    ``completed(job, result)``: an accepted completion's hook; ``error(phase, job, exc)``;
+    ``completed(job, result)``: an accepted completion's hook; ``clock`` and
+    ``error(phase, job, exc)``, also handed to the `Fallback`;
     ``died(exc)``; ``before_commit``/``after_commit(claim, phase)``: the step hooks;
     ``wake``: set after each commit; ``track``: wraps the thread's target.
     """
@@ -127,12 +90,21 @@ class Settler(Generic[_R]):
         stop_timeout: float,
         track: Callable[[Callable[[threading.Event], None]], Callable[[threading.Event], None]],
     ) -> None:
-        self._store, self._owner, self._lease, self._clock = store, owner, lease, clock
+        self._store, self._owner, self._lease = store, owner, lease
         self._claiming, self._free_slots, self._claimed = claiming, free_slots, claimed
         self._settled, self._unsettled, self._completed = settled, unsettled, completed
         self._error, self._died, self._wake = error, died, wake
         self._before_commit, self._after_commit = before_commit, after_commit
         self._lock = lock
+        # A job's answer read, and a failed commit's fallback (patterns.jobqueue.fallback).
+        self._fallback: Fallback[_R] = Fallback(
+            store,
+            owner=owner,
+            clock=clock,
+            error=error,
+            before_commit=before_commit,
+            after_commit=after_commit,
+        )
         # Guards every field below it, with everything the worker guards by the same lock.
         # Waited on by the settler's thread alone (``_waiting`` says so); notified by put()
         # while it waits, and by close().
@@ -261,7 +233,7 @@ class Settler(Generic[_R]):
             try:
                 self._before_commit(pending.item.claim, pending.phase)
             except Exception as exc:  # noqa: BLE001 - as if its own store call raised
-                pending.outcome = self._raised(pending, exc)
+                pending.outcome = self._fallback.raised(pending, exc)
                 continue
             sent.append(pending)
         claims: list[Claim] = []
@@ -274,7 +246,7 @@ class Settler(Generic[_R]):
                 return claims
         except Exception as exc:  # noqa: BLE001 - reported by error()
             if sent:
-                self._group_failed(sent, exc)
+                self._fallback.group_failed(sent, exc)
             else:
                 self._error(Phase.DEQUEUE, None, exc)
             return claims
@@ -282,9 +254,9 @@ class Settler(Generic[_R]):
             try:
                 self._after_commit(pending.item.claim, pending.phase)
             except Exception as exc:  # noqa: BLE001 - as if its own store call raised
-                pending.outcome = self._raised(pending, exc)
+                pending.outcome = self._fallback.raised(pending, exc)
                 continue
-            pending.outcome = self._answered(pending, answer)
+            pending.outcome = self._fallback.answered(pending, answer)
         return claims
 
     def _settle_and_claim(
@@ -308,167 +280,6 @@ class Settler(Generic[_R]):
             raise RuntimeError(f"settle_many returned {len(answers)} answers for {len(items)}")
         return answers
 
-    def _answered(self, pending: Pending[_R], answer: bool | Exception) -> Outcome:
-        """The outcome of one item from its `Store.settle_many` answer."""
-        if isinstance(answer, Exception):
-            if pending.item.kind is not Settle.COMPLETE:
-                return self._raised(pending, answer)
-            try:  # a result the store cannot keep: complete with None instead
-                answer = self._complete_without_result(pending.item.claim, answer)
-            except Exception as exc:  # noqa: BLE001 - reported by error()
-                return self._raised(pending, exc)
-        if answer:
-            return pending.success
-        self._log_refused(pending.run, pending.phase)
-        return Outcome.LOST
-
-    def _raised(self, pending: Pending[_R], exc: Exception) -> Outcome:
-        """The job's store call raised: reported, then one bounded fallback (`_fallback`)."""
-        self._error(pending.phase, pending.run.claim.job, exc)
-        return self._fallback(pending.run, pending.item.claim, pending.phase, exc)
-
-    def _group_failed(self, sent: list[Pending[_R]], exc: Exception) -> None:
-        """``settle_many`` itself raised: each job takes the path of its own failed call.
-
-        Alone, or when the commit's outcome is unknown (any item may have applied), each
-        goes straight to `_fallback`, as if its single call had raised. Several items
-        whose transaction failed (nothing applied) are then committed one by one; the
-        error is reported once, under the first item's phase and job.
-        """
-        if len(sent) == 1 or isinstance(exc, CommitUnknown):
-            for pending in sent:
-                pending.outcome = self._raised(pending, exc)
-            return
-        first = sent[0]
-        self._error(first.phase, first.run.claim.job, exc)
-        logger.warning(
-            "worker %s: the group commit of jobs %s failed; committing each on its own",
-            self._owner,
-            [pending.run.claim.job.id for pending in sent],
-        )
-        for pending in sent:
-            try:
-                answer = self.commit(pending.phase, pending.item.claim, self._settle_one(pending))
-            except Exception as again:  # noqa: BLE001 - reported by error()
-                pending.outcome = self._raised(pending, again)
-            else:
-                pending.outcome = self._answered(pending, answer)
-
-    def _settle_one(self, pending: Pending[_R]) -> Callable[[Claim], bool]:
-        """One item alone, as `commit`'s action; the item's own exception is raised."""
-        item = pending.item
-
-        def action(claim: Claim) -> bool:
-            [answer] = self._store.settle_many([replace(item, claim=claim)])
-            if not isinstance(answer, Exception):
-                return answer
-            if item.kind is not Settle.COMPLETE:
-                raise answer
-            return self._complete_without_result(claim, answer)
-
-        return action
-
-    def _complete_without_result(self, claim: Claim, why: Exception) -> bool:
-        job = claim.job
-        logger.warning(
-            "job %d (%s): its result cannot be stored (%s); completing it with result None",
-            job.id,
-            job.task,
-            why,
-        )
-        return self._store.complete(claim, None)
-
-    def _fallback(self, run: _R, claim: Claim, phase: Phase, exc: Exception) -> Outcome:
-        """The one store call made when the call that settles a job raised.
-
-        Never a release of a job whose handler ran (its attempt would be given back, and
-        an outcome that can never be recorded would run the job again at once, for
-        ever): the attempt stays spent. A job with attempts left is requeued after the
-        default backoff, one without is failed, each with a storable reason; a job
-        decided failed stays failed. A commit whose outcome is unknown repeats its own
-        kind of call: fencing refuses the second if the first applied. If the fallback
-        raises too, the job is unsettled: its lease expires and the store counts the
-        attempt, so ``max_attempts`` still bounds its runs.
-        """
-        job = claim.job
-        unknown = isinstance(exc, CommitUnknown)
-        reason = storable_error(
-            f"its outcome could not be recorded ({phase.value}): {_describe(exc)}"
-        )
-        action: Callable[[Claim], bool]
-        if phase is Phase.RELEASE:
-            if not unknown:
-                logger.error("job %d: unsettled; it runs again when its lease expires", job.id)
-                return Outcome.UNSETTLED
-            # The release may have applied; a second one is refused if it did.
-            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
-        elif phase is Phase.CANCEL:
-            # A release of a job with a cancel request ends it cancelled in every store
-            # (it never runs again), so giving the attempt back cannot loop it.
-            fallback_phase, action, outcome = Phase.RELEASE, self._store.release, Outcome.RELEASED
-        elif phase in (Phase.NACK, Phase.ABANDON) or job.attempts >= job.max_attempts:
-            fallback_phase, outcome = Phase.NACK, Outcome.FAILED
-            action = lambda c: self._store.fail(c, reason)  # noqa: E731
-        else:
-            run_at = self._clock() + DEFAULT_POLICY.delay(job.attempts)
-            fallback_phase, outcome = Phase.REQUEUE, Outcome.RETRIED
-            action = lambda c: self._store.retry(c, reason, run_at=run_at)  # noqa: E731
-        if unknown:
-            logger.warning(
-                "job %d: %s: outcome unknown: the commit may or may not have happened; "
-                "trying %s (refused if it did)",
-                job.id,
-                phase.value,
-                fallback_phase.value,
-            )
-        try:
-            accepted = self.commit(fallback_phase, claim, action)
-        except Exception as again:  # noqa: BLE001 - reported by error()
-            self._error(fallback_phase, job, again)
-            if unknown:
-                return Outcome.UNKNOWN
-            logger.error(  # noqa: TRY400 - the traceback was just logged
-                "job %d: unsettled; it runs again when its lease expires (attempt %d of %d spent)",
-                job.id,
-                job.attempts,
-                job.max_attempts,
-            )
-            return Outcome.UNSETTLED
-        if not accepted:
-            if unknown:
-                logger.warning(
-                    "job %d: %s refused after an unknown commit: the first %s most likely "
-                    "applied (or another claim holds the job now); outcome unknown",
-                    job.id,
-                    fallback_phase.value,
-                    phase.value,
-                )
-                return Outcome.UNKNOWN
-            self._log_refused(run, fallback_phase)
-            return Outcome.LOST
-        logger.warning("job %d: %s instead: %s", job.id, outcome.value, reason)
-        return outcome
-
-    def _log_refused(self, run: _R, phase: Phase) -> None:
-        job = run.claim.job
-        if run.released_at_deadline:
-            logger.warning(
-                "job %d: %s refused: the job was released at the stop deadline while its "
-                "handler still ran; this late outcome is dropped",
-                job.id,
-                phase.value,
-            )
-            return
-        logger.warning(
-            "job %d: %s refused: its lease was taken over by another claim (fencing); "
-            "this worker's outcome is dropped",
-            job.id,
-            phase.value,
-        )
-
     def commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two step boundaries."""
-        self._before_commit(claim, phase)
-        accepted = action(claim)
-        self._after_commit(claim, phase)
-        return accepted
+        return self._fallback.commit(phase, claim, action)
