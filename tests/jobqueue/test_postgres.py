@@ -380,8 +380,8 @@ def test_close_waits_for_a_busy_listener_only_within_its_budget(
     assert any("did not end within" in r.getMessage() for r in caplog.records)
     gate.open()
     join_or_fail(listener)
-    assert made._wakeup_r.fileno() == -1  # the listener closed what close() left to it
-    assert made._wakeup_w.fileno() == -1
+    assert made._listener._wakeup_r.fileno() == -1  # the listener closed what close() left to it
+    assert made._listener._wakeup_w.fileno() == -1
 
 
 def test_a_negative_close_budget_is_refused(pg_dsn: str, store: PostgresStore) -> None:
