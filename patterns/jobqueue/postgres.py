@@ -69,6 +69,9 @@ Java:
 See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.sqlite`` (the same contract in one file, for one machine),
+    ``patterns.jobqueue.postgres_connection`` (the connection, retries and migrations),
+    ``patterns.jobqueue.postgres_schema`` (every table and statement, as SQL text),
+    ``patterns.jobqueue.postgres_listen`` (the ``LISTEN`` thread behind `PostgresStore.subscribe`),
     ``docs/jobqueue/many_machines.md`` (topology, leases, clocks, rolling deploys).
 
 Docs: docs/jobqueue/many_machines.md
@@ -76,25 +79,19 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import logging
 import re
-import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from patterns.jobqueue.postgres_connection import Database, StoreSchemaError
 from patterns.jobqueue.postgres_listen import Listener
 from patterns.jobqueue.postgres_schema import (
-    ASSIGNMENTS,
-    COLUMNS,
     MIGRATIONS,
-    NOW,
     SETTLE_ROWS,
-    SHAPES,
     SINGLE,
     STATEMENTS,
     settle_names,
@@ -115,7 +112,6 @@ from patterns.jobqueue.store import (
     SingleOutcomes,
     StoreUnavailable,
     WorkerRecord,
-    backoff,
     cancelled_reason,
     check_job_id,
     check_lease,
@@ -172,27 +168,7 @@ _MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,44}")
 _URL_SCHEMES = ("postgresql://", "postgres://")
 
-# libpq settings the store adds when the DSN does not set them: give up on a connection
-# attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
-_CONNECT_DEFAULTS = {
-    "application_name": "patterns.jobqueue",
-    "connect_timeout": "5",
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-}
-
-# A store never leaves a transaction idle, so a session that does belongs to a stalled
-# process (paused, swapped out, stopped between two statements): the server ends it after
-# 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
-_IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
-
 assert len(MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
-
-
-class StoreSchemaError(RuntimeError):
-    """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
 
 
 def is_postgres_url(text: str) -> bool:
@@ -221,12 +197,6 @@ def _check_job(new: NewJob, *, absolute: bool) -> NewJob:
         raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
     _check_range("run_at" if absolute else "delay", new.run_at)
     return new
-
-
-def _advisory_key(schema: str) -> int:
-    """A stable 64-bit advisory lock key for migrating ``schema``."""
-    digest = hashlib.sha256(f"patterns.jobqueue:{schema}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class PostgresStore(SingleOutcomes):
@@ -279,31 +249,29 @@ class PostgresStore(SingleOutcomes):
             raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
         self.stop_timeout = stop_timeout
         self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
-        self._create = create
         self._pg = _import_psycopg()
-        from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
-
         if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(
                 "schema must be a lower-case identifier (letters, digits, _; at most 45), "
                 f"got {schema!r}"
             )
-        try:
-            params = conninfo.conninfo_to_dict(dsn)
-        except self._pg.ProgrammingError:
-            # libpq's message may quote any part of the string, the password included.
-            raise ValueError(
-                "not a valid PostgreSQL connection string or postgresql:// URL"
-            ) from None
-        for key, value in _CONNECT_DEFAULTS.items():
-            params.setdefault(key, value)
-        options = str(params.get("options") or "")
-        if "idle_in_transaction_session_timeout" not in options:
-            params["options"] = f"{options} {_IDLE_IN_TRANSACTION}".strip()
-        self._conninfo = conninfo.make_conninfo("", **params)
-        host = params.get("host") or "localhost"
-        self._where = f"{params.get('user') or ''}@{host}:{params.get('port') or 5432}".lstrip("@")
-        self._where += f"/{params.get('dbname') or ''} schema {schema}"
+        # The one connection every call shares, one transaction at a time (postgres_connection).
+        self._db = Database(
+            self._pg,
+            dsn,
+            schema,
+            clock=clock,
+            create=create,
+            version=SCHEMA_VERSION,
+            retries=RETRIES,
+            first_pause=_BACKOFF,
+            check_open=self._check_open,
+        )
+        self._where = self._db.where
+        # The composed statements, and the thread-local that settle_and_claim's transaction
+        # sets: the connection's, named here as the methods below use them.
+        self._statements, self._settle_sql = self._db.statements, self._db.settle_sql
+        self._shared = self._db.shared
         self._schema = schema
         self._test_clock = clock
         if clock is not None:
@@ -312,43 +280,11 @@ class PostgresStore(SingleOutcomes):
                 self._where,
             )
         self._channel = f"patterns.jobqueue.{schema}"
-        self._names = {
-            "schema": sql.Identifier(schema),
-            "jobs": sql.Identifier(schema, "jobs"),
-            "workers": sql.Identifier(schema, "workers"),
-            "version": sql.Identifier(schema, "schema_version"),
-            "columns": sql.SQL(COLUMNS),
-            "now": sql.SQL(NOW),
-        }
-        self._statements = {
-            name: self._compose(text)
-            for name, text in STATEMENTS.items()
-            if name not in {"settle", "settle_many"}
-        }
-        self._settle_sql = {
-            outcome: self._compose(STATEMENTS["settle"], assignments=sql.SQL(text))
-            for outcome, text in ASSIGNMENTS.items()
-        }
-        self._migrations = [[self._compose(text) for text in step] for step in MIGRATIONS]
-
-        # Guards _conn, _closed, _prepared, _offset and the settle_many statements that
-        # _settle_statement adds to _statements: held for every transaction (and its
-        # reconnection), so the connection serves one thread at a time and close() cannot
-        # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
-        # caller code run under it is the test clock, which must not call the store.
-        # _shared.txn: set inside settle_and_claim's transaction (see _transaction)
-        self._lock, self._shared = threading.Lock(), threading.local()
-        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        self._closed = False
-        self._prepared = False
-        self._connects = 0
-        self._offset = 0.0  # database clock minus time.time(), from the last reading
-
         # The wake-up feed: LISTEN on a connection of its own, in a thread started by the
-        # first subscribe() or wait_for_notify().
+        # first subscribe() or wait_for_notify() (postgres_listen).
         self._listener = Listener(
             self._pg,
-            self._conninfo,
+            self._db.conninfo,
             self._channel,
             name=f"jobqueue-listener-{schema}",
             where=self._where,
@@ -363,209 +299,22 @@ class PostgresStore(SingleOutcomes):
             raise
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self._where!r}, closed={self._closed})"
+        return f"PostgresStore({self._where!r}, closed={self._db.closed})"
 
     @property
     def schema(self) -> str:
         """The PostgreSQL schema holding the store's tables."""
         return self._schema
 
-    # --- connections and transactions ----------------------------------------------------
-
-    def _connected(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """The store's connection, (re)opened and prepared if needed; call with _lock held."""
-        old = self._conn
-        if old is not None and not old.closed and not old.broken:
-            return old
-        self._conn = None
-        if old is not None:
-            old.close()
-        conn: psycopg.Connection[tuple[Any, ...]] = self._pg.connect(
-            self._conninfo, autocommit=False
-        )
-        try:
-            if not self._prepared:
-                self._prepare(conn)
-                self._prepared = True
-            self._read_offset(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._connects += 1
-        if self._connects > 1:
-            logger.warning("%s: reconnected (connection %d)", self._where, self._connects)
-        self._conn = conn
-        return conn
-
-    def _read_offset(self, conn: psycopg.Connection[tuple[Any, ...]]) -> float:
-        """Read the database clock; remember its offset from ``time.time()``."""
-        before = time.time()
-        row = conn.execute(self._statements["clock"]).fetchone()
-        after = time.time()
-        conn.commit()
-        assert row is not None
-        self._offset = float(row[0]) - (before + after) / 2
-        return float(row[0])
-
     def _transaction(
         self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
     ) -> T:
-        """Run ``body(conn, clock)`` in one transaction, reconnecting when the connection failed.
-
-        ``clock`` is the test clock's reading, or None for the database's ``now()``; it is
-        read once per attempt. A failure before ``COMMIT`` was sent rolled the transaction
-        back, so the attempt is retried (up to ``RETRIES`` times, with backoff outside the
-        lock); a failure during ``COMMIT`` raises `CommitUnknown` at once. Inside
-        `settle_and_claim`'s transaction (this thread, lock held) ``body`` joins it.
-        """
-        joined = getattr(self._shared, "txn", None)
-        if joined is not None:
-            return body(*joined)
-        last: Exception | None = None
-        for attempt in range(1, RETRIES + 1):
-            with self._lock:
-                self._check_open()
-                committing = False
-                conn: psycopg.Connection[tuple[Any, ...]] | None = None
-                try:
-                    conn = self._connected()
-                    try:
-                        result = body(
-                            conn, None if self._test_clock is None else self._test_clock()
-                        )
-                    except BaseException:
-                        self._rollback(conn)
-                        raise
-                    committing = True
-                    conn.commit()
-                except self._pg.Error as exc:
-                    if not self._is_transient(exc, conn):
-                        raise
-                    self._drop(conn)
-                    if committing:
-                        raise CommitUnknown(
-                            f"{self._where}: the connection broke during COMMIT ({exc}); "
-                            "the transaction may or may not have been applied"
-                        ) from exc
-                    last = exc
-                else:
-                    return result
-            if attempt < RETRIES:
-                pause = backoff(_BACKOFF, attempt)
-                logger.warning(
-                    "%s: database unavailable (%s); retry %d of %d in %.2f s",
-                    self._where,
-                    " ".join(str(last).split()),
-                    attempt,
-                    RETRIES - 1,
-                    pause,
-                )
-                time.sleep(pause)
-        raise StoreUnavailable(
-            f"{self._where}: database unavailable after {RETRIES} attempts: {last}"
-        ) from last
-
-    def _is_transient(self, exc: Exception, conn: psycopg.Connection[Any] | None) -> bool:
-        """True when retrying can help: the connection is gone, or PostgreSQL asks to retry."""
-        errors = self._pg.errors
-        if isinstance(exc, errors.SerializationFailure | errors.DeadlockDetected):
-            return True
-        if not isinstance(exc, self._pg.OperationalError | self._pg.InterfaceError):
-            return False
-        return conn is None or conn.closed or conn.broken
-
-    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
-        try:
-            conn.rollback()
-        except self._pg.Error:
-            self._drop(conn)  # a broken connection: the server rolled back for us
-
-    def _drop(self, conn: psycopg.Connection[Any] | None) -> None:
-        if conn is not None:
-            conn.close()
-        if self._conn is conn:
-            self._conn = None
+        """``body(conn, clock)`` in one transaction: `Database.transaction`."""
+        return self._db.transaction(body)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._db.closed:
             raise RuntimeError(f"{self!r} is closed")
-
-    # --- the schema ------------------------------------------------------------------------
-
-    def _prepare(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Create or migrate the schema under an advisory lock, then check its shape."""
-        try:
-            # One migrator per schema at a time, across every process and machine; the lock
-            # ends with the transaction.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
-            version = self._read_version(conn)
-            if version > 0:  # not ours unless its tables are those of its version
-                self._check_shape(conn, version)
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in self._migrations[target - 1]:
-                    conn.execute(statement)
-                conn.execute(self._compose("UPDATE {version} SET version = %s"), (target,))
-                logger.info("%s: job store schema now at version %d", self._where, target)
-            self._check_shape(conn)
-            conn.commit()
-        except BaseException:
-            self._rollback(conn)
-            raise
-
-    def _compose(self, text: str, **extra: sql.Composable) -> sql.Composed:
-        """``text`` with the store's names ({jobs}, {columns}, {now}...) filled in."""
-        from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
-
-        return sql.SQL(text).format(**self._names, **extra)
-
-    def _read_version(self, conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-        tables = sorted(
-            row[0]
-            for row in conn.execute(
-                "SELECT c.relname FROM pg_class AS c"
-                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
-                (self._schema,),
-            )
-        )
-        if not tables:
-            if not self._create:  # a reader must not leave an empty queue behind
-                raise StoreSchemaError(
-                    f"{self._where}: no such queue (schema {self._schema!r} has no job store)"
-                )
-            return 0
-        if "schema_version" not in tables:
-            raise StoreSchemaError(
-                f"{self._where}: schema {self._schema!r} has tables {tables} but no job store "
-                "schema version; refusing to add a job store to it"
-            )
-        row = conn.execute(self._compose("SELECT version FROM {version}")).fetchone()
-        version = 0 if row is None else int(row[0])
-        if version > SCHEMA_VERSION:
-            raise StoreSchemaError(
-                f"{self._where}: job store schema version {version} is newer than this code "
-                f"supports (version {SCHEMA_VERSION}); upgrade patterns.jobqueue to open it"
-            )
-        return version
-
-    def _check_shape(
-        self, conn: psycopg.Connection[tuple[Any, ...]], version: int = SCHEMA_VERSION
-    ) -> None:
-        for table, expected in SHAPES[version].items():
-            columns = tuple(
-                row[0]
-                for row in conn.execute(
-                    "SELECT column_name FROM information_schema.columns"
-                    " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-                    (self._schema, table),
-                )
-            )
-            if columns != expected:
-                raise StoreSchemaError(
-                    f"{self._where}: schema version {version} but table {table!r} has "
-                    f"columns {list(columns)}, expected {list(expected)}; "
-                    "this schema was not written by this job store"
-                )
 
     # --- rows --------------------------------------------------------------------------------
 
@@ -846,7 +595,7 @@ class PostgresStore(SingleOutcomes):
                 )
                 for n in range(count)
             )
-            statement = self._compose(STATEMENTS["settle_many"], values=sql.SQL(values))
+            statement = self._db.compose(STATEMENTS["settle_many"], values=sql.SQL(values))
             self._statements[name] = statement
         return statement
 
@@ -1051,15 +800,7 @@ class PostgresStore(SingleOutcomes):
         """
         if self._test_clock is not None:
             return self._test_clock()
-        with self._lock:
-            conn = self._conn
-            if not self._closed and conn is not None and not conn.closed and not conn.broken:
-                try:
-                    return self._read_offset(conn)
-                except self._pg.Error as exc:
-                    logger.debug("%s: clock read failed (%s); estimating", self._where, exc)
-                    self._rollback(conn)
-            return time.time() + self._offset
+        return self._db.clock()
 
     # --- wake-ups ---------------------------------------------------------------------------
 
@@ -1100,11 +841,9 @@ class PostgresStore(SingleOutcomes):
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must not be negative, got {timeout}")
         budget = self.stop_timeout if timeout is None else timeout
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            conn, self._conn = self._conn, None
+        opened, conn = self._db.mark_closed()
+        if not opened:
+            return
         self._listener.close(budget)
         if conn is not None:
             conn.close()

@@ -303,7 +303,7 @@ def test_the_stores_sessions_end_a_transaction_left_idle_after_ten_seconds(
     store: PostgresStore,
 ) -> None:
     """A stalled process cannot keep row locks: its idle transaction ends after 10 s."""
-    conn = store._conn  # the setting is per session: only the store's own session can tell
+    conn = store._db._conn  # the setting is per session: only the store's own session can tell
     assert conn is not None
     row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
     conn.rollback()
