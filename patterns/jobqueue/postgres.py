@@ -579,7 +579,7 @@ class PostgresStore(SingleOutcomes):
         return done
 
     def _settle_statement(self, count: int) -> sql.Composed:
-        """settle_many's statement for ``count`` items; call with _lock held (it adds it).
+        """settle_many's statement for ``count`` items; call in a transaction (it adds it).
 
         One text per count, so that each gets its own prepared statement whose plan knows
         how many rows it joins: the plan is made once per count, not at every call.

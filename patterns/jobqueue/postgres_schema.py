@@ -3,7 +3,7 @@
 Every table, index and statement the store runs is here, as text with ``{jobs}``,
 ``{columns}``, ``{now}`` (and a few more) left for the store to fill in with its schema's
 quoted names; values are always parameters. The store checks, creates and migrates the
-schema with `MIGRATIONS` and `SHAPES`, and composes `STATEMENTS` once.
+schema with ``MIGRATIONS`` and ``SHAPES``, and composes ``STATEMENTS`` once.
 
 Docs: docs/jobqueue/many_machines.md
 """
