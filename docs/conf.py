@@ -60,7 +60,7 @@ nitpick_ignore_regex = [
         r"py:.*",
         (
             r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|TypeVar|"
-            r"Future\.\w+|ThreadPoolExecutor\.\w+|BaseContext|Connection|"
+            r"Future\.\w+|ThreadPoolExecutor\.\w+|BaseContext|Connection|ModuleType|"
             r"ProcessPoolExecutor|BrokenProcessPool|"
             r"ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|TimeoutError|"
             r"ValueError|SystemError|object|float|int|str|bool|None)"
