@@ -39,8 +39,8 @@ nb_execution_show_tb = True
 exclude_patterns = ["_build", "_ext", "jupyter_execute", "**/.ipynb_checkpoints"]
 
 nitpicky = True
-# Without intersphinx (no network), references into the standard library cannot resolve;
-# those, and only those, are ignored.
+# Without intersphinx (no network), references into the standard library (and psycopg) cannot
+# resolve; those, and only those, are ignored.
 nitpick_ignore_regex = [
     # Type variables of generic signatures (``P``, ``T``) are not documented objects.
     (r"py:class", r"(~?P|~?T|patterns\..*\.(P|T))"),
@@ -54,11 +54,13 @@ nitpick_ignore_regex = [
             r"(\..*)?"
         ),
     ),
+    # psycopg (an optional dependency) has no inventory here either.
+    (r"py:.*", r"(psycopg|sql)(\..*)?"),
     (
         r"py:.*",
         (
             r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|TypeVar|"
-            r"Future\.\w+|ThreadPoolExecutor\.\w+|BaseContext|Connection|"
+            r"Future\.\w+|ThreadPoolExecutor\.\w+|BaseContext|Connection|ModuleType|"
             r"ProcessPoolExecutor|BrokenProcessPool|"
             r"ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|TimeoutError|"
             r"ValueError|SystemError|object|float|int|str|bool|None)"

@@ -69,6 +69,9 @@ Java:
 See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.sqlite`` (the same contract in one file, for one machine),
+    ``patterns.jobqueue.postgres_connection`` (the connection, retries and migrations),
+    ``patterns.jobqueue.postgres_schema`` (every table and statement, as SQL text),
+    ``patterns.jobqueue.postgres_listen`` (the ``LISTEN`` thread behind `PostgresStore.subscribe`),
     ``docs/jobqueue/many_machines.md`` (topology, leases, clocks, rolling deploys).
 
 Docs: docs/jobqueue/many_machines.md
@@ -76,25 +79,27 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import itertools
 import logging
 import re
-import selectors
-import socket
-import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from patterns.jobqueue.postgres_connection import Database, StoreSchemaError
+from patterns.jobqueue.postgres_listen import Listener
+from patterns.jobqueue.postgres_schema import (
+    MIGRATIONS,
+    SETTLE_ROWS,
+    SINGLE,
+    STATEMENTS,
+    settle_names,
+)
 from patterns.jobqueue.store import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     FINISHED_STATES,
-    JOB_COLUMNS,
     CancelResult,
     Claim,
     CommitUnknown,
@@ -107,7 +112,6 @@ from patterns.jobqueue.store import (
     SingleOutcomes,
     StoreUnavailable,
     WorkerRecord,
-    backoff,
     cancelled_reason,
     check_job_id,
     check_lease,
@@ -157,7 +161,6 @@ RETRIES = 5
 """Attempts of one store call while the connection keeps failing before ``COMMIT``."""
 
 _BACKOFF = 0.1  # seconds before the first retry; doubles each time, plus jitter
-_LISTEN_BACKOFF_MAX = 5.0  # the listener's longest wait between reconnection attempts
 _MAX_ATTEMPTS = 2**31 - 1  # the integer column's range
 # timestamptz covers 4713 BC to 294276 AD; refuse what to_timestamp() would reject.
 _MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
@@ -165,343 +168,7 @@ _MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,44}")
 _URL_SCHEMES = ("postgresql://", "postgres://")
 
-# libpq settings the store adds when the DSN does not set them: give up on a connection
-# attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
-_CONNECT_DEFAULTS = {
-    "application_name": "patterns.jobqueue",
-    "connect_timeout": "5",
-    "keepalives": "1",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-}
-
-# A store never leaves a transaction idle, so a session that does belongs to a stalled
-# process (paused, swapped out, stopped between two statements): the server ends it after
-# 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
-_IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
-
-# The one time expression of every statement: the transaction's now(), on the database
-# server. A test clock (see PostgresStore) replaces it through the same parameter, so the
-# SQL the tests run is the SQL production runs.
-_NOW = "COALESCE(to_timestamp(%(clock)s::float8), now())"
-
-
-def _epoch(column: str) -> str:
-    return f"extract(epoch FROM j.{column})::float8"
-
-
-# The Job fields, in the order of JOB_COLUMNS, from a row aliased ``j``.
-_COLUMNS = ", ".join(
-    [
-        "j.id",
-        "j.task",
-        "j.payload::text",
-        "j.state",
-        _epoch("run_at"),
-        "j.attempts",
-        "j.max_attempts",
-        "j.lease_owner",
-        _epoch("lease_until"),
-        "j.last_error",
-        _epoch("created_at"),
-        _epoch("updated_at"),
-        "j.timeout",
-        "j.result::text",
-        "j.cancel_requested",
-    ]
-)
-_WORKER_COLUMNS = (
-    "id",
-    "host",
-    "pid",
-    "state",
-    "started_at",
-    "last_seen",
-    "expires_at",
-    "jobs_held",
-)
-# The tables (and their columns) of each schema version: what opening checks a schema has,
-# before migrating it and after.
-_SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
-    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
-    2: {"jobs": JOB_COLUMNS, "workers": _WORKER_COLUMNS},
-}
-
-# Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        "CREATE SCHEMA IF NOT EXISTS {schema}",
-        """
-        CREATE TABLE {version} (
-            only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-            version  integer NOT NULL
-        )
-        """,
-        "INSERT INTO {version} (version) VALUES (0)",
-        """
-        CREATE TABLE {jobs} (
-            id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- never reused
-            task         text        NOT NULL CHECK (task <> ''),
-            payload      json        NOT NULL,                 -- JSON text, never pickle
-            state        text        NOT NULL
-                         CHECK (state IN ('queued', 'running', 'done', 'failed')),
-            run_at       timestamptz NOT NULL,
-            attempts     integer     NOT NULL CHECK (attempts >= 0),
-            max_attempts integer     NOT NULL CHECK (max_attempts >= 1),
-            lease_owner  text,
-            lease_until  timestamptz,
-            last_error   text,
-            created_at   timestamptz NOT NULL,
-            updated_at   timestamptz NOT NULL,
-            CHECK ((state = 'running') = (lease_owner IS NOT NULL AND lease_until IS NOT NULL))
-        )
-        """,
-        # The claim's two searches: queued jobs by (run_at, id), running ones by expiry.
-        "CREATE INDEX ON {jobs} (run_at, id) WHERE state = 'queued'",
-        "CREATE INDEX ON {jobs} (lease_until) WHERE state = 'running'",
-    ),
-    # Version 2: new columns at the end (PostgreSQL can add them in place, and change the
-    # state CHECK, unlike SQLite), and the workers table. A payload and a result are json,
-    # not jsonb: json keeps the text as written, so a "\u0000" in it (which jsonb refuses)
-    # is stored and read back like any other escape.
-    (
-        """
-        ALTER TABLE {jobs}
-            ADD COLUMN timeout float8 CHECK (timeout IS NULL OR timeout > 0),  -- seconds
-            ADD COLUMN result json,                                            -- once done
-            ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false,
-            DROP CONSTRAINT jobs_state_check,
-            ADD CONSTRAINT jobs_state_check
-                CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled'))
-        """,
-        """
-        CREATE TABLE {workers} (
-            id         text        PRIMARY KEY,  -- the worker's name, its tokens' prefix
-            host       text        NOT NULL,
-            pid        integer     NOT NULL,
-            state      text        NOT NULL,
-            started_at timestamptz NOT NULL,
-            last_seen  timestamptz NOT NULL,
-            expires_at timestamptz NOT NULL,     -- not listed after this: the worker died
-            jobs_held  integer     NOT NULL
-        )
-        """,
-    ),
-)
-assert len(_MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
-
-# Every statement the store runs, with {jobs}, {columns} and {now} filled in per store.
-# Values are always parameters (%(name)s); only the schema name is an identifier, quoted.
-_SQL = {
-    "insert": """
-        INSERT INTO {jobs} (task, payload, state, run_at, attempts, max_attempts,
-                            created_at, updated_at, timeout)
-        SELECT t.task, t.payload::json, 'queued',
-               COALESCE(to_timestamp(t.run_at), {now} + make_interval(secs => t.delay)),
-               0, t.max_attempts, {now}, {now}, t.timeout
-          FROM unnest(%(tasks)s::text[], %(payloads)s::text[], %(run_ats)s::float8[],
-                      %(delays)s::float8[], %(max_attempts)s::integer[],
-                      %(timeouts)s::float8[])
-               WITH ORDINALITY AS t(task, payload, run_at, delay, max_attempts, timeout, n)
-         ORDER BY t.n
-        RETURNING id
-    """,
-    "notify": "SELECT pg_notify(%(channel)s, '')",
-    # Expired leases of jobs someone asked to cancel: cancelled, not claimed again.
-    "cancel_expired": """
-        UPDATE {jobs} SET state = 'cancelled', last_error = %(error)s, lease_owner = NULL,
-                          lease_until = NULL, updated_at = {now}
-         WHERE id IN (SELECT j.id FROM {jobs} AS j
-                       WHERE j.state = 'running' AND j.lease_until <= {now}
-                         AND j.cancel_requested
-                         FOR UPDATE SKIP LOCKED)
-    """,
-    # Expired leases whose attempts are spent: failed, not claimed again.
-    "spent": """
-        SELECT j.id, j.attempts FROM {jobs} AS j
-         WHERE j.state = 'running' AND j.lease_until <= {now}
-           AND j.attempts >= j.max_attempts AND NOT j.cancel_requested
-           FOR UPDATE SKIP LOCKED
-    """,
-    "fail_spent": """
-        UPDATE {jobs} AS j SET state = 'failed', last_error = t.error, lease_owner = NULL,
-                               lease_until = NULL, updated_at = {now}
-          FROM unnest(%(ids)s::bigint[], %(errors)s::text[]) AS t(id, error)
-         WHERE j.id = t.id
-    """,
-    # The claim's read: due rows that no other transaction has locked, oldest first. One
-    # OR over both kinds of due row would read and sort every due row, so each kind is
-    # searched on its own, through its partial index, and the two lists are merged: the
-    # queued rows in (run_at, id) order straight from their index, stopping after
-    # %(limit)s rows, whatever the backlog; the expired leases from the lease_until index
-    # (only running jobs, so as many as are in flight, at most), sorted. The rows of the
-    # list that loses the merge stay locked until the claim commits, a few milliseconds:
-    # a concurrent claim skips them, as it skips every row being claimed.
-    "due": """
-        WITH queued AS (
-            SELECT j.id, j.state, j.lease_owner, j.run_at FROM {jobs} AS j
-             WHERE j.state = 'queued' AND j.run_at <= {now}
-             ORDER BY j.run_at, j.id
-             LIMIT %(limit)s
-               FOR UPDATE SKIP LOCKED
-        ), expired AS (
-            SELECT j.id, j.state, j.lease_owner, j.run_at FROM {jobs} AS j
-             WHERE j.state = 'running' AND j.lease_until <= {now}
-               AND j.attempts < j.max_attempts AND NOT j.cancel_requested
-             ORDER BY j.run_at, j.id
-             LIMIT %(limit)s
-               FOR UPDATE SKIP LOCKED
-        )
-        SELECT d.id, d.state, d.lease_owner
-          FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) AS d
-         ORDER BY d.run_at, d.id LIMIT %(limit)s
-    """,
-    # The claim's write, on the rows locked above: one fencing token per row.
-    "take": """
-        UPDATE {jobs} AS j
-           SET state = 'running', attempts = j.attempts + 1, lease_owner = t.token,
-               lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
-          FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
-         WHERE j.id = t.id
-        RETURNING {columns}
-    """,
-    # Every outcome: only while the claim's token still holds the lease (fencing).
-    "settle": """
-        UPDATE {jobs} AS j SET {assignments}, updated_at = {now}
-         WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
-    """,
-    # Several outcomes in one statement, each fenced alone: a row is updated only while its
-    # item's token holds the lease, and each kind does what its single statement above does
-    # (see _ASSIGNMENTS). {values} is one row per item (_settle_statement); the items' (id,
-    # token) pairs are distinct, so no row is joined twice.
-    "settle_many": """
-        UPDATE {jobs} AS j
-           SET state = CASE t.kind
-                         WHEN 'complete' THEN 'done'
-                         WHEN 'fail' THEN 'failed'
-                         WHEN 'cancel' THEN 'cancelled'
-                         ELSE CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END
-                       END,
-               result = CASE WHEN t.kind = 'complete' THEN t.result::json ELSE j.result END,
-               last_error = CASE
-                              WHEN t.kind IN ('fail', 'cancel') THEN t.error
-                              WHEN t.kind = 'complete' THEN j.last_error
-                              WHEN j.cancel_requested THEN %(cancelled)s
-                              WHEN t.kind = 'retry' THEN t.error
-                              ELSE j.last_error
-                            END,
-               run_at = CASE WHEN t.kind = 'retry' THEN to_timestamp(t.run_at) ELSE j.run_at END,
-               attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
-                               ELSE j.attempts END,
-               lease_owner = NULL, lease_until = NULL, updated_at = {now}
-          FROM (VALUES {values}) AS t(id, token, kind, result, error, run_at)
-         WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
-        RETURNING t.id, t.token, t.kind
-    """,
-    # The lease only: the payload is neither read nor sent back.
-    "renew": """
-        UPDATE {jobs} AS j
-           SET lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
-         WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
-        RETURNING extract(epoch FROM j.lease_until)::float8,
-                  extract(epoch FROM j.updated_at)::float8, j.cancel_requested
-    """,
-    "get": "SELECT {columns} FROM {jobs} AS j WHERE j.id = %(id)s",
-    "list": """
-        SELECT {columns} FROM {jobs} AS j
-         WHERE (%(state)s::text IS NULL OR j.state = %(state)s::text)
-           AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-         ORDER BY j.id DESC LIMIT %(limit)s
-    """,
-    # A dead letter back in the queue: due now, attempts reset, last_error kept.
-    "requeue": """
-        UPDATE {jobs} SET state = 'queued', attempts = 0, run_at = {now}, updated_at = {now},
-                          cancel_requested = false, result = NULL
-         WHERE state = 'failed'
-           AND (%(id)s::bigint IS NULL OR id = %(id)s::bigint)
-           AND (%(task)s::text IS NULL OR task = %(task)s::text)
-        RETURNING id
-    """,
-    "cancel_state": "SELECT state FROM {jobs} WHERE id = %(id)s FOR UPDATE",
-    "cancel_queued": """
-        UPDATE {jobs} SET state = 'cancelled', updated_at = {now} WHERE id = %(id)s
-    """,
-    "cancel_running": """
-        UPDATE {jobs} SET cancel_requested = true, updated_at = {now} WHERE id = %(id)s
-    """,
-    "expire_workers": "DELETE FROM {workers} WHERE expires_at <= {now}",
-    "record_worker": """
-        INSERT INTO {workers} (id, host, pid, state, started_at, last_seen, expires_at,
-                               jobs_held)
-        VALUES (%(id)s, %(host)s, %(pid)s, %(state)s, to_timestamp(%(started_at)s::float8),
-                {now}, {now} + make_interval(secs => %(ttl)s), %(jobs_held)s)
-        ON CONFLICT (id) DO UPDATE
-           SET host = excluded.host, pid = excluded.pid, state = excluded.state,
-               started_at = excluded.started_at, last_seen = excluded.last_seen,
-               expires_at = excluded.expires_at, jobs_held = excluded.jobs_held
-    """,
-    "forget_worker": "DELETE FROM {workers} WHERE id = %(id)s",
-    "workers": """
-        SELECT id, host, pid, state, extract(epoch FROM started_at)::float8,
-               extract(epoch FROM last_seen)::float8, extract(epoch FROM expires_at)::float8,
-               jobs_held
-          FROM {workers} ORDER BY started_at, id
-    """,
-    "counts": "SELECT state, count(*) FROM {jobs} GROUP BY state",
-    "next_due": """
-        SELECT extract(epoch FROM least(
-                   (SELECT min(run_at) FROM {jobs} WHERE state = 'queued'),
-                   (SELECT min(lease_until) FROM {jobs} WHERE state = 'running')))::float8
-    """,
-    "purge": """
-        DELETE FROM {jobs}
-         WHERE state = ANY(%(states)s::text[])
-           AND (%(cutoff)s::float8 IS NULL OR updated_at < to_timestamp(%(cutoff)s::float8))
-    """,
-    "clock": "SELECT extract(epoch FROM clock_timestamp())::float8",
-}
-
-_END_LEASE = "lease_owner = NULL, lease_until = NULL"
-# A job given back (retry, release) while a cancel is requested would never run again
-# usefully: it ends cancelled instead of queued, as in MemoryStore._settle_held.
-_GIVE_BACK = (
-    "state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,"
-    " last_error = CASE WHEN j.cancel_requested THEN %(cancelled)s ELSE {error} END"
-)
-_ASSIGNMENTS = {
-    "complete": f"state = 'done', result = %(result)s::json, {_END_LEASE}",
-    "fail": f"state = 'failed', last_error = %(error)s, {_END_LEASE}",
-    "retry": _GIVE_BACK.replace("{error}", "%(error)s")
-    + f", run_at = to_timestamp(%(run_at)s), {_END_LEASE}",
-    "release": _GIVE_BACK.replace("{error}", "j.last_error")
-    + f", attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
-    "mark_cancelled": f"state = 'cancelled', last_error = %(error)s, {_END_LEASE}",
-}
-
-
-# settle_many sends at most this many items per statement (more make more statements in
-# the same transaction), so that a store prepares at most this many statement texts.
-_SETTLE_ROWS = 64
-
-
-# The outcome of each Settle kind in _ASSIGNMENTS (the single-job statements).
-_SINGLE = {
-    Settle.COMPLETE: "complete",
-    Settle.FAIL: "fail",
-    Settle.RETRY: "retry",
-    Settle.RELEASE: "release",
-    Settle.CANCEL: "mark_cancelled",
-}
-
-
-def _settle_names(n: int) -> tuple[str, ...]:
-    """The parameter names of item ``n``'s row in settle_many's VALUES."""
-    return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
-
-
-class StoreSchemaError(RuntimeError):
-    """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
+assert len(MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
 
 
 def is_postgres_url(text: str) -> bool:
@@ -530,12 +197,6 @@ def _check_job(new: NewJob, *, absolute: bool) -> NewJob:
         raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
     _check_range("run_at" if absolute else "delay", new.run_at)
     return new
-
-
-def _advisory_key(schema: str) -> int:
-    """A stable 64-bit advisory lock key for migrating ``schema``."""
-    digest = hashlib.sha256(f"patterns.jobqueue:{schema}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class PostgresStore(SingleOutcomes):
@@ -588,31 +249,29 @@ class PostgresStore(SingleOutcomes):
             raise ValueError(f"stop_timeout must not be negative, got {stop_timeout}")
         self.stop_timeout = stop_timeout
         self._max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
-        self._create = create
         self._pg = _import_psycopg()
-        from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
-
         if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(
                 "schema must be a lower-case identifier (letters, digits, _; at most 45), "
                 f"got {schema!r}"
             )
-        try:
-            params = conninfo.conninfo_to_dict(dsn)
-        except self._pg.ProgrammingError:
-            # libpq's message may quote any part of the string, the password included.
-            raise ValueError(
-                "not a valid PostgreSQL connection string or postgresql:// URL"
-            ) from None
-        for key, value in _CONNECT_DEFAULTS.items():
-            params.setdefault(key, value)
-        options = str(params.get("options") or "")
-        if "idle_in_transaction_session_timeout" not in options:
-            params["options"] = f"{options} {_IDLE_IN_TRANSACTION}".strip()
-        self._conninfo = conninfo.make_conninfo("", **params)
-        host = params.get("host") or "localhost"
-        self._where = f"{params.get('user') or ''}@{host}:{params.get('port') or 5432}".lstrip("@")
-        self._where += f"/{params.get('dbname') or ''} schema {schema}"
+        # The one connection every call shares, one transaction at a time (postgres_connection).
+        self._db = Database(
+            self._pg,
+            dsn,
+            schema,
+            clock=clock,
+            create=create,
+            version=SCHEMA_VERSION,
+            retries=RETRIES,
+            first_pause=_BACKOFF,
+            check_open=self._check_open,
+        )
+        self._where = self._db.where
+        # The composed statements, and the thread-local that settle_and_claim's transaction
+        # sets: the connection's, named here as the methods below use them.
+        self._statements, self._settle_sql = self._db.statements, self._db.settle_sql
+        self._shared = self._db.shared
         self._schema = schema
         self._test_clock = clock
         if clock is not None:
@@ -621,54 +280,17 @@ class PostgresStore(SingleOutcomes):
                 self._where,
             )
         self._channel = f"patterns.jobqueue.{schema}"
-        self._names = {
-            "schema": sql.Identifier(schema),
-            "jobs": sql.Identifier(schema, "jobs"),
-            "workers": sql.Identifier(schema, "workers"),
-            "version": sql.Identifier(schema, "schema_version"),
-            "columns": sql.SQL(_COLUMNS),
-            "now": sql.SQL(_NOW),
-        }
-        self._statements = {
-            name: self._compose(text)
-            for name, text in _SQL.items()
-            if name not in {"settle", "settle_many"}
-        }
-        self._settle_sql = {
-            outcome: self._compose(_SQL["settle"], assignments=sql.SQL(text))
-            for outcome, text in _ASSIGNMENTS.items()
-        }
-        self._migrations = [[self._compose(text) for text in step] for step in _MIGRATIONS]
-
-        # Guards _conn, _closed, _prepared, _offset and the settle_many statements that
-        # _settle_statement adds to _statements: held for every transaction (and its
-        # reconnection), so the connection serves one thread at a time and close() cannot
-        # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
-        # caller code run under it is the test clock, which must not call the store.
-        # _shared.txn: set inside settle_and_claim's transaction (see _transaction)
-        self._lock, self._shared = threading.Lock(), threading.local()
-        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
-        self._closed = False
-        self._prepared = False
-        self._connects = 0
-        self._offset = 0.0  # database clock minus time.time(), from the last reading
-
-        # Guards _subscribers, _listener, _stopping, _listener_ended and _orphaned. Held
-        # briefly by subscribe(), the unsubscribe functions, close() and the listener thread
-        # (to copy the subscribers before calling them, never while calling them).
-        self._sub_lock = threading.Lock()
-        self._subscribers: dict[int, Callable[[], object]] = {}
-        self._keys = itertools.count()
-        self._listener: threading.Thread | None = None
-        self._stopping = False
-        self._listener_ended = False  # set by the listener thread as it ends
-        self._orphaned = False  # set by close() when the listener outlived its budget
-        # close() writes a byte to _wakeup_w; the listener selects on _wakeup_r next to its
-        # connection's socket, so close() ends its wait (or its backoff) at once.
-        self._wakeup_r, self._wakeup_w = socket.socketpair()
-        # Set by the listener thread on every notification (and reconnection); waited on
-        # and cleared by wait_for_notify().
-        self._notified = threading.Event()
+        # The wake-up feed: LISTEN on a connection of its own, in a thread started by the
+        # first subscribe() or wait_for_notify() (postgres_listen).
+        self._listener = Listener(
+            self._pg,
+            self._db.conninfo,
+            self._channel,
+            name=f"jobqueue-listener-{schema}",
+            where=self._where,
+            first_pause=_BACKOFF,
+            check_open=self._check_open,
+        )
 
         try:
             self._transaction(lambda conn, clock: None)  # connect, create or check the schema
@@ -677,209 +299,22 @@ class PostgresStore(SingleOutcomes):
             raise
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self._where!r}, closed={self._closed})"
+        return f"PostgresStore({self._where!r}, closed={self._db.closed})"
 
     @property
     def schema(self) -> str:
         """The PostgreSQL schema holding the store's tables."""
         return self._schema
 
-    # --- connections and transactions ----------------------------------------------------
-
-    def _connected(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """The store's connection, (re)opened and prepared if needed; call with _lock held."""
-        old = self._conn
-        if old is not None and not old.closed and not old.broken:
-            return old
-        self._conn = None
-        if old is not None:
-            old.close()
-        conn: psycopg.Connection[tuple[Any, ...]] = self._pg.connect(
-            self._conninfo, autocommit=False
-        )
-        try:
-            if not self._prepared:
-                self._prepare(conn)
-                self._prepared = True
-            self._read_offset(conn)
-        except BaseException:
-            conn.close()
-            raise
-        self._connects += 1
-        if self._connects > 1:
-            logger.warning("%s: reconnected (connection %d)", self._where, self._connects)
-        self._conn = conn
-        return conn
-
-    def _read_offset(self, conn: psycopg.Connection[tuple[Any, ...]]) -> float:
-        """Read the database clock; remember its offset from ``time.time()``."""
-        before = time.time()
-        row = conn.execute(self._statements["clock"]).fetchone()
-        after = time.time()
-        conn.commit()
-        assert row is not None
-        self._offset = float(row[0]) - (before + after) / 2
-        return float(row[0])
-
     def _transaction(
         self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
     ) -> T:
-        """Run ``body(conn, clock)`` in one transaction, reconnecting when the connection failed.
-
-        ``clock`` is the test clock's reading, or None for the database's ``now()``; it is
-        read once per attempt. A failure before ``COMMIT`` was sent rolled the transaction
-        back, so the attempt is retried (up to ``RETRIES`` times, with backoff outside the
-        lock); a failure during ``COMMIT`` raises `CommitUnknown` at once. Inside
-        `settle_and_claim`'s transaction (this thread, lock held) ``body`` joins it.
-        """
-        joined = getattr(self._shared, "txn", None)
-        if joined is not None:
-            return body(*joined)
-        last: Exception | None = None
-        for attempt in range(1, RETRIES + 1):
-            with self._lock:
-                self._check_open()
-                committing = False
-                conn: psycopg.Connection[tuple[Any, ...]] | None = None
-                try:
-                    conn = self._connected()
-                    try:
-                        result = body(
-                            conn, None if self._test_clock is None else self._test_clock()
-                        )
-                    except BaseException:
-                        self._rollback(conn)
-                        raise
-                    committing = True
-                    conn.commit()
-                except self._pg.Error as exc:
-                    if not self._is_transient(exc, conn):
-                        raise
-                    self._drop(conn)
-                    if committing:
-                        raise CommitUnknown(
-                            f"{self._where}: the connection broke during COMMIT ({exc}); "
-                            "the transaction may or may not have been applied"
-                        ) from exc
-                    last = exc
-                else:
-                    return result
-            if attempt < RETRIES:
-                pause = backoff(_BACKOFF, attempt)
-                logger.warning(
-                    "%s: database unavailable (%s); retry %d of %d in %.2f s",
-                    self._where,
-                    " ".join(str(last).split()),
-                    attempt,
-                    RETRIES - 1,
-                    pause,
-                )
-                time.sleep(pause)
-        raise StoreUnavailable(
-            f"{self._where}: database unavailable after {RETRIES} attempts: {last}"
-        ) from last
-
-    def _is_transient(self, exc: Exception, conn: psycopg.Connection[Any] | None) -> bool:
-        """True when retrying can help: the connection is gone, or PostgreSQL asks to retry."""
-        errors = self._pg.errors
-        if isinstance(exc, errors.SerializationFailure | errors.DeadlockDetected):
-            return True
-        if not isinstance(exc, self._pg.OperationalError | self._pg.InterfaceError):
-            return False
-        return conn is None or conn.closed or conn.broken
-
-    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
-        try:
-            conn.rollback()
-        except self._pg.Error:
-            self._drop(conn)  # a broken connection: the server rolled back for us
-
-    def _drop(self, conn: psycopg.Connection[Any] | None) -> None:
-        if conn is not None:
-            conn.close()
-        if self._conn is conn:
-            self._conn = None
+        """``body(conn, clock)`` in one transaction: `Database.transaction`."""
+        return self._db.transaction(body)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._db.closed:
             raise RuntimeError(f"{self!r} is closed")
-
-    # --- the schema ------------------------------------------------------------------------
-
-    def _prepare(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Create or migrate the schema under an advisory lock, then check its shape."""
-        try:
-            # One migrator per schema at a time, across every process and machine; the lock
-            # ends with the transaction.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
-            version = self._read_version(conn)
-            if version > 0:  # not ours unless its tables are those of its version
-                self._check_shape(conn, version)
-            for target in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in self._migrations[target - 1]:
-                    conn.execute(statement)
-                conn.execute(self._compose("UPDATE {version} SET version = %s"), (target,))
-                logger.info("%s: job store schema now at version %d", self._where, target)
-            self._check_shape(conn)
-            conn.commit()
-        except BaseException:
-            self._rollback(conn)
-            raise
-
-    def _compose(self, text: str, **extra: sql.Composable) -> sql.Composed:
-        """``text`` with the store's names ({jobs}, {columns}, {now}...) filled in."""
-        from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
-
-        return sql.SQL(text).format(**self._names, **extra)
-
-    def _read_version(self, conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-        tables = sorted(
-            row[0]
-            for row in conn.execute(
-                "SELECT c.relname FROM pg_class AS c"
-                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
-                (self._schema,),
-            )
-        )
-        if not tables:
-            if not self._create:  # a reader must not leave an empty queue behind
-                raise StoreSchemaError(
-                    f"{self._where}: no such queue (schema {self._schema!r} has no job store)"
-                )
-            return 0
-        if "schema_version" not in tables:
-            raise StoreSchemaError(
-                f"{self._where}: schema {self._schema!r} has tables {tables} but no job store "
-                "schema version; refusing to add a job store to it"
-            )
-        row = conn.execute(self._compose("SELECT version FROM {version}")).fetchone()
-        version = 0 if row is None else int(row[0])
-        if version > SCHEMA_VERSION:
-            raise StoreSchemaError(
-                f"{self._where}: job store schema version {version} is newer than this code "
-                f"supports (version {SCHEMA_VERSION}); upgrade patterns.jobqueue to open it"
-            )
-        return version
-
-    def _check_shape(
-        self, conn: psycopg.Connection[tuple[Any, ...]], version: int = SCHEMA_VERSION
-    ) -> None:
-        for table, expected in _SHAPES[version].items():
-            columns = tuple(
-                row[0]
-                for row in conn.execute(
-                    "SELECT column_name FROM information_schema.columns"
-                    " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-                    (self._schema, table),
-                )
-            )
-            if columns != expected:
-                raise StoreSchemaError(
-                    f"{self._where}: schema version {version} but table {table!r} has "
-                    f"columns {list(columns)}, expected {list(expected)}; "
-                    "this schema was not written by this job store"
-                )
 
     # --- rows --------------------------------------------------------------------------------
 
@@ -1047,7 +482,7 @@ class PostgresStore(SingleOutcomes):
             params = {"cancelled": cancelled_reason("and its worker gave it back")}
         else:
             params = {"error": text}
-        outcome = _SINGLE[kind]
+        outcome = SINGLE[kind]
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> bool:
             cursor = conn.execute(
@@ -1081,7 +516,7 @@ class PostgresStore(SingleOutcomes):
 
         A retry's ``run_at`` is also checked against PostgreSQL's range before the
         transaction. The statement fences each row by its own token (one statement per
-        ``_SETTLE_ROWS`` items; one item takes its single-job statement), then one ``COMMIT``:
+        ``SETTLE_ROWS`` items; one item takes its single-job statement), then one ``COMMIT``:
         a batch of up to that many costs the round trips of a single call (``BEGIN``, the
         statement, ``COMMIT``). A release that applied sends one ``NOTIFY``. The connection
         breaking before ``COMMIT`` is retried; during ``COMMIT`` it raises
@@ -1119,16 +554,16 @@ class PostgresStore(SingleOutcomes):
                 (job_id, token, kind, result, error, when) = rows[0]
                 single = {"id": job_id, "token": token, "result": result, "error": error}
                 cursor = conn.execute(
-                    self._settle_sql[_SINGLE[Settle(kind)]], {**common, **single, "run_at": when}
+                    self._settle_sql[SINGLE[Settle(kind)]], {**common, **single, "run_at": when}
                 )
                 applied = [rows[0][:3]] if cursor.rowcount == 1 else []
             else:
                 applied = []
-                for start in range(0, len(rows), _SETTLE_ROWS):
-                    chunk = rows[start : start + _SETTLE_ROWS]
+                for start in range(0, len(rows), SETTLE_ROWS):
+                    chunk = rows[start : start + SETTLE_ROWS]
                     params = dict(common)
                     for n, row in enumerate(chunk):
-                        params.update(zip(_settle_names(n), row, strict=True))
+                        params.update(zip(settle_names(n), row, strict=True))
                     statement = self._settle_statement(len(chunk))
                     applied += conn.execute(statement, params).fetchall()
             if any(kind == Settle.RELEASE for _, _, kind in applied):
@@ -1144,7 +579,7 @@ class PostgresStore(SingleOutcomes):
         return done
 
     def _settle_statement(self, count: int) -> sql.Composed:
-        """settle_many's statement for ``count`` items; call with _lock held (it adds it).
+        """settle_many's statement for ``count`` items; call in a transaction (it adds it).
 
         One text per count, so that each gets its own prepared statement whose plan knows
         how many rows it joins: the plan is made once per count, not at every call.
@@ -1156,11 +591,11 @@ class PostgresStore(SingleOutcomes):
 
             values = ", ".join(
                 "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
-                    *(f"%({param})s" for param in _settle_names(n))
+                    *(f"%({param})s" for param in settle_names(n))
                 )
                 for n in range(count)
             )
-            statement = self._compose(_SQL["settle_many"], values=sql.SQL(values))
+            statement = self._db.compose(STATEMENTS["settle_many"], values=sql.SQL(values))
             self._statements[name] = statement
         return statement
 
@@ -1365,15 +800,7 @@ class PostgresStore(SingleOutcomes):
         """
         if self._test_clock is not None:
             return self._test_clock()
-        with self._lock:
-            conn = self._conn
-            if not self._closed and conn is not None and not conn.closed and not conn.broken:
-                try:
-                    return self._read_offset(conn)
-                except self._pg.Error as exc:
-                    logger.debug("%s: clock read failed (%s); estimating", self._where, exc)
-                    self._rollback(conn)
-            return time.time() + self._offset
+        return self._db.clock()
 
     # --- wake-ups ---------------------------------------------------------------------------
 
@@ -1390,17 +817,7 @@ class PostgresStore(SingleOutcomes):
         until `close`. If that thread cannot start, this raises and subscribes nobody;
         the next call tries again.
         """
-        with self._sub_lock:
-            self._check_open()
-            self._start_listener()  # first: if it cannot start, nobody is subscribed
-            key = next(self._keys)
-            self._subscribers[key] = callback
-
-        def unsubscribe() -> None:
-            with self._sub_lock:
-                self._subscribers.pop(key, None)
-
-        return unsubscribe
+        return self._listener.subscribe(callback)
 
     def wait_for_notify(self, timeout: float) -> bool:
         """Block until a job may have become due, or ``timeout`` seconds; True if one may have.
@@ -1409,106 +826,9 @@ class PostgresStore(SingleOutcomes):
         of "claim until empty, then wait_for_notify" misses none. Meant for one such loop
         per store; a ``Worker`` uses `subscribe` instead, so that a stop ends its wait.
         """
-        with self._sub_lock:
-            self._check_open()
-            self._start_listener()
-        if not self._notified.wait(timeout):
-            return False
-        self._notified.clear()
-        return True
-
-    def _start_listener(self) -> None:
-        """Start the listener thread if it is not running; call with _sub_lock held."""
-        if self._listener is not None:
-            return
-        listener = threading.Thread(
-            target=self._listen_loop, name=f"jobqueue-listener-{self._schema}", daemon=True
-        )
-        # Daemon: it only reads notifications, so nothing is lost if the process exits
-        # without close(); a non-daemon thread would keep such a process alive forever.
-        listener.start()
-        # Only a started thread is kept: one that failed to start would never be tried
-        # again, and close() cannot join it.
-        self._listener = listener
-
-    def _fire(self, why: str) -> None:
-        self._notified.set()
-        with self._sub_lock:
-            callbacks = list(self._subscribers.values())
-        logger.debug("%s: waking %d subscriber(s): %s", self._where, len(callbacks), why)
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:
-                logger.exception("%s: a subscriber raised; ignored", self._where)
-
-    def _should_stop(self) -> bool:
-        with self._sub_lock:
-            return self._stopping
-
-    def _listen_loop(self) -> None:
-        try:
-            self._listen_until_closed()
-        finally:
-            with self._sub_lock:
-                self._listener_ended = True
-                orphaned = self._orphaned
-            if orphaned:  # close() gave up waiting and left the wake-up sockets to us
-                self._close_wakeup()
-
-    def _listen_until_closed(self) -> None:
-        from psycopg import pq, sql  # noqa: PLC0415 - psycopg is optional: imported on use
-
-        failures = 0
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._wakeup_r, selectors.EVENT_READ)
-            while not self._should_stop():
-                conn: psycopg.Connection[tuple[Any, ...]] | None = None
-                try:
-                    conn = self._pg.connect(self._conninfo, autocommit=True)
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    if failures:
-                        logger.warning("%s: listening again", self._where)
-                    failures = 0
-                    self._fire("listening")  # anything enqueued before LISTEN: look now
-                    fd = conn.pgconn.socket
-                    selector.register(fd, selectors.EVENT_READ)
-                    try:
-                        while not self._should_stop():
-                            selector.select()  # the connection's socket, or close()
-                            pgconn = conn.pgconn
-                            pgconn.consume_input()  # raises once the connection is gone
-                            if pgconn.status != pq.ConnStatus.OK:
-                                raise self._pg.OperationalError("the connection was lost")
-                            notified = False
-                            while pgconn.notifies() is not None:
-                                notified = True
-                            if notified:
-                                self._fire("notified")
-                    finally:
-                        selector.unregister(fd)
-                except Exception as exc:  # noqa: BLE001 - logged; the listener must not die
-                    # A connection error, or anything else: either way back off and listen
-                    # again; meanwhile subscribers still have their poll interval.
-                    failures += 1
-                    pause = backoff(_BACKOFF, failures, _LISTEN_BACKOFF_MAX)
-                    logger.warning(
-                        "%s: listener connection failed (%s); reconnecting in %.2f s",
-                        self._where,
-                        " ".join(str(exc).split()),
-                        pause,
-                    )
-                    selector.select(pause)  # ended early by close()
-                finally:
-                    if conn is not None:
-                        conn.close()
-        logger.debug("%s: listener stopped", self._where)
+        return self._listener.wait(timeout)
 
     # --- closing ------------------------------------------------------------------------------
-
-    def _close_wakeup(self) -> None:
-        self._wakeup_r.close()
-        self._wakeup_w.close()
 
     def close(self, timeout: float | None = None) -> None:
         """Release the store's resources (connections, listener thread); idempotent.
@@ -1521,25 +841,9 @@ class PostgresStore(SingleOutcomes):
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout must not be negative, got {timeout}")
         budget = self.stop_timeout if timeout is None else timeout
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            conn, self._conn = self._conn, None
-        with self._sub_lock:
-            self._stopping = True
-            listener = self._listener
-            self._subscribers.clear()
-        self._wakeup_w.send(b"x")  # ends the listener's select at once
-        if listener is not None:
-            listener.join(budget)
-        with self._sub_lock:
-            # A listener still in a connection attempt (connect_timeout) or a subscriber's
-            # call ends after that, by itself, and needs its wake-up socket until then.
-            orphaned = self._orphaned = listener is not None and not self._listener_ended
-        if orphaned:
-            logger.warning("%s: the listener thread did not end within %.2f s", self._where, budget)
-        else:
-            self._close_wakeup()
+        opened, conn = self._db.mark_closed()
+        if not opened:
+            return
+        self._listener.close(budget)
         if conn is not None:
             conn.close()

@@ -303,7 +303,7 @@ def test_the_stores_sessions_end_a_transaction_left_idle_after_ten_seconds(
     store: PostgresStore,
 ) -> None:
     """A stalled process cannot keep row locks: its idle transaction ends after 10 s."""
-    conn = store._conn  # the setting is per session: only the store's own session can tell
+    conn = store._db._conn  # the setting is per session: only the store's own session can tell
     assert conn is not None
     row = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
     conn.rollback()
@@ -380,8 +380,8 @@ def test_close_waits_for_a_busy_listener_only_within_its_budget(
     assert any("did not end within" in r.getMessage() for r in caplog.records)
     gate.open()
     join_or_fail(listener)
-    assert made._wakeup_r.fileno() == -1  # the listener closed what close() left to it
-    assert made._wakeup_w.fileno() == -1
+    assert made._listener._wakeup_r.fileno() == -1  # the listener closed what close() left to it
+    assert made._listener._wakeup_w.fileno() == -1
 
 
 def test_a_negative_close_budget_is_refused(pg_dsn: str, store: PostgresStore) -> None:

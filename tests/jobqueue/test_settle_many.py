@@ -434,7 +434,7 @@ def pg_store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
 
 def backend_pid(store: PostgresStore) -> int:
     """The server process of the store's connection."""
-    conn = store._conn
+    conn = store._db._conn
     assert conn is not None
     return int(conn.info.backend_pid)
 

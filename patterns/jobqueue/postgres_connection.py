@@ -1,0 +1,383 @@
+"""The connection of `~patterns.jobqueue.postgres.PostgresStore`: one transaction at a time.
+
+A `Database` holds the store's one connection, shared by every thread under a lock, and
+runs each store call as one short transaction: it reconnects when the connection was
+lost, retries a transaction that failed before ``COMMIT`` was sent (it changed nothing),
+and raises `~patterns.jobqueue.store.CommitUnknown` when the connection broke during
+``COMMIT``. On its first connection it creates or migrates the store's schema under an
+advisory lock, and checks that the schema's tables are a job store's. It also reads the
+database's clock, the one clock of every due time and lease.
+
+Docs: docs/jobqueue/many_machines.md
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from patterns.jobqueue.postgres_schema import (
+    ASSIGNMENTS,
+    COLUMNS,
+    MIGRATIONS,
+    NOW,
+    SHAPES,
+    STATEMENTS,
+)
+from patterns.jobqueue.store import CommitUnknown, StoreUnavailable, backoff
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+# StoreSchemaError is defined here, where the schema checks raise it, and documented where
+# programs import it from: patterns.jobqueue.postgres.
+__all__ = ["Database"]
+
+# The store's own logger: everything a PostgresStore says is under one name.
+logger = logging.getLogger("patterns.jobqueue.postgres")
+
+T = TypeVar("T")
+
+# libpq settings the store adds when the DSN does not set them: give up on a connection
+# attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
+_CONNECT_DEFAULTS = {
+    "application_name": "patterns.jobqueue",
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+}
+
+# A store never leaves a transaction idle, so a session that does belongs to a stalled
+# process (paused, swapped out, stopped between two statements): the server ends it after
+# 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
+_IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
+
+
+class StoreSchemaError(RuntimeError):  # re-exported by patterns.jobqueue.postgres
+    """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
+
+
+def _advisory_key(schema: str) -> int:
+    """A stable 64-bit advisory lock key for migrating ``schema``."""
+    digest = hashlib.sha256(f"patterns.jobqueue:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class Database:
+    """The store's connection to the database at ``dsn``, for the tables of ``schema``.
+
+    Args:
+        pg: the ``psycopg`` module (imported by the store: psycopg is optional).
+        dsn: a libpq connection string or ``postgresql://`` URL; libpq settings the store
+            needs (a connection timeout, TCP keepalives, an idle-in-transaction timeout) are
+            added unless it sets them.
+        schema: the PostgreSQL schema holding the store's tables.
+        clock: the test clock, or None for the database's ``now()``.
+        create: False to refuse a schema without a job store
+            (`~patterns.jobqueue.postgres.StoreSchemaError`) instead of creating one.
+        version: the schema version this code writes (migrated to on first connection).
+        retries: attempts of one transaction while the connection keeps failing.
+        first_pause: seconds before the first retry; doubles each time, plus jitter.
+        check_open: raises if the store is closed; called before every attempt.
+
+    Nothing connects before the first `transaction`. ``dsn`` is parsed here: a
+    `ValueError` that never quotes it if it is not one.
+    """
+
+    def __init__(
+        self,
+        pg: ModuleType,
+        dsn: str,
+        schema: str,
+        *,
+        clock: Callable[[], float] | None,
+        create: bool,
+        version: int,
+        retries: int,
+        first_pause: float,
+        check_open: Callable[[], None],
+    ) -> None:
+        from psycopg import conninfo, sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+        self._pg = pg
+        self._schema = schema
+        self._test_clock = clock
+        self._create = create
+        self._version = version
+        self._retries = retries
+        self._first_pause = first_pause
+        self._check_open = check_open
+        try:
+            params = conninfo.conninfo_to_dict(dsn)
+        except self._pg.ProgrammingError:
+            # libpq's message may quote any part of the string, the password included.
+            raise ValueError(
+                "not a valid PostgreSQL connection string or postgresql:// URL"
+            ) from None
+        for key, value in _CONNECT_DEFAULTS.items():
+            params.setdefault(key, value)
+        options = str(params.get("options") or "")
+        if "idle_in_transaction_session_timeout" not in options:
+            params["options"] = f"{options} {_IDLE_IN_TRANSACTION}".strip()
+        self.conninfo = conninfo.make_conninfo("", **params)
+        host = params.get("host") or "localhost"
+        self.where = f"{params.get('user') or ''}@{host}:{params.get('port') or 5432}".lstrip("@")
+        self.where += f"/{params.get('dbname') or ''} schema {schema}"
+        self._names = {
+            "schema": sql.Identifier(schema),
+            "jobs": sql.Identifier(schema, "jobs"),
+            "workers": sql.Identifier(schema, "workers"),
+            "version": sql.Identifier(schema, "schema_version"),
+            "columns": sql.SQL(COLUMNS),
+            "now": sql.SQL(NOW),
+        }
+        self.statements = {
+            name: self.compose(text)
+            for name, text in STATEMENTS.items()
+            if name not in {"settle", "settle_many"}
+        }
+        self.settle_sql = {
+            outcome: self.compose(STATEMENTS["settle"], assignments=sql.SQL(text))
+            for outcome, text in ASSIGNMENTS.items()
+        }
+        self._migrations = [[self.compose(text) for text in step] for step in MIGRATIONS]
+
+        # Guards _conn, closed, _prepared, _offset and the settle_many statements that the
+        # store's _settle_statement adds to statements: held for every transaction (and its
+        # reconnection), so the connection serves one thread at a time and close() cannot
+        # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
+        # caller code run under it is the test clock, which must not call the store.
+        # shared.txn: set inside settle_and_claim's transaction (see transaction)
+        self._lock, self.shared = threading.Lock(), threading.local()
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self.closed = False
+        self._prepared = False
+        self._connects = 0
+        self._offset = 0.0  # database clock minus time.time(), from the last reading
+
+    def _connected(self) -> psycopg.Connection[tuple[Any, ...]]:
+        """The store's connection, (re)opened and prepared if needed; call with _lock held."""
+        old = self._conn
+        if old is not None and not old.closed and not old.broken:
+            return old
+        self._conn = None
+        if old is not None:
+            old.close()
+        conn: psycopg.Connection[tuple[Any, ...]] = self._pg.connect(
+            self.conninfo, autocommit=False
+        )
+        try:
+            if not self._prepared:
+                self._prepare(conn)
+                self._prepared = True
+            self._read_offset(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._connects += 1
+        if self._connects > 1:
+            logger.warning("%s: reconnected (connection %d)", self.where, self._connects)
+        self._conn = conn
+        return conn
+
+    def _read_offset(self, conn: psycopg.Connection[tuple[Any, ...]]) -> float:
+        """Read the database clock; remember its offset from ``time.time()``."""
+        before = time.time()
+        row = conn.execute(self.statements["clock"]).fetchone()
+        after = time.time()
+        conn.commit()
+        assert row is not None
+        self._offset = float(row[0]) - (before + after) / 2
+        return float(row[0])
+
+    def transaction(
+        self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
+    ) -> T:
+        """Run ``body(conn, clock)`` in one transaction, reconnecting when the connection failed.
+
+        ``clock`` is the test clock's reading, or None for the database's ``now()``; it is
+        read once per attempt. A failure before ``COMMIT`` was sent rolled the transaction
+        back, so the attempt is retried (up to ``retries`` times, with backoff outside the
+        lock); a failure during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown` at
+        once. Inside `~patterns.jobqueue.postgres.PostgresStore.settle_and_claim`'s
+        transaction (this thread, lock held; it sets ``shared.txn``) ``body`` joins it.
+        """
+        joined = getattr(self.shared, "txn", None)
+        if joined is not None:
+            return body(*joined)
+        last: Exception | None = None
+        for attempt in range(1, self._retries + 1):
+            with self._lock:
+                self._check_open()
+                committing = False
+                conn: psycopg.Connection[tuple[Any, ...]] | None = None
+                try:
+                    conn = self._connected()
+                    try:
+                        result = body(
+                            conn, None if self._test_clock is None else self._test_clock()
+                        )
+                    except BaseException:
+                        self._rollback(conn)
+                        raise
+                    committing = True
+                    conn.commit()
+                except self._pg.Error as exc:
+                    if not self._is_transient(exc, conn):
+                        raise
+                    self._drop(conn)
+                    if committing:
+                        raise CommitUnknown(
+                            f"{self.where}: the connection broke during COMMIT ({exc}); "
+                            "the transaction may or may not have been applied"
+                        ) from exc
+                    last = exc
+                else:
+                    return result
+            if attempt < self._retries:
+                pause = backoff(self._first_pause, attempt)
+                logger.warning(
+                    "%s: database unavailable (%s); retry %d of %d in %.2f s",
+                    self.where,
+                    " ".join(str(last).split()),
+                    attempt,
+                    self._retries - 1,
+                    pause,
+                )
+                time.sleep(pause)
+        raise StoreUnavailable(
+            f"{self.where}: database unavailable after {self._retries} attempts: {last}"
+        ) from last
+
+    def _is_transient(self, exc: Exception, conn: psycopg.Connection[Any] | None) -> bool:
+        """True when retrying can help: the connection is gone, or PostgreSQL asks to retry."""
+        errors = self._pg.errors
+        if isinstance(exc, errors.SerializationFailure | errors.DeadlockDetected):
+            return True
+        if not isinstance(exc, self._pg.OperationalError | self._pg.InterfaceError):
+            return False
+        return conn is None or conn.closed or conn.broken
+
+    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.rollback()
+        except self._pg.Error:
+            self._drop(conn)  # a broken connection: the server rolled back for us
+
+    def _drop(self, conn: psycopg.Connection[Any] | None) -> None:
+        if conn is not None:
+            conn.close()
+        if self._conn is conn:
+            self._conn = None
+
+    # --- the schema ------------------------------------------------------------------------
+
+    def _prepare(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Create or migrate the schema under an advisory lock, then check its shape."""
+        try:
+            # One migrator per schema at a time, across every process and machine; the lock
+            # ends with the transaction.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
+            version = self._read_version(conn)
+            if version > 0:  # not ours unless its tables are those of its version
+                self._check_shape(conn, version)
+            for target in range(version + 1, self._version + 1):
+                for statement in self._migrations[target - 1]:
+                    conn.execute(statement)
+                conn.execute(self.compose("UPDATE {version} SET version = %s"), (target,))
+                logger.info("%s: job store schema now at version %d", self.where, target)
+            self._check_shape(conn, self._version)
+            conn.commit()
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def compose(self, text: str, **extra: sql.Composable) -> sql.Composed:
+        """``text`` with the store's names ({jobs}, {columns}, {now}...) filled in."""
+        from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
+
+        return sql.SQL(text).format(**self._names, **extra)
+
+    def _read_version(self, conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+        tables = sorted(
+            row[0]
+            for row in conn.execute(
+                "SELECT c.relname FROM pg_class AS c"
+                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+                (self._schema,),
+            )
+        )
+        if not tables:
+            if not self._create:  # a reader must not leave an empty queue behind
+                raise StoreSchemaError(
+                    f"{self.where}: no such queue (schema {self._schema!r} has no job store)"
+                )
+            return 0
+        if "schema_version" not in tables:
+            raise StoreSchemaError(
+                f"{self.where}: schema {self._schema!r} has tables {tables} but no job store "
+                "schema version; refusing to add a job store to it"
+            )
+        row = conn.execute(self.compose("SELECT version FROM {version}")).fetchone()
+        version = 0 if row is None else int(row[0])
+        if version > self._version:
+            raise StoreSchemaError(
+                f"{self.where}: job store schema version {version} is newer than this code "
+                f"supports (version {self._version}); upgrade patterns.jobqueue to open it"
+            )
+        return version
+
+    def _check_shape(self, conn: psycopg.Connection[tuple[Any, ...]], version: int) -> None:
+        for table, expected in SHAPES[version].items():
+            columns = tuple(
+                row[0]
+                for row in conn.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                    (self._schema, table),
+                )
+            )
+            if columns != expected:
+                raise StoreSchemaError(
+                    f"{self.where}: schema version {version} but table {table!r} has "
+                    f"columns {list(columns)}, expected {list(expected)}; "
+                    "this schema was not written by this job store"
+                )
+
+    # --- time and closing --------------------------------------------------------------------
+
+    def clock(self) -> float:
+        """The database's time now; if it cannot be read, the local time corrected by the offset.
+
+        One round trip (``clock_timestamp()``), no retry, never raises.
+        """
+        with self._lock:
+            conn = self._conn
+            if not self.closed and conn is not None and not conn.closed and not conn.broken:
+                try:
+                    return self._read_offset(conn)
+                except self._pg.Error as exc:
+                    logger.debug("%s: clock read failed (%s); estimating", self.where, exc)
+                    self._rollback(conn)
+            return time.time() + self._offset
+
+    def mark_closed(self) -> tuple[bool, psycopg.Connection[tuple[Any, ...]] | None]:
+        """Refuse every later transaction; return whether it was open, and the connection.
+
+        The caller closes the connection (after stopping what else it owns).
+        """
+        with self._lock:
+            if self.closed:
+                return False, None
+            self.closed = True
+            conn, self._conn = self._conn, None
+            return True, conn
