@@ -64,6 +64,9 @@ _IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
 class StoreSchemaError(RuntimeError):  # re-exported by patterns.jobqueue.postgres
     """The PostgreSQL schema cannot be used as a job store: not ours, or too new."""
 
+    # Users import it from, and the docs document it with, the store's module.
+    __module__ = "patterns.jobqueue.postgres"
+
 
 def _advisory_key(schema: str) -> int:
     """A stable 64-bit advisory lock key for migrating ``schema``."""

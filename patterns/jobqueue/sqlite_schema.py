@@ -226,6 +226,9 @@ NEXT_DUE_SQL = (
 class StoreFileError(RuntimeError):
     """The file cannot be used as a job store: not a database, not ours, too new, or damaged."""
 
+    # Users import it from, and the docs document it with, the store's module.
+    __module__ = "patterns.jobqueue.sqlite"
+
 
 def is_busy(exc: sqlite3.OperationalError) -> bool:
     """True for "database is locked" / "database table is locked" (SQLITE_BUSY, LOCKED)."""
