@@ -193,7 +193,7 @@ class SignalHandlers:
         self._on_stop_ended = threading.Event()
         self._report: SignalHandlersReport | None = None
         # The ident of the thread inside stop(), so that a stop() from a signal handler
-        # that interrupted it returns at once instead of waiting for itself (R4).
+        # that interrupted it returns at once instead of waiting for itself.
         self._stopper: int | None = None
         self._stop_done = threading.Event()  # set once _report is recorded
         # A SystemExit raised by on_stop in its thread, waiting for the main thread to

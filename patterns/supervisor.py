@@ -124,7 +124,7 @@ def _wait(event: threading.Event, deadline: float) -> bool:
 
 
 class _Tracked:
-    """A thread with its own end signal, set in its target's ``finally`` (R2 of issue 23).
+    """A thread with its own end signal, set in its target's ``finally``.
 
     Reports wait on ``ended``, never on ``join()``/``is_alive()``: before 3.13 a Ctrl-C
     that interrupts ``Thread.join()`` marks a live thread finished (gh-90882).

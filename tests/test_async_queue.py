@@ -1026,7 +1026,7 @@ def test_pool_stop_from_inside_a_handler_does_not_wait_for_its_own_task() -> Non
     run(scenario())
 
 
-# --- issue 23: the lifecycle contract on the paths users take ----------------------------------
+# --- the lifecycle contract on the paths users take ----------------------------------
 
 
 def test_pool_report_cannot_say_terminated_while_naming_a_running_consumer() -> None:

@@ -505,7 +505,7 @@ def test_stop_with_a_timeout_returns_on_time_and_names_the_handler_still_running
 
 
 def test_a_second_stop_from_another_thread_keeps_to_its_own_budget() -> None:
-    """A stop(0.2) while stop() runs returns a provisional report within 0.2 s (R4)."""
+    """A stop(0.2) while stop() runs returns a provisional report within 0.2 s."""
     bulkhead = Bulkhead(1, 0, name="twice").start()
     gate = Gate("running job")
     busy(bulkhead, gate)
@@ -1016,7 +1016,7 @@ def test_these_checks_ran_on_a_build_with_the_gil() -> None:
         assert not hasattr(sys, "_is_gil_enabled")
 
 
-# --- issue 23: the paths users take (with x.start(), Ctrl-C, handlers, budgets) -------------
+# --- the paths users take (with x.start(), Ctrl-C, handlers, budgets) -------------
 
 
 def test_with_on_a_started_bulkhead_returns_it_and_the_program_exits() -> None:
@@ -1128,7 +1128,7 @@ def test_stop_from_a_handler_is_a_request_that_returns_at_once() -> None:
     "seconds", [math.inf, 1e10, 1e300, 10**400], ids=["inf", "1e10", "1e300", "10**400"]
 )
 def test_a_huge_or_infinite_budget_means_as_long_as_it_takes(seconds: float) -> None:
-    """Infinite and huge budgets are accepted everywhere and never raise OverflowError (R3)."""
+    """Infinite and huge budgets are accepted everywhere and never raise OverflowError."""
     bulkhead = Bulkhead(1, 0, name="endless", stop_timeout=seconds).start()
     assert bulkhead.call(lambda: "ok", timeout=seconds) == "ok"
     token_waited: list[bool] = []
@@ -1145,7 +1145,7 @@ def test_a_huge_or_infinite_budget_means_as_long_as_it_takes(seconds: float) -> 
 
 @pytest.mark.parametrize("bad", [math.nan, -1.0, True, "1", None])
 def test_a_budget_that_is_not_seconds_is_a_value_error_naming_it(bad: object) -> None:
-    """nan, negative, bool, str: ValueError naming the argument, at every entry point (R3)."""
+    """nan, negative, bool, str: ValueError naming the argument, at every entry point."""
     with pytest.raises(ValueError, match=r"^stop_timeout must be a number of seconds"):
         Bulkhead(1, 0, stop_timeout=bad)  # type: ignore[arg-type]
     bulkhead = Bulkhead(1, 0).start()
@@ -1162,7 +1162,7 @@ def test_a_budget_that_is_not_seconds_is_a_value_error_naming_it(bad: object) ->
 def test_a_token_callback_that_raises_keyboard_interrupt_is_contained_then_re_raised(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Every callback runs and the report is recorded before the KeyboardInterrupt (R5)."""
+    """Every callback runs and the report is recorded before the KeyboardInterrupt."""
     bulkhead = Bulkhead(2, 0, name="callbacks").start()
     registered = [threading.Event(), threading.Event()]
     ran: list[str] = []
@@ -1215,7 +1215,7 @@ def test_bulkhead_full_says_what_holds_the_slots() -> None:
 
 
 def test_stop_from_a_signal_handler_that_landed_inside_a_locked_section_hands_off() -> None:
-    """A handler's stop() on a thread holding the bulkhead's lock never waits for it (R4)."""
+    """A handler's stop() on a thread holding the bulkhead's lock never waits for it."""
     bulkhead = Bulkhead(1, 0, name="locked").start()
     seen: list[BulkheadReport] = []
 

@@ -915,7 +915,7 @@ def test_a_socket_timeout_is_an_os_error() -> None:
     assert issubclass(TimeoutError, OSError)
 
 
-# --- issue 23: any budget, and callbacks that raise or exit --------------------------------
+# --- any budget, and callbacks that raise or exit --------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1157,7 +1157,7 @@ def test_a_stop_interrupted_by_ctrl_c_can_be_done_again_and_then_is_final() -> N
     assert handled == [1]
 
 
-# --- issue 23: the lifecycle contract on the paths users take ----------------------------------
+# --- the lifecycle contract on the paths users take ----------------------------------
 
 
 def main_blocked_in_stop() -> bool:

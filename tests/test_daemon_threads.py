@@ -925,7 +925,7 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
         join_or_fail(thread)  # the work saw the stop event and ends
 
 
-# --- issue 23: the lifecycle contract on the paths users take -------------------------------
+# --- the lifecycle contract on the paths users take -------------------------------
 
 P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
 E1 = ("E1", "a handler that sets the event main is waiting on deadlocks")

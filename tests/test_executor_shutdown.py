@@ -1007,7 +1007,7 @@ def test_asyncio_shutdown_default_executor_timeout_bounds_a_stuck_task_only_on_3
         assert caught == []  # once released, the join inside finished in time: no warning
 
 
-# --- issue 23: the paths users take (with x.start(), Ctrl-C, handlers, budgets) -------------
+# --- the paths users take (with x.start(), Ctrl-C, handlers, budgets) -------------
 
 
 def test_with_on_a_started_executor_returns_it_and_the_program_exits() -> None:

@@ -1702,7 +1702,7 @@ def test_force_exit_during_finalization_exits_at_once_on_every_version():
     assert result.stdout == ""  # no flush thread, so no log line, on purpose
 
 
-# --- issue 23: the paths users take ---------------------------------------------------------
+# --- the paths users take ---------------------------------------------------------
 
 WITH_STARTED = """
 import signal
@@ -1810,7 +1810,7 @@ def test_run_until_signalled_with_an_infinite_drain_budget_returns_when_work_end
 def main_waits_for_on_stop() -> bool:
     """Whether the main thread is in stop()'s wait for on_stop (not the dispatcher's, before).
 
-    That is ``_wait`` called by ``_stop``; before issue 23 it was ``join`` called by ``stop``,
+    That is ``_wait`` called by ``_stop``; the older code had ``join`` called by ``stop``,
     which the fail-first run of these tests looked for.
     """
     frame = sys._current_frames().get(threading.main_thread().ident or -1)

@@ -722,7 +722,7 @@ def test_an_interrupted_last_done_logs_how_many_pills_it_delivered(
     assert group.remaining == 0  # done() was counted; the caller must stop the rest itself
 
 
-# --- issue 23: every number of seconds, inf included ---------------------------------------
+# --- every number of seconds, inf included ---------------------------------------
 
 
 @pytest.mark.parametrize("seconds", [math.inf, 1e10, 1e300, pytest.param(10**400, id="10**400")])

@@ -907,7 +907,7 @@ def test_default_start_method_is_fork_on_linux_before_3_14() -> None:
     assert multiprocessing.get_context().get_start_method() == expected
 
 
-# --- the lifecycle contract on the paths users take (issue 23) -----------------------------
+# --- the lifecycle contract on the paths users take -----------------------------------------
 
 
 def open_fds() -> int:

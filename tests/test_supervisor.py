@@ -680,7 +680,7 @@ def test_stop_racing_start_returns_within_its_budget_and_nothing_is_left_running
     assert supervisor.deaths == []
 
 
-# --- issue 23: the lifecycle contract on the paths users take -------------------------------
+# --- the lifecycle contract on the paths users take -------------------------------
 
 P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")
 E1 = ("E1", "a handler that sets the event main is waiting on deadlocks")

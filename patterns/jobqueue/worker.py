@@ -1640,7 +1640,7 @@ class Worker:
             return
         try:
             hook(*args)
-        except BaseException as exc:  # logged and contained (R5); see below
+        except BaseException as exc:  # logged and contained; see below
             exiting = isinstance(exc, KeyboardInterrupt | SystemExit)
             if (
                 exiting

@@ -797,7 +797,7 @@ def test_a_heartbeat_thread_that_dies_is_reported_and_stops_the_worker(world: Wo
     """A BaseException ending the heartbeat is a reported death and a stop, not a silent lapse.
 
     Here it comes from the store's ``renew`` itself (a hook's ``SystemExit`` is contained
-    and logged since issue 23, so it no longer ends the thread). Without the report nobody
+    and logged, so it does not end the thread). Without the report nobody
     would know that leases had stopped being renewed, and other workers would soon take
     over jobs that are still running.
     """

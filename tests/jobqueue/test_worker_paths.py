@@ -1,4 +1,4 @@
-"""The worker on the paths users take (issue 23), each forced, never hoped for.
+"""The worker on the paths users take, each forced, never hoped for.
 
 ``with worker.start()``, Ctrl-C during `Worker.stop`, a stop from a signal handler, a
 handler, a hook or another thread, any budget, and callbacks that raise.
