@@ -2,7 +2,8 @@
 
 TL;DR: ``Worker(...)`` calls `check_counts` (``concurrency``, ``prefetch``) and
 `check_times` (every interval) before it builds anything, and `seconds` for each budget
-handed to a call (``stop(timeout)``, ``wait_stop_requested(timeout)``).
+handed to a call (``stop(timeout)``, ``wait_stop_requested(timeout)``); `split_budget`
+divides a stop's budget between DRAINING and CANCELLING.
 
 Pattern:
     The project's one rule for seconds (docs/design.md, "Seconds are checked one way
@@ -28,7 +29,7 @@ import math
 
 from patterns.jobqueue.store import check_time
 
-__all__ = ["MAX_THREADS", "check_counts", "check_times", "positive", "seconds"]
+__all__ = ["MAX_THREADS", "check_counts", "check_times", "positive", "seconds", "split_budget"]
 
 MAX_THREADS = 10_000  # more handler threads (or prefetched claims) than this is a mistake
 
@@ -109,3 +110,26 @@ def check_times(
             " (a third of it is the default)"
         )
     return beat, poll, stop, cancel
+
+
+def split_budget(
+    budget: float, *, stop_timeout: float, cancel_timeout: float | None
+) -> tuple[float, float]:
+    """``budget`` as (DRAINING, CANCELLING) seconds; inf stays inf (no nan from inf - inf).
+
+    ``cancel_timeout`` None keeps a quarter for CANCELLING; equal to ``stop_timeout``, it
+    cancels at once; otherwise its share of ``stop_timeout`` (kept as is when that is inf).
+    """
+    if cancel_timeout is None:
+        share = 0.25
+    elif cancel_timeout == stop_timeout > 0:
+        share = 1.0  # cancels at once, inf included
+    elif math.isinf(stop_timeout):  # a finite part of an endless default: kept as is
+        cancel = min(cancel_timeout, budget)
+        return (budget - cancel if math.isfinite(budget) else budget), cancel
+    else:
+        share = cancel_timeout / max(stop_timeout, 1e-9)
+    cancel = budget * share if share else 0.0
+    if share == 1.0:
+        return 0.0, budget
+    return (budget - cancel if math.isfinite(budget) else budget), cancel

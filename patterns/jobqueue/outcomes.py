@@ -46,7 +46,7 @@ class Outcome(enum.StrEnum):
 
 
 class ClaimState(enum.StrEnum):
-    """Where one held claim is; every change goes through ``Worker._transition``."""
+    """Where one held claim is; every change goes through ``ClaimLedger.move``."""
 
     WAITING = "waiting"  # handed off, no handler yet; the heartbeat renews its lease
     RUNNING = "running"  # its handler runs; the heartbeat renews, or cancels it if lost

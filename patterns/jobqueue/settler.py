@@ -80,7 +80,7 @@ class Settler(Generic[_R]):
         free_slots: Callable[[int], None],
         settled: Callable[[list[Pending[_R]]], None],
         unsettled: Callable[[Pending[_R]], None],
-        claimed: Callable[[list[Claim], int, threading.Event | None], None],
+        claimed: Callable[[list[Claim], int, threading.Event | None], object],
         completed: Callable[[Job, JsonValue], None],
         error: Callable[[Phase, Job | None, BaseException], object],
         died: Callable[[BaseException], None],

@@ -1,0 +1,298 @@
+"""The worker's report and stats, and the threads they read.
+
+TL;DR: `WorkerReport` is what ``Worker.stop`` returns and `WorkerStats` what
+``Worker.stats`` returns; `build_report` and `build_stats` make them from the claim
+ledger, the worker's threads and its errors; `ThreadMarks` wraps each thread the worker
+starts so that it sets its own "began" and "ended" events.
+
+Pattern:
+    The lifecycle contract's report (docs/design.md): ``terminated`` and
+    ``still_running``, never contradicting each other. A report reads each thread's own
+    "ended" event, never ``Thread.is_alive()``: before 3.13 a ``join()`` interrupted by
+    Ctrl-C marks a live thread finished (gh-90882), as ``patterns.daemon_threads`` shows.
+
+See also: ``patterns.jobqueue.worker`` (the stop that builds it),
+``patterns.jobqueue.ledger`` (what it reads).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import ParamSpec
+
+from patterns.jobqueue.errors import ErrorLog
+from patterns.jobqueue.ledger import ClaimLedger
+from patterns.jobqueue.outcomes import Outcome
+from patterns.jobqueue.states import WorkerState
+from patterns.jobqueue.tasks import PhaseError
+from patterns.thread_exceptions import ThreadFailure
+
+# WorkerReport and WorkerStats are documented with the Worker, where users import them.
+__all__ = ["ThreadMarks", "build_report", "build_stats", "phase_durations", "wait"]
+
+_P = ParamSpec("_P")
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What `~patterns.jobqueue.worker.Worker.stop` achieved.
+
+    Attributes:
+        terminated: True when every job in hand was settled and every thread the worker
+            started has ended, within the budget.
+        still_running: the jobs whose handler was still running at the deadline, named
+            ``"job <id>"``, then the names of the handler threads that had not ended (each
+            thread's own "ended" event, never ``Thread.is_alive()``; a provisional report
+            from one of the worker's own threads names that thread too). Each job was
+            released (``released_running_ids``: queued again, its attempt given back, its
+            handler's late outcome refused); one whose release failed keeps its lease and
+            runs again once that expires. Never non-empty with ``terminated`` True.
+        worker: the worker's name.
+        still_running_ids: the ids of those jobs, in the same order (the first entries).
+        outcomes: for each job the worker held when the stop began (running, or handed
+            off but not started), how it was settled during the stop.
+        errors: the `~patterns.jobqueue.tasks.PhaseError` records of the worker's life (the
+            most recent 100).
+        thread_failures: worker threads that died (each also stopped the worker).
+        phases: seconds spent in DRAINING and, if it was entered, CANCELLING.
+        elapsed: seconds the `~patterns.jobqueue.worker.Worker.stop` call took.
+        still_held_ids: claims never started whose release had not returned by the
+            deadline (a store call hanging): they keep their lease until it expires,
+            attempt spent. Empty unless ``terminated`` is False.
+        released_running_ids: the jobs of ``still_running`` the stop released.
+        failure: why the worker stopped itself because it could not work (the store
+            failed every claim for ``store_outage_limit``), or None. A process should
+            exit non-zero when it is set.
+    """
+
+    terminated: bool
+    still_running: tuple[str, ...]
+    worker: str
+    still_running_ids: tuple[int, ...] = ()
+    outcomes: Mapping[int, Outcome] = field(default_factory=dict)
+    errors: tuple[PhaseError, ...] = ()
+    thread_failures: tuple[ThreadFailure, ...] = ()
+    phases: Mapping[WorkerState, float] = field(default_factory=dict)
+    elapsed: float = 0.0
+    still_held_ids: tuple[int, ...] = ()
+    released_running_ids: tuple[int, ...] = ()
+    failure: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(
+                f"a report cannot say terminated=True with still_running={self.still_running!r}"
+            )
+
+    @property
+    def completed(self) -> tuple[int, ...]:
+        """Jobs that ran to an outcome of their own (done, retried or failed) during the stop."""
+        ended = (Outcome.DONE, Outcome.RETRIED, Outcome.FAILED)
+        return tuple(sorted(i for i, o in self.outcomes.items() if o in ended))
+
+    @property
+    def released(self) -> tuple[int, ...]:
+        """Jobs given back to the queue unchanged (interrupted, or never started)."""
+        return tuple(sorted(i for i, o in self.outcomes.items() if o is Outcome.RELEASED))
+
+    def summary(self) -> str:
+        """One line for a log or a terminal."""
+        text = (
+            f"worker {self.worker} stopped in {self.elapsed:.2f}s: "
+            f"{len(self.completed)} completed, {len(self.released)} released, "
+            f"{len(self.still_running_ids)} still running"
+        )
+        if self.still_running_ids:
+            kept = [i for i in self.still_running_ids if i not in self.released_running_ids]
+            text += f" {list(self.still_running_ids)}"
+            if self.released_running_ids:
+                text += f" (released {list(self.released_running_ids)}: attempts given back)"
+            if kept:
+                text += f" (they keep their lease: {kept})"
+        threads = self.still_running[len(self.still_running_ids) :]
+        if threads:
+            text += f"; thread(s) still running: {', '.join(threads)}"
+        if self.still_held_ids:
+            text += (
+                f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
+            )
+        if self.failure:
+            text += f"; stopped because {self.failure}"
+        if self.errors or self.thread_failures:
+            text += f"; {len(self.errors)} error(s), {len(self.thread_failures)} dead thread(s)"
+        return text
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """Counters over the worker's life, as of one `~patterns.jobqueue.worker.Worker.stats` call."""
+
+    state: WorkerState
+    claimed: int
+    running: int
+    done: int
+    retried: int
+    failed: int
+    released: int
+    lost: int
+    unsettled: int
+    errors: int
+    unknown: int = 0
+    cancelled: int = 0
+    timed_out: int = 0  # attempts that ended because the handler's timeout passed
+    overdue: int = 0  # handlers found still running past their timeout (each once)
+    awaiting_commit: int = 0  # outcomes handed to the settler, not yet committed (in ``running``)
+
+    @property
+    def settled(self) -> int:
+        """Claimed jobs that reached an outcome (``claimed - settled`` are still in hand)."""
+        return (
+            self.done
+            + self.retried
+            + self.failed
+            + self.released
+            + self.lost
+            + self.unsettled
+            + self.unknown
+            + self.cancelled
+        )
+
+
+@dataclass(slots=True)
+class _Mark:
+    """One thread the worker started: its name, and its own "began" and "ended" events."""
+
+    name: str
+    handler: bool  # a handler thread (named in ``still_running``), not the claimer & co.
+    began: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+class ThreadMarks:
+    """Every thread the worker starts, in start order, each setting its own events.
+
+    Set by the thread's target (wrapped by `track`), in its first line and its
+    ``finally``; read by the reports, lock-free.
+    """
+
+    def __init__(self) -> None:
+        self._marks: list[_Mark] = []  # appended before the thread starts
+
+    def track(
+        self, target: Callable[_P, None], name: str, *, handler: bool = False
+    ) -> Callable[_P, None]:
+        """``target``, for a thread the worker starts: it sets its own events."""
+        mark = _Mark(name, handler)
+        self._marks.append(mark)
+
+        def run(*args: _P.args, **kwargs: _P.kwargs) -> None:
+            mark.name = threading.current_thread().name
+            mark.began.set()
+            try:
+                target(*args, **kwargs)
+            finally:
+                mark.ended.set()
+
+        return run
+
+    def all_ended(self, left: Callable[[], float]) -> bool:
+        """Wait (within ``left()``) until every thread that began has ended."""
+        return all(wait(m.ended, left()) for m in list(self._marks) if m.began.is_set())
+
+    def unended(self, *, handlers: bool) -> tuple[str, ...]:
+        """Names of the (handler) threads that began and have not ended."""
+        return tuple(
+            m.name
+            for m in list(self._marks)
+            if m.began.is_set() and not m.ended.is_set() and (m.handler or not handlers)
+        )
+
+
+def build_report(
+    worker: str,
+    ledger: ClaimLedger,
+    marks: ThreadMarks,
+    errors: ErrorLog,
+    *,
+    entered: Mapping[WorkerState, float],
+    failure: str | None,
+    start: float,
+    terminated: bool,
+    caller: str | None = None,
+) -> WorkerReport:
+    """A report of what runs and what was settled now (call with the ledger's lock held).
+
+    The handler threads still running are named after the jobs (the claimer, settler and
+    heartbeat only make ``terminated`` False, through `ThreadMarks.all_ended`); a
+    ``caller`` (one of the worker's own threads asking) is named too.
+    """
+    now = time.monotonic()
+    still_running = tuple(ledger.running())
+    still_held = ledger.still_held()
+    threads = marks.unended(handlers=True)
+    if caller is not None and caller not in threads:
+        threads = (*threads, caller)
+    return WorkerReport(
+        terminated=terminated and not still_running and not still_held and not threads,
+        still_held_ids=still_held,
+        released_running_ids=tuple(sorted(ledger.released_running)),
+        failure=failure,
+        still_running=(*(f"job {job_id}" for job_id in still_running), *threads),
+        worker=worker,
+        still_running_ids=still_running,
+        outcomes=MappingProxyType(dict(ledger.late)),
+        errors=errors.errors(),
+        thread_failures=errors.thread_failures(),
+        phases=MappingProxyType(phase_durations(entered, now)),
+        elapsed=now - start,
+    )
+
+
+def build_stats(
+    state: WorkerState, ledger: ClaimLedger, errors: ErrorLog, *, overdue: int
+) -> WorkerStats:
+    """The worker's counters now (call with the ledger's lock held)."""
+    counts = ledger.counts
+    return WorkerStats(
+        state=state,
+        claimed=ledger.claimed,
+        running=len(ledger.running()),
+        done=counts[Outcome.DONE],
+        retried=counts[Outcome.RETRIED],
+        failed=counts[Outcome.FAILED],
+        released=counts[Outcome.RELEASED],
+        lost=counts[Outcome.LOST],
+        unsettled=counts[Outcome.UNSETTLED],
+        errors=errors.count,
+        unknown=counts[Outcome.UNKNOWN],
+        cancelled=counts[Outcome.CANCELLED],
+        timed_out=ledger.timed_out,
+        overdue=overdue,
+        awaiting_commit=ledger.settling(),
+    )
+
+
+def phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[WorkerState, float]:
+    """Seconds spent in DRAINING and CANCELLING, from the times each state was entered."""
+    durations = {}
+    for state, after in (
+        (WorkerState.DRAINING, (WorkerState.CANCELLING, WorkerState.STOPPED)),
+        (WorkerState.CANCELLING, (WorkerState.STOPPED,)),
+    ):
+        if state in entered:
+            ends = [entered[s] for s in after if s in entered]
+            durations[state] = min(ends, default=now) - entered[state]
+    return durations
+
+
+def wait(event: threading.Event, seconds: float) -> bool:
+    """``event.wait(seconds)`` for any ``seconds >= 0``, inf included: each wait is capped."""
+    deadline = time.monotonic() + seconds
+    while not event.wait(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)):
+        if time.monotonic() >= deadline:
+            return False
+    return True

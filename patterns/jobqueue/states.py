@@ -1,0 +1,67 @@
+"""The worker's states, the only moves between them, and the steps of one job's life.
+
+TL;DR: `WorkerState` is what ``Worker.state`` returns; `TRANSITIONS` is the table every
+change is checked against (a move not in it is a bug, raised at once); `Step` names the
+boundaries where ``Worker(step_hook=...)`` is called, for fault-injection tests.
+
+Pattern:
+    One explicit state machine, as ``patterns.executor_shutdown`` walks for one pool: a
+    stop is RUNNING -> DRAINING -> CANCELLING -> STOPPED, each change logged as
+    ``worker.<state>``. A claim's own states are `~patterns.jobqueue.outcomes.ClaimState`.
+
+See also: ``patterns.jobqueue.worker`` (the moves), docs/jobqueue/design.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+
+# WorkerState and Step are documented with the Worker, where users import them.
+__all__ = ["TRANSITIONS"]
+
+
+class WorkerState(enum.StrEnum):
+    """The worker's lifecycle; every change is logged as ``worker.<state>``."""
+
+    NEW = "new"
+    RUNNING = "running"  # claiming and running jobs
+    DRAINING = "draining"  # no more claims; running jobs may finish; leases still renewed
+    CANCELLING = "cancelling"  # running jobs' tokens cancelled; Interrupted jobs released
+    STOPPED = "stopped"  # on_shutdown called; the report is final
+
+
+# The only transitions there are. DRAINING goes straight to STOPPED when every job ended
+# within the drain budget; NEW goes to STOPPED when a worker is stopped before it started.
+TRANSITIONS: Mapping[WorkerState, frozenset[WorkerState]] = MappingProxyType(
+    {
+        WorkerState.NEW: frozenset({WorkerState.RUNNING, WorkerState.STOPPED}),
+        WorkerState.RUNNING: frozenset({WorkerState.DRAINING}),
+        WorkerState.DRAINING: frozenset({WorkerState.CANCELLING, WorkerState.STOPPED}),
+        WorkerState.CANCELLING: frozenset({WorkerState.STOPPED}),
+        WorkerState.STOPPED: frozenset(),
+    }
+)
+
+
+class Step(enum.StrEnum):
+    """A boundary in one job's life where ``Worker(step_hook=...)`` is called (for tests).
+
+    Fault-injection tests park a job at a boundary, or raise there, to prove that a stop,
+    a cancellation, an error or a crash at that point loses nothing. The hook is called as
+    ``step_hook(step, claim, phase)``; ``phase`` names the store call for the three commit
+    steps (``Phase.ACK``, ``Phase.RELEASE``, ...) and is None for the others. The two
+    around the store call run in the settler thread for a handler's outcome (each item
+    of a group commit in turn), and in the releasing thread for a claim never started.
+    """
+
+    AFTER_CLAIM = "after_claim"  # claiming thread: the claim is committed, not yet handed off
+    BEFORE_HANDLER = "before_handler"  # handler thread: the job is running, handler not called
+    AFTER_HANDLER = "after_handler"  # the handler returned or raised; nothing decided yet
+    # Handler thread: the outcome is decided, about to be handed to the settler (which
+    # commits it with others); nothing is written yet.
+    BEFORE_GROUP_COMMIT = "before_group_commit"
+    BEFORE_COMMIT = "before_commit"  # just before the store call that settles the job
+    AFTER_COMMIT = "after_commit"  # that store call returned (accepted or refused)
+    HEARTBEAT = "heartbeat"  # heartbeat thread: about to renew this claim's lease
