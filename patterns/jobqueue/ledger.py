@@ -70,8 +70,8 @@ class ClaimLedger:
         self.cond = cond
         self._root = root
         self.slots, self._claim_at = slots, claim_at
-        # Claims and job starts are accepted (the worker is RUNNING); closed once, by
-        # request_stop, under the lock.
+        # Claims and job starts are accepted (the worker is RUNNING): opened by start and
+        # closed by request_stop, each under the lock (`accept`).
         self.accepting = False
         self.idle = slots  # slots neither holding a claim nor promised to one
         self._claimer_waiting = False
@@ -83,9 +83,9 @@ class ClaimLedger:
         self.timed_out = 0  # attempts that ended because the handler's timeout passed
         self.released_running: list[int] = []  # released at the stop deadline, still running
 
-    def close(self) -> None:
-        """No claim and no job start from now on (lock held); wakes a waiting claimer."""
-        self.accepting = False
+    def accept(self, accepting: bool) -> None:
+        """Open or close the gate for claims and job starts (lock held); wakes the claimer."""
+        self.accepting = accepting
         self.cond.notify_all()
 
     def reserve(self, stopping: threading.Event) -> int:

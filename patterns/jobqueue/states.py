@@ -1,8 +1,9 @@
 """The worker's states, the only moves between them, and the steps of one job's life.
 
-TL;DR: `WorkerState` is what ``Worker.state`` returns; `TRANSITIONS` is the table every
-change is checked against (a move not in it is a bug, raised at once); `Step` names the
-boundaries where ``Worker(step_hook=...)`` is called, for fault-injection tests.
+TL;DR: `WorkerState` is what ``Worker.state`` returns; `StateMachine.move` makes each
+change, checked against `TRANSITIONS` (a move not in it is a bug, raised at once) and
+logged; `Step` names the boundaries where ``Worker(step_hook=...)`` is called, for
+fault-injection tests.
 
 Pattern:
     One explicit state machine, as ``patterns.executor_shutdown`` walks for one pool: a
@@ -15,11 +16,17 @@ See also: ``patterns.jobqueue.worker`` (the moves), docs/jobqueue/design.md.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 # WorkerState and Step are documented with the Worker, where users import them.
-__all__ = ["TRANSITIONS"]
+__all__ = ["TRANSITIONS", "StateMachine"]
+
+# The worker's own log: ``worker.<state>`` events are the worker's.
+logger = logging.getLogger("patterns.jobqueue.worker")
 
 
 class WorkerState(enum.StrEnum):
@@ -43,6 +50,40 @@ TRANSITIONS: Mapping[WorkerState, frozenset[WorkerState]] = MappingProxyType(
         WorkerState.STOPPED: frozenset(),
     }
 )
+
+
+class StateMachine:
+    """The worker's state, changed only by `move` with the worker's lock held.
+
+    ``cond`` is the worker's condition: every move wakes its waiters. ``entered`` holds
+    the monotonic time each state began (the report's phases). ``on_move(new)`` runs
+    with each move, under the lock (the ledger's gate opens in RUNNING alone).
+    """
+
+    def __init__(
+        self, worker: str, cond: threading.Condition, on_move: Callable[[WorkerState], None]
+    ) -> None:
+        self._worker, self._cond, self._on_move = worker, cond, on_move
+        self.state = WorkerState.NEW
+        self.entered: dict[WorkerState, float] = {}
+
+    def move(self, new: WorkerState, detail: str = "") -> None:
+        """Set and log one state change, checked against `TRANSITIONS` (lock held)."""
+        old = self.state
+        if new not in TRANSITIONS[old]:
+            raise RuntimeError(f"worker {self._worker}: no transition from {old} to {new}")
+        self.state = new
+        self.entered[new] = time.monotonic()
+        self._on_move(new)
+        self._cond.notify_all()
+        logger.info(
+            "worker %s: %s -> %s: %s",
+            self._worker,
+            old.name,
+            new.name,
+            detail,
+            extra={"event": f"worker.{new.value}", "worker": self._worker, "state": new},
+        )
 
 
 class Step(enum.StrEnum):

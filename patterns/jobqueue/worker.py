@@ -75,7 +75,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Self
 
 from patterns.cancellation import CancelToken
@@ -102,7 +101,8 @@ from patterns.jobqueue.report import (
 )
 from patterns.jobqueue.runner import JobRunner
 from patterns.jobqueue.settler import Settler
-from patterns.jobqueue.states import TRANSITIONS, Step, WorkerState
+from patterns.jobqueue.states import StateMachine, Step, WorkerState
+from patterns.jobqueue.stop_once import StopOnce
 from patterns.jobqueue.store import Claim, JsonValue, Store
 from patterns.jobqueue.tasks import Phase, TaskRegistry
 
@@ -205,7 +205,7 @@ class Worker:
         self.name = name = name or f"worker-{os.getpid()}-{next(_names)}"
         self._store, self._tasks, self._concurrency = store, tasks, concurrency
         self.stop_timeout, self._cancel_timeout = stop_timeout, cancel_timeout
-        self._on_shutdown, self._install_signals = on_shutdown, install_signal_handlers
+        self._install_signals = install_signal_handlers
         step = step_hook or _no_step_hook
         cap = min(stop_timeout, threading.TIMEOUT_MAX)  # each part's own stop budget
 
@@ -215,18 +215,8 @@ class Worker:
         # the claimer waits on it for free slots, and every transition notifies it.
         lock = threading.RLock()
         self._cond = threading.Condition(lock)
-        self._state = WorkerState.NEW
-        self._entered: dict[WorkerState, float] = {}  # monotonic time each state began
         self._start_called = False  # set by the first start(), so a second one refuses
-        self._report: WorkerReport | None = None
         self._failure: str | None = None  # why the worker stopped itself, if it did
-        # The thread running the stop that owns the shutdown; None again if that stop was
-        # interrupted (Ctrl-C) before it recorded its report, so that the next one resumes.
-        self._stop_owner: threading.Thread | None = None
-        self._shutdown_hook_called = False  # on_shutdown runs once, even if a stop is retried
-        # A KeyboardInterrupt or SystemExit from a callback run by the stopping thread
-        # (on_shutdown, on_unexpected_error): re-raised once the report is recorded.
-        self._deferred: BaseException | None = None
         # Set by wake(), enqueue(), request_stop() and after each commit; cleared by the
         # claimer before each claim; its idle wait ends at once.
         self._wake = threading.Event()
@@ -235,8 +225,6 @@ class Worker:
         # Set once request_stop() has released every claim it took back from the hand-off
         # (it may run in another thread than stop()): no release happens after the report.
         self._handoff_settled = threading.Event()
-        # Set once the owning stop has built the final report; waited on by other stops.
-        self._stopped = threading.Event()
         self._signals: SignalHandlers | None = None
         # The store's own wake-up feed, if it has one (PostgresStore: LISTEN/NOTIFY):
         # subscribed by start() with wake(), dropped by the stop once the claimer left.
@@ -248,13 +236,30 @@ class Worker:
         ledger = self._ledger = ClaimLedger(
             self._cond, root=self._root, slots=concurrency + prefetch, claim_at=max(1, prefetch)
         )
+        # RUNNING -> DRAINING -> CANCELLING -> STOPPED; the ledger accepts jobs in RUNNING.
+        self._life = StateMachine(
+            name, self._cond, lambda new: ledger.accept(new is WorkerState.RUNNING)
+        )
+        self._stop = StopOnce(
+            lock,
+            shut_down=self._shut_down,
+            provisional=lambda start, caller: self._build_report(
+                start, terminated=False, caller=caller
+            ),
+            own_thread=self._is_own_thread,
+            request_stop=self.request_stop,
+            on_shutdown=on_shutdown,
+            # The error log is built next (it asks this which thread is stopping).
+            error=lambda phase, job, exc: self._errors.unexpected(phase, job, exc),  # noqa: PLW0108
+            close_signals=self._close_signal_handlers,
+        )
         errors = self._errors = ErrorLog(
             name,
             lock=lock,
             on_unexpected_error=tasks.on_unexpected_error,
             own_thread=self._is_own_thread,
-            stopping_thread=lambda: self._stop_owner is threading.current_thread(),
-            defer=self._defer,
+            stopping_thread=self._stop.in_stopping_thread,
+            defer=self._stop.defer,
             request_stop=self.request_stop,
         )
         # Claims from the claimer (and the settler's refills) to the handler threads;
@@ -311,7 +316,7 @@ class Worker:
             ledger,
             owner=name,
             clock=clock,
-            stopping=lambda: self._state is not WorkerState.RUNNING,
+            stopping=lambda: self._life.state is not WorkerState.RUNNING,
             error=errors.unexpected,
             hook=errors.hook,
             step_hook=step,
@@ -334,7 +339,7 @@ class Worker:
             clock=clock,
             lock=lock,
             held=ledger.held,
-            state=lambda: self._state.value,
+            state=lambda: self._life.state.value,
             lost=lambda held: ledger.move(held, ClaimState.LOST),
             error=errors.unexpected,
             died=errors.thread_died,
@@ -343,14 +348,14 @@ class Worker:
         )
 
     def __repr__(self) -> str:
-        return f"<Worker {self.name} {self._state}>"
+        return f"<Worker {self.name} {self._life.state}>"
 
     # --- lifecycle ------------------------------------------------------------------------
 
     @property
     def state(self) -> WorkerState:
         """The current state."""
-        return self._state
+        return self._life.state
 
     def start(self) -> Self:
         """Start claiming and running jobs; `RuntimeError` if already started or stopped.
@@ -361,7 +366,7 @@ class Worker:
         claim already made is released) and the error is re-raised.
         """
         with self._cond:
-            if self._state is not WorkerState.NEW or self._start_called:
+            if self._life.state is not WorkerState.NEW or self._start_called:
                 raise RuntimeError(f"{self!r}: a worker can be started only once")
             self._start_called = True
         try:
@@ -379,9 +384,9 @@ class Worker:
         if self._install_signals:
             self._signals = install_signal_handlers(self.request_stop)
         with self._cond:
-            if self._state is not WorkerState.NEW:  # a stop() from another thread came first
+            if self._life.state is not WorkerState.NEW:  # a stop() from another thread came first
                 raise RuntimeError(f"{self!r}: stopped before it started")
-            self._transition(WorkerState.RUNNING, f"{self._concurrency} handler thread(s)")
+            self._life.move(WorkerState.RUNNING, f"{self._concurrency} handler thread(s)")
         self._settler.start()
         for started in range(1, self._concurrency + 1):
             name = f"{self.name}-handler-{started}"
@@ -417,10 +422,10 @@ class Worker:
         leases still renewed) until `stop` moves on to CANCELLING. Idempotent.
         """
         with self._cond:
-            draining = self._state is WorkerState.RUNNING
+            draining = self._life.state is WorkerState.RUNNING
             if draining:
                 in_hand = self._ledger.running()
-                self._transition(WorkerState.DRAINING, f"{reason}; running: {in_hand}")
+                self._life.move(WorkerState.DRAINING, f"{reason}; running: {in_hand}")
         self._stop_requested.set()
         if not draining:
             return
@@ -465,35 +470,7 @@ class Worker:
         seconds >= 0 (nan, negative, a bool, a str) is a `ValueError`.
         """
         budget = self.stop_timeout if timeout is None else options.seconds(timeout, "timeout")
-        start = time.monotonic()
-        me = threading.current_thread()
-        with self._cond:  # an RLock: a signal handler on the stopping thread gets in
-            if self._report is not None:
-                return self._report
-            inside = self._stop_owner is me
-            own = not inside and self._is_own_thread()
-            owner = not inside and not own and self._stop_owner is None
-            if owner:
-                self._stop_owner = me
-        if inside:  # a signal handler or a callback of the stop in progress
-            return self._report or self._provisional_report(start)
-        if own:  # it cannot wait for itself: a request
-            self.request_stop(f"stop() called from the worker's own thread {me.name}")
-            return self._provisional_report(start, caller=me.name)
-        if not owner:
-            _wait(self._stopped, budget)
-            return self._report or self._provisional_report(start)
-        try:
-            report = self._shut_down(budget, start)
-        except BaseException:
-            with self._cond:
-                if self._report is None:  # interrupted: the next stop() resumes the shutdown
-                    self._stop_owner = None
-            raise
-        deferred, self._deferred = self._deferred, None
-        if deferred is not None:  # a callback's KeyboardInterrupt/SystemExit, now
-            raise deferred
-        return report
+        return self._stop.stop(budget)
 
     def run(self) -> WorkerReport:
         """Start, wait until a stop is requested, then `stop`: a worker process's whole life."""
@@ -510,8 +487,7 @@ class Worker:
         `RuntimeError` once a stop has begun: a worker runs once.
         """
         with self._cond:
-            stopped = self._stop_owner is not None or self._report is not None
-            stopped = stopped or self._state is WorkerState.STOPPED
+            stopped = self._stop.begun() or self._life.state is WorkerState.STOPPED
             started = self._start_called
         if stopped:
             raise RuntimeError(f"{self!r}: a stopped worker cannot be entered again")
@@ -553,7 +529,7 @@ class Worker:
         """A consistent snapshot of the worker's counters."""
         with self._cond:
             return build_stats(
-                self._state, self._ledger, self._errors, overdue=self._heartbeat.overdue
+                self._life.state, self._ledger, self._errors, overdue=self._heartbeat.overdue
             )
 
     def running_jobs(self) -> list[int]:
@@ -571,20 +547,20 @@ class Worker:
             return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
         with self._cond:
-            never_started = self._state is WorkerState.NEW
+            never_started = self._life.state is WorkerState.NEW
             if never_started:
-                self._transition(WorkerState.STOPPED, "never started")
-            stopped = self._state is WorkerState.STOPPED  # a stop interrupted after STOPPED
+                self._life.move(WorkerState.STOPPED, "never started")
+            stopped = self._life.state is WorkerState.STOPPED  # a stop interrupted after STOPPED
         if never_started:
             self._drop_subscription()  # a start() racing this one may have subscribed
-            return self._finish(self._build_report(start, terminated=True))
+            return self._stop.finish(self._build_report(start, terminated=True))
         if not stopped:
             report = self._shut_down_parts(budget, start, left)
             with self._cond:
-                self._transition(WorkerState.STOPPED, report.summary())
+                self._life.move(WorkerState.STOPPED, report.summary())
         else:
             report = self._build_report(start, terminated=self._marks.all_ended(left))
-        return self._finish(report)
+        return self._stop.finish(report)
 
     def _shut_down_parts(
         self, budget: float, start: float, left: Callable[[], float]
@@ -634,31 +610,12 @@ class Worker:
 
     def _begin_cancelling(self) -> None:
         with self._cond:
-            if self._state is not WorkerState.DRAINING:  # a stop resumed after a Ctrl-C
+            if self._life.state is not WorkerState.DRAINING:  # a stop resumed after a Ctrl-C
                 return
             running = self._ledger.running()
-            self._transition(WorkerState.CANCELLING, f"cancelling job(s) {running}")
+            self._life.move(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
         self._heartbeat.record()
-
-    def _finish(self, report: WorkerReport) -> WorkerReport:
-        with self._cond:
-            call, self._shutdown_hook_called = not self._shutdown_hook_called, True
-        if call and self._on_shutdown is not None:
-            try:
-                self._on_shutdown(report)
-            except BaseException as exc:  # noqa: BLE001 - a PhaseError: logged by unexpected()
-                error = self._errors.unexpected(Phase.ON_SHUTDOWN, None, exc)
-                report = replace(report, errors=(*report.errors, error))
-                if isinstance(exc, KeyboardInterrupt | SystemExit):
-                    self._deferred = self._deferred or exc  # raised once the report is kept
-        with self._cond:
-            self._report = report
-        self._stopped.set()
-        # Last: once Python's own SIGINT handler is back, a Ctrl-C raises right here, and
-        # the report must already be the final one.
-        self._close_signal_handlers()
-        return report
 
     def _drop_subscription(self) -> None:
         with self._cond:
@@ -687,38 +644,12 @@ class Worker:
                 self._ledger,
                 self._marks,
                 self._errors,
-                entered=self._entered,
+                entered=self._life.entered,
                 failure=self._failure,
                 start=start,
                 terminated=terminated,
                 caller=caller,
             )
-
-    def _provisional_report(self, start: float, caller: str | None = None) -> WorkerReport:
-        """What runs now, ``terminated=False``: never recorded; ``caller`` named if given."""
-        return self._build_report(start, terminated=False, caller=caller)
-
-    def _transition(self, new: WorkerState, detail: str = "") -> None:
-        """Set and log one state change, checked against its table (call with ``_cond`` held).
-
-        Logged at INFO as event ``worker.<state>``; the ledger accepts claims and job
-        starts in RUNNING alone, and every waiter on ``_cond`` is woken.
-        """
-        old = self._state
-        if new not in TRANSITIONS[old]:
-            raise RuntimeError(f"{self!r}: no transition from {old} to {new}")
-        self._state = new
-        self._entered[new] = time.monotonic()
-        self._ledger.accepting = new is WorkerState.RUNNING
-        self._cond.notify_all()
-        logger.info(
-            "worker %s: %s -> %s: %s",
-            self.name,
-            old.name,
-            new.name,
-            detail,
-            extra={"event": f"worker.{new.value}", "worker": self.name, "state": new},
-        )
 
     def _is_own_thread(self) -> bool:
         current = threading.current_thread()
@@ -734,10 +665,6 @@ class Worker:
             self._failure = reason
         logger.critical("worker %s: %s; stopping", self.name, reason)
         self.request_stop(reason)
-
-    def _defer(self, exc: BaseException) -> None:
-        """Keep a callback's Ctrl-C or exit, for the stop to raise once it is recorded."""
-        self._deferred = self._deferred or exc
 
 
 def _no_step_hook(step: Step, claim: Claim, phase: Phase | None) -> None:
