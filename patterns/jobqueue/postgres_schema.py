@@ -22,6 +22,7 @@ __all__ = [
     "SINGLE",
     "STATEMENTS",
     "WORKER_COLUMNS",
+    "check_timestamp",
     "settle_names",
 ]
 
@@ -29,6 +30,16 @@ __all__ = [
 # server. A test clock (see PostgresStore) replaces it through the same parameter, so the
 # SQL the tests run is the SQL production runs.
 NOW = "COALESCE(to_timestamp(%(clock)s::float8), now())"
+
+# timestamptz covers 4713 BC to 294276 AD; refuse what to_timestamp() would reject.
+_MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
+
+
+def check_timestamp(name: str, value: float) -> float:
+    """``value``, if ``to_timestamp()`` can take it as seconds; `ValueError` naming ``name``."""
+    if not _MIN_EPOCH <= value <= _MAX_EPOCH:
+        raise ValueError(f"{name} is outside PostgreSQL's timestamp range, got {value!r}")
+    return value
 
 
 def _epoch(column: str) -> str:
