@@ -100,12 +100,10 @@ from patterns.jobqueue.postgres_schema import (
     settle_names,
 )
 from patterns.jobqueue.store import (
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     Claim,
     CommitUnknown,
     JobState,
-    JsonValue,
     NewJob,
     Settle,
     Settlement,
@@ -115,7 +113,7 @@ from patterns.jobqueue.store import (
     check_limit,
     check_max_payload_bytes,
     check_owner,
-    check_share_limit,
+    check_share,
     expired_reason,
     job_from_row,
     new_token,
@@ -207,6 +205,9 @@ class PostgresStore(PostgresAdmin):
     `~patterns.jobqueue.store.StoreUnavailable` if the server cannot be reached within
     ``RETRIES`` attempts, `StoreSchemaError` if the schema is not usable, and `ImportError`
     naming the extra to install if psycopg is missing.
+
+    A time a caller passes in, a retry's ``run_at`` or a worker row's ``started_at``, is on
+    the database's clock: a worker reads it from `clock`.
 
     One connection serves every call, guarded by a lock, as in ``SQLiteStore``: every call
     is one short transaction, so a connection per thread would mostly add connections to
@@ -320,31 +321,12 @@ class PostgresStore(PostgresAdmin):
 
         return self._transaction(body)
 
-    def enqueue(
-        self,
-        task: str,
-        payload: JsonValue = None,
-        *,
-        run_at: float | None = None,
-        delay: float | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
-    ) -> int:
+    def _enqueue(self, spec: Mapping[str, Any]) -> int:
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
-        new = prepare_enqueue(
-            0.0,
-            task,
-            payload,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            max_payload_bytes=self._max_payload_bytes,
-        )
-        (job_id,) = self._insert(
-            [(_check_job(new, absolute=run_at is not None), run_at is not None)]
-        )
-        logger.debug("%s: enqueued job %d (%s)", self._where, job_id, task)
+        new = prepare_enqueue(0.0, **spec, max_payload_bytes=self._max_payload_bytes)
+        absolute = spec["run_at"] is not None
+        (job_id,) = self._insert([(_check_job(new, absolute=absolute), absolute)])
+        logger.debug("%s: enqueued job %d (%s)", self._where, job_id, spec["task"])
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -422,12 +404,11 @@ class PostgresStore(PostgresAdmin):
         claim is the same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries
         the whole of it, during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown`.
         """
-        count = check_share_limit(limit)
-        if count:
-            check_owner(owner)
-            check_timestamp("lease", check_lease(lease))
-        elif not items:
+        count = check_share(items, owner, lease, limit)
+        if count is None:
             return [], []
+        if count:
+            check_timestamp("lease", lease)
 
         def body(
             conn: psycopg.Connection[tuple[Any, ...]], clock: float | None

@@ -23,15 +23,15 @@ from patterns.jobqueue.store import (
     CancelResult,
     Job,
     JobState,
-    SingleOutcomes,
+    StoreBase,
     WorkerRecord,
+    WorkerRow,
     check_job_id,
     check_limit,
     check_state,
     check_states,
     check_text,
     check_time,
-    check_worker,
     job_from_row,
 )
 
@@ -48,11 +48,11 @@ logger = logging.getLogger("patterns.jobqueue.postgres")  # one logger for the w
 T = TypeVar("T")
 
 
-class PostgresAdmin(SingleOutcomes):
+class PostgresAdmin(StoreBase):
     """The operator's methods of `~patterns.jobqueue.postgres.PostgresStore`, and its worker rows.
 
     Not a store of its own: `~patterns.jobqueue.postgres.PostgresStore` subclasses it and
-    sets up what these methods use, the connection (``_db``), its composed statements,
+    sets up what these methods use: the connection (``_db``), its composed statements,
     the text naming the database in log lines and the ``NOTIFY`` channel.
     """
 
@@ -170,30 +170,7 @@ class PostgresAdmin(SingleOutcomes):
 
     # --- worker rows -------------------------------------------------------------------------
 
-    def record_worker(
-        self,
-        worker_id: str,
-        *,
-        host: str,
-        pid: int,
-        state: str,
-        started_at: float,
-        jobs_held: int,
-        ttl: float,
-    ) -> None:
-        """`~patterns.jobqueue.store.Store.record_worker`; ``started_at`` on the database's clock.
-
-        A worker reads it from `~patterns.jobqueue.postgres.PostgresStore.clock`.
-        """
-        row = check_worker(
-            worker_id,
-            host=host,
-            pid=pid,
-            state=state,
-            started_at=started_at,
-            jobs_held=jobs_held,
-            ttl=ttl,
-        )
+    def _record_worker(self, row: WorkerRow) -> None:
         params = {
             "id": row.worker_id,
             "host": row.host,

@@ -10,7 +10,7 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
-from patterns.jobqueue.store import JOB_COLUMNS, Settle
+from patterns.jobqueue.store import TABLE_SHAPES, WORKER_COLUMNS, Settle
 
 __all__ = [
     "ASSIGNMENTS",
@@ -66,22 +66,10 @@ COLUMNS = ", ".join(
         "j.cancel_requested",
     ]
 )
-WORKER_COLUMNS = (
-    "id",
-    "host",
-    "pid",
-    "state",
-    "started_at",
-    "last_seen",
-    "expires_at",
-    "jobs_held",
-)
+
 # The tables (and their columns) of each schema version: what opening checks a schema has,
-# before migrating it and after.
-SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
-    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
-    2: {"jobs": JOB_COLUMNS, "workers": WORKER_COLUMNS},
-}
+# before migrating it and after (the same for both SQL stores).
+SHAPES = TABLE_SHAPES
 
 # Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
