@@ -86,7 +86,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from patterns.jobqueue.postgres_admin import PostgresAdmin
 from patterns.jobqueue.postgres_connection import Database, StoreSchemaError
@@ -137,8 +137,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 SCHEMA_VERSION = 2
 """The schema this code writes; kept in the ``schema_version`` table of the store's schema.
