@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import pytest
 
@@ -21,6 +20,7 @@ from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.settler import Pending, Settler
 from patterns.jobqueue.store import Claim, Job, JobState, JsonValue, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
+from tests.jobqueue.fakes import Held
 from tests.support import MUST_HAPPEN, FakeClock, wait_until
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
@@ -57,14 +57,6 @@ class FlakyStore(MemoryStore):
         return answers, claims
 
 
-@dataclass
-class Held:
-    """The worker's record of a claim, as far as the settler reads it."""
-
-    claim: Claim
-    released_at_deadline: bool = False
-
-
 class Bench:
     """A settler wired to recording callbacks instead of a worker."""
 
@@ -94,7 +86,7 @@ class Bench:
             unsettled=lambda pending: self.unsettled.append(pending.run.claim.job.id),
             claimed=self._claimed,
             completed=self._completed,
-            error=lambda phase, job, exc: self.errors.append((phase, job and job.id)),
+            error=lambda phase, job, exc: self.errors.append((phase, job.id if job else None)),
             died=self.deaths.append,
             before_commit=lambda claim, phase: self.steps.append(("before", claim.job.id, phase)),
             after_commit=lambda claim, phase: self.steps.append(("after", claim.job.id, phase)),
