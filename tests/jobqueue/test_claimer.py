@@ -30,7 +30,7 @@ from tests.jobqueue.fakes import ScriptedStore
 from tests.support import MUST_HAPPEN, FakeClock, wait_until_parked_inside
 
 LEASE = 1_000.0  # fake seconds: no lease lapses unless the test moves the clock
-POLL = 10.0  # the idle wait; it never runs out, the test ends each wait (`Wake`)
+POLL = 10.0  # the idle wait, in real seconds; the test ends each wait long before (`Wake`)
 EMPTY = "no job is due or running anywhere (exit when empty)"
 
 
@@ -48,7 +48,10 @@ class Wake(threading.Event):
 
     def next_wait(self) -> float | None:
         """The timeout of the claimer's next wait, once it has begun."""
-        return self.waits.get(timeout=MUST_HAPPEN)
+        try:
+            return self.waits.get(timeout=MUST_HAPPEN)
+        except queue.Empty:
+            raise AssertionError("the claimer never began another wait") from None
 
 
 class Dying(BaseException):
@@ -130,7 +133,10 @@ class Bench:
 
     def take(self, n: int) -> list[int]:
         """The ids of the next ``n`` claims on the hand-off, in the order handed over."""
-        return [self.handoff.get(timeout=MUST_HAPPEN).job.id for _ in range(n)]
+        try:
+            return [self.handoff.get(timeout=MUST_HAPPEN).job.id for _ in range(n)]
+        except queue.Empty:
+            raise AssertionError(f"fewer than {n} claims were handed over") from None
 
     def finish(self, job_id: int) -> None:
         """What a handler does with a claim: its outcome recorded, its slot free."""
