@@ -325,6 +325,7 @@ class AsyncPoolReport(Generic[T]):
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
+# The same code is in closable_queue.py and poison_pill.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as a number of seconds; None means forever where allowed (math.inf).
 

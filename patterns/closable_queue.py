@@ -224,6 +224,7 @@ def put_until_shutdown(q: ClosableQueue[T], items: Iterable[T]) -> int:
     return delivered
 
 
+# The same code is in async_queue.py and poison_pill.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as a number of seconds; None means forever where allowed (math.inf).
 
