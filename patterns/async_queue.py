@@ -369,6 +369,7 @@ class AsyncConsumerPool(Generic[T]):
         name: str = "consumer",
         stop_timeout: float = 5.0,
     ) -> None:
+        # The same checks as closable_queue.ConsumerPool's; tests/test_copies.py pins them.
         if consumers < 1:
             raise ValueError(f"consumers must be at least 1, got {consumers!r}")
         if maxsize < 0:

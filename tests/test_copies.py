@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -139,3 +140,37 @@ def test_cancelling_a_thread_that_began_changes_nothing(kind: str) -> None:
         thread.join(10)
     assert not thread.is_alive()
     assert ended.is_set()
+
+
+# --- the thread pool and the task pool: one set of options, checked alike -------------------
+#
+# closable_queue.ConsumerPool and async_queue.AsyncConsumerPool share their options and the
+# checks at the top of their constructors; the rest differs (threads, tasks).
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"consumers": 0},
+        {"consumers": -1},
+        {"maxsize": -1},
+        {"stop_timeout": -1},
+        {"stop_timeout": math.nan},
+        {"stop_timeout": True},
+        {"stop_timeout": "1"},
+    ],
+    ids=repr,
+)
+def test_both_consumer_pools_refuse_the_same_options_with_the_same_words(
+    options: dict[str, Any],
+) -> None:
+    """A bad option is the same ValueError, word for word, from the thread and the task pool."""
+    from patterns.async_queue import AsyncConsumerPool  # noqa: PLC0415
+    from patterns.closable_queue import ConsumerPool  # noqa: PLC0415
+
+    messages = []
+    for pool in (ConsumerPool, AsyncConsumerPool):
+        with pytest.raises(ValueError, match=next(iter(options))) as info:
+            pool(lambda item: None, **options)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
