@@ -194,7 +194,7 @@ def signal_main_during(
         if sender.ident is not None:
             join_or_fail(sender)
         signal.signal(signum, previous)
-    assert sent.is_set(), f"no signal was sent: the main thread never waited in {func_name}()"
+    assert sent.is_set(), f"no signal was sent: the main thread was never seen in {func_name}()"
 
 
 # A child script: a signal handler calls ``service.stop()`` on the main thread while that
