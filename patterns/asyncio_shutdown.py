@@ -320,13 +320,13 @@ async def retry_forever(
     raises it) re-raises it, or checks ``asyncio.current_task().cancelling()`` and
     re-raises when it is non-zero.
     """
-    _seconds(delay, "delay")
+    seconds = _seconds(delay, "delay")  # the checked value: asyncio.sleep(10**400) overflows
     while True:
         try:
             await step()
         except Exception:
             logger.exception("%s failed; retrying", name)
-        await asyncio.sleep(delay)
+        await asyncio.sleep(seconds)
 
 
 async def run_in_thread(

@@ -309,7 +309,8 @@ def _check_count(option: str, value: object, minimum: int) -> int:
     return value
 
 
-# Also in cancellation, executor_shutdown and process_shutdown; pinned by tests/test_copies.py.
+# The same code is in cancellation, daemon_threads, executor_shutdown, process_shutdown and
+# supervisor (each module is copied alone); pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:

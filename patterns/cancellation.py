@@ -57,7 +57,8 @@ T = TypeVar("T")
 DEADLINE_EXCEEDED = "deadline exceeded"
 
 
-# Also in bulkhead.py, executor_shutdown.py and process_shutdown.py; pinned by tests/test_copies.py.
+# The same code is in bulkhead, daemon_threads, executor_shutdown, process_shutdown and supervisor
+# (each module is copied alone); pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:

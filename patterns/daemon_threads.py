@@ -111,14 +111,18 @@ class Service(Protocol):
     def __exit__(self, *exc_info: object) -> None: ...
 
 
-# The same code is in supervisor.py (each module is copied alone); pinned by tests/test_copies.py.
+# The same code is in bulkhead, cancellation, executor_shutdown, process_shutdown and supervisor
+# (each module is copied alone); pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
     if value is None and allow_none:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float: as long as it takes
+        return math.inf
 
 
 # The same code is in supervisor.py (each module is copied alone); pinned by tests/test_copies.py.

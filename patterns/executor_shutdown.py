@@ -75,7 +75,8 @@ _FORCE_SHARE = 0.25
 _current = threading.local()
 
 
-# Also in bulkhead.py, cancellation.py and process_shutdown.py; pinned by tests/test_copies.py.
+# The same code is in bulkhead, cancellation, daemon_threads, process_shutdown and supervisor
+# (each module is copied alone); pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:

@@ -93,7 +93,8 @@ _ABANDON_WAIT = 5.0
 _LONGEST_WAIT = 86400.0
 
 
-# Also in bulkhead.py, cancellation.py and executor_shutdown.py; pinned by tests/test_copies.py.
+# The same code is in bulkhead, cancellation, daemon_threads, executor_shutdown and supervisor
+# (each module is copied alone); pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
     if value is None and allow_none:

@@ -454,7 +454,9 @@ class _LoopThreadAdapter:
                 return self._report
             try:
                 done = asyncio.run_coroutine_threadsafe(self.inner.stop(budget), loop)
-                self._report = done.result(min(budget + NOISE, threading.TIMEOUT_MAX))
+                # min() first: budget may be an int too large for a float (10**400)
+                wait = min(min(budget, threading.TIMEOUT_MAX) + NOISE, threading.TIMEOUT_MAX)
+                self._report = done.result(wait)
             finally:
                 loop.call_soon_threadsafe(loop.stop)
                 thread.join(MUST_HAPPEN)

@@ -24,9 +24,18 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 
 # (helper, the modules that hold the same code); the modules' comments point here.
 COPIES = [
-    ("_seconds", ["daemon_threads", "supervisor"]),
     ("_wait", ["daemon_threads", "supervisor"]),
-    ("_seconds", ["bulkhead", "cancellation", "executor_shutdown", "process_shutdown"]),
+    (
+        "_seconds",
+        [
+            "bulkhead",
+            "cancellation",
+            "daemon_threads",
+            "executor_shutdown",
+            "process_shutdown",
+            "supervisor",
+        ],
+    ),
     ("_left", ["bulkhead", "executor_shutdown"]),
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
     ("_seconds", ["async_queue", "closable_queue", "poison_pill"]),
