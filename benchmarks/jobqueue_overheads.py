@@ -142,8 +142,12 @@ class DequeStore:
     def settle_and_claim(
         self, items: Sequence[Any], owner: str, *, lease: float, limit: int
     ) -> tuple[list[bool | Exception], list[Any]]:
-        """Accept every outcome and claim nothing: the worker's claiming thread claims."""
-        return [True] * len(items), []
+        """Accept every outcome and claim up to ``limit`` jobs in the same call.
+
+        As every real store does (one transaction), so the worker's path is the one it
+        takes on SQLite and PostgreSQL: the refill, not the claiming thread.
+        """
+        return [True] * len(items), self.claim(owner, lease=lease, limit=limit)
 
     def fail(self, claim: Any, error: str) -> bool:
         """Accept."""
