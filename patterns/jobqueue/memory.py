@@ -56,31 +56,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from patterns.jobqueue.store import (
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     FINISHED_STATES,
     CancelResult,
     Claim,
     Job,
     JobState,
-    JsonValue,
     NewJob,
     Settle,
     Settlement,
-    SingleOutcomes,
+    StoreBase,
     WorkerRecord,
+    WorkerRow,
     cancelled_reason,
     check_job_id,
     check_lease,
     check_limit,
     check_max_payload_bytes,
     check_owner,
-    check_share_limit,
+    check_share,
     check_state,
     check_states,
     check_text,
     check_time,
-    check_worker,
     expired_reason,
     new_token,
     prepare_enqueue,
@@ -144,7 +142,7 @@ def _no_op() -> None:
     """The unsubscribe of a store without notifications: there is nothing to undo."""
 
 
-class MemoryStore(SingleOutcomes):
+class MemoryStore(StoreBase):
     """A thread-safe, non-durable ``Store``; ``clock`` supplies every timestamp."""
 
     def __init__(
@@ -203,29 +201,11 @@ class MemoryStore(SingleOutcomes):
         heapq.heappush(self._queued, (new.run_at, job_id))
         return job_id
 
-    def enqueue(
-        self,
-        task: str,
-        payload: JsonValue = None,
-        *,
-        run_at: float | None = None,
-        delay: float | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
-    ) -> int:
+    def _enqueue(self, spec: Mapping[str, Any]) -> int:
         with self._lock:
             self._check_open()
             now = self._clock()
-            new = prepare_enqueue(
-                now,
-                task,
-                payload,
-                run_at=run_at,
-                delay=delay,
-                max_attempts=max_attempts,
-                timeout=timeout,
-                max_payload_bytes=self._max_payload_bytes,
-            )
+            new = prepare_enqueue(now, **spec, max_payload_bytes=self._max_payload_bytes)
             job_id = self._insert(new, now)
         logger.debug("enqueued job %d (%s) to run at %.3f", job_id, new.task, new.run_at)
         return job_id
@@ -391,11 +371,8 @@ class MemoryStore(SingleOutcomes):
 
         Nobody sees what is between the outcomes and the claims.
         """
-        count = check_share_limit(limit)
-        if count:
-            check_owner(owner)
-            check_lease(lease)
-        elif not items:
+        count = check_share(items, owner, lease, limit)
+        if count is None:
             return [], []
         with self._lock:
             done = self.settle_many(items)
@@ -575,26 +552,7 @@ class MemoryStore(SingleOutcomes):
             logger.info("purged %d finished jobs", len(doomed))
         return len(doomed)
 
-    def record_worker(
-        self,
-        worker_id: str,
-        *,
-        host: str,
-        pid: int,
-        state: str,
-        started_at: float,
-        jobs_held: int,
-        ttl: float,
-    ) -> None:
-        row = check_worker(
-            worker_id,
-            host=host,
-            pid=pid,
-            state=state,
-            started_at=started_at,
-            jobs_held=jobs_held,
-            ttl=ttl,
-        )
+    def _record_worker(self, row: WorkerRow) -> None:
         with self._lock:
             self._check_open()
             now = self._clock()

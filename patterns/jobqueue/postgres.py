@@ -70,6 +70,7 @@ See also:
     ``patterns.jobqueue.store`` (the protocol and the state diagram),
     ``patterns.jobqueue.sqlite`` (the same contract in one file, for one machine),
     ``patterns.jobqueue.postgres_connection`` (the connection, retries and migrations),
+    ``patterns.jobqueue.postgres_admin`` (the operator's methods and the worker rows),
     ``patterns.jobqueue.postgres_schema`` (every table and statement, as SQL text),
     ``patterns.jobqueue.postgres_listen`` (the ``LISTEN`` thread behind `PostgresStore.subscribe`),
     ``docs/jobqueue/many_machines.md`` (topology, leases, clocks, rolling deploys).
@@ -82,11 +83,12 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from patterns.jobqueue.postgres_admin import PostgresAdmin
 from patterns.jobqueue.postgres_connection import Database, StoreSchemaError
 from patterns.jobqueue.postgres_listen import Listener
 from patterns.jobqueue.postgres_schema import (
@@ -94,36 +96,24 @@ from patterns.jobqueue.postgres_schema import (
     SETTLE_ROWS,
     SINGLE,
     STATEMENTS,
+    check_timestamp,
     settle_names,
 )
 from patterns.jobqueue.store import (
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
-    FINISHED_STATES,
-    CancelResult,
     Claim,
     CommitUnknown,
-    Job,
     JobState,
-    JsonValue,
     NewJob,
     Settle,
     Settlement,
-    SingleOutcomes,
     StoreUnavailable,
-    WorkerRecord,
     cancelled_reason,
-    check_job_id,
     check_lease,
     check_limit,
     check_max_payload_bytes,
     check_owner,
-    check_share_limit,
-    check_state,
-    check_states,
-    check_text,
-    check_time,
-    check_worker,
+    check_share,
     expired_reason,
     job_from_row,
     new_token,
@@ -148,8 +138,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 SCHEMA_VERSION = 2
 """The schema this code writes; kept in the ``schema_version`` table of the store's schema.
 
@@ -162,8 +150,6 @@ RETRIES = 5
 
 _BACKOFF = 0.1  # seconds before the first retry; doubles each time, plus jitter
 _MAX_ATTEMPTS = 2**31 - 1  # the integer column's range
-# timestamptz covers 4713 BC to 294276 AD; refuse what to_timestamp() would reject.
-_MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
 # The NOTIFY channel is "patterns.jobqueue.<schema>", and a channel name has 63 bytes at most.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,44}")
 _URL_SCHEMES = ("postgresql://", "postgres://")
@@ -186,20 +172,14 @@ def _import_psycopg() -> ModuleType:
         ) from exc
 
 
-def _check_range(name: str, value: float) -> float:
-    if not _MIN_EPOCH <= value <= _MAX_EPOCH:
-        raise ValueError(f"{name} is outside PostgreSQL's timestamp range, got {value!r}")
-    return value
-
-
 def _check_job(new: NewJob, *, absolute: bool) -> NewJob:
     if new.max_attempts > _MAX_ATTEMPTS:
         raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
-    _check_range("run_at" if absolute else "delay", new.run_at)
+    check_timestamp("run_at" if absolute else "delay", new.run_at)
     return new
 
 
-class PostgresStore(SingleOutcomes):
+class PostgresStore(PostgresAdmin):
     """A ``Store`` in the PostgreSQL database at ``dsn``, shared by any number of machines.
 
     Args:
@@ -223,6 +203,9 @@ class PostgresStore(SingleOutcomes):
     `~patterns.jobqueue.store.StoreUnavailable` if the server cannot be reached within
     ``RETRIES`` attempts, `StoreSchemaError` if the schema is not usable, and `ImportError`
     naming the extra to install if psycopg is missing.
+
+    A time a caller passes in, a retry's ``run_at`` or a worker row's ``started_at``, is on
+    the database's clock: a worker reads it from `clock`.
 
     One connection serves every call, guarded by a lock, as in ``SQLiteStore``: every call
     is one short transaction, so a connection per thread would mostly add connections to
@@ -306,21 +289,9 @@ class PostgresStore(SingleOutcomes):
         """The PostgreSQL schema holding the store's tables."""
         return self._schema
 
-    def _transaction(
-        self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
-    ) -> T:
-        """``body(conn, clock)`` in one transaction: `Database.transaction`."""
-        return self._db.transaction(body)
-
     def _check_open(self) -> None:
         if self._db.closed:
             raise RuntimeError(f"{self!r} is closed")
-
-    # --- rows --------------------------------------------------------------------------------
-
-    def _notify(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        # Delivered to every listener when (and only if) the transaction commits.
-        conn.execute(self._statements["notify"], {"channel": self._channel})
 
     # --- the Store protocol ----------------------------------------------------------------
 
@@ -348,31 +319,12 @@ class PostgresStore(SingleOutcomes):
 
         return self._transaction(body)
 
-    def enqueue(
-        self,
-        task: str,
-        payload: JsonValue = None,
-        *,
-        run_at: float | None = None,
-        delay: float | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
-    ) -> int:
+    def _enqueue(self, spec: Mapping[str, Any]) -> int:
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
-        new = prepare_enqueue(
-            0.0,
-            task,
-            payload,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            max_payload_bytes=self._max_payload_bytes,
-        )
-        (job_id,) = self._insert(
-            [(_check_job(new, absolute=run_at is not None), run_at is not None)]
-        )
-        logger.debug("%s: enqueued job %d (%s)", self._where, job_id, task)
+        new = prepare_enqueue(0.0, **spec, max_payload_bytes=self._max_payload_bytes)
+        absolute = spec["run_at"] is not None
+        (job_id,) = self._insert([(_check_job(new, absolute=absolute), absolute)])
+        logger.debug("%s: enqueued job %d (%s)", self._where, job_id, spec["task"])
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -396,7 +348,7 @@ class PostgresStore(SingleOutcomes):
         waited for (``SKIP LOCKED``).
         """
         check_owner(owner)
-        seconds = _check_range("lease", check_lease(lease))
+        seconds = check_timestamp("lease", check_lease(lease))
         count = check_limit(limit)
         cancel_reason = cancelled_reason("and its lease expired")
 
@@ -450,12 +402,11 @@ class PostgresStore(SingleOutcomes):
         claim is the same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries
         the whole of it, during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown`.
         """
-        count = check_share_limit(limit)
-        if count:
-            check_owner(owner)
-            _check_range("lease", check_lease(lease))
-        elif not items:
+        count = check_share(items, owner, lease, limit)
+        if count is None:
             return [], []
+        if count:
+            check_timestamp("lease", lease)
 
         def body(
             conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
@@ -476,8 +427,9 @@ class PostgresStore(SingleOutcomes):
         if kind is Settle.COMPLETE:
             params = {"result": text}
         elif kind is Settle.RETRY:
+            run_at = check_timestamp("run_at", when)
             gave_back = cancelled_reason("and its worker gave it back")
-            params = {"error": text, "run_at": _check_range("run_at", when), "cancelled": gave_back}
+            params = {"error": text, "run_at": run_at, "cancelled": gave_back}
         elif kind is Settle.RELEASE:
             params = {"cancelled": cancelled_reason("and its worker gave it back")}
         else:
@@ -531,7 +483,7 @@ class PostgresStore(SingleOutcomes):
             try:
                 kind, text, when = prepare_settlement(item, self._max_payload_bytes)
                 if kind is Settle.RETRY:
-                    _check_range("run_at", when)
+                    check_timestamp("run_at", when)
             except (TypeError, ValueError) as exc:
                 done.append(exc)
                 continue
@@ -600,7 +552,7 @@ class PostgresStore(SingleOutcomes):
         return statement
 
     def renew(self, claim: Claim, *, lease: float) -> Claim | None:
-        seconds = _check_range("lease", check_lease(lease))
+        seconds = check_timestamp("lease", check_lease(lease))
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Claim | None:
             row = conn.execute(
@@ -623,170 +575,11 @@ class PostgresStore(SingleOutcomes):
             )
         return renewed
 
-    def get(self, job_id: int) -> Job | None:
-        if not check_job_id(job_id):  # outside bigint: never issued
-            return None
-
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> Job | None:
-            row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
-            return None if row is None else job_from_row(row)
-
-        return self._transaction(body)
-
-    def list_jobs(
-        self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
-    ) -> list[Job]:
-        params = {
-            "state": None if state is None else check_state(state).value,
-            "task": None if task is None else check_text("task", task),
-            "limit": check_limit(limit),
-        }
-        rows = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["list"], params).fetchall()
-        )
-        return [job_from_row(row) for row in rows]
-
-    def _requeue(self, job_id: int | None, task: str | None) -> list[int]:
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
-            rows = conn.execute(
-                self._statements["requeue"], {"clock": clock, "id": job_id, "task": task}
-            ).fetchall()
-            if rows:
-                self._notify(conn)  # due now: an idle worker may take them
-            return sorted(int(row[0]) for row in rows)
-
-        return self._transaction(body)
-
-    def requeue(self, job_id: int) -> bool:
-        if not check_job_id(job_id):
-            return False
-        done = bool(self._requeue(job_id, None))
-        if done:
-            logger.info("%s: job %d requeued", self._where, job_id)
-        return done
-
-    def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        ids = self._requeue(None, None if task is None else check_text("task", task))
-        if ids:
-            logger.info("%s: requeued %d failed jobs", self._where, len(ids))
-        return ids
-
-    def cancel(self, job_id: int) -> CancelResult:
-        if not check_job_id(job_id):
-            return CancelResult.NOT_FOUND
-
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> CancelResult:
-            statements = self._statements
-            params = {"clock": clock, "id": job_id}
-            row = conn.execute(statements["cancel_state"], params).fetchone()
-            if row is None:
-                return CancelResult.NOT_FOUND
-            if row[0] == JobState.QUEUED:
-                conn.execute(statements["cancel_queued"], params)
-                return CancelResult.CANCELLED
-            if row[0] == JobState.RUNNING:
-                conn.execute(statements["cancel_running"], params)
-                return CancelResult.REQUESTED
-            return CancelResult.FINISHED
-
-        result = self._transaction(body)
-        logger.info("%s: job %d: cancel %s", self._where, job_id, result.value)
-        return result
-
-    def counts(self) -> dict[str, int]:
-        rows = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["counts"]).fetchall()
-        )
-        result = {state.value: 0 for state in JobState}
-        result.update({state: int(n) for state, n in rows})
-        return result
-
     def next_due(self) -> float | None:
         row = self._transaction(
             lambda conn, clock: conn.execute(self._statements["next_due"]).fetchone()
         )
         return None if row is None or row[0] is None else float(row[0])
-
-    def purge(
-        self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
-    ) -> int:
-        cutoff = (
-            None
-            if older_than is None
-            else _check_range("older_than", check_time("older_than", older_than))
-        )
-        chosen = sorted(state.value for state in check_states(states))
-        params = {"cutoff": cutoff, "states": chosen}
-        purged = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["purge"], params).rowcount
-        )
-        if purged:
-            logger.info("%s: purged %d finished jobs", self._where, purged)
-        return purged
-
-    # --- worker rows -------------------------------------------------------------------------
-
-    def record_worker(
-        self,
-        worker_id: str,
-        *,
-        host: str,
-        pid: int,
-        state: str,
-        started_at: float,
-        jobs_held: int,
-        ttl: float,
-    ) -> None:
-        """`~patterns.jobqueue.store.Store.record_worker`; ``started_at`` on the database's clock.
-
-        A worker reads it from `clock`.
-        """
-        row = check_worker(
-            worker_id,
-            host=host,
-            pid=pid,
-            state=state,
-            started_at=started_at,
-            jobs_held=jobs_held,
-            ttl=ttl,
-        )
-        params = {
-            "id": row.worker_id,
-            "host": row.host,
-            "pid": row.pid,
-            "state": row.state,
-            "started_at": row.started_at,
-            "jobs_held": row.jobs_held,
-            "ttl": row.ttl,
-        }
-
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> None:
-            self._expire_workers(conn, clock)
-            conn.execute(self._statements["record_worker"], {**params, "clock": clock})
-
-        self._transaction(body)
-
-    def forget_worker(self, worker_id: str) -> None:
-        name = check_text("worker_id", worker_id)
-        self._transaction(
-            lambda conn, clock: conn.execute(self._statements["forget_worker"], {"id": name})
-        )
-
-    def workers(self) -> list[WorkerRecord]:
-        def body(
-            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
-        ) -> list[WorkerRecord]:
-            self._expire_workers(conn, clock)
-            return [WorkerRecord(*row) for row in conn.execute(self._statements["workers"])]
-
-        return self._transaction(body)
-
-    def _expire_workers(
-        self, conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
-    ) -> None:
-        gone = conn.execute(self._statements["expire_workers"], {"clock": clock}).rowcount
-        if gone:
-            logger.info("%s: %d worker rows expired (workers that died?)", self._where, gone)
 
     # --- time -----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
-from patterns.jobqueue.store import JOB_COLUMNS, Settle
+from patterns.jobqueue.store import TABLE_SHAPES, WORKER_COLUMNS, Settle
 
 __all__ = [
     "ASSIGNMENTS",
@@ -22,6 +22,7 @@ __all__ = [
     "SINGLE",
     "STATEMENTS",
     "WORKER_COLUMNS",
+    "check_timestamp",
     "settle_names",
 ]
 
@@ -29,6 +30,16 @@ __all__ = [
 # server. A test clock (see PostgresStore) replaces it through the same parameter, so the
 # SQL the tests run is the SQL production runs.
 NOW = "COALESCE(to_timestamp(%(clock)s::float8), now())"
+
+# timestamptz covers 4713 BC to 294276 AD; refuse what to_timestamp() would reject.
+_MIN_EPOCH, _MAX_EPOCH = -210_000_000_000.0, 9_000_000_000_000.0
+
+
+def check_timestamp(name: str, value: float) -> float:
+    """``value``, if ``to_timestamp()`` can take it as seconds; `ValueError` naming ``name``."""
+    if not _MIN_EPOCH <= value <= _MAX_EPOCH:
+        raise ValueError(f"{name} is outside PostgreSQL's timestamp range, got {value!r}")
+    return value
 
 
 def _epoch(column: str) -> str:
@@ -55,22 +66,10 @@ COLUMNS = ", ".join(
         "j.cancel_requested",
     ]
 )
-WORKER_COLUMNS = (
-    "id",
-    "host",
-    "pid",
-    "state",
-    "started_at",
-    "last_seen",
-    "expires_at",
-    "jobs_held",
-)
+
 # The tables (and their columns) of each schema version: what opening checks a schema has,
-# before migrating it and after.
-SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
-    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
-    2: {"jobs": JOB_COLUMNS, "workers": WORKER_COLUMNS},
-}
+# before migrating it and after (the same for both SQL stores).
+SHAPES = TABLE_SHAPES
 
 # Each entry migrates the schema from version i to i + 1; version 0 is no schema at all.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (

@@ -104,31 +104,29 @@ from patterns.jobqueue.sqlite_schema import (
 from patterns.jobqueue.sqlite_transactions import SQLiteTransactions
 from patterns.jobqueue.sqlite_watch import DataVersionWatch, data_version
 from patterns.jobqueue.store import (
-    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     FINISHED_STATES,
     CancelResult,
     Claim,
     Job,
     JobState,
-    JsonValue,
     NewJob,
     Settle,
     Settlement,
-    SingleOutcomes,
+    StoreBase,
     WorkerRecord,
+    WorkerRow,
     cancelled_reason,
     check_job_id,
     check_lease,
     check_limit,
     check_max_payload_bytes,
     check_owner,
-    check_share_limit,
+    check_share,
     check_state,
     check_states,
     check_text,
     check_time,
-    check_worker,
     expired_reason,
     job_from_row,
     new_token,
@@ -169,7 +167,7 @@ _SYNCHRONOUS = frozenset({"NORMAL", "FULL", "EXTRA"})
 _Outcome: TypeAlias = tuple[Settle, str | None, float]  # what prepare_settlement returns
 
 
-class SQLiteStore(SingleOutcomes, SQLiteTransactions):
+class SQLiteStore(StoreBase, SQLiteTransactions):
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
     The file is created with the current schema if it does not exist, unless ``create``
@@ -274,32 +272,14 @@ class SQLiteStore(SingleOutcomes, SQLiteTransactions):
         assert job_id is not None  # an INSERT always sets it
         return job_id
 
-    def enqueue(
-        self,
-        task: str,
-        payload: JsonValue = None,
-        *,
-        run_at: float | None = None,
-        delay: float | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
-    ) -> int:
+    def _enqueue(self, spec: Mapping[str, Any]) -> int:
         # A bad argument raises inside the transaction, which rolls back: nothing written.
         def body(conn: sqlite3.Connection, now: float) -> int:
-            new = prepare_enqueue(
-                now,
-                task,
-                payload,
-                run_at=run_at,
-                delay=delay,
-                max_attempts=max_attempts,
-                timeout=timeout,
-                max_payload_bytes=self._max_payload_bytes,
-            )
+            new = prepare_enqueue(now, **spec, max_payload_bytes=self._max_payload_bytes)
             return self._insert(conn, new, now)
 
         job_id = self._write(body)
-        logger.debug("%s: enqueued job %d (%s)", self._path, job_id, task)
+        logger.debug("%s: enqueued job %d (%s)", self._path, job_id, spec["task"])
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -423,11 +403,8 @@ class SQLiteStore(SingleOutcomes, SQLiteTransactions):
         `settle_many` and `claim` run their own code, joined to this transaction; a busy
         database retries the whole of it, a failure rolls all of it back.
         """
-        count = check_share_limit(limit)
-        if count:
-            check_owner(owner)
-            check_lease(lease)
-        elif not items:
+        count = check_share(items, owner, lease, limit)
+        if count is None:
             return [], []
 
         def body(
@@ -578,27 +555,7 @@ class SQLiteStore(SingleOutcomes, SQLiteTransactions):
             logger.info("%s: purged %d finished jobs", self._path, purged)
         return purged
 
-    def record_worker(
-        self,
-        worker_id: str,
-        *,
-        host: str,
-        pid: int,
-        state: str,
-        started_at: float,
-        jobs_held: int,
-        ttl: float,
-    ) -> None:
-        row = check_worker(
-            worker_id,
-            host=host,
-            pid=pid,
-            state=state,
-            started_at=started_at,
-            jobs_held=jobs_held,
-            ttl=ttl,
-        )
-
+    def _record_worker(self, row: WorkerRow) -> None:
         def body(conn: sqlite3.Connection, now: float) -> None:
             self._expire_workers(conn, now)
             conn.execute(

@@ -21,7 +21,13 @@ import sqlite3
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from patterns.jobqueue.store import JOB_COLUMNS, Settle, cancelled_reason
+from patterns.jobqueue.store import (
+    JOB_COLUMNS,
+    TABLE_SHAPES,
+    WORKER_COLUMNS,
+    Settle,
+    cancelled_reason,
+)
 
 __all__ = [
     "CANCEL_EXPIRED_SQL",
@@ -169,21 +175,9 @@ SETTLE_SQL = {
 }
 
 COLUMNS = ", ".join(JOB_COLUMNS)
-WORKER_COLUMNS = (
-    "id",
-    "host",
-    "pid",
-    "state",
-    "started_at",
-    "last_seen",
-    "expires_at",
-    "jobs_held",
-)
-# The tables (and their columns) of each schema version: what opening checks a file has.
-SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
-    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
-    2: {"jobs": JOB_COLUMNS, "workers": WORKER_COLUMNS},
-}
+# The tables (and their columns) of each schema version: what opening checks a file has
+# (the same for both SQL stores).
+SHAPES = TABLE_SHAPES
 
 # The claim's other statements, and the other transitions', in the order the store runs them.
 INSERT_SQL = (

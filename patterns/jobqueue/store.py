@@ -40,8 +40,9 @@ at most 200 characters. `Store.renew` never reads the payload, whatever its size
 
 Shared by the stores, so that none imports another: the argument checks and row
 preparation (`prepare_enqueue`, `prepare_many`, ``check_*``), the five single-job outcome
-methods on one primitive each store provides (``SingleOutcomes``, their base class), and
-for the SQL stores the row mapping (`JOB_COLUMNS`, `job_from_row`) and the retry pause
+methods, ``enqueue`` and ``record_worker`` on one primitive each store provides
+(``StoreBase``, their base class), and for the SQL stores the row mapping (`JOB_COLUMNS`,
+`job_from_row`), the tables (`WORKER_COLUMNS`, `TABLE_SHAPES`) and the retry pause
 (`backoff`).
 """
 
@@ -64,6 +65,8 @@ __all__ = [
     "MAX_ATTEMPTS_LIMIT",
     "MAX_ERROR_CHARS",
     "MAX_SECONDS",
+    "TABLE_SHAPES",
+    "WORKER_COLUMNS",
     "CancelResult",
     "Claim",
     "CommitUnknown",
@@ -84,6 +87,7 @@ __all__ = [
     "check_limit",
     "check_max_payload_bytes",
     "check_owner",
+    "check_share",
     "check_state",
     "check_states",
     "check_text",
@@ -518,6 +522,21 @@ def check_share_limit(limit: object) -> int:
     return check_limit(limit)
 
 
+def check_share(items: Sequence[object], owner: object, lease: object, limit: object) -> int | None:
+    """`Store.settle_and_claim`'s checks: how many jobs to claim, or None if nothing to do.
+
+    ``owner`` and ``lease`` are checked only when there is something to claim; None means
+    no items and nothing to claim (``limit=0``).
+    """
+    count = check_share_limit(limit)
+    if count:
+        check_owner(owner)
+        check_lease(lease)
+    elif not items:
+        return None
+    return count
+
+
 def new_token(owner: str) -> str:
     """A fencing token unique to one claim; the owner prefix is for humans reading logs."""
     return f"{owner}:{uuid.uuid4().hex}"
@@ -553,6 +572,24 @@ JOB_COLUMNS = (
     "cancel_requested",
 )
 """The columns of a SQL store's ``jobs`` table, in the order `job_from_row` reads them."""
+
+WORKER_COLUMNS = (
+    "id",
+    "host",
+    "pid",
+    "state",
+    "started_at",
+    "last_seen",
+    "expires_at",
+    "jobs_held",
+)
+"""The columns of a SQL store's ``workers`` table, in the order of `WorkerRecord`'s fields."""
+
+TABLE_SHAPES: dict[int, dict[str, tuple[str, ...]]] = {
+    1: {"jobs": JOB_COLUMNS[:12]},  # version 2 added the last three columns
+    2: {"jobs": JOB_COLUMNS, "workers": WORKER_COLUMNS},
+}
+"""The tables of a SQL store's schema, with their columns, at each schema version."""
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
@@ -846,6 +883,69 @@ class SingleOutcomes(Store):
 
     def mark_cancelled(self, claim: Claim, reason: str) -> bool:
         return self._settle_one(claim, Settle.CANCEL, storable_error(reason), 0.0)
+
+
+class StoreBase(SingleOutcomes):
+    """``SingleOutcomes``, and `Store.enqueue` and `Store.record_worker`, written once.
+
+    Both take many arguments that every store checks alike, so the stores share them too:
+    ``enqueue`` hands ``_enqueue`` its arguments as one mapping (what `prepare_enqueue`
+    takes, like an item of `Store.enqueue_many`), and ``record_worker`` hands
+    ``_record_worker`` the `WorkerRow` that `check_worker` returns. A store subclassing
+    this implements those two, and ``_settle_one``.
+    """
+
+    def _enqueue(self, spec: Mapping[str, Any]) -> int:
+        """Check ``spec`` with `prepare_enqueue`, insert the job, and return its id."""
+        raise NotImplementedError
+
+    def _record_worker(self, row: WorkerRow) -> None:
+        """Insert or update the worker's row, checked, in its own transaction."""
+        raise NotImplementedError
+
+    def enqueue(
+        self,
+        task: str,
+        payload: JsonValue = None,
+        *,
+        run_at: float | None = None,
+        delay: float | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+    ) -> int:
+        return self._enqueue(
+            {
+                "task": task,
+                "payload": payload,
+                "run_at": run_at,
+                "delay": delay,
+                "max_attempts": max_attempts,
+                "timeout": timeout,
+            }
+        )
+
+    def record_worker(
+        self,
+        worker_id: str,
+        *,
+        host: str,
+        pid: int,
+        state: str,
+        started_at: float,
+        jobs_held: int,
+        ttl: float,
+    ) -> None:
+        self._record_worker(
+            check_worker(
+                worker_id,
+                host=host,
+                pid=pid,
+                state=state,
+                started_at=started_at,
+                jobs_held=jobs_held,
+                ttl=ttl,
+            )
+        )
 
 
 def prepare_settlement(

@@ -94,7 +94,9 @@ class Bench:
             unsettled=lambda pending: self.unsettled.append(pending.run.claim.job.id),
             claimed=self._claimed,
             completed=self._completed,
-            error=lambda phase, job, exc: self.errors.append((phase, job and job.id)),
+            error=lambda phase, job, exc: self.errors.append(
+                (phase, None if job is None else job.id)
+            ),
             died=self.deaths.append,
             before_commit=lambda claim, phase: self.steps.append(("before", claim.job.id, phase)),
             after_commit=lambda claim, phase: self.steps.append(("after", claim.job.id, phase)),
