@@ -325,6 +325,7 @@ class AsyncPoolReport(Generic[T]):
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
+# The same code is in closable_queue.py and poison_pill.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as a number of seconds; None means forever where allowed (math.inf).
 
@@ -368,6 +369,7 @@ class AsyncConsumerPool(Generic[T]):
         name: str = "consumer",
         stop_timeout: float = 5.0,
     ) -> None:
+        # The same checks as closable_queue.ConsumerPool's; tests/test_copies.py pins them.
         if consumers < 1:
             raise ValueError(f"consumers must be at least 1, got {consumers!r}")
         if maxsize < 0:

@@ -309,6 +309,7 @@ def _check_count(option: str, value: object, minimum: int) -> int:
     return value
 
 
+# Also in cancellation, executor_shutdown and process_shutdown; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:
@@ -325,6 +326,7 @@ def _deadline(seconds: float) -> float:
     return time.monotonic() + seconds  # inf stays inf: never handed to a C wait as it is
 
 
+# The same code is in executor_shutdown.py; pinned by tests/test_copies.py.
 def _left(deadline: float) -> float:
     """Seconds to ``deadline``, capped so that no C wait can raise OverflowError."""
     return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
@@ -345,6 +347,7 @@ def _acquire(lock: threading.Lock, deadline: float) -> bool:
     return True
 
 
+# The same code is in executor_shutdown.py; pinned by tests/test_copies.py.
 class _OwnedLock:
     """A `threading.Lock` that knows which thread holds it (also a Condition's lock).
 

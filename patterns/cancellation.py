@@ -57,6 +57,7 @@ T = TypeVar("T")
 DEADLINE_EXCEEDED = "deadline exceeded"
 
 
+# Also in bulkhead.py, executor_shutdown.py and process_shutdown.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:

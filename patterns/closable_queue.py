@@ -224,6 +224,7 @@ def put_until_shutdown(q: ClosableQueue[T], items: Iterable[T]) -> int:
     return delivered
 
 
+# The same code is in async_queue.py and poison_pill.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as a number of seconds; None means forever where allowed (math.inf).
 
@@ -346,6 +347,7 @@ class ConsumerPool(Generic[T]):
         name: str = "consumer",
         stop_timeout: float = 5.0,
     ) -> None:
+        # The same checks as async_queue.AsyncConsumerPool's; tests/test_copies.py pins them.
         if consumers < 1:
             raise ValueError(f"consumers must be at least 1, got {consumers!r}")
         if maxsize < 0:

@@ -111,6 +111,7 @@ class Service(Protocol):
     def __exit__(self, *exc_info: object) -> None: ...
 
 
+# The same code is in supervisor.py (each module is copied alone); pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
     if value is None and allow_none:
@@ -120,6 +121,7 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     return float(value)
 
 
+# The same code is in supervisor.py (each module is copied alone); pinned by tests/test_copies.py.
 def _wait(event: threading.Event, deadline: float) -> bool:
     """Wait for ``event`` until the monotonic ``deadline`` (may be inf), never overflowing."""
     while not event.is_set():
@@ -130,6 +132,7 @@ def _wait(event: threading.Event, deadline: float) -> bool:
     return True
 
 
+# supervisor._Tracked is its twin, shaped for that module; tests/test_copies.py checks both.
 class _Ended:
     """A thread's own end signal, set in its target's ``finally`` (never ``is_alive()``).
 

@@ -75,6 +75,7 @@ _FORCE_SHARE = 0.25
 _current = threading.local()
 
 
+# Also in bulkhead.py, cancellation.py and process_shutdown.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
     if value is None and allow_none:
@@ -87,11 +88,13 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
         return math.inf
 
 
+# The same code is in bulkhead.py (each module is copied alone); pinned by tests/test_copies.py.
 def _left(deadline: float) -> float:
     """Seconds to ``deadline`` (inf: forever), capped so no C wait raises OverflowError."""
     return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
 
+# The same code is in bulkhead.py (each module is copied alone); pinned by tests/test_copies.py.
 class _OwnedLock:
     """A `threading.Lock` that knows which thread holds it.
 

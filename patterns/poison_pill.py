@@ -271,6 +271,7 @@ def join_with_timeout(q: queue.Queue[Any], timeout: float) -> bool:
         return True
 
 
+# The same code is in async_queue.py and closable_queue.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as a number of seconds; None means forever where allowed (math.inf).
 

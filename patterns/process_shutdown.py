@@ -93,6 +93,7 @@ _ABANDON_WAIT = 5.0
 _LONGEST_WAIT = 86400.0
 
 
+# Also in bulkhead.py, cancellation.py and executor_shutdown.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
     if value is None and allow_none:

@@ -104,6 +104,7 @@ class SupervisorReport:
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
+# The same code is in daemon_threads.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
     if value is None and allow_none:
@@ -113,6 +114,7 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     return float(value)
 
 
+# The same code is in daemon_threads.py; pinned by tests/test_copies.py.
 def _wait(event: threading.Event, deadline: float) -> bool:
     """Wait for ``event`` until the monotonic ``deadline`` (may be inf), never overflowing."""
     while not event.is_set():
@@ -123,6 +125,7 @@ def _wait(event: threading.Event, deadline: float) -> bool:
     return True
 
 
+# daemon_threads._Ended is its twin, shaped for that module; tests/test_copies.py checks both.
 class _Tracked:
     """A thread with its own end signal, set in its target's ``finally``.
 

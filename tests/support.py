@@ -157,6 +157,104 @@ def signal_main_when_inside(func_name: str, signum: int) -> threading.Thread:
     return sender
 
 
+@contextmanager
+def signal_main_during(
+    func_name: str,
+    handler: Callable[[int, Any], Any] | int = signal.default_int_handler,
+    *,
+    signum: int = signal.SIGINT,
+    parked: bool = False,
+) -> Iterator[None]:
+    """Within the block, a real ``signum`` reaches the main thread once it is inside ``func_name``.
+
+    ``handler`` is installed for the block (by default Ctrl-C raises `KeyboardInterrupt`,
+    as in a terminal) and the previous one restored after it. With ``parked`` the signal
+    waits until the main thread is parked in a blocking wait there, not merely inside.
+    The sender is joined before the handler is restored, so no signal comes after, and a
+    block that ends without the signal having been sent fails.
+    """
+    main = threading.main_thread()
+    sent = threading.Event()
+
+    def send() -> None:
+        if parked:
+            wait_until_parked_inside(main, func_name)
+        else:
+            wait_until_blocked_in(main, func_name)
+        assert main.ident is not None
+        signal.pthread_kill(main.ident, signum)
+        sent.set()
+
+    previous = signal.signal(signum, handler)
+    sender = threading.Thread(target=send, name="signal-sender")
+    try:
+        sender.start()
+        yield
+    finally:
+        if sender.ident is not None:
+            join_or_fail(sender)
+        signal.signal(signum, previous)
+    assert sent.is_set(), f"no signal was sent: the main thread was never seen in {func_name}()"
+
+
+# A child script: a signal handler calls ``service.stop()`` on the main thread while that
+# thread is already waiting in ``service.stop()``. ``{setup}`` builds ``service``, started,
+# whose work waits on ``release``; the script prints what the handler's stop() reported
+# (terminated, still_running, returned in under a second), then whether the outer stop()
+# terminated and is the recorded report.
+_HANDLER_STOPS_DURING_STOP = """
+import signal, threading, time
+from tests.support import wait_until_parked_inside
+
+release, handled = threading.Event(), threading.Event()
+{setup}
+seen = {{}}
+
+def handler(signum, frame):
+    began = time.monotonic()
+    report = service.stop(20)
+    seen["handler"] = (report.terminated, report.still_running, time.monotonic() - began)
+    handled.set()
+
+def helper():
+    wait_until_parked_inside(threading.main_thread(), "stop")
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+    handled.wait(5)
+    release.set()
+
+signal.signal(signal.SIGUSR1, handler)
+threading.Thread(target=helper).start()
+report = service.stop(20)
+terminated, still, took = seen["handler"]
+print(terminated, still, took < 1.0, report.terminated, service.stop(0) is report)
+"""
+
+
+def handler_stops_during_stop(setup: str) -> str:
+    """Run the child script above with ``setup``; return its output, or fail on a deadlock."""
+    try:
+        result = run_python(_HANDLER_STOPS_DURING_STOP.format(setup=setup), timeout=3 * MUST_HAPPEN)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            "deadlock: the handler's stop() waited for the stop() it interrupted"
+        ) from None
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def drain(q: Any, shut_down: type[Exception]) -> list[object]:
+    """Take items with ``get_nowait()`` until the queue raises ``shut_down``; return them.
+
+    Any other exception (the queue's Empty) is a failure: the queue was not shut down.
+    """
+    items = []
+    while True:
+        try:
+            items.append(q.get_nowait())
+        except shut_down:
+            return items
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = MUST_HAPPEN) -> None:
     """Poll an observation until it holds; the test has arranged that it must."""
     deadline = time.monotonic() + timeout
@@ -247,6 +345,19 @@ def start_then_interrupt(thread: threading.Thread) -> None:
     REAL_START(thread)
     _thread.interrupt_main()  # the main thread's signal flag is set, as Ctrl-C would
     pending_checkpoint()  # ...and the KeyboardInterrupt is raised at the next check
+
+
+def start_at(gate: Gate) -> Callable[[threading.Thread], None]:
+    """An action for `thread_start_patched`: park at ``gate``, then start the thread for real.
+
+    The test acts (a ``stop()`` racing ``start()``, say) while ``Thread.start`` is under way.
+    """
+
+    def start(thread: threading.Thread) -> None:
+        gate.arrive()
+        REAL_START(thread)
+
+    return start
 
 
 def pending_checkpoint() -> None:

@@ -36,7 +36,7 @@ from patterns.async_queue import (
     shutdown_and_drain,
 )
 from patterns.naive.async_queue import STOP, Stop, naive_consume, naive_stop
-from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED
+from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED, drain
 
 PY313 = sys.version_info >= (3, 13)
 
@@ -109,16 +109,6 @@ async def outcome(task: asyncio.Task[Any]) -> Any:
     if task.cancelled():
         return asyncio.CancelledError()
     return task.exception() or task.result()
-
-
-def drain(q: Any) -> list[object]:
-    """Take items with get_nowait() until the queue raises; QueueEmpty is a failure."""
-    items = []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except QueueShutDown:
-            return items
 
 
 # --- before shutdown, and the names ----------------------------------------------------------
@@ -248,7 +238,7 @@ def test_every_put_raises_queue_shut_down_after_shutdown_and_adds_nothing(
             await put(q, "late")
 
         assert (q.qsize(), q._unfinished_tasks) == (size, unfinished)
-        assert drain(q) == ([] if immediate else ["queued"])
+        assert drain(q, QueueShutDown) == ([] if immediate else ["queued"])
 
     run(scenario())
 
@@ -381,7 +371,7 @@ def test_task_done_after_shutdown_works_as_before(
         q.shutdown(immediate=immediate)
 
         q.task_done()
-        for _ in drain(q):
+        for _ in drain(q, QueueShutDown):
             q.task_done()
 
         assert q._unfinished_tasks == 0
@@ -449,7 +439,7 @@ def test_every_putter_waiting_on_a_full_queue_wakes_with_queue_shut_down(
             assert isinstance(await outcome(putter), QueueShutDown)
         expected = [] if immediate else ["a", "b"]
         assert q._unfinished_tasks == len(expected)
-        assert drain(q) == expected
+        assert drain(q, QueueShutDown) == expected
 
     run(scenario())
 
@@ -472,7 +462,7 @@ def test_a_second_shutdown_is_harmless_and_an_immediate_one_empties_what_is_left
 
     left = [] if first or second else [0, 1, 2]
     assert q._unfinished_tasks == len(left)
-    assert drain(q) == left
+    assert drain(q, QueueShutDown) == left
 
 
 def test_another_thread_shuts_the_queue_down_through_call_soon_threadsafe(
@@ -556,7 +546,7 @@ def test_a_waiter_cancelled_after_being_woken_hands_the_wake_up_on(
         else:
             assert result == "item"
         q.shutdown()
-        assert drain(q) == []
+        assert drain(q, QueueShutDown) == []
 
     run(scenario())
 

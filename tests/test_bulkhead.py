@@ -45,7 +45,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     run_python,
-    signal_main_when_inside,
+    signal_main_during,
     stays_blocked,
     wait_until,
     wait_until_blocked_in,
@@ -1054,14 +1054,8 @@ def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     bulkhead = Bulkhead(1, 0, name="ctrl-c").start()
     gate = Gate("ignores its stop")
     busy(bulkhead, gate)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        helper = signal_main_when_inside("_stop", signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):
-            bulkhead.stop(MUST_HAPPEN)
-        join_or_fail(helper)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with signal_main_during("_stop"), pytest.raises(KeyboardInterrupt):
+        bulkhead.stop(MUST_HAPPEN)
 
     report = bulkhead.stop(0)
     assert not report.terminated
@@ -1081,13 +1075,8 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
         seen.append(bulkhead.stop(MUST_HAPPEN))
         gate.open()  # the handler returned: let the work finish
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        helper = signal_main_when_inside("_stop", signal.SIGINT)
+    with signal_main_during("_stop", on_sigint):
         report = bulkhead.stop(MUST_HAPPEN)
-        join_or_fail(helper)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
     assert [(r.terminated, r.still_running) for r in seen] == [
         (False, ("handler-worker-0: hold.<locals>.held",))

@@ -40,9 +40,11 @@ from tests.support import (
     NOISE,
     STAYS_BLOCKED,
     Gate,
+    drain,
     join_or_fail,
     run_in_thread,
     run_python,
+    signal_main_during,
     stays_blocked,
     wait_until,
 )
@@ -97,10 +99,7 @@ def wait_for_waiters(condition: threading.Condition, count: int) -> None:
     It reads the condition's private waiter list: an observation of where the threads
     are, instead of a guess at how long they take to get there.
     """
-    deadline = time.monotonic() + MUST_HAPPEN
-    while len(condition._waiters) < count:
-        assert time.monotonic() < deadline, f"never saw {count} thread(s) waiting"
-        time.sleep(0.001)  # polling an observation, not waiting for a race
+    wait_until(lambda: len(condition._waiters) >= count, f"{count} thread(s) waiting")
 
 
 def start_blocked(
@@ -110,16 +109,6 @@ def start_blocked(
     started = [run_in_thread(target, name) for name in names]
     wait_for_waiters(condition, len(names))
     return started
-
-
-def drain(q: Any) -> list[object]:
-    """Take items with get_nowait() until the queue raises; return them (Empty is a failure)."""
-    items = []
-    while True:
-        try:
-            items.append(q.get_nowait())
-        except ShutDown:
-            return items
 
 
 # --- before shutdown, and the names ----------------------------------------------------------
@@ -227,7 +216,7 @@ def test_every_put_raises_shut_down_after_shutdown_and_adds_nothing(
         put(q, "late")
 
     assert (q.qsize(), q.unfinished_tasks) == (size, unfinished)
-    assert drain(q) == ([] if immediate else ["queued"])
+    assert drain(q, ShutDown) == ([] if immediate else ["queued"])
 
 
 # --- get after shutdown ------------------------------------------------------------------------
@@ -352,7 +341,7 @@ def test_task_done_after_shutdown_works_as_before(
     q.shutdown(immediate=immediate)
 
     q.task_done()
-    for _ in drain(q):
+    for _ in drain(q, ShutDown):
         q.task_done()
 
     assert q.unfinished_tasks == 0
@@ -413,7 +402,7 @@ def test_every_putter_blocked_on_a_full_queue_wakes_with_shut_down(
         assert isinstance(outcome.get("error"), ShutDown), outcome
     expected = [] if immediate else ["a", "b"]
     assert q.unfinished_tasks == len(expected)
-    assert drain(q) == expected
+    assert drain(q, ShutDown) == expected
 
 
 @pytest.mark.parametrize(
@@ -435,7 +424,7 @@ def test_a_second_shutdown_is_harmless_and_an_immediate_one_empties_what_is_left
     left = [] if first or second else [0, 1, 2]
     assert q.is_shutdown is True
     assert q.unfinished_tasks == len(left)
-    assert drain(q) == left
+    assert drain(q, ShutDown) == left
 
 
 # --- shutdown_and_drain and put_until_shutdown -------------------------------------------------
@@ -1126,9 +1115,7 @@ def test_a_stop_made_while_another_is_running_waits_for_it_and_returns_its_repor
     pool.start()
     gate.wait_reached()
     first, first_outcome = run_in_thread(lambda: pool.stop(MUST_HAPPEN), "first stopper")
-    wait_for_joiners = time.monotonic() + MUST_HAPPEN
-    while pool.queue.is_shutdown is False:  # the first stop() has begun
-        assert time.monotonic() < wait_for_joiners
+    wait_until(lambda: pool.queue.is_shutdown, "the first stop() has begun")
     second, second_outcome = run_in_thread(lambda: pool.stop(MUST_HAPPEN), "second stopper")
 
     assert stays_blocked(second)  # it waits for the first instead of reporting half-way
@@ -1160,32 +1147,6 @@ def test_a_stop_interrupted_by_ctrl_c_can_be_done_again_and_then_is_final() -> N
 # --- the lifecycle contract on the paths users take ----------------------------------
 
 
-def main_blocked_in_stop() -> bool:
-    """True when the main thread is inside stop() and parked in a wait or a join."""
-    frame = sys._current_frames().get(threading.main_thread().ident or -1)
-    if frame is None or frame.f_code.co_name not in {"wait", "join", "_wait_for_tstate_lock"}:
-        return False
-    while frame is not None:
-        if frame.f_code.co_name == "stop":
-            return True
-        frame = frame.f_back
-    return False
-
-
-def send_to_main_once_blocked_in_stop(signum: int) -> threading.Thread:
-    """Start a thread that waits until the main thread is blocked in stop(), then signals it."""
-
-    def send() -> None:
-        deadline = time.monotonic() + MUST_HAPPEN
-        while not main_blocked_in_stop():
-            assert time.monotonic() < deadline, "the main thread never blocked in stop()"
-            time.sleep(0.001)  # polling an observation, not waiting for a race
-        signal.pthread_kill(threading.main_thread().ident or 0, signum)
-
-    thread, _ = run_in_thread(send, "signal-sender")
-    return thread
-
-
 def test_a_report_cannot_say_terminated_while_naming_a_running_consumer() -> None:
     """PoolReport refuses terminated=True with a non-empty still_running."""
     with pytest.raises(ValueError, match=r"terminated=True with still_running="):
@@ -1201,14 +1162,8 @@ def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     pool.start()
     gate.wait_reached()
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        sender = send_to_main_once_blocked_in_stop(signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):
-            pool.stop(MUST_HAPPEN)
-        join_or_fail(sender)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with signal_main_during("stop", parked=True), pytest.raises(KeyboardInterrupt):
+        pool.stop(MUST_HAPPEN)
 
     report = pool.stop(0)
     assert (report.terminated, report.still_running) == (False, ("sigint-0",))
@@ -1323,13 +1278,8 @@ def test_a_stop_from_a_signal_handler_inside_stop_returns_at_once() -> None:
         inside.append((pool.stop(MUST_HAPPEN), time.monotonic() - began))
         gate.open()  # now let the outer stop() finish
 
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
-        sender = send_to_main_once_blocked_in_stop(signal.SIGUSR1)
+    with signal_main_during("stop", handler, signum=signal.SIGUSR1, parked=True):
         outer = pool.stop(MUST_HAPPEN)
-        join_or_fail(sender)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
 
     [(provisional, took)] = inside
     assert took < NOISE

@@ -587,7 +587,9 @@ def test_a_value_that_is_not_a_number_of_seconds_is_refused_by_name(entry: Entry
 
 
 @each_entry
-@pytest.mark.parametrize("huge", [math.inf, 1e10, 1e300], ids=["inf", "1e10", "1e300"])
+@pytest.mark.parametrize(
+    "huge", [math.inf, 1e10, 1e300, 10**400], ids=["inf", "1e10", "1e300", "int-10**400"]
+)
 def test_an_endless_value_works_or_is_refused_by_name_never_overflows(
     entry: Entry, huge: float, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -30,14 +30,16 @@ from patterns.daemon_threads import (
 )
 from tests.support import (
     MUST_HAPPEN,
-    REAL_START,
     Gate,
     cannot_start,
     elapsed,
+    handler_stops_during_stop,
     join_or_fail,
     run_in_thread,
     run_python,
+    signal_main_during,
     spawn_python,
+    start_at,
     start_then_interrupt,
     thread_start_patched,
     wait_until_blocked_in,
@@ -901,13 +903,9 @@ def test_stop_racing_start_returns_within_its_budget_and_the_work_ends() -> None
     """A stop() while start() is still starting the thread keeps its budget and never raises."""
     gate = Gate("Thread.start in progress")
 
-    def slow_start(thread: threading.Thread) -> None:
-        gate.arrive()
-        REAL_START(thread)
-
     ran = threading.Event()
     service = BackgroundService(until_stopped(ran), name="racing")
-    with thread_start_patched(2, slow_start):  # the 1st start is the starter thread's
+    with thread_start_patched(2, start_at(gate)):  # the 1st start is the starter thread's
         starter, outcome = run_in_thread(service.start, "starter")
         try:
             gate.wait_reached()
@@ -973,20 +971,6 @@ def test_a_report_cannot_say_terminated_while_naming_a_running_thread() -> None:
         StopReport(terminated=True, still_running=("svc",), name="svc", elapsed=0.0)
 
 
-def interrupt_main_once_parked_in(func_name: str, sent: threading.Event) -> threading.Thread:
-    """A helper thread that sends a real SIGINT to the main thread once it waits in func_name."""
-    main = threading.main_thread()
-
-    def send() -> None:
-        wait_until_parked_inside(main, func_name)
-        signal.pthread_kill(main.ident or 0, signal.SIGINT)
-        sent.set()
-
-    thread = threading.Thread(target=send, name="interrupter")
-    thread.start()
-    return thread
-
-
 @pytest.mark.race(*P25)
 @pytest.mark.parametrize("kind", KINDS)
 def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_running_thread(
@@ -997,19 +981,13 @@ def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_runni
     service = kind(lambda stopping: gate.arrive(), name="deaf")
     service.start()
     gate.wait_reached()
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    sent = threading.Event()
     try:
-        interrupter = interrupt_main_once_parked_in("stop", sent)
-        with pytest.raises(KeyboardInterrupt):
+        with signal_main_during("stop", parked=True), pytest.raises(KeyboardInterrupt):
             service.stop(MUST_HAPPEN)
-        join_or_fail(interrupter)
-        assert sent.is_set()
         report = service.stop(0)
         assert not report.terminated
         assert report.still_running == ("deaf",)
     finally:
-        signal.signal(signal.SIGINT, before)
         gate.open()
     assert service.stop(MUST_HAPPEN) is report  # the first completed report is the record
     for thread in alive_named("deaf"):
@@ -1057,47 +1035,17 @@ def test_every_with_an_infinite_interval_ticks_once_and_stops_at_once() -> None:
     assert service.stop(MUST_HAPPEN).terminated
 
 
-HANDLER_STOPS_DURING_STOP = """
-import signal, sys, threading, time
-from patterns.daemon_threads import {kind}
-from tests.support import wait_until_parked_inside
-
-release, handled = threading.Event(), threading.Event()
-service = {kind}(lambda stopping: release.wait(20), name="svc", stop_timeout=20).start()
-seen = {{}}
-
-def handler(signum, frame):
-    began = time.monotonic()
-    report = service.stop(20)
-    seen["handler"] = (report.terminated, report.still_running, time.monotonic() - began)
-    handled.set()
-
-def helper():
-    wait_until_parked_inside(threading.main_thread(), "stop")
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
-    handled.wait(5)
-    release.set()
-
-signal.signal(signal.SIGUSR1, handler)
-threading.Thread(target=helper).start()
-report = service.stop(20)
-terminated, still, took = seen["handler"]
-print(terminated, still, took < 1.0, report.terminated, service.stop(0) is report)
-"""
-
-
 @pytest.mark.race(*E1)
 @pytest.mark.parametrize("kind", ["BackgroundService", "HousekeepingDaemon"])
 def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once(
     kind: str,
 ) -> None:
     """A handler's stop() on the thread already inside stop() must not wait for itself."""
-    try:
-        result = run_python(HANDLER_STOPS_DURING_STOP.format(kind=kind), timeout=3 * MUST_HAPPEN)
-    except subprocess.TimeoutExpired:
-        pytest.fail("deadlock: the handler's stop() waited for the stop() it interrupted")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "False ('svc',) True True True\n"
+    setup = f"""
+from patterns.daemon_threads import {kind}
+service = {kind}(lambda stopping: release.wait(20), name="svc", stop_timeout=20).start()
+"""
+    assert handler_stops_during_stop(setup) == "False ('svc',) True True True\n"
 
 
 def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
@@ -1125,27 +1073,25 @@ def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded(
 def test_a_request_from_the_daemons_own_thread_keeps_it_stopped_at_exit() -> None:
     """Only the recorded stop unregisters: after a request from its own thread, exit still waits.
 
-    The work's cleanup takes a while after the request; the daemon's atexit stop (10 s
-    budget) must wait for it. Without the registration the interpreter kills it mid-cleanup.
+    The work's cleanup after the request ends only once the main thread is seen waiting in
+    the daemon's atexit stop (10 s budget). Without the registration no stop waits for it and
+    the interpreter kills it mid-cleanup, however quick the cleanup would be.
     """
     code = """
-import atexit, threading, time
+import threading
 from patterns.daemon_threads import HousekeepingDaemon
-
-exiting = threading.Event()
+from tests.support import wait_until_parked_inside
 
 def work(stopping):
     try:
         daemon.stop(0)  # a request: it cannot wait for its own thread
     except RuntimeError:
         pass
-    exiting.wait(10)
-    time.sleep(0.5)  # a slow cleanup, which the atexit stop must wait for
+    wait_until_parked_inside(threading.main_thread(), "stop")  # exit waits for this cleanup
     print("cleanup done", flush=True)
 
 daemon = HousekeepingDaemon(work, name="hk", stop_timeout=10)
 daemon.start()
-atexit.register(exiting.set)  # runs before the daemon's atexit stop (newest first)
 """
     result = run_python(code)
     assert result.returncode == 0, result.stderr

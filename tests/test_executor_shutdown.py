@@ -44,7 +44,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     run_python,
-    signal_main_when_inside,
+    signal_main_during,
     spawn_python,
     stays_blocked,
     wait_until,
@@ -1043,14 +1043,8 @@ def test_ctrl_c_during_stop_leaves_the_next_report_truthful() -> None:
     gate = Gate("ignores its stop")
     pool.submit(gate.arrive)
     gate.wait_reached()
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        helper = signal_main_when_inside("await_termination", signal.SIGINT)
-        with pytest.raises(KeyboardInterrupt):
-            pool.stop(MUST_HAPPEN)
-        join_or_fail(helper)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with signal_main_during("await_termination"), pytest.raises(KeyboardInterrupt):
+        pool.stop(MUST_HAPPEN)
 
     report = pool.stop(0)
     assert not report.terminated
@@ -1071,13 +1065,8 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
         seen.append(pool.stop(MUST_HAPPEN))
         gate.open()  # the handler returned: let the task finish
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        helper = signal_main_when_inside("await_termination", signal.SIGINT)
+    with signal_main_during("await_termination", on_sigint):
         report = pool.stop(MUST_HAPPEN)
-        join_or_fail(helper)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
     assert [(r.terminated, r.still_running) for r in seen] == [(False, ("handler_0",))]
     assert report.terminated

@@ -686,7 +686,7 @@ CTRL_C = """
     assert all(r.wait(10) for r in readies)
     try:
         print("ready", flush=True)  # inside the try: the Ctrl-C may come at once
-        time.sleep(60)
+        time.sleep(60)  # until the test's Ctrl-C; 60 s is only a bound
     except KeyboardInterrupt:
         print("parent: interrupted, stopping the children", flush=True)
     for child in children:
@@ -743,7 +743,7 @@ POOL_CTRL_C = """
         time.sleep(0.001)
     try:
         print("ready", flush=True)  # inside the try: the Ctrl-C may come at once
-        time.sleep(60)
+        time.sleep(60)  # until the test's Ctrl-C; 60 s is only a bound
     except KeyboardInterrupt:
         print("parent: interrupted, letting the items finish", flush=True)
     Path(finish).touch()

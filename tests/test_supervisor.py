@@ -6,7 +6,6 @@ import dataclasses
 import logging
 import math
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -27,16 +26,19 @@ from patterns.supervisor import (
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
-    REAL_START,
     Gate,
     cannot_start,
+    handler_stops_during_stop,
     join_or_fail,
     recording_hook,
     run_in_thread,
     run_python,
+    signal_main_during,
+    start_at,
     start_then_interrupt,
     stays_blocked,
     thread_start_patched,
+    wait_until,
     wait_until_blocked_in,
     wait_until_parked_inside,
 )
@@ -422,7 +424,7 @@ def test_stop_from_a_restarted_worker_ends_supervision_without_joining_itself(
     supervisor = Supervisor(worker, name="restarted", interval=0)
     with recording_hook() as uncaught:
         supervisor.start()
-        wait_until_seen(seen, "report")
+        wait_until(lambda: "report" in seen, "the worker recorded its report")
         report = supervisor.stop(MUST_HAPPEN)
     assert uncaught == []
     assert report.terminated
@@ -432,14 +434,6 @@ def test_stop_from_a_restarted_worker_ends_supervision_without_joining_itself(
     assert isinstance(request, SupervisorReport)
     assert "restarted" in request.still_running
     assert "cannot join current thread" not in caplog.text
-
-
-def wait_until_seen(seen: dict[str, object], key: str) -> None:
-    """Bounded wait for a worker to record ``key`` (the worker sets it, then ends)."""
-    deadline = time.monotonic() + MUST_HAPPEN
-    while key not in seen:
-        assert time.monotonic() < deadline, f"the worker never recorded {key!r}"
-        time.sleep(0.001)  # polling an observation, not waiting for a race
 
 
 # --- P9: a consumer dies and its producer blocks forever -------------------------------------
@@ -655,12 +649,8 @@ def test_stop_racing_start_returns_within_its_budget_and_nothing_is_left_running
     """A stop() while start() is still starting the worker keeps its budget and never raises."""
     gate = Gate("Thread.start of the worker in progress")
 
-    def slow_start(thread: threading.Thread) -> None:
-        gate.arrive()
-        REAL_START(thread)
-
     supervisor = Supervisor(stoppable(), name="racing")
-    with thread_start_patched(2, slow_start):  # the 1st start is the starter thread's
+    with thread_start_patched(2, start_at(gate)):  # the 1st start is the starter thread's
         starter, outcome = run_in_thread(supervisor.start, "starter")
         try:
             gate.wait_reached()
@@ -725,27 +715,13 @@ def test_ctrl_c_during_stop_propagates_and_the_next_report_still_names_the_runni
     gate = Gate("worker that ignores stop")
     supervisor = Supervisor(lambda stop: gate.arrive(), name="deaf").start()
     gate.wait_reached()
-    main = threading.main_thread()
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    sent = threading.Event()
-
-    def interrupt() -> None:
-        wait_until_parked_inside(main, "stop")
-        signal.pthread_kill(main.ident or 0, signal.SIGINT)
-        sent.set()
-
     try:
-        interrupter = threading.Thread(target=interrupt, name="interrupter")
-        interrupter.start()
-        with pytest.raises(KeyboardInterrupt):
+        with signal_main_during("stop", parked=True), pytest.raises(KeyboardInterrupt):
             supervisor.stop(MUST_HAPPEN)
-        join_or_fail(interrupter)
-        assert sent.is_set()
         report = supervisor.stop(0)
         assert not report.terminated
         assert "deaf" in report.still_running
     finally:
-        signal.signal(signal.SIGINT, before)
         gate.open()
     assert supervisor.stop(MUST_HAPPEN) is report
     for thread in alive_threads("deaf", "deaf-supervisor"):
@@ -810,44 +786,14 @@ def test_a_bad_number_of_seconds_is_a_value_error_naming_the_argument(bad: objec
     assert supervisor.stop(0).terminated
 
 
-HANDLER_STOPS_DURING_STOP = """
-import signal, threading, time
-from patterns.supervisor import Supervisor
-from tests.support import wait_until_parked_inside
-
-release, handled = threading.Event(), threading.Event()
-supervisor = Supervisor(lambda stop: release.wait(20), name="w", stop_timeout=20).start()
-seen = {}
-
-def handler(signum, frame):
-    began = time.monotonic()
-    report = supervisor.stop(20)
-    seen["handler"] = (report.terminated, report.still_running, time.monotonic() - began)
-    handled.set()
-
-def helper():
-    wait_until_parked_inside(threading.main_thread(), "stop")
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
-    handled.wait(5)
-    release.set()
-
-signal.signal(signal.SIGUSR1, handler)
-threading.Thread(target=helper).start()
-report = supervisor.stop(20)
-terminated, still, took = seen["handler"]
-print(terminated, still, took < 1.0, report.terminated, supervisor.stop(0) is report)
-"""
-
-
 @pytest.mark.race(*E1)
 def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_once() -> None:
     """A handler's stop() on the thread already inside stop() must not wait for itself."""
-    try:
-        result = run_python(HANDLER_STOPS_DURING_STOP, timeout=3 * MUST_HAPPEN)
-    except subprocess.TimeoutExpired:
-        pytest.fail("deadlock: the handler's stop() waited for the stop() it interrupted")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == "False ('w',) True True True\n"
+    setup = """
+from patterns.supervisor import Supervisor
+service = Supervisor(lambda stop: release.wait(20), name="w", stop_timeout=20).start()
+"""
+    assert handler_stops_during_stop(setup) == "False ('w',) True True True\n"
 
 
 def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
@@ -886,7 +832,7 @@ def test_stop_from_a_callback_is_a_request_and_supervision_ends() -> None:
 
     supervisor = Supervisor(worker, name="cb", interval=0, on_death=on_death)
     supervisor.start()
-    wait_until_seen(seen, "took")
+    wait_until(lambda: "took" in seen, "the callback recorded how long its stop took")
     report = supervisor.stop(MUST_HAPPEN)
     assert report.terminated
     assert report.restarts == 0  # the request came before the restart: none happened

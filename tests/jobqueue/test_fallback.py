@@ -9,61 +9,19 @@ made (`ScriptedStore`, which can make the next ones raise). Nothing sleeps.
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass
 
 import pytest
 
 from patterns.jobqueue.fallback import Fallback, Pending
-from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.outcomes import Outcome
 from patterns.jobqueue.store import Claim, CommitUnknown, JobState, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
+from tests.jobqueue.fakes import Held, ScriptedStore
 from tests.support import FakeClock
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
 SHORT = 10.0  # a lease the test lets lapse
 LOGGER = "patterns.jobqueue.worker"  # the fallback's lines are the worker's (a child logger)
-
-
-class ScriptedStore(MemoryStore):
-    """A memory store that records each single-job call and can make the next ones raise."""
-
-    def __init__(self, clock: FakeClock) -> None:
-        super().__init__(clock=clock)
-        self.calls: list[str] = []
-        self.raises: dict[str, list[Exception]] = {}  # per method: raised by its next calls
-        self._calls_lock = threading.Lock()
-
-    def _call(self, name: str) -> None:
-        with self._calls_lock:
-            self.calls.append(name)
-            waiting = self.raises.get(name)
-            if waiting:
-                raise waiting.pop(0)
-
-    def retry(self, claim: Claim, error: str, *, run_at: float) -> bool:
-        """`MemoryStore.retry`, recorded."""
-        self._call("retry")
-        return super().retry(claim, error, run_at=run_at)
-
-    def fail(self, claim: Claim, error: str) -> bool:
-        """`MemoryStore.fail`, recorded."""
-        self._call("fail")
-        return super().fail(claim, error)
-
-    def release(self, claim: Claim) -> bool:
-        """`MemoryStore.release`, recorded; raises first if scripted to."""
-        self._call("release")
-        return super().release(claim)
-
-
-@dataclass
-class Held:
-    """The worker's record of a claim, as far as the fallback reads it."""
-
-    claim: Claim
-    released_at_deadline: bool = False
 
 
 class Bench:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import pytest
 
@@ -21,6 +20,7 @@ from patterns.jobqueue.postgres import CommitUnknown
 from patterns.jobqueue.settler import Pending, Settler
 from patterns.jobqueue.store import Claim, Job, JobState, JsonValue, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
+from tests.jobqueue.fakes import Held
 from tests.support import MUST_HAPPEN, FakeClock, wait_until
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
@@ -55,14 +55,6 @@ class FlakyStore(MemoryStore):
         answers, claims = super().settle_and_claim(items, owner, lease=lease, limit=limit)
         self.shared.append(([i.claim.job.id for i in items], limit, [c.job.id for c in claims]))
         return answers, claims
-
-
-@dataclass
-class Held:
-    """The worker's record of a claim, as far as the settler reads it."""
-
-    claim: Claim
-    released_at_deadline: bool = False
 
 
 class Bench:
@@ -264,3 +256,67 @@ def test_a_closed_settler_refuses_a_hand_over_and_leaves_once_its_outbox_is_comm
         assert not bench.settler.put(bench.completion(claim))
     assert bench.settled == {}
     assert bench.deaths == []
+
+
+def test_the_outcome_commit_frees_the_slots_no_claim_filled(bench: Bench) -> None:
+    """Two slots freed, one job due: the commit claims it and the other slot is free again."""
+    claims = bench.claim(2)
+    waiting = bench.store.enqueue("work")
+    bench.settler.start()
+    with bench.lock:
+        assert all(bench.settler.put(bench.completion(c)) for c in claims)
+    wait_until(lambda: len(bench.settled) == 2, "the batch committed")
+    ids = [c.job.id for c in claims]
+    assert bench.store.shared == [(ids, 2, [waiting])]
+    assert bench.claimed == [([waiting], 2)]
+    assert bench.freed == 1
+    assert bench.completed == ids
+
+
+@pytest.mark.parametrize(
+    ("error", "applied", "outcome"),
+    [
+        (RuntimeError("disk full (injected)"), False, Outcome.RETRIED),
+        (CommitUnknown("connection lost during COMMIT (injected)"), True, Outcome.UNKNOWN),
+    ],
+    ids=["failed", "unknown"],
+)
+def test_an_outcome_commit_that_raises_claims_nothing_and_each_outcome_takes_its_fallback(
+    bench: Bench, error: Exception, applied: bool, outcome: Outcome
+) -> None:
+    """settle_and_claim raising: each item's fallback decides; both slots are freed, none held."""
+    claims = bench.claim(2)
+    waiting = bench.store.enqueue("work")
+    bench.store.broken = error
+    bench.store.apply_first = applied
+    bench.settler.start()
+    with bench.lock:
+        assert all(bench.settler.put(bench.completion(c)) for c in claims)
+    wait_until(lambda: len(bench.settled) == 2, "the batch committed")
+    ids = [c.job.id for c in claims]
+    assert bench.settled == dict.fromkeys(ids, outcome)
+    assert bench.store.shared == []  # the shared transaction raised: no claim in it
+    assert bench.claimed == [([], 2)]
+    assert bench.freed == 2
+    assert bench.state(waiting) == (JobState.QUEUED, 0)
+    assert bench.completed == []
+    assert bench.deaths == []
+
+
+def test_only_an_accepted_failure_runs_its_hook(bench: Bench) -> None:
+    """Two failures in one batch, one on a stale claim: only the accepted one's hook runs."""
+    good = bench.claim(1)[0]
+    stale = bench.claim(1, lease=SHORT)[0]
+    bench.clock.advance(SHORT + 1)
+    assert bench.store.claim("w2", lease=LEASE, limit=1)[0].job.id == stale.job.id
+    hooked: list[int] = []
+
+    def failure(claim: Claim) -> Pending[Held]:
+        item = Settlement(Settle.FAIL, claim, error="ValueError: bad payload")
+        then = lambda: hooked.append(claim.job.id)  # noqa: E731 - the task's on_failure
+        return Pending(Held(claim), Phase.NACK, item, Outcome.FAILED, then=then, began=None)
+
+    bench.settler.commit_batch([failure(good), failure(stale)])
+    assert bench.settled == {good.job.id: Outcome.FAILED, stale.job.id: Outcome.LOST}
+    assert hooked == [good.job.id]
+    assert bench.state(good.job.id) == (JobState.FAILED, 1)
