@@ -42,8 +42,10 @@ nitpicky = True
 # Without intersphinx (no network), references into the standard library (and psycopg) cannot
 # resolve; those, and only those, are ignored.
 nitpick_ignore_regex = [
-    # Type variables of generic signatures (``P``, ``T``) are not documented objects.
+    # Type variables of generic signatures (``P``, ``T``) are not documented objects, nor
+    # are a module's private type variables and aliases (``_R``, ``_StepHook``).
     (r"py:class", r"(~?P|~?T|patterns\..*\.(P|T))"),
+    (r"py:class", r"~?(patterns\..*\.)?_\w+"),
     (
         r"py:.*",
         (

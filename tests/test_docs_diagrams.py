@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from patterns.jobqueue.states import TRANSITIONS, WorkerState
 from patterns.jobqueue.store import JobState
-from patterns.jobqueue.worker import _TRANSITIONS, WorkerState
 
-DIAGRAMS = Path(__file__).resolve().parent.parent / "docs" / "diagrams"
+ROOT = Path(__file__).resolve().parent.parent
+DIAGRAMS = ROOT / "docs" / "diagrams"
 EDGE = re.compile(r"^\s*(\w+)\s*->\s*(\w+)", re.MULTILINE)
 
 
@@ -20,7 +21,7 @@ def edges(name: str) -> set[tuple[str, str]]:
 def test_the_worker_diagram_has_exactly_the_transitions_of_the_worker() -> None:
     """An arrow the worker cannot take, or a move it can take without an arrow, fails here."""
     drawn = {(a.lower(), b.lower()) for a, b in edges("worker-states.dot")}
-    table = {(a.value, b.value) for a, targets in _TRANSITIONS.items() for b in targets}
+    table = {(a.value, b.value) for a, targets in TRANSITIONS.items() for b in targets}
     assert drawn == table
     assert {state for pair in drawn for state in pair} == {s.value for s in WorkerState}
 
@@ -35,3 +36,19 @@ def test_the_job_diagram_has_every_job_state_and_no_other() -> None:
         reached |= frontier
         frontier = {b for a, b in drawn if a in frontier} - reached
     assert reached - {"start"} == states
+
+
+def test_the_parts_diagram_links_every_part_the_worker_wires_to_its_api_page() -> None:
+    """A part module the worker imports but the diagram leaves out, or a dead link, fails here."""
+    worker = (ROOT / "patterns" / "jobqueue" / "worker.py").read_text(encoding="utf-8")
+    imported = set(re.findall(r"^from patterns\.jobqueue\.(\w+) import", worker, re.MULTILINE))
+    imported |= set(re.findall(r"^from patterns\.jobqueue import (\w+)$", worker, re.MULTILINE))
+    # Values and the user's own API, not parts: the job's outcome and the task registry.
+    parts = (imported - {"outcomes", "tasks"}) | {"worker", "fallback"}
+    drawn = (DIAGRAMS / "worker-parts.dot").read_text(encoding="utf-8")
+    linked = set(re.findall(r'URL="\.\./api/jobqueue_(\w+)\.html"', drawn))
+    assert parts <= linked, f"parts not drawn: {sorted(parts - linked)}"
+    pages = {
+        p.stem.removeprefix("jobqueue_") for p in (ROOT / "docs" / "api").glob("jobqueue_*.md")
+    }
+    assert linked <= pages, f"links to no API page: {sorted(linked - pages)}"

@@ -6,10 +6,11 @@ TL;DR: `ErrorLog.unexpected` records an error outside a handler as a
 records a worker thread's death and stops the worker.
 
 Pattern:
-    ``patterns.thread_exceptions``: a thread that dies is a `ThreadFailure` record,
-    logged at CRITICAL, not a traceback on stderr that nobody reads. A hook's
-    ``KeyboardInterrupt`` or ``SystemExit`` run by the stopping thread is deferred until
-    the report is recorded (``defer``), as ``patterns.exit_hooks`` contains callbacks.
+    ``patterns.thread_exceptions``: a thread that dies is a
+    `~patterns.thread_exceptions.ThreadFailure` record, logged at CRITICAL, not a
+    traceback on stderr that nobody reads. A hook's ``KeyboardInterrupt`` or
+    ``SystemExit`` run by the stopping thread is deferred until the report is recorded
+    (``defer``), as ``patterns.exit_hooks`` contains callbacks.
 
 Guarantees:
     * Every error is logged once and counted exactly; the most recent 100 are kept.

@@ -1,12 +1,12 @@
 """The settler's fallback path: one job's outcome when its group commit could not record it.
 
 TL;DR: the settler's group commit (``patterns.jobqueue.settler``) gets one answer per
-job; `Fallback.answered` turns it into the job's `Outcome` (accepted, refused by fencing,
-or an error of that job alone). When a store call raised, `Fallback.raised` reports it and
-makes one bounded fallback call that keeps the attempt spent: the job is requeued while
-attempts are left, failed after. When ``settle_many`` itself failed,
-`Fallback.group_failed` commits each job on its own. `Fallback.commit` makes one store call
-between the two step hooks; the worker's release goes through it too.
+job; `Fallback.answered` turns it into the job's `~patterns.jobqueue.worker.Outcome`
+(accepted, refused by fencing, or an error of that job alone). When a store call raised,
+`Fallback.raised` reports it and makes one bounded fallback call that keeps the attempt
+spent: the job is requeued while attempts are left, failed after. When ``settle_many``
+itself failed, `Fallback.group_failed` commits each job on its own. `Fallback.commit`
+makes one store call between the two step hooks; the worker's release goes through it too.
 
 Pattern:
     Fencing (the lease token on every store call) makes a repeated call safe: a commit
@@ -106,7 +106,7 @@ class Fallback(Generic[_R]):
         self._before_commit, self._after_commit = before_commit, after_commit
 
     def answered(self, pending: Pending[_R], answer: bool | Exception) -> Outcome:
-        """The outcome of one item from its `Store.settle_many` answer."""
+        """The outcome of one item from its `~patterns.jobqueue.store.Store.settle_many` answer."""
         if isinstance(answer, Exception):
             if pending.item.kind is not Settle.COMPLETE:
                 return self.raised(pending, answer)
@@ -120,7 +120,7 @@ class Fallback(Generic[_R]):
         return Outcome.LOST
 
     def raised(self, pending: Pending[_R], exc: Exception) -> Outcome:
-        """The job's store call raised: reported, then one bounded fallback (`_fallback`)."""
+        """The job's store call raised: reported, then one bounded fallback (``_fallback``)."""
         self._error(pending.phase, pending.run.claim.job, exc)
         return self._fallback(pending.run, pending.item.claim, pending.phase, exc)
 
@@ -128,7 +128,7 @@ class Fallback(Generic[_R]):
         """``settle_many`` itself raised: each job takes the path of its own failed call.
 
         Alone, or when the commit's outcome is unknown (any item may have applied), each
-        goes straight to `_fallback`, as if its single call had raised. Several items
+        goes straight to ``_fallback``, as if its single call had raised. Several items
         whose transaction failed (nothing applied) are then committed one by one; the
         error is reported once, under the first item's phase and job.
         """

@@ -1,23 +1,26 @@
 """The claim ledger: every claim a worker holds, its state, the free slots, the counters.
 
 TL;DR: the worker's one record of its claims, shared by its parts under the worker's
-lock: the claimer `reserve` s free slots and `hold` s what it claimed; a handler thread
-`start` s a job (or is told not to) and `free_slot` s; every outcome is `record` ed
-exactly once, which stops holding its claim; the heartbeat renews what ``held`` lists;
-the reports read `running` and `still_held`.
+lock: the claimer reserves free slots (`ClaimLedger.reserve`) and holds what it claimed
+(`ClaimLedger.hold`); a handler thread starts a job or is told not to
+(`ClaimLedger.start`), then frees its slot (`ClaimLedger.free_slot`); every outcome is
+recorded exactly once (`ClaimLedger.record`), which stops holding its claim; the
+heartbeat renews what ``held`` lists; the reports read `ClaimLedger.running` and
+`ClaimLedger.still_held`.
 
 Pattern:
     A monitor (one lock, one condition) around plain data, as ``patterns.closable_queue``
     guards its items: ``accepting`` is the gate that ``request_stop`` closes under the
     lock every claim and every job start reads, so none starts after it, whatever a
     handler did with its token. Each claim's moves are checked against
-    `~patterns.jobqueue.outcomes.CLAIM_MOVES`.
+    ``CLAIM_MOVES`` (``patterns.jobqueue.outcomes``).
 
 Guarantees:
-    * A claim is held from `hold` until its outcome is recorded, and recorded once:
+    * A claim is held from `ClaimLedger.hold` until its outcome is recorded, and recorded once:
       ``claimed - settled`` is exactly what is in hand.
     * Slots are never lost: each one reserved by a claim is either filled by a claim,
-      given back (`give_back`), or freed by the job that used it (`free_slot`).
+      given back (`ClaimLedger.give_back`), or freed by the job that used it
+      (`ClaimLedger.free_slot`).
 
 See also: ``patterns.jobqueue.worker`` (what wires it), ``patterns.jobqueue.claimer``,
 ``patterns.jobqueue.handlers``, ``tests/jobqueue/test_claimer.py``.
@@ -129,7 +132,7 @@ class ClaimLedger:
             return held
 
     def move(self, held: Held, new: ClaimState) -> None:
-        """One claim state change, checked against `CLAIM_MOVES` (lock held)."""
+        """One claim state change, checked against ``CLAIM_MOVES`` (lock held)."""
         old = held.state
         if new not in CLAIM_MOVES[old]:
             raise RuntimeError(f"job {held.claim.job.id}: no move from {old} to {new}")

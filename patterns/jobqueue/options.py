@@ -19,8 +19,8 @@ Guarantees:
     * No `OverflowError`: an int too large for a float is ``inf``; the lease (written to
       the store) is kept within `~patterns.jobqueue.store.MAX_SECONDS`.
 
-See also: ``patterns.jobqueue.worker`` (the arguments, documented on `Worker`),
-``tests/test_contract_seconds.py``.
+See also: ``patterns.jobqueue.worker`` (the arguments, documented on
+`~patterns.jobqueue.worker.Worker`), ``tests/test_contract_seconds.py``.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def check_times(
     Returns the heartbeat interval to use, ``poll_interval``, ``stop_timeout`` and
     ``cancel_timeout`` as floats. ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and
     ``store_outage_limit`` may be ``inf`` (as long as it takes); the lease is written to
-    the store, so it is finite, within `MAX_SECONDS`.
+    the store, so it is finite, within `~patterns.jobqueue.store.MAX_SECONDS`.
     """
     poll = positive(poll_interval, "poll_interval")
     stop = seconds(stop_timeout, "stop_timeout")

@@ -3,13 +3,14 @@
 TL;DR: `Outcome` names how the worker settled one claimed job (one per claim);
 `ClaimState` says where a claim the worker holds is until then.
 ``decide(job, text, policy, fallback)`` asks the task's policy (its failure or its
-unreadiness policy), falls back when the policy raises or returns neither `Retry` nor
-`Fail`, and turns a `Retry` on the job's last attempt into a `Fail`. The worker then
+unreadiness policy), falls back when the policy raises or returns neither
+`~patterns.jobqueue.tasks.Retry` nor `~patterns.jobqueue.tasks.Fail`, and turns a
+``Retry`` on the job's last attempt into a ``Fail``. The worker then
 makes the one store call that carries the decision out, and calls the task's hook.
 
 Guarantees:
     * A decision is always made: a policy that fails is replaced by ``fallback``, a
-      fallback that fails too by `Fail`, and the error is handed back for the worker to
+      fallback that fails too by ``Fail``, and the error is handed back for the worker to
       report.
     * No job is requeued past its ``max_attempts``.
 
@@ -73,9 +74,9 @@ def decide(
 ) -> tuple[Decision, Exception | None]:
     """The decision for ``job``, and the error of its ``policy`` if it failed.
 
-    ``policy`` decides; ``fallback`` does when it is None, raises, or returns no
-    `Decision`. ``text`` says why the job did not complete, for the `Fail` reason of a
-    job whose attempts are spent.
+    ``policy`` decides; ``fallback`` does when it is None, raises, or returns neither a
+    `~patterns.jobqueue.tasks.Retry` nor a `~patterns.jobqueue.tasks.Fail`. ``text`` says
+    why the job did not complete, for the ``Fail`` reason of a job whose attempts are spent.
     """
     error: Exception | None = None
     if policy is None:

@@ -39,8 +39,9 @@ logger = logging.getLogger("patterns.jobqueue.worker.release")
 class Releaser:
     """Releases claims the worker will not run; see the module docstring.
 
-    Collaborators: ``store``; ``ledger``; ``settler``, whose `Settler.commit` makes each
-    store call between the step hooks; ``error(phase, job, exc)``.
+    Collaborators: ``store``; ``ledger``; ``settler``, whose
+    `~patterns.jobqueue.settler.Settler.commit` makes each store call between the step
+    hooks; ``error(phase, job, exc)``.
     """
 
     def __init__(

@@ -20,7 +20,8 @@ Guarantees:
     * Every path decides exactly one outcome: done, retried, failed, released or
       cancelled; a policy that raises or answers nonsense is replaced by the default
       (`~patterns.jobqueue.outcomes.decide`) and reported.
-    * A `Retry` on the last attempt becomes a `Fail`; every reason is storable.
+    * A `~patterns.jobqueue.tasks.Retry` on the last attempt becomes a
+      `~patterns.jobqueue.tasks.Fail`; every reason is storable.
     * A handler that stops at its timeout fails the attempt with "timed out after Xs";
       one that stops at an operator's cancel ends ``cancelled``; one stopped by the
       worker's stop is released, its attempt given back.
@@ -67,7 +68,8 @@ class JobRunner:
     ``ctx.stopping()`` answers); ``error(phase, job, exc)``; ``hook(phase, job, fn,
     *args)``: run a task's hook, errors contained; ``step_hook(step, claim, phase)``;
     ``owner``, the worker's name; ``clock``, the store's, for a retry's run time. One
-    runner serves every handler thread: what it knows of a job is in its `Held` record.
+    runner serves every handler thread: what it knows of a job is in its
+    `~patterns.jobqueue.ledger.Held` record.
     """
 
     def __init__(

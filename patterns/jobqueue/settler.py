@@ -11,7 +11,7 @@ Pattern:
     Its thread is a non-daemon ``BackgroundService`` (``patterns.daemon_threads``): a
     commit in flight is never abandoned, and the worker's stop ends it within its budget.
     The outbox is closed once, like a closable queue (``patterns.closable_queue``): after
-    `Settler.close` (or the settler's death) `put` refuses, and the handler thread commits
+    `Settler.close` (or the settler's death) `Settler.put` refuses, and the handler thread commits
     its own outcome with `Settler.commit_batch`. The outbox and the refill count are
     guarded by the worker's lock, handed to the constructor: a hand-over is one lock hold
     with the claim's move to SETTLING and its slot's accounting, and the refill's "may I
@@ -63,7 +63,7 @@ class Settler(Generic[_R]):
     record each item's ``outcome`` (None: unsettled); ``unsettled(pending)``: one a dying
     thread never committed; ``claimed(claims, want, stopping)``: the refill's claims;
     ``completed(job, result)``: an accepted completion's hook; ``clock`` and
-    ``error(phase, job, exc)``, also handed to the `Fallback`;
+    ``error(phase, job, exc)``, also handed to the `~patterns.jobqueue.fallback.Fallback`;
     ``died(exc)``; ``before_commit``/``after_commit(claim, phase)``: the step hooks;
     ``wake``: set after each commit; ``track``: wraps the thread's target.
     """
@@ -192,12 +192,13 @@ class Settler(Generic[_R]):
     def commit_batch(
         self, batch: list[Pending[_R]], want: int = 0, stopping: threading.Event | None = None
     ) -> None:
-        """Commit ``batch`` (one `Store.settle_many`), report each outcome, then the hooks.
+        """Commit ``batch`` in one store call, report each outcome, then run the hooks.
 
-        With ``want`` reserved slots, the same transaction claims for them
-        (`Store.settle_and_claim`); the claims go to ``claimed``, which frees the slots no
-        claim filled. A thread dying part-way (a `BaseException`) reports every outcome it
-        had not reported yet as unsettled before it goes.
+        The call is `~patterns.jobqueue.store.Store.settle_many`; with ``want`` reserved
+        slots, `~patterns.jobqueue.store.Store.settle_and_claim`, whose transaction claims
+        for them too. The claims go to ``claimed``, which frees the slots no claim filled.
+        A thread dying part-way (a `BaseException`) reports every outcome it had not
+        reported yet as unsettled before it goes.
         """
         try:
             claims = self._commit_group(batch, want)

@@ -1,7 +1,7 @@
 """The worker's states, the only moves between them, and the steps of one job's life.
 
 TL;DR: `WorkerState` is what ``Worker.state`` returns; `StateMachine.move` makes each
-change, checked against `TRANSITIONS` (a move not in it is a bug, raised at once) and
+change, checked against ``TRANSITIONS`` (a move not in it is a bug, raised at once) and
 logged; `Step` names the boundaries where ``Worker(step_hook=...)`` is called, for
 fault-injection tests.
 
@@ -68,7 +68,7 @@ class StateMachine:
         self.entered: dict[WorkerState, float] = {}
 
     def move(self, new: WorkerState, detail: str = "") -> None:
-        """Set and log one state change, checked against `TRANSITIONS` (lock held)."""
+        """Set and log one state change, checked against ``TRANSITIONS`` (lock held)."""
         old = self.state
         if new not in TRANSITIONS[old]:
             raise RuntimeError(f"worker {self._worker}: no transition from {old} to {new}")
