@@ -36,6 +36,9 @@ DEFAULT_POLICY = Backoff()  # decides when a task's own failure policy raised
 class Outcome(enum.StrEnum):
     """How the worker settled one claimed job: exactly one of these per claim."""
 
+    # Users import it from, and the docs document it with, the worker's module.
+    __module__ = "patterns.jobqueue.worker"
+
     DONE = "done"  # store.complete accepted
     RETRIED = "retried"  # store.retry accepted: queued again later, attempt counted
     FAILED = "failed"  # store.fail accepted (failed for good, or abandoned as not ready)

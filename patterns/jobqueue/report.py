@@ -69,6 +69,9 @@ class WorkerReport:
             exit non-zero when it is set.
     """
 
+    # Users import it from, and the docs document it with, the worker's module.
+    __module__ = "patterns.jobqueue.worker"
+
     terminated: bool
     still_running: tuple[str, ...]
     worker: str
@@ -130,6 +133,9 @@ class WorkerReport:
 @dataclass(frozen=True)
 class WorkerStats:
     """Counters over the worker's life, as of one `~patterns.jobqueue.worker.Worker.stats` call."""
+
+    # Users import it from, and the docs document it with, the worker's module.
+    __module__ = "patterns.jobqueue.worker"
 
     state: WorkerState
     claimed: int

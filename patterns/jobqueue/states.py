@@ -32,6 +32,9 @@ logger = logging.getLogger("patterns.jobqueue.worker")
 class WorkerState(enum.StrEnum):
     """The worker's lifecycle; every change is logged as ``worker.<state>``."""
 
+    # Users import it from, and the docs document it with, the worker's module.
+    __module__ = "patterns.jobqueue.worker"
+
     NEW = "new"
     RUNNING = "running"  # claiming and running jobs
     DRAINING = "draining"  # no more claims; running jobs may finish; leases still renewed
@@ -96,6 +99,9 @@ class Step(enum.StrEnum):
     around the store call run in the settler thread for a handler's outcome (each item
     of a group commit in turn), and in the releasing thread for a claim never started.
     """
+
+    # Users import it from, and the docs document it with, the worker's module.
+    __module__ = "patterns.jobqueue.worker"
 
     AFTER_CLAIM = "after_claim"  # claiming thread: the claim is committed, not yet handed off
     BEFORE_HANDLER = "before_handler"  # handler thread: the job is running, handler not called
