@@ -71,6 +71,11 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
         return math.inf
 
 
+# child() prunes its list of weak references once it reaches this length, then at twice the
+# live children left: the list stays under 2 * live + 16 entries, pruned O(1) per child.
+_PRUNE_AT = 16
+
+
 def _cap(seconds: float) -> float:
     """A wait for a C call: never above `threading.TIMEOUT_MAX` (no OverflowError)."""
     return min(max(0.0, seconds), threading.TIMEOUT_MAX)
@@ -133,19 +138,22 @@ class CancelToken:
         # entry, so an entry is either taken by cancel() or removed, never both.
         # Never held while a callback runs, so a callback may use the token.
         self._lock = threading.Lock()
-        # Set once, by the winning cancel(), with _lock held (so it is never set while
-        # a callback is still registered). Waited on by wait() and sleep(), each wait
-        # bounded by the deadline, which is how a deadline wakes them without a timer.
-        self._cancelled = threading.Event()
+        # Made by the first wait() (under _lock; set at once if already cancelled), so a
+        # token nobody waits on costs no Event. Set once, by the winning cancel(), with
+        # _lock held (so it is never set while a callback is still registered). Waited
+        # on by wait() and sleep(), each wait bounded by the deadline, which is how a
+        # deadline wakes them without a timer.
+        self._cancelled: threading.Event | None = None
         self._reason: str | None = None
         self._callbacks: dict[int, Callable[[], object]] = {}  # insertion = registration order
         self._keys = itertools.count()
         # Children are held weakly: a per-job token that nobody references any more is
-        # forgotten (pruned in child()), so a long-lived parent does not grow.
+        # forgotten (pruned in child(), now and then), so a long-lived parent does not grow.
         self._children: list[weakref.ref[CancelToken]] = []
+        self._prune_at = _PRUNE_AT  # child() drops the dead references at this length
 
     def __repr__(self) -> str:
-        state = f"cancelled={self._reason!r}" if self._cancelled.is_set() else "active"
+        state = f"cancelled={self._reason!r}" if self._reason is not None else "active"
         return f"<CancelToken {state} deadline={self._deadline!r}>"
 
     def cancel(self, reason: str = "cancelled") -> bool:
@@ -162,7 +170,8 @@ class CancelToken:
             if self._reason is not None:
                 return False
             self._reason = reason
-            self._cancelled.set()
+            if self._cancelled is not None:
+                self._cancelled.set()
             callbacks = list(self._callbacks.values())
             self._callbacks.clear()
             children = [child for ref in self._children if (child := ref()) is not None]
@@ -182,7 +191,7 @@ class CancelToken:
     @property
     def cancelled(self) -> bool:
         """Whether the token is cancelled; a passed deadline cancels it here and now."""
-        if self._cancelled.is_set():
+        if self._reason is not None:  # set once, under _lock, by the winning cancel()
             return True
         if self._deadline is not None and time.monotonic() >= self._deadline:
             self.cancel(DEADLINE_EXCEEDED)
@@ -223,7 +232,7 @@ class CancelToken:
                 return False
             ends = min(until, math.inf if self._deadline is None else self._deadline)
             # Re-checked by the loop, so a wait that ends early (capped) is harmless.
-            self._cancelled.wait(_cap(ends - now))
+            self._event().wait(_cap(ends - now))
         return True
 
     def sleep(self, seconds: float) -> None:
@@ -271,11 +280,25 @@ class CancelToken:
         if not self.cancelled:
             with self._lock:
                 if self._reason is None:
-                    self._children = [ref for ref in self._children if ref() is not None]
+                    if len(self._children) >= self._prune_at:  # amortised: O(1) per child
+                        self._children = [ref for ref in self._children if ref() is not None]
+                        self._prune_at = max(_PRUNE_AT, 2 * len(self._children))
                     self._children.append(weakref.ref(child))
                     return child
         child.cancel(self._reason or "cancelled")
         return child
+
+    def _event(self) -> threading.Event:
+        """The Event that cancel() sets: made on the first wait, set if already cancelled."""
+        event = self._cancelled
+        if event is None:
+            with self._lock:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                    if self._reason is not None:
+                        self._cancelled.set()
+                event = self._cancelled
+        return event
 
     def _unregister(self, key: int) -> bool:
         with self._lock:
