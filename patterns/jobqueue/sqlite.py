@@ -309,7 +309,8 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
                 )
             due = conn.execute(DUE_SQL, (now, now, count)).fetchall()
             claims = []
-            for job_id, _, state, old_owner in due:
+            for row in due:
+                job_id, state, old_owner = row[0], row[3], row[7]
                 if state == JobState.RUNNING:
                     logger.warning(
                         "%s: job %d: lease of %s expired, claiming it again",
@@ -319,21 +320,27 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
                     )
                 token = new_token(owner)
                 conn.execute(CLAIM_SQL, (token, now + seconds, now, job_id))
-                job = self._claimed(conn, job_id, now)
+                # The claimed row is the due row with CLAIM_SQL's changes: no SELECT per job.
+                claimed = list(row)
+                claimed[3], claimed[5] = JobState.RUNNING.value, row[5] + 1
+                claimed[7], claimed[8], claimed[11] = token, now + seconds, now
+                job = self._claimed(conn, job_id, now, claimed)
                 if job is not None:
                     claims.append(Claim(job, token, now + seconds))
             return claims
 
         return self._write(body)
 
-    def _claimed(self, conn: sqlite3.Connection, job_id: int, now: float) -> Job | None:
+    def _claimed(
+        self, conn: sqlite3.Connection, job_id: int, now: float, row: Sequence[Any]
+    ) -> Job | None:
         """The job just claimed, or None after failing it if its payload is not JSON.
 
         A hostile or damaged file must not stop the worker: the bad job ends ``failed``
         with the reason, inside the same transaction, and the claim moves on.
         """
         try:
-            return self._select(conn, job_id)
+            return self._job(row)
         except StoreFileError as exc:
             reason = storable_error(exc)
         conn.execute(FAIL_SQL, (reason, now, job_id))

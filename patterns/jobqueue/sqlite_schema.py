@@ -142,12 +142,13 @@ assert len(MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migra
 
 # The claim's read: two index searches (queued by run_at, running by lease expiry) merged
 # in (run_at, id) order, rather than one OR that would scan the whole table.
+_DUE_COLUMNS = ", ".join(JOB_COLUMNS)  # the whole row: the claim reads no more
 DUE_SQL = (
-    "SELECT id, run_at, state, lease_owner FROM ("
-    " SELECT id, run_at, state, lease_owner FROM jobs"
+    f"SELECT {_DUE_COLUMNS} FROM ("
+    f" SELECT {_DUE_COLUMNS} FROM jobs"
     "  WHERE state = 'queued' AND run_at <= ?"
     " UNION ALL"
-    " SELECT id, run_at, state, lease_owner FROM jobs"
+    f" SELECT {_DUE_COLUMNS} FROM jobs"
     "  WHERE state = 'running' AND lease_until <= ?"
     ") ORDER BY run_at, id LIMIT ?"
 )
