@@ -72,11 +72,16 @@ class HandlerLoop:
                     return  # closed and empty: the worker is stopping
                 pending = self._process(claim)
                 with self._ledger.cond:  # one lock hold: the outcome handed over, the slot
-                    queued = pending is None or self._queue_outcome(pending)
-                    # A queued outcome takes its slot along: its commit claims for it.
+                    lead = None if pending is None else self._hand_over(pending)
+                    queued = pending is None or lead is not None or self._settler.put(pending)
+                    # A queued or led outcome takes its slot along: its commit claims for it.
                     if pending is None or not queued:
                         self._ledger.free_slot()
-                if pending is not None and not queued:  # the settler is gone: commit here
+                if pending is None:
+                    continue
+                if lead is not None:  # the last job in hand: this thread commits the group
+                    self._settler.commit_led(pending, lead)
+                elif not queued:  # the settler is gone: commit here
                     self._settler.commit_batch([pending])
                     self._wake.set()
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death shrinks the pool
@@ -97,15 +102,17 @@ class HandlerLoop:
             self._ledger.unsettled(run)
         return pending
 
-    def _queue_outcome(self, pending: Pending[Held]) -> bool:
-        """Queue ``pending`` for the settler; False if it is gone (lock held).
+    def _hand_over(self, pending: Pending[Held]) -> int | None:
+        """Move the claim to SETTLING; the slots to claim if this thread leads the commit.
 
-        Either way the claim is SETTLING from here on: the heartbeat leaves it alone, and
-        ``running_jobs`` and the report still name it until its outcome is recorded.
+        Lock held. From here on the heartbeat leaves the claim alone, and ``running_jobs``
+        and the report still name it until its outcome is recorded. When no other job is
+        waiting or running, no other outcome can join the group: this thread commits it
+        (`Settler.take_lead`) rather than wake the settler and wait to be woken back.
         """
         run = pending.run
         self._ledger.move(run, ClaimState.SETTLING)
         claim = run.claim  # the heartbeat may have renewed it
         if pending.item.claim is not claim:
             pending.item = replace(pending.item, claim=claim)
-        return self._settler.put(pending)
+        return None if self._ledger.others_active(run) else self._settler.take_lead()

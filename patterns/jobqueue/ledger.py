@@ -174,6 +174,11 @@ class ClaimLedger:
         if pending.run.outcome is None:
             self.unsettled(pending.run)
 
+    def others_active(self, held: Held) -> bool:
+        """Another claim is waiting or running: its outcome may join a group commit (lock held)."""
+        active = (ClaimState.WAITING, ClaimState.RUNNING)
+        return any(h.state in active for h in self.held.values() if h is not held)
+
     def running(self) -> list[int]:
         """Ids of the jobs whose handler has started and not ended (lock held)."""
         started = (ClaimState.RUNNING, ClaimState.SETTLING)

@@ -52,6 +52,7 @@ logger = logging.getLogger("patterns.jobqueue.worker.settler")
 
 _R = TypeVar("_R", bound=Run)
 _StepHook = Callable[[Claim, Phase], object]
+_NEVER_SET = threading.Event()  # a led commit's "stopping": ``claiming()`` decides there
 
 
 class Settler(Generic[_R]):
@@ -112,6 +113,9 @@ class Settler(Generic[_R]):
         self._outbox: list[Pending[_R]] = []  # handed over, not yet taken by the thread
         self._closed = False  # set by close() (or the thread's death): put() refuses
         self._waiting = False
+        # A commit is running: the thread's, or one led by a handler thread (take_lead).
+        # While it runs, outcomes collect in the outbox for the next commit.
+        self._in_flight = False
         # A handed-over outcome's slot waits in _refill for the commit of the outcomes,
         # which claims for it in the same transaction (`Store.settle_and_claim`).
         self._refill = 0  # slots freed by outcomes in the outbox: the commit claims for them
@@ -144,9 +148,51 @@ class Settler(Generic[_R]):
             return False
         self._outbox.append(pending)
         self._refill += 1  # the commit claims for it with the outcome
-        if self._waiting:
+        if self._waiting and not self._in_flight:
             self._ready.notify()
         return True
+
+    def take_lead(self) -> int | None:
+        """Let the calling handler thread commit the group itself (lock held).
+
+        For the last job in hand, when no other outcome can join the group: the handler
+        thread commits at once instead of waking this thread and being woken back (one
+        thread hand-off each way saved). None while a commit is in flight or once closed
+        (`put` the outcome then); else the commit is this caller's (`commit_led` ends it)
+        and the number of slots its claim may fill is returned (1, or 0 once stopping).
+        """
+        if self._closed or self._in_flight:
+            return None
+        self._in_flight = True
+        if self._claiming():
+            return 1
+        self._free_slots(1)
+        return 0
+
+    def commit_led(self, pending: Pending[_R], want: int) -> None:
+        """Commit ``pending`` and the outbox in the calling thread (after `take_lead`).
+
+        The outcomes handed over meanwhile are committed next, by this thread, until none
+        waits; then this thread's own wait for a claim follows, like any handler's.
+        """
+        with self._lock:  # what the others queued goes first, in the same commit
+            batch, self._outbox = [*self._outbox, pending], []
+            want += self._take_refill(_NEVER_SET)
+        try:
+            while True:
+                self.commit_batch(batch, want, None)
+                with self._lock:
+                    if not self._outbox or self._closed:
+                        break
+                    batch, self._outbox = self._outbox, []
+                    want = self._take_refill(_NEVER_SET)
+        finally:
+            with self._lock:
+                self._in_flight = False
+                if self._outbox and self._waiting:
+                    self._ready.notify()
+        if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
+            self._wake.set()
 
     def _loop(self, stopping: threading.Event) -> None:
         """Commit every outcome waiting, in one `Store.settle_many`, until closed and empty.
@@ -157,15 +203,20 @@ class Settler(Generic[_R]):
         try:
             while True:
                 with self._lock:
-                    while not self._outbox and not self._closed:
+                    while (not self._outbox or self._in_flight) and not self._closed:
                         self._waiting = True
                         self._ready.wait()
                     self._waiting = False
                     batch, self._outbox = self._outbox, []
                     want = self._take_refill(stopping)
+                    self._in_flight = bool(batch)
                 if not batch:
                     return
-                self.commit_batch(batch, want, stopping)
+                try:
+                    self.commit_batch(batch, want, stopping)
+                finally:
+                    with self._lock:
+                        self._in_flight = False
                 if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
                     self._wake.set()
         except BaseException as exc:  # noqa: BLE001 - reported; a silent death leaves outcomes unwritten

@@ -93,16 +93,18 @@ class BatchLog(MemoryStore):
 
 
 class ParkCommit:
-    """A step hook that parks the settler at the first commit of one job."""
+    """A step hook that parks the committing thread at the first commit of one job."""
 
     def __init__(self) -> None:
         self.job_id: int | None = None
-        self.gate = Gate("the settler, before the first job's commit")
+        self.thread: str | None = None  # the name of the thread it parked
+        self.gate = Gate("the committing thread, before the first job's commit")
 
     def __call__(self, step: Step, claim: Claim, phase: Phase | None) -> None:
         """Park at ``BEFORE_COMMIT`` of ``job_id``, once."""
         if step is Step.BEFORE_COMMIT and claim.job.id == self.job_id:
             self.job_id = None
+            self.thread = threading.current_thread().name
             self.gate.arrive()
 
 
@@ -279,15 +281,34 @@ def test_the_stop_commits_what_the_settler_holds_before_it_reports(world: World)
 def test_a_stop_whose_settler_is_stuck_past_the_budget_names_the_job_and_keeps_its_budget(
     world: World,
 ) -> None:
-    """A commit hanging at the deadline: the stop returns on time, the job named in it."""
+    """A commit hanging in the settler at the deadline: the stop returns on time, jobs named."""
+    first = world.store.enqueue("work", "now")
+    other = world.store.enqueue("work", "wait")  # still running: the first goes to the settler
+    world.park.job_id = first
+    worker = world.worker().start()
+    pile_up_behind_the_first_commit(world, worker, 2)  # the other's outcome waits behind it
+    report = worker.stop(0.5)
+    assert report.elapsed < 0.5 + NOISE
+    assert not report.terminated
+    assert report.still_running == (f"job {first}", f"job {other}")
+    world.park.gate.open()  # the commits go on after the report, and are recorded
+    wait_until(lambda: worker.stats().done == 2, "the late commits recorded")
+
+
+def test_a_stop_whose_led_commit_is_stuck_names_the_job_and_the_thread_committing_it(
+    world: World,
+) -> None:
+    """The last job in hand is committed by its own handler thread: stuck, both are named."""
     job_id = world.store.enqueue("work", "now")
     world.park.job_id = job_id
     worker = world.worker().start()
     world.park.gate.wait_reached()
+    assert world.park.thread is not None
+    assert world.park.thread.startswith("w1-job")  # a handler thread, not the settler
     report = worker.stop(0.5)
     assert report.elapsed < 0.5 + NOISE
     assert not report.terminated
-    assert report.still_running == (f"job {job_id}",)
+    assert report.still_running == (f"job {job_id}", world.park.thread)
     world.park.gate.open()  # the commit goes on after the report, and is recorded
     wait_until(lambda: worker.stats().done == 1, "the late commit recorded")
 

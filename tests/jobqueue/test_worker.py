@@ -1184,7 +1184,10 @@ def test_an_error_hook_that_raises_is_logged_and_the_worker_goes_on(
 def test_a_worker_thread_that_dies_is_recorded_and_stops_the_worker(
     store: RecordingStore, clock: FakeClock
 ) -> None:
-    """A BaseException escaping the settler's loop is no silent death: a ThreadFailure, a stop."""
+    """A BaseException escaping a commit is no silent death: a ThreadFailure, a stop.
+
+    The one job is the last in hand, so its own handler thread commits it (and dies).
+    """
     tasks = TaskRegistry()
     tasks.task(name="t")(lambda payload, ctx: None)
     job_id = store.enqueue("t")
@@ -1199,7 +1202,7 @@ def test_a_worker_thread_that_dies_is_recorded_and_stops_the_worker(
         report = worker.stop()
     [failure] = report.thread_failures
     assert failure.exc_type is SystemExit
-    assert failure.thread_name == "w1-settler"  # hooks run there, after the group commit
+    assert failure.thread_name.startswith("w1-job")  # the handler thread that led the commit
     assert store.get(job_id).state is JobState.DONE  # the store call had already happened
 
 

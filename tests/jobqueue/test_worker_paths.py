@@ -471,11 +471,20 @@ def test_stop_from_a_handler_is_a_request_that_names_its_thread() -> None:
     assert worker.stop() is final
 
 
-def test_stop_from_a_hook_on_the_settler_is_a_request_that_names_its_thread() -> None:
-    """on_complete runs on the settler thread: its stop() is a request naming that thread."""
+def test_stop_from_a_hook_on_a_committing_thread_is_a_request_that_names_it() -> None:
+    """on_complete runs on the thread that committed: its stop() is a request naming it.
+
+    The one job is the last in hand, so its own handler thread led the commit.
+    """
     store, tasks = MemoryStore(), TaskRegistry()
     inner: list[WorkerReport] = []
-    tasks.on_complete = lambda job, result: inner.append(worker.stop())
+    hooked: list[str] = []
+
+    def on_complete(job: object, result: object) -> None:
+        hooked.append(threading.current_thread().name)
+        inner.append(worker.stop())
+
+    tasks.on_complete = on_complete
     tasks.task(name="t")(lambda payload, ctx: None)
     worker = keep(Worker(store, tasks, poll_interval=60.0, name="w23").start())
     worker.enqueue("t")  # once ``worker`` is bound: the hook reads it
@@ -483,7 +492,8 @@ def test_stop_from_a_hook_on_the_settler_is_a_request_that_names_its_thread() ->
     final = worker.stop(MUST_HAPPEN)
     [early] = inner
     assert early.terminated is False
-    assert early.still_running[-1] == "w23-settler"  # after the idle handler threads
+    assert hooked[0].startswith("w23-job")  # a worker thread: the handler that led the commit
+    assert hooked[0] in early.still_running
     assert final.terminated
     assert worker.stop() is final
 
