@@ -13,7 +13,8 @@ Pattern:
     whose outcome is unknown (`~patterns.jobqueue.store.CommitUnknown`, the connection
     broke in ``COMMIT``) is repeated once with its own kind of call, which the store
     refuses if the first one applied. Nothing here holds a lock or starts a thread: it
-    runs in the settler's thread, or in a handler thread once the settler is gone.
+    runs in the committing thread: the settler's, or a handler thread (one that led the
+    commit of the last job in hand, or any once the settler is gone).
 
 Guarantees:
     * A job whose handler ran is never released by the fallback (its attempt would be

@@ -5,7 +5,10 @@ the settler's thread takes every outcome waiting and commits them with one
 ``Store.settle_many`` (with ``Store.settle_and_claim``, the same transaction claims a job
 for each slot they freed), then reports each outcome back and runs the hooks of the
 accepted ones. While one commit is in flight the next batch collects; an outcome that
-finds the settler idle is committed alone at once.
+finds the settler idle is committed alone at once. The last job in hand (no other claim
+waiting or running, so no outcome can join it) is committed by its own handler thread,
+which leads the commit (`Settler.take_lead`, `Settler.commit_led`): no thread is woken
+for it, and none wakes the handler back.
 
 Pattern:
     Its thread is a non-daemon ``BackgroundService`` (``patterns.daemon_threads``): a

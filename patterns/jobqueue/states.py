@@ -96,8 +96,9 @@ class Step(enum.StrEnum):
     a cancellation, an error or a crash at that point loses nothing. The hook is called as
     ``step_hook(step, claim, phase)``; ``phase`` names the store call for the three commit
     steps (``Phase.ACK``, ``Phase.RELEASE``, ...) and is None for the others. The two
-    around the store call run in the settler thread for a handler's outcome (each item
-    of a group commit in turn), and in the releasing thread for a claim never started.
+    around the store call run in the thread that commits a handler's outcome (each item
+    of a group commit in turn): the settler's, or the handler thread that led the commit
+    of the last job in hand; and in the releasing thread for a claim never started.
     """
 
     # Users import it from, and the docs document it with, the worker's module.
