@@ -1,12 +1,12 @@
 """A job's outcome: how the worker settled one claim, and the decision when it did not complete.
 
-TL;DR: `Outcome` names how the worker settled one claimed job (one per claim);
-`ClaimState` says where a claim the worker holds is until then.
-``decide(job, text, policy, fallback)`` asks the task's policy (its failure or its
-unreadiness policy), falls back when the policy raises or returns neither
-`~patterns.jobqueue.tasks.Retry` nor `~patterns.jobqueue.tasks.Fail`, and turns a
-``Retry`` on the job's last attempt into a ``Fail``. The worker then
-makes the one store call that carries the decision out, and calls the task's hook.
+TL;DR: `~patterns.jobqueue.worker.Outcome` names how the worker settled one claimed job (one
+per claim); `ClaimState` says where a claim the worker holds is until then. ``decide(job,
+text, policy, fallback)`` asks the task's policy (its failure or its unreadiness policy),
+falls back when the policy raises or returns neither `~patterns.jobqueue.tasks.Retry` nor
+`~patterns.jobqueue.tasks.Fail`, and turns a ``Retry`` on the job's last attempt into a
+``Fail``. The worker then makes the one store call that carries the decision out, and calls
+the task's hook.
 
 Guarantees:
     * A decision is always made: a policy that fails is replaced by ``fallback``, a

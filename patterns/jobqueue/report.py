@@ -1,9 +1,10 @@
 """The worker's report and stats, and the threads they read.
 
-TL;DR: `WorkerReport` is what ``Worker.stop`` returns and `WorkerStats` what
-``Worker.stats`` returns; `build_report` and `build_stats` make them from the claim
-ledger, the worker's threads and its errors; `ThreadMarks` wraps each thread the worker
-starts so that it sets its own "began" and "ended" events.
+TL;DR: `~patterns.jobqueue.worker.WorkerReport` is what ``Worker.stop`` returns and
+`~patterns.jobqueue.worker.WorkerStats` what ``Worker.stats`` returns; `build_report` and
+`build_stats` make them from the claim ledger, the worker's threads and its errors;
+`ThreadMarks` wraps each thread the worker starts so that it sets its own "began" and
+"ended" events.
 
 Pattern:
     The lifecycle contract's report (docs/design.md): ``terminated`` and
@@ -15,8 +16,9 @@ See also: ``patterns.jobqueue.worker`` (the stop that builds it),
 ``patterns.jobqueue.ledger`` (what it reads).
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: WorkerReport and WorkerStats name the
+# worker's module as theirs, so their annotations must be objects, not names to look up
+# in that module (the docs read them with typing.get_type_hints).
 import threading
 import time
 from collections.abc import Callable, Mapping

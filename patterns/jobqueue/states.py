@@ -1,9 +1,9 @@
 """The worker's states, the only moves between them, and the steps of one job's life.
 
-TL;DR: `WorkerState` is what ``Worker.state`` returns; `StateMachine.move` makes each
-change, checked against ``TRANSITIONS`` (a move not in it is a bug, raised at once) and
-logged; `Step` names the boundaries where ``Worker(step_hook=...)`` is called, for
-fault-injection tests.
+TL;DR: `~patterns.jobqueue.worker.WorkerState` is what ``Worker.state`` returns;
+`StateMachine.move` makes each change, checked against ``TRANSITIONS`` (a move not in it is
+a bug, raised at once) and logged; `~patterns.jobqueue.worker.Step` names the boundaries
+where ``Worker(step_hook=...)`` is called, for fault-injection tests.
 
 Pattern:
     One explicit state machine, as ``patterns.executor_shutdown`` walks for one pool: a
