@@ -87,22 +87,19 @@ async def _a1_fixed_main(tracer: Tracer) -> None:
     tracer.mark(f"gather() returned: {sum(counts)} items handled, every consumer ended")
 
 
-def _a1_naive() -> Tracer:
-    tracer = Tracer("naive_consume, naive_stop", {"main": "main"})
-    run_async(lambda: _a1_naive_main(tracer))
+def _a1_run(fixed: bool) -> Tracer:
+    if fixed:
+        title, main = "consume_until_shutdown, q.shutdown()", _a1_fixed_main
+    else:
+        title, main = "naive_consume, naive_stop", _a1_naive_main
+    tracer = Tracer(title, {"main": "main"})
+    run_async(lambda: main(tracer))
     return tracer
 
 
-def _a1_fixed() -> Tracer:
-    tracer = Tracer("consume_until_shutdown, q.shutdown()", {"main": "main"})
-    run_async(lambda: _a1_fixed_main(tracer))
-    return tracer
-
-
-A1 = Scenario(
+A1 = Scenario.of(
     "A1",
-    _a1_naive,
-    _a1_fixed,
+    _a1_run,
     "One STOP ends one consumer task and the other two wait in get() on an empty queue; "
     "one shutdown() ends all three once the six items are handed out.",
     "an asyncio task (all of them take turns in one thread, at each await)",

@@ -72,22 +72,15 @@ async def _a7_main(tracer: Tracer, fixed: bool) -> None:
     await asyncio.wait([stopper, *tasks])
 
 
-def _a7_naive() -> Tracer:
-    tracer = Tracer("naive_shutdown_tasks", {"main": "main"})
-    run_async(lambda: _a7_main(tracer, fixed=False))
+def _a7_run(fixed: bool) -> Tracer:
+    tracer = Tracer("shutdown_tasks" if fixed else "naive_shutdown_tasks", {"main": "main"})
+    run_async(lambda: _a7_main(tracer, fixed))
     return tracer
 
 
-def _a7_fixed() -> Tracer:
-    tracer = Tracer("shutdown_tasks", {"main": "main"})
-    run_async(lambda: _a7_main(tracer, fixed=True))
-    return tracer
-
-
-A7 = Scenario(
+A7 = Scenario.of(
     "A7",
-    _a7_naive,
-    _a7_fixed,
+    _a7_run,
     "A task that catches its CancelledError keeps the naive gather waiting, and nothing "
     "names it; shutdown_tasks returns on its deadline with the task named in still_running.",
     "an asyncio task (all of them take turns in one thread, at each await)",

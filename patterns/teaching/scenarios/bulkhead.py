@@ -127,18 +127,9 @@ def _b1_requests(
     wait_for(server.answered["/heavy (1)"], "B1 heavy answered")
 
 
-def _b1_naive() -> Tracer:
-    return _b1_run(fixed=False)
-
-
-def _b1_fixed() -> Tracer:
-    return _b1_run(fixed=True)
-
-
-B1 = Scenario(
+B1 = Scenario.of(
     "B1",
-    _b1_naive,
-    _b1_fixed,
+    _b1_run,
     "With an unbounded executor both request threads wait on the heavy route and "
     "/light waits for a thread; the bulkhead refuses the second heavy call at once, "
     "so /light is answered while the heavy query runs.",

@@ -8,7 +8,6 @@ Docs: docs/patterns/cancellation.md
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from patterns import cancellation
@@ -19,7 +18,8 @@ from patterns.teaching.scenarios.common import Scenario, wait_for
 _C1_ITEMS = 4
 
 
-def _c1_run(crunch: Callable[..., int], fixed: bool) -> Tracer:
+def _c1_run(fixed: bool) -> Tracer:
+    crunch = cancellation.crunch if fixed else naive_cancellation.naive_crunch
     tracer = Tracer("crunch" if fixed else "naive_crunch", {"MainThread": "main"})
     token = cancellation.CancelToken()
     parked, go = threading.Event(), threading.Event()
@@ -57,18 +57,9 @@ def _c1_run(crunch: Callable[..., int], fixed: bool) -> Tracer:
     return tracer
 
 
-def _c1_naive() -> Tracer:
-    return _c1_run(naive_cancellation.naive_crunch, fixed=False)
-
-
-def _c1_fixed() -> Tracer:
-    return _c1_run(cancellation.crunch, fixed=True)
-
-
-C1 = Scenario(
+C1 = Scenario.of(
     "C1",
-    _c1_naive,
-    _c1_fixed,
+    _c1_run,
     "The naive loop runs every step after the cancel, and shutdown waits for all of them; "
     "crunch checks the token before each step and stops after the one it was in.",
 )

@@ -43,6 +43,24 @@ class Scenario:
     caption: str
     lanes: str = "a thread"  # what one lane is, for the caption ("an asyncio task" ...)
 
+    @classmethod
+    def of(
+        cls, pitfall: str, run: Callable[[bool], Tracer], caption: str, lanes: str = "a thread"
+    ) -> Scenario:
+        """The scenario whose naive run is ``run(False)`` and whose fixed run is ``run(True)``."""
+        return cls(pitfall, _bound(run, False), _bound(run, True), caption, lanes)
+
+
+def _bound(run: Callable[[bool], Tracer], fixed: bool) -> Callable[[], Tracer]:
+    """``run(fixed)`` as a function of no arguments, named as written in ``run``'s module."""
+
+    def one() -> Tracer:
+        return run(fixed)
+
+    one.__module__ = run.__module__
+    one.__qualname__ = f"{run.__qualname__}(fixed={fixed})"
+    return one
+
 
 def blocked_in(thread: threading.Thread, func_name: str) -> None:
     """Return once ``thread``'s stack has a frame of ``func_name`` (observed, not guessed)."""

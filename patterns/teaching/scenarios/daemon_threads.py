@@ -75,18 +75,9 @@ def _p15_run(fixed: bool) -> Tracer:
     return child.trace(title, {"MainThread": "child main", "export": "export thread"})
 
 
-def _p15_naive() -> Tracer:
-    return _p15_run(fixed=False)
-
-
-def _p15_fixed() -> Tracer:
-    return _p15_run(fixed=True)
-
-
-P15 = Scenario(
+P15 = Scenario.of(
     "P15",
-    _p15_naive,
-    _p15_fixed,
+    _p15_run,
     "The daemon thread is abandoned at exit, its finally never runs and the file has "
     "no END; a service stopped in main's finally writes END before the process exits.",
 )

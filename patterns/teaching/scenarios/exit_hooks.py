@@ -85,18 +85,9 @@ def _p22_run(fixed: bool) -> Tracer:
     return child.trace(install, lanes)
 
 
-def _p22_naive() -> Tracer:
-    return _p22_run(fixed=False)
-
-
-def _p22_fixed() -> Tracer:
-    return _p22_run(fixed=True)
-
-
-P22 = Scenario(
+P22 = Scenario.of(
     "P22",
-    _p22_naive,
-    _p22_fixed,
+    _p22_run,
     "A SIGTERM taken by a helper thread never wakes a main thread asleep in "
     "stop.wait() with the textbook handler; with install_signal_handlers, on_stop "
     "runs in a thread of its own and the main thread wakes.",

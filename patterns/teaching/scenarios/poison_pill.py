@@ -60,18 +60,9 @@ def _p10_run(fixed: bool) -> Tracer:
     return tracer
 
 
-def _p10_naive() -> Tracer:
-    return _p10_run(fixed=False)
-
-
-def _p10_fixed() -> Tracer:
-    return _p10_run(fixed=True)
-
-
-P10 = Scenario(
+P10 = Scenario.of(
     "P10",
-    _p10_naive,
-    _p10_fixed,
+    _p10_run,
     "One pill ends one consumer and the others stay in get(); "
     "one pill per consumer ends all three, after every item.",
 )

@@ -67,18 +67,9 @@ def _m3_run(fixed: bool) -> Tracer:
     return merged(title, {"parent": "parent", "careful": "child process"}, marks)
 
 
-def _m3_naive() -> Tracer:
-    return _m3_run(fixed=False)
-
-
-def _m3_fixed() -> Tracer:
-    return _m3_run(fixed=True)
-
-
-M3 = Scenario(
+M3 = Scenario.of(
     "M3",
-    _m3_naive,
-    _m3_fixed,
+    _m3_run,
     "terminate() ends the child where it waits: its finally and atexit never run, and "
     "the exit code is -15; asked through StoppableProcess.stop(), the child returns, "
     "cleans up and exits with 0.",

@@ -48,17 +48,8 @@ def _silent_death_run(fixed: bool) -> Tracer:
     return tracer
 
 
-def _silent_death_naive() -> Tracer:
-    return _silent_death_run(fixed=False)
-
-
-def _silent_death_fixed() -> Tracer:
-    return _silent_death_run(fixed=True)
-
-
-SILENT_DEATH = Scenario(
+SILENT_DEATH = Scenario.of(
     "P8c",
-    _silent_death_naive,
-    _silent_death_fixed,
+    _silent_death_run,
     "The worker dies and the exit status is still 0; run_main logs the failure and returns 1.",
 )
