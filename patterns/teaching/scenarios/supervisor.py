@@ -29,6 +29,20 @@ def _poison(item: str) -> None:
         raise ValueError("cannot handle poison")
 
 
+def _p9_items(
+    tracer: Tracer, consumer_done: threading.Event, what: str, at_b: threading.Event
+) -> Iterator[str]:
+    """The producer's items: 'poison', then, once ``consumer_done`` is set, 'a' and 'b'."""
+    tracer.mark("puts 'poison'")
+    yield "poison"
+    wait_for(consumer_done, what)
+    tracer.mark("puts 'a': it fits")
+    yield "a"
+    tracer.mark("puts 'b': the queue is full")
+    at_b.set()
+    yield "b"
+
+
 def _p9_naive() -> Tracer:
     tracer = Tracer("naive_consume, naive_produce", {"MainThread": "main"})
     q: queue.Queue[str] = queue.Queue(maxsize=1)
@@ -43,14 +57,7 @@ def _p9_naive() -> Tracer:
         died.set()
 
     def items() -> Iterator[str]:
-        tracer.mark("puts 'poison'")
-        yield "poison"
-        wait_for(died, "P9 consumer dead")
-        tracer.mark("puts 'a': it fits")
-        yield "a"
-        tracer.mark("puts 'b': the queue is full")
-        at_b.set()
-        yield "b"
+        yield from _p9_items(tracer, died, "P9 consumer dead", at_b)
         tracer.mark("put('b') returned")
 
     consumer_thread = start_thread("consumer", consumer)
@@ -88,16 +95,6 @@ def _p9_fixed() -> Tracer:
                 continue
             handle(item)
 
-    def items() -> Iterator[str]:
-        tracer.mark("puts 'poison'")
-        yield "poison"
-        wait_for(holding, "P9 consumer holding the poison")
-        tracer.mark("puts 'a': it fits")
-        yield "a"
-        tracer.mark("puts 'b': the queue is full")
-        at_b.set()
-        yield "b"
-
     with log_as_marks(tracer, supervisor.__name__):
         watcher = supervisor.Supervisor(consume, name="consumer", max_restarts=0, interval=0)
         watcher.start()
@@ -106,7 +103,10 @@ def _p9_fixed() -> Tracer:
         def produce() -> None:
             left.append(
                 supervisor.produce_until_consumer_dies(
-                    q, items(), alive=lambda: watcher.healthy, check_every=0.02
+                    q,
+                    _p9_items(tracer, holding, "P9 consumer holding the poison", at_b),
+                    alive=lambda: watcher.healthy,
+                    check_every=0.02,
                 )
             )
             tracer.mark(f"returned {left[0]}: not delivered, not lost")
