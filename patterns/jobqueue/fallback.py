@@ -125,6 +125,28 @@ class Fallback(Generic[_R]):
         self._error(pending.phase, pending.run.claim.job, exc)
         return self._fallback(pending.run, pending.item.claim, pending.phase, exc)
 
+    def group_call(
+        self, items: list[Settlement], *, lease: float, want: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """The group's one store call, checked: one answer per item, at most ``want`` claims.
+
+        With ``want``, `Store.settle_and_claim` (the same transaction claims for the freed
+        slots); without, `Store.settle_many`. A store that answers otherwise raises here,
+        so that the group takes its fallback.
+        """
+        if want:
+            answers, claims = self._store.settle_and_claim(
+                items, self._owner, lease=lease, limit=want
+            )
+        else:
+            answers, claims = self._store.settle_many(items), []
+        if len(answers) != len(items) or len(claims) > want:
+            raise RuntimeError(
+                f"the group commit returned {len(answers)} answers for {len(items)} items"
+                f" and {len(claims)} claims for {want} slots"
+            )
+        return answers, claims
+
     def group_failed(self, sent: list[Pending[_R]], exc: Exception) -> None:
         """``settle_many`` itself raised: each job takes the path of its own failed call.
 

@@ -1,10 +1,9 @@
-"""The worker's report and stats, and the threads they read.
+"""The worker's report and stats.
 
 TL;DR: `~patterns.jobqueue.worker.WorkerReport` is what ``Worker.stop`` returns and
 `~patterns.jobqueue.worker.WorkerStats` what ``Worker.stats`` returns; `build_report` and
-`build_stats` make them from the claim ledger, the worker's threads and its errors;
-`ThreadMarks` wraps each thread the worker starts so that it sets its own "began" and
-"ended" events.
+`build_stats` make them from the claim ledger, the worker's threads
+(`~patterns.jobqueue.threads.ThreadMarks`) and its errors.
 
 Pattern:
     The lifecycle contract's report (docs/design.md): ``terminated`` and
@@ -19,24 +18,21 @@ See also: ``patterns.jobqueue.worker`` (the stop that builds it),
 # No ``from __future__ import annotations`` here: WorkerReport and WorkerStats name the
 # worker's module as theirs, so their annotations must be objects, not names to look up
 # in that module (the docs read them with typing.get_type_hints).
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import ParamSpec
 
 from patterns.jobqueue.errors import ErrorLog
 from patterns.jobqueue.ledger import ClaimLedger
 from patterns.jobqueue.outcomes import Outcome
 from patterns.jobqueue.states import WorkerState
 from patterns.jobqueue.tasks import PhaseError
+from patterns.jobqueue.threads import ThreadMarks
 from patterns.thread_exceptions import ThreadFailure
 
 # WorkerReport and WorkerStats are documented with the Worker, where users import them.
-__all__ = ["ThreadMarks", "build_report", "build_stats", "phase_durations", "wait"]
-
-_P = ParamSpec("_P")
+__all__ = ["build_report", "build_stats", "phase_durations"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +128,10 @@ class WorkerReport:
         return text
 
 
+# Its method too (viewcode links a method's source by the function's own module).
+WorkerReport.summary.__module__ = "patterns.jobqueue.worker"
+
+
 @dataclass(frozen=True)
 class WorkerStats:
     """Counters over the worker's life, as of one `~patterns.jobqueue.worker.Worker.stats` call."""
@@ -170,56 +170,6 @@ class WorkerStats:
         )
 
 
-@dataclass(slots=True)
-class _Mark:
-    """One thread the worker started: its name, and its own "began" and "ended" events."""
-
-    name: str
-    handler: bool  # a handler thread (named in ``still_running``), not the claimer & co.
-    began: threading.Event = field(default_factory=threading.Event)
-    ended: threading.Event = field(default_factory=threading.Event)
-
-
-class ThreadMarks:
-    """Every thread the worker starts, in start order, each setting its own events.
-
-    Set by the thread's target (wrapped by `track`), in its first line and its
-    ``finally``; read by the reports, lock-free.
-    """
-
-    def __init__(self) -> None:
-        self._marks: list[_Mark] = []  # appended before the thread starts
-
-    def track(
-        self, target: Callable[_P, None], name: str, *, handler: bool = False
-    ) -> Callable[_P, None]:
-        """``target``, for a thread the worker starts: it sets its own events."""
-        mark = _Mark(name, handler)
-        self._marks.append(mark)
-
-        def run(*args: _P.args, **kwargs: _P.kwargs) -> None:
-            mark.name = threading.current_thread().name
-            mark.began.set()
-            try:
-                target(*args, **kwargs)
-            finally:
-                mark.ended.set()
-
-        return run
-
-    def all_ended(self, left: Callable[[], float]) -> bool:
-        """Wait (within ``left()``) until every thread that began has ended."""
-        return all(wait(m.ended, left()) for m in list(self._marks) if m.began.is_set())
-
-    def unended(self, *, handlers: bool) -> tuple[str, ...]:
-        """Names of the (handler) threads that began and have not ended."""
-        return tuple(
-            m.name
-            for m in list(self._marks)
-            if m.began.is_set() and not m.ended.is_set() and (m.handler or not handlers)
-        )
-
-
 def build_report(
     worker: str,
     ledger: ClaimLedger,
@@ -235,8 +185,9 @@ def build_report(
     """A report of what runs and what was settled now (call with the ledger's lock held).
 
     The handler threads still running are named after the jobs (the claimer, settler and
-    heartbeat only make ``terminated`` False, through `ThreadMarks.all_ended`); a
-    ``caller`` (one of the worker's own threads asking) is named too.
+    heartbeat only make ``terminated`` False, through
+    `~patterns.jobqueue.threads.ThreadMarks.all_ended`); a ``caller`` (one of the worker's
+    own threads asking) is named too.
     """
     now = time.monotonic()
     still_running = tuple(ledger.running())
@@ -295,12 +246,3 @@ def phase_durations(entered: Mapping[WorkerState, float], now: float) -> dict[Wo
             ends = [entered[s] for s in after if s in entered]
             durations[state] = min(ends, default=now) - entered[state]
     return durations
-
-
-def wait(event: threading.Event, seconds: float) -> bool:
-    """``event.wait(seconds)`` for any ``seconds >= 0``, inf included: each wait is capped."""
-    deadline = time.monotonic() + seconds
-    while not event.wait(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)):
-        if time.monotonic() >= deadline:
-            return False
-    return True

@@ -1,25 +1,20 @@
 """The settler: a worker's group commit, one store transaction for many jobs' outcomes.
 
-TL;DR: a handler thread hands its job's decided outcome to `Settler.put` and is free at once;
-the settler's thread takes every outcome waiting and commits them with one
-``Store.settle_many`` (with ``Store.settle_and_claim``, the same transaction claims a job
-for each slot they freed), then reports each outcome back and runs the hooks of the
-accepted ones. While one commit is in flight the next batch collects; an outcome that
-finds the settler idle is committed alone at once. The last job in hand (no other claim
-waiting or running, so no outcome can join it) is committed by its own handler thread,
-which leads the commit (`Settler.take_lead`, `Settler.commit_led`): no thread is woken
-for it, and none wakes the handler back.
+TL;DR: a handler thread hands its job's decided outcome to `Settler.put` and is free at
+once; the settler's thread commits every outcome waiting in one store call (which claims a
+job for each slot they freed), reports each outcome back and runs the hooks of the
+accepted ones. While one commit is in flight the next batch collects; one that finds the
+settler idle is committed at once. The last job in hand (nothing could join its batch) is
+committed by its own handler thread (`Settler.take_lead`, `Settler.commit_led`), so no
+thread is woken for it and none wakes the handler back.
 
 Pattern:
-    Its thread is a non-daemon ``BackgroundService`` (``patterns.daemon_threads``): a
-    commit in flight is never abandoned, and the worker's stop ends it within its budget.
-    The outbox is closed once, like a closable queue (``patterns.closable_queue``): after
-    `Settler.close` (or the settler's death) `Settler.put` refuses, and the handler thread commits
-    its own outcome with `Settler.commit_batch`. The outbox and the refill count are
-    guarded by the worker's lock, handed to the constructor: a hand-over is one lock hold
-    with the claim's move to SETTLING and its slot's accounting, and the refill's "may I
-    claim?" (``claiming``) is read under the lock that ``request_stop`` changes the
-    worker's state with, so no claim starts after it.
+    A non-daemon ``BackgroundService`` (``patterns.daemon_threads``): a commit in flight
+    is never abandoned. The outbox is closed once, like a closable queue
+    (``patterns.closable_queue``): then `Settler.put` refuses and the handler thread
+    commits its own outcome. The outbox is guarded by the worker's lock, so a hand-over is
+    one lock hold with the claim's move and its slot, and the refill's "may I claim?"
+    (``claiming``) is read under the lock ``request_stop`` closes the gate with.
 
 Guarantees:
     * Each outcome is fenced on its own: one refused leaves the others applied.
@@ -43,13 +38,12 @@ from typing import Generic, TypeVar
 
 from patterns.daemon_threads import BackgroundService, StopReport
 from patterns.jobqueue.fallback import Fallback, Pending, Run
-from patterns.jobqueue.store import Claim, Job, JsonValue, Settle, Settlement, Store
+from patterns.jobqueue.store import Claim, Job, JsonValue, Settle, Store
 from patterns.jobqueue.tasks import Phase
 
 __all__ = ["Pending", "Run", "Settler"]
 
-# A child of the worker's logger: a program that configured ``patterns.jobqueue.worker``
-# sees the settler's lines as it did when they were the worker's own.
+# A child of the worker's logger, as every part's.
 logger = logging.getLogger("patterns.jobqueue.worker.settler")
 
 
@@ -119,8 +113,6 @@ class Settler(Generic[_R]):
         # A commit is running: the thread's, or one led by a handler thread (take_lead).
         # While it runs, outcomes collect in the outbox for the next commit.
         self._in_flight = False
-        # A handed-over outcome's slot waits in _refill for the commit of the outcomes,
-        # which claims for it in the same transaction (`Store.settle_and_claim`).
         self._refill = 0  # slots freed by outcomes in the outbox: the commit claims for them
         self._service = BackgroundService(
             track(self._loop), name=f"{owner}-settler", stop_timeout=stop_timeout
@@ -291,20 +283,17 @@ class Settler(Generic[_R]):
                 pending.outcome = self._fallback.raised(pending, exc)
                 continue
             sent.append(pending)
-        claims: list[Claim] = []
+        if not sent and not want:
+            return []
         try:
-            if want:
-                answers, claims = self._settle_and_claim([pending.item for pending in sent], want)
-            elif sent:
-                answers = self._settle_many([pending.item for pending in sent])
-            else:
-                return claims
+            items = [pending.item for pending in sent]
+            answers, claims = self._fallback.group_call(items, lease=self._lease, want=want)
         except Exception as exc:  # noqa: BLE001 - reported by error()
             if sent:
                 self._fallback.group_failed(sent, exc)
             else:
                 self._error(Phase.DEQUEUE, None, exc)
-            return claims
+            return []
         for pending, answer in zip(sent, answers, strict=True):
             try:
                 self._after_commit(pending.item.claim, pending.phase)
@@ -313,27 +302,6 @@ class Settler(Generic[_R]):
                 continue
             pending.outcome = self._fallback.answered(pending, answer)
         return claims
-
-    def _settle_and_claim(
-        self, items: list[Settlement], want: int
-    ) -> tuple[list[bool | Exception], list[Claim]]:
-        """`Store.settle_and_claim`, checked to answer once per item and claim within ``want``."""
-        answers, claims = self._store.settle_and_claim(
-            items, self._owner, lease=self._lease, limit=want
-        )
-        if len(answers) != len(items) or len(claims) > want:
-            raise RuntimeError(
-                f"settle_and_claim returned {len(answers)} answers for {len(items)} items"
-                f" and {len(claims)} claims for {want} slots"
-            )
-        return answers, claims
-
-    def _settle_many(self, items: list[Settlement]) -> list[bool | Exception]:
-        """`Store.settle_many`, checked to answer once per item."""
-        answers = self._store.settle_many(items)
-        if len(answers) != len(items):
-            raise RuntimeError(f"settle_many returned {len(answers)} answers for {len(items)}")
-        return answers
 
     def commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two step boundaries."""

@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from patterns.jobqueue.report import WorkerReport, wait
+from patterns.jobqueue.report import WorkerReport
 from patterns.jobqueue.store import Job
 from patterns.jobqueue.tasks import Phase, PhaseError
+from patterns.jobqueue.threads import wait
 
 __all__ = ["StopOnce"]
 

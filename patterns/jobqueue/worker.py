@@ -90,14 +90,10 @@ from patterns.jobqueue.ledger import ClaimLedger, Held
 from patterns.jobqueue.outcomes import ClaimState, Outcome
 from patterns.jobqueue.release import Releaser
 from patterns.jobqueue.report import (
-    ThreadMarks,
     WorkerReport,
     WorkerStats,
     build_report,
     build_stats,
-)
-from patterns.jobqueue.report import (
-    wait as _wait,
 )
 from patterns.jobqueue.runner import JobRunner
 from patterns.jobqueue.settler import Settler
@@ -105,6 +101,8 @@ from patterns.jobqueue.states import StateMachine, Step, WorkerState
 from patterns.jobqueue.stop_once import StopOnce
 from patterns.jobqueue.store import Claim, JsonValue, Store
 from patterns.jobqueue.tasks import Phase, TaskRegistry
+from patterns.jobqueue.threads import ThreadMarks
+from patterns.jobqueue.threads import wait as _wait
 
 __all__ = [
     "Outcome",
