@@ -5,8 +5,7 @@ once; the settler's thread commits every outcome waiting in one store call (whic
 job for each slot they freed), reports each outcome back and runs the hooks of the
 accepted ones. While one commit is in flight the next batch collects; one that finds the
 settler idle is committed at once. The last job in hand (nothing could join its batch) is
-committed by its own handler thread (`Settler.take_lead`, `Settler.commit_led`), so no
-thread is woken for it and none wakes the handler back.
+committed by its own handler thread (`Settler.take_lead`, `Settler.commit_led`).
 
 Pattern:
     A non-daemon ``BackgroundService`` (``patterns.daemon_threads``): a commit in flight
@@ -43,9 +42,7 @@ from patterns.jobqueue.tasks import Phase
 
 __all__ = ["Pending", "Run", "Settler"]
 
-# A child of the worker's logger, as every part's.
-logger = logging.getLogger("patterns.jobqueue.worker.settler")
-
+logger = logging.getLogger("patterns.jobqueue.worker.settler")  # a child of the worker's
 
 _R = TypeVar("_R", bound=Run)
 _StepHook = Callable[[Claim, Phase], object]
@@ -150,11 +147,10 @@ class Settler(Generic[_R]):
     def take_lead(self) -> int | None:
         """Let the calling handler thread commit the group itself (lock held).
 
-        For the last job in hand, when no other outcome can join the group: the handler
-        thread commits at once instead of waking this thread and being woken back (one
-        thread hand-off each way saved). None while a commit is in flight or once closed
-        (`put` the outcome then); else the commit is this caller's (`commit_led` ends it)
-        and the number of slots its claim may fill is returned (1, or 0 once stopping).
+        For the last job in hand: no thread is woken, and none wakes the handler back.
+        None while a commit is in flight or once closed (`put` the outcome then); else the
+        commit is the caller's (`commit_led` ends it) and the slots its claim may fill are
+        returned (1, or 0 once stopping).
         """
         if self._closed or self._in_flight:
             return None
@@ -165,11 +161,7 @@ class Settler(Generic[_R]):
         return 0
 
     def commit_led(self, pending: Pending[_R], want: int) -> None:
-        """Commit ``pending`` and the outbox in the calling thread (after `take_lead`).
-
-        The outcomes handed over meanwhile are committed next, by this thread, until none
-        waits; then this thread's own wait for a claim follows, like any handler's.
-        """
+        """Commit ``pending``, the outbox, then what came meanwhile, in this thread."""
         with self._lock:  # what the others queued goes first, in the same commit
             batch, self._outbox = [*self._outbox, pending], []
             want += self._take_refill(_NEVER_SET)
@@ -190,10 +182,9 @@ class Settler(Generic[_R]):
             self._wake.set()
 
     def _loop(self, stopping: threading.Event) -> None:
-        """Commit every outcome waiting, in one `Store.settle_many`, until closed and empty.
+        """Commit every outcome waiting, in one store call, until closed and empty.
 
-        ``stopping`` (the service's) is not waited on: `close` ends the wait, and the loop
-        leaves once what was handed over before that is committed.
+        `close` ends the wait (``stopping``, the service's, is not waited on).
         """
         try:
             while True:
