@@ -130,8 +130,9 @@ class Fallback(Generic[_R]):
     ) -> tuple[list[bool | Exception], list[Claim]]:
         """The group's one store call, checked: one answer per item, at most ``want`` claims.
 
-        With ``want``, `Store.settle_and_claim` (the same transaction claims for the freed
-        slots); without, `Store.settle_many`. A store that answers otherwise raises here,
+        With ``want``, `~patterns.jobqueue.store.Store.settle_and_claim` (the same
+        transaction claims for the freed slots); without,
+        `~patterns.jobqueue.store.Store.settle_many`. A store that answers otherwise raises here,
         so that the group takes its fallback.
         """
         if want:
