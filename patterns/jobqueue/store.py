@@ -31,10 +31,11 @@ Wake-ups: `Store.subscribe` registers a callback for "a job may have become due"
 that can see other connections' commits calls it (PostgreSQL's LISTEN/NOTIFY, SQLite's
 ``PRAGMA data_version`` watcher); the memory store never does.
 
-Limits, the same on every store: a payload's JSON text is at most ``max_payload_bytes``
-(`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor argument); ``max_attempts`` at
-most `MAX_ATTEMPTS_LIMIT`; every time in seconds within +-`MAX_SECONDS`. An error text is
-stored through `storable_error`: lone surrogates and NUL escaped, at most `MAX_ERROR_CHARS`.
+Limits, the same on every store: a payload's JSON text, stored as UTF-8, is at most
+``max_payload_bytes`` bytes of it (`DEFAULT_MAX_PAYLOAD_BYTES`, 1 MiB, a store constructor
+argument); ``max_attempts`` at most `MAX_ATTEMPTS_LIMIT`; every time in seconds
+within +-`MAX_SECONDS`. An error text is stored through `storable_error`: lone
+surrogates and NUL escaped, at most `MAX_ERROR_CHARS`.
 A name (task, owner, worker) is refused instead (`check_text`): no NUL, no lone surrogate,
 at most 200 characters. `Store.renew` never reads the payload, whatever its size.
 
@@ -235,19 +236,25 @@ def encode_payload(
     """Serialise a payload to JSON, or raise naming the problem.
 
     `TypeError` if it is not JSON-serialisable; `ValueError` if its JSON text is over
-    ``max_bytes`` bytes.
+    ``max_bytes`` bytes of UTF-8, the bytes every store keeps and ``wc -c`` counts.
     JSON only, on purpose: a queue file someone else can write must never be able to run
     code, so no pickle, and no names looked up from the data.
     """
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"job {what} must be JSON-serialisable: {exc}") from exc
-    # json.dumps escapes NUL and lone surrogates (ensure_ascii), so the text is storable.
-    size = len(text)  # ASCII only (ensure_ascii=True): characters are bytes
+    # json.dumps escapes NUL (which PostgreSQL text cannot hold) as \u0000 even without
+    # ensure_ascii. A lone surrogate, which UTF-8 cannot encode, can only be inside a JSON
+    # string: backslashreplace writes it as the \udXXX escape that json.loads reads back.
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise ValueError(
-            f"job {what} is {size} bytes of JSON, over the limit of {max_bytes} bytes"
+            f"job {what} is {size} bytes of UTF-8 JSON, over the limit of {max_bytes} bytes"
             " (max_payload_bytes)"
         )
     return text

@@ -321,6 +321,28 @@ def test_the_payload_comes_from_stdin_or_a_file_and_bad_json_names_where_it_came
     assert json.loads(out)["queued"] == 2  # nothing refused was written
 
 
+def test_the_payload_limit_counts_the_utf8_bytes_wc_counts_in_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """400,013 bytes of Cyrillic are taken; a file of 1 MiB + 2 bytes is refused, quoting that."""
+    db = str(tmp_path / "q.db")
+    payload_file = tmp_path / "p.json"
+    payload = {"text": "\u0436" * 200_000}
+    payload_file.write_text(json.dumps(payload, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert payload_file.stat().st_size == 400_013  # what `wc -c p.json` prints
+    assert run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(payload_file))[0] == 0
+    assert job(tmp_path / "q.db", 1).payload == payload
+    over = json.dumps("\u0436" * (DEFAULT_MAX_PAYLOAD_BYTES // 2), ensure_ascii=False)
+    payload_file.write_text(over, encoding="utf-8")
+    size = payload_file.stat().st_size
+    assert size == DEFAULT_MAX_PAYLOAD_BYTES + 2
+    assert_refused(
+        run_cli(capsys, "--db", db, "enqueue", "t", "--payload-file", str(payload_file)),
+        f"is {size} bytes of UTF-8",
+        f"over the limit of {DEFAULT_MAX_PAYLOAD_BYTES} bytes",
+    )
+
+
 # --- enqueue with the registry ----------------------------------------------------------------
 
 TASKS_MODULE = """

@@ -710,6 +710,26 @@ def test_hostile_task_names_and_payloads_are_stored_as_data(store: PostgresStore
     assert store.counts()["queued"] == 1
 
 
+def test_a_payload_is_kept_as_utf8_and_a_row_escaped_as_before_reads_back_equal(
+    store: PostgresStore, pg_dsn: str, pg_schema: str
+) -> None:
+    """The json column holds the UTF-8 text as given; a row written with escapes reads the same."""
+    payload = {"text": "\u0436\u0436 \U0001f600", "nul": "a\x00b", "lone": "\ud800"}
+    job_id = store.enqueue("t", payload)
+    select = (
+        f'SELECT payload::text, octet_length(payload::text) FROM "{pg_schema}".jobs WHERE id = %s'
+    )
+    [(text, size)] = admin_execute(pg_dsn, select, (job_id,))
+    assert text == '{"text":"\u0436\u0436 \U0001f600","nul":"a\\u0000b","lone":"\\ud800"}'
+    assert size == len(text.encode("utf-8")) == 53
+    escaped = json.dumps(payload, separators=(",", ":"))  # ASCII only, as written before
+    update = f'UPDATE "{pg_schema}".jobs SET payload = %s::json WHERE id = %s'
+    admin_execute(pg_dsn, update, (escaped, job_id))
+    found = store.get(job_id)
+    assert found is not None
+    assert found.payload == payload
+
+
 # --- worker processes on one database, through the real command line -----------------------
 
 HOLD_TASKS = r'''

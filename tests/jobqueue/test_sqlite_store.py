@@ -163,6 +163,28 @@ def test_create_false_refuses_a_missing_file_and_creates_nothing(tmp_path: Path)
     SQLiteStore(path, create=False).close()  # an existing store opens as usual
 
 
+def test_a_payload_is_kept_as_utf8_and_a_row_escaped_as_before_reads_back_equal(
+    store: SQLiteStore, db: Path
+) -> None:
+    """The column holds the JSON as UTF-8 text; a row written with escapes reads back the same."""
+    payload = {"text": "\u0436\u0436 \U0001f600", "nul": "a\x00b", "lone": "\ud800"}
+    job_id = store.enqueue("t", payload)
+    conn = raw(db)
+    try:
+        text, size = conn.execute(
+            "SELECT payload, length(CAST(payload AS BLOB)) FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        assert text == '{"text":"\u0436\u0436 \U0001f600","nul":"a\\u0000b","lone":"\\ud800"}'
+        assert size == len(text.encode("utf-8")) == 53
+        escaped = json.dumps(payload, separators=(",", ":"))  # ASCII only, as written before
+        conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (escaped, job_id))
+    finally:
+        conn.close()
+    found = store.get(job_id)
+    assert found is not None
+    assert found.payload == payload
+
+
 # --- schema migrations ---------------------------------------------------------------------
 
 # The version 1 schema as it was shipped, so a test can build a file an old release wrote.

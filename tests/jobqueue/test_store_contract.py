@@ -8,6 +8,7 @@ real time across processes) is in test_postgres.py.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -687,6 +688,37 @@ def test_a_payload_over_the_limit_is_refused_naming_its_size_and_the_limit(
         store.enqueue_many([{"task": "t"}, {"task": "t", "payload": "x" * 100}])
     assert store.counts() == EMPTY
     assert store.enqueue("t", "x" * 98) > 0
+
+
+# Text as an operator writes it: the file of 400,013 bytes holds ``{"text": "жжж..."}`` and
+# a newline; its compact JSON is 400,011 bytes of UTF-8 (1,200,011 if every letter were a
+# six-byte ``\u`` escape). Emoji take four bytes each, or twelve escaped as a surrogate pair.
+UTF8_TEXTS = {"cyrillic": ("\u0436" * 200_000, 400_013), "emoji": ("\U0001f600" * 90_000, 360_013)}
+
+
+@pytest.mark.parametrize(("text", "file_bytes"), list(UTF8_TEXTS.values()), ids=list(UTF8_TEXTS))
+def test_a_payload_is_counted_in_the_utf8_bytes_an_operator_sees(
+    store: Store, text: str, file_bytes: int
+) -> None:
+    """Non-ASCII text is counted as UTF-8, not as escapes, and reads back equal."""
+    payload = {"text": text}
+    assert len((json.dumps(payload, ensure_ascii=False) + "\n").encode()) == file_bytes
+    job_id = store.enqueue("t", payload)
+    assert must_get(store, job_id).payload == payload
+    assert claim_one(store).job.payload == payload
+
+
+def test_the_limit_refuses_utf8_text_just_over_one_mebibyte_quoting_its_utf8_size(
+    store: Store,
+) -> None:
+    """Exactly 1 MiB of UTF-8 fits; one letter more is refused, the message quoting UTF-8 bytes."""
+    fits = "\u0436" * ((DEFAULT_MAX_PAYLOAD_BYTES - 2) // 2)  # two bytes a letter, two quotes
+    assert len(json.dumps(fits, ensure_ascii=False).encode()) == DEFAULT_MAX_PAYLOAD_BYTES
+    job_id = store.enqueue("t", fits)
+    assert must_get(store, job_id).payload == fits
+    with pytest.raises(ValueError, match=f"is {DEFAULT_MAX_PAYLOAD_BYTES + 2} bytes of UTF-8"):
+        store.enqueue("t", fits + "\u0436")
+    assert store.counts()["queued"] == 1
 
 
 @pytest.mark.parametrize(
