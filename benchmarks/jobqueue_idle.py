@@ -11,7 +11,8 @@ store's watcher (``--watch-interval``), the claimer's poll (``--poll-interval``)
 heartbeat, which renews the worker row every third of ``--lease``. The first row is the
 defaults; each further row turns one of these off or makes it rare, so the differences
 say where an idle worker's CPU goes. Rows run one after the other (the workers of a row
-side by side), so a row's processes share the machine only with each other.
+side by side), so a row's processes share the machine only with each other. ``/proc``
+counts in clock ticks (1/100 s on Linux), so over 20 s a share moves in steps of 0.05 %.
 
 Each value is one worker of one run; median, min and max over ``--runs`` runs times
 ``--workers`` workers; ratio = the row's median over the defaults'. The target line checks

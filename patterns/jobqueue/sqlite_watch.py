@@ -32,6 +32,7 @@ __all__ = [
     "WATCH_IDLE_INTERVAL",
     "WATCH_QUIET",
     "DataVersionWatch",
+    "Wait",
     "check_watch_interval",
     "data_version",
 ]
