@@ -44,7 +44,9 @@ Guarantees:
       touches the lease only (no payload is read).
     * While anyone subscribes, a commit by another connection or process calls the
       subscribers within about ``watch_interval`` (a watcher thread reads ``PRAGMA
-      data_version``); the store's own commits do not. The thread starts with the first
+      data_version``), or within 0.1 s when it is the first after half a second without
+      one (the watcher looks less often while nothing happens); the store's own commits
+      do not. The thread starts with the first
       subscriber and is joined by the last unsubscribe and by `SQLiteStore.close`.
 
 Python:
@@ -612,7 +614,10 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
         The callback is called from the store's watcher thread within about
         ``watch_interval`` seconds of a commit by any other connection to the file, in this
         process or another (SQLite's ``PRAGMA data_version`` changes then); the store's own
-        commits do not call it. An exception from it is logged and ignored.
+        commits do not call it. After `~patterns.jobqueue.sqlite_watch.WATCH_QUIET` seconds
+        without such a commit the watcher looks less often, so the first one after a quiet
+        spell calls it within `~patterns.jobqueue.sqlite_watch.WATCH_IDLE_INTERVAL` (0.1 s)
+        instead. An exception from it is logged and ignored.
 
         The first subscription starts the watcher thread with a connection of its own; the
         last unsubscribe and `close` stop it (waiting up to 2 s). If it cannot start, this

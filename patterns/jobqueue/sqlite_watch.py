@@ -4,6 +4,9 @@ TL;DR: `DataVersionWatch` holds the subscribers of one `patterns.jobqueue.sqlite
 and, while anyone subscribes, runs a thread with a connection of its own that reads the
 file's ``PRAGMA data_version`` every ``watch_interval`` seconds; when a connection other than
 the store's own committed (a job enqueued by another process), it calls the subscribers.
+While no other connection commits, it looks less often (`WATCH_QUIET`, `WATCH_IDLE_INTERVAL`):
+each look costs a thread wake-up and a read, which were most of an idle worker's CPU. The
+first such commit it sees brings it back to ``watch_interval``.
 
 The store hands it what it needs (its lock, a read of its connection's ``data_version``, its
 closed flag, its busy retry) rather than itself. Messages are logged on the store's logger,
@@ -20,15 +23,70 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from patterns.jobqueue.sqlite_schema import RetryBusy, StoreFileError, is_busy
 from patterns.jobqueue.store import check_time
 
-__all__ = ["DataVersionWatch", "check_watch_interval", "data_version"]
+__all__ = [
+    "WATCH_IDLE_INTERVAL",
+    "WATCH_QUIET",
+    "DataVersionWatch",
+    "Wait",
+    "check_watch_interval",
+    "data_version",
+]
 
 logger = logging.getLogger("patterns.jobqueue.sqlite")  # the store's: it logs as the store
 
 _WATCH_JOIN = 2.0  # seconds unsubscribe() and close() wait for the watcher thread to end
+
+WATCH_QUIET = 0.5
+"""Seconds without another connection's commit before the watcher starts to look less often."""
+
+WATCH_IDLE_INTERVAL = 0.1
+"""The longest wait between two looks while nothing changes (or ``watch_interval``, if longer).
+
+After `WATCH_QUIET` seconds without another connection's commit the wait doubles at each
+look up to this, so a commit after a quiet spell is seen within this many seconds at worst,
+and each one after it within ``watch_interval`` again, until the next quiet spell.
+"""
+
+
+class Wait(Protocol):
+    """How the watcher thread waits between looks: True once ``stop`` is released."""
+
+    def __call__(self, stop: threading.Lock, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``stop``; True if it was released."""
+        ...
+
+
+def _acquire(stop: threading.Lock, timeout: float) -> bool:
+    """The real wait: one C call (Event.wait runs a Condition in Python at every look)."""
+    return stop.acquire(timeout=timeout)
+
+
+class _Looks:
+    """When the watcher looks next: every ``fast`` seconds while other connections commit.
+
+    Quiet time is counted as the sum of the waits since the last change, not read from a
+    clock: a wait that returns early only means the watcher is stopping.
+    """
+
+    def __init__(self, fast: float) -> None:
+        self.fast = fast
+        self.slow = max(fast, WATCH_IDLE_INTERVAL)
+        self.interval = fast  # the next wait
+        self.quiet = 0.0  # seconds waited since the last change seen
+
+    def after_look(self, changed: bool) -> None:
+        """Back to ``fast`` on a change; after `WATCH_QUIET` without one, double to ``slow``."""
+        if changed:
+            self.interval, self.quiet = self.fast, 0.0
+            return
+        self.quiet += self.interval
+        if self.quiet >= WATCH_QUIET:
+            self.interval = min(self.slow, self.interval * 2)
 
 
 def _no_op() -> None:
@@ -65,7 +123,7 @@ class _Watcher:
         self.pid = os.getpid()  # a forked child finds a watcher of another process here
         # A one-shot event: held from the start, released once (by the last unsubscribe or
         # by close()); the thread waits on it between looks with acquire(timeout), which is
-        # one C call where Event.wait runs a Condition in Python, 100 times a second.
+        # one C call where Event.wait runs a Condition in Python, at every look.
         self.stop = threading.Lock()
         self.stop.acquire()
         self.thread: threading.Thread | None = None
@@ -75,7 +133,8 @@ class DataVersionWatch:
     """The subscribers of one store at ``path``, and the watcher thread that calls them.
 
     ``watch_interval`` is checked here (`check_watch_interval`); 0 or None, or a
-    ``:memory:`` database, means no watcher: `subscribe` then subscribes nobody.
+    ``:memory:`` database, means no watcher: `subscribe` then subscribes nobody. ``wait``
+    is how the thread waits between looks (a test hands in one it drives).
     """
 
     def __init__(
@@ -88,6 +147,7 @@ class DataVersionWatch:
         is_closed: Callable[[], bool],
         check_open: Callable[[], None],
         retry_busy: RetryBusy,
+        wait: Wait = _acquire,
     ) -> None:
         interval = check_watch_interval(watch_interval)
         if path in ("", ":memory:"):
@@ -102,6 +162,7 @@ class DataVersionWatch:
         self._is_closed = is_closed
         self._check_open = check_open
         self._retry_busy = retry_busy
+        self._wait = wait
         # Guards _subscribers and _watcher. Held briefly by subscribe(), the unsubscribe
         # functions, close() and the watcher thread (to copy the subscribers, never while
         # calling them). Taken before the store's lock when both are needed, never after.
@@ -201,11 +262,14 @@ class DataVersionWatch:
             )
 
     def _run(self, watcher: _Watcher, interval: float) -> None:
-        """The watcher thread: look every ``interval`` until stopped; log its death."""
+        """The watcher thread: look until stopped (`_Looks` says when); log its death."""
+        looks = _Looks(interval)
         try:
-            while not watcher.stop.acquire(timeout=interval):
-                if self._changed_elsewhere(watcher):
+            while not self._wait(watcher.stop, looks.interval):
+                changed = self._changed_elsewhere(watcher)
+                if changed:
                     self._fire()
+                looks.after_look(changed)  # the store's own commits leave it backed off
         except BaseException:  # logged: a silent death would leave subscribers only their polls
             logger.exception(
                 "%s: the watcher thread died; subscribers find new jobs at their next poll "

@@ -8,18 +8,26 @@ for something that must *not* happen (``STAYS_BLOCKED``) only decides how long w
 from __future__ import annotations
 
 import logging
+import queue
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from patterns.jobqueue import JobContext, TaskRegistry, Worker
 from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore
+from patterns.jobqueue.sqlite_watch import (
+    WATCH_IDLE_INTERVAL,
+    WATCH_QUIET,
+    DataVersionWatch,
+    data_version,
+)
 from tests.support import (
     MUST_HAPPEN,
     STAYS_BLOCKED,
@@ -32,6 +40,7 @@ from tests.support import (
 LEASE = 60.0
 LONG_POLL = 30.0  # far longer than MUST_HAPPEN: a job found by a poll fails the test
 WATCHER = "jobqueue-watcher"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -389,3 +398,118 @@ def test_a_forked_child_starts_its_own_watcher_and_the_parents_keeps_running(db:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# --- the watcher's back-off, driven look by look ---------------------------------------------
+
+
+def no_retry(step: Callable[[], T], *, locked: bool = False) -> T:
+    """The store's busy retry, for a file nobody locks: run the step once."""
+    return step()
+
+
+class DrivenWait:
+    """The watcher's wait between looks, driven by the test: one look per `look` call.
+
+    Each wait records the timeout the watcher asked for and returns when the test answers,
+    so simulated time is the sum of the timeouts and no test step races the watcher.
+    """
+
+    def __init__(self) -> None:
+        self.asked: queue.Queue[float] = queue.Queue()  # put by the watcher, read by the test
+        self._answers: queue.Queue[bool] = queue.Queue()  # put by the test: True stops
+
+    def __call__(self, stop: threading.Lock, timeout: float) -> bool:
+        """The watcher's wait: record ``timeout``, return the test's answer (True: stop)."""
+        self.asked.put(timeout)
+        try:
+            return self._answers.get(timeout=MUST_HAPPEN)
+        except queue.Empty:
+            return True  # the test is gone: end rather than linger
+
+    def first(self) -> float:
+        """The timeout of the watcher's first wait, once it is waiting."""
+        return self.asked.get(timeout=MUST_HAPPEN)
+
+    def look(self) -> float:
+        """Let the watcher look once; the timeout of the wait it asks for next."""
+        self._answers.put(False)
+        return self.asked.get(timeout=MUST_HAPPEN)
+
+    def stop(self) -> None:
+        """End the watcher's current wait with a stop."""
+        self._answers.put(True)
+
+
+def commit(db: Path) -> None:
+    """A commit by a connection of its own, as another process's enqueue would be."""
+    other = sqlite3.connect(db, isolation_level=None, timeout=MUST_HAPPEN)
+    try:
+        other.execute("INSERT INTO t VALUES (1)")
+    finally:
+        other.close()
+
+
+@pytest.fixture
+def driven(db: Path) -> Iterator[tuple[DataVersionWatch, DrivenWait, sqlite3.Connection]]:
+    """A watch on ``db`` whose waits the test drives, and the connection it treats as its own."""
+    own = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    own.execute("CREATE TABLE t (x)")
+    looks = DrivenWait()
+    watch = DataVersionWatch(
+        str(db),
+        WATCH_INTERVAL,
+        lock=threading.Lock(),
+        own_version=lambda: data_version(own),
+        is_closed=lambda: False,
+        check_open=lambda: None,
+        retry_busy=no_retry,
+        wait=looks,
+    )
+    try:
+        yield watch, looks, own
+    finally:
+        looks.stop()
+        watch.close()
+        own.close()
+    assert not watchers()
+
+
+def test_an_idle_watcher_backs_off_to_its_idle_interval_and_never_beyond(
+    driven: tuple[DataVersionWatch, DrivenWait, sqlite3.Connection],
+) -> None:
+    """With no commit, looks stay fast for WATCH_QUIET, then slow down to WATCH_IDLE_INTERVAL."""
+    watch, looks, own = driven
+    calls = Calls()
+    watch.subscribe(calls)
+    waits = [looks.first()]
+    waits += [looks.look() for _ in range(300)]  # 300 looks: about 29 s of simulated idle
+    own.execute("INSERT INTO t VALUES (1)")  # the store's own commit: no reason to hurry
+    waits.append(looks.look())
+    assert calls.count == 0
+    assert waits[0] == WATCH_INTERVAL
+    first_slower = next(i for i, wait in enumerate(waits) if wait > WATCH_INTERVAL)
+    assert WATCH_QUIET <= sum(waits[:first_slower]) < WATCH_QUIET + WATCH_INTERVAL
+    assert waits == sorted(waits)  # it only slows down while nothing else commits
+    assert max(waits) == waits[-1] == WATCH_IDLE_INTERVAL
+
+
+def test_a_commit_after_a_long_idle_is_seen_at_the_next_look_and_snaps_back_to_fast_looks(
+    driven: tuple[DataVersionWatch, DrivenWait, sqlite3.Connection], db: Path
+) -> None:
+    """After a long idle a commit is seen within the idle interval, the next within the fast one."""
+    watch, looks, _ = driven
+    calls = Calls()
+    watch.subscribe(calls)
+    wait = looks.first()
+    for _ in range(300):  # a long idle: the watcher has backed off
+        wait = looks.look()
+    assert wait == WATCH_IDLE_INTERVAL
+    commit(db)  # during the slow wait: it is seen when that wait ends
+    wait = looks.look()
+    assert calls.count == 1  # called at the first look after the commit
+    assert wait == WATCH_INTERVAL  # snapped back at once
+    commit(db)  # during the fast wait
+    wait = looks.look()  # the look WATCH_INTERVAL after the previous one
+    assert calls.count == 2
+    assert wait == WATCH_INTERVAL
