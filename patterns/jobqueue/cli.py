@@ -56,8 +56,8 @@ Exit status:
 130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
        handlers were installed or after they were put back (during start-up, say): what
        had started was stopped, and one line says "interrupted"
-141    a command that only reads found its output pipe closed (``list | head -1``): it
-       stops quietly, as a process killed by SIGPIPE would (128 + 13)
+141    a command that only reads (or ``demo``) found its output pipe closed
+       (``list | head -1``): it stops quietly, as a process killed by SIGPIPE would (128 + 13)
 143    a second SIGTERM forced the exit (128 + 15)
 ====== =================================================================================
 
@@ -443,7 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if args.command == "demo":
-            return demo.run()
+            try:
+                return demo.run()
+            except demo.DemoOutputLost as exc:
+                raise OutputLost(exc.cause) from exc
         args.db = _queue_name(args)
         if args.command == "worker":
             return _worker(args)

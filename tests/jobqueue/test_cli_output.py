@@ -145,6 +145,12 @@ def test_list_through_head_exits_quietly_once_head_has_its_line(tmp_path: Path) 
     assert (listing.returncode, err.decode()) == (EXIT_BROKEN_PIPE, "")
 
 
+def test_the_demo_into_a_closed_pipe_runs_to_its_end_and_exits_quietly(closed_pipe: int) -> None:
+    """The walkthrough stops its workers as usual: no traceback from a thread, status 141."""
+    result = run(["demo"], closed_pipe)
+    assert (result.returncode, result.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
 @needs_dev_full
 @pytest.mark.parametrize("command", READING)
 def test_a_reading_command_into_a_full_disk_says_so_in_one_line(
