@@ -50,14 +50,20 @@ Exit status:
        late outcome refused), or, if its release failed, keeps its lease and runs again
        once that expires; the process exits at once with `os._exit`, because the
        interpreter would otherwise wait for their non-daemon threads forever
+4      the output could not be written (a full disk, an I/O error; for a command that
+       changes the queue, a closed pipe too): what the command changed stays changed,
+       and the line says so ("job 31 was enqueued, but its id could not be printed: ...")
 130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
        handlers were installed or after they were put back (during start-up, say): what
        had started was stopped, and one line says "interrupted"
+141    a command that only reads (or ``demo``) found its output pipe closed
+       (``list | head -1``): it stops quietly, as a process killed by SIGPIPE would (128 + 13)
 143    a second SIGTERM forced the exit (128 + 15)
 ====== =================================================================================
 
-Every error is one line on stderr, never a traceback. This module and `patterns.jobqueue.demo`
-print: they are the user interface. The library logs.
+Every error is one line on stderr, never a traceback; a command other than ``worker``
+does not print the store's retries, only the error that ends them. This module and
+`patterns.jobqueue.demo` print: they are the user interface. The library logs.
 
 Docs: docs/jobqueue/operations.md
 """
@@ -65,6 +71,7 @@ Docs: docs/jobqueue/operations.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import importlib
@@ -76,7 +83,7 @@ import re
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from patterns.exit_hooks import force_exit
@@ -106,9 +113,11 @@ from patterns.thread_exceptions import LoggingExcepthook
 
 __all__ = [
     "DB_VARIABLE",
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILURE",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_OUTPUT",
     "EXIT_STILL_RUNNING",
     "EXIT_USAGE",
     "main",
@@ -120,6 +129,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_STILL_RUNNING = 3
+EXIT_OUTPUT = 4
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `git log | head -1`
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
 PROG = "python -m patterns.jobqueue"
@@ -142,6 +153,18 @@ class UsageError(Exception):
     """The command did nothing: reported as one line on stderr, exit status 2."""
 
 
+class OutputLost(Exception):
+    """Standard output could not be written; ``done`` says what the command changed, if anything.
+
+    Exit status 141, quietly, for a closed pipe when nothing changed; else one line, status 4.
+    """
+
+    def __init__(self, cause: OSError, done: str | None = None) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.done = done
+
+
 # --- the parser: every command and option, checked before anything runs -----------------------
 
 
@@ -151,6 +174,15 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Raise ``UsageError`` instead of printing the whole usage text."""
         raise UsageError(message)
+
+    def print_help(self, file: Any = None) -> None:  # Any: typeshed's private SupportsWrite
+        """Print the help, flushed: a closed pipe raises here, not at the interpreter's exit."""
+        try:
+            super().print_help(file)
+            if file is None:
+                sys.stdout.flush()
+        except OSError as exc:
+            raise OutputLost(exc) from exc
 
 
 def _seconds(
@@ -411,9 +443,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         if args.command == "demo":
-            return demo.run()
+            try:
+                return demo.run()
+            except demo.DemoOutputLost as exc:
+                raise OutputLost(exc.cause) from exc
         args.db = _queue_name(args)
-        return _COMMANDS[args.command](args)
+        if args.command == "worker":
+            return _worker(args)
+        return _one_shot(args)
+    except OutputLost as exc:
+        return _output_lost(exc)
     except UsageError as exc:
         _error(str(exc))
         return EXIT_USAGE
@@ -422,6 +461,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # back): whatever had started was stopped on the way out. One line, no traceback.
         print(f"{PROG}: interrupted", file=sys.stderr)  # noqa: T201 - the CLI's output
         return EXIT_INTERRUPTED
+
+
+def _one_shot(args: argparse.Namespace) -> int:
+    """Run a command that is not ``worker``: the store's retries unsaid, the output flushed."""
+    with _without_retry_warnings():
+        status = _COMMANDS[args.command](args)
+    _flush()  # here, not at the interpreter's exit, where a failure would be a traceback
+    return status
 
 
 def _error(text: str) -> None:
@@ -435,7 +482,70 @@ def _warn(text: str) -> None:
 
 
 def _out(text: str = "") -> None:
-    print(text)  # noqa: T201 - the CLI's output
+    """Print a line of output (flushed by `main` once the command is done)."""
+    try:
+        print(text)  # noqa: T201 - the CLI's output
+    except OSError as exc:
+        raise OutputLost(exc) from exc
+
+
+def _flush() -> None:
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        raise OutputLost(exc) from exc
+
+
+def _confirm(text: str, *, done: str) -> None:
+    """Print the line confirming a change already made; if it is lost, the error says ``done``."""
+    try:
+        _out(text)
+        _flush()
+    except OutputLost as exc:
+        raise OutputLost(exc.cause, done) from exc.cause
+
+
+def _output_lost(exc: OutputLost) -> int:
+    """Report output that could not be written (see the exit statuses 4 and 141)."""
+    # The signal module's recipe for SIGPIPE: what is still buffered would fail again at
+    # the interpreter's exit, so standard output goes to devnull from here on.
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        pass  # not a file (a test's capture): nothing is flushed at exit
+    else:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    if exc.done is not None:
+        _error(f"{exc.done}: {exc.cause}")
+        return EXIT_OUTPUT
+    if isinstance(exc.cause, BrokenPipeError):
+        return EXIT_BROKEN_PIPE  # the reader has what it wanted: no line, as `git log | head`
+    _error(f"cannot write the output: {exc.cause}")
+    return EXIT_OUTPUT
+
+
+class _NoRetries(logging.Filter):
+    """Drops the records of a store call's retries (marked with a ``retry`` attribute)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not hasattr(record, "retry")
+
+
+@contextlib.contextmanager
+def _without_retry_warnings() -> Iterator[None]:
+    """A one-shot command's failure is its one error line, which names the retries' last error.
+
+    The worker, a long-running process, logs each retry: an operator watches its log.
+    """
+    store_logger = logging.getLogger("patterns.jobqueue.postgres")
+    quiet = _NoRetries()
+    store_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        store_logger.removeFilter(quiet)
 
 
 # --- the queue: which one, opened how --------------------------------------------------------
@@ -592,7 +702,8 @@ def _enqueue(args: argparse.Namespace) -> int:
         lambda store: store.enqueue(args.task, payload, delay=args.delay, **options),
         what="enqueue",
     )
-    _out(str(job_id))  # the contract: enqueue prints the id
+    # The contract: enqueue prints the id. The job is written whether or not it arrives.
+    _confirm(str(job_id), done=f"job {job_id} was enqueued, but its id could not be printed")
     return EXIT_OK
 
 
@@ -778,7 +889,10 @@ def _requeue(args: argparse.Namespace) -> int:
         ids = _with_store(
             args, lambda store: store.requeue_failed(task=args.task), what="requeue jobs"
         )
-        _out(f"requeued {len(ids)} job(s){': ' + ' '.join(map(str, ids)) if ids else ''}")
+        _confirm(
+            f"requeued {len(ids)} job(s){': ' + ' '.join(map(str, ids)) if ids else ''}",
+            done=f"{len(ids)} job(s) were requeued, but their ids could not be printed",
+        )
         return EXIT_OK
 
     def one(store: Store) -> tuple[bool, Job | None]:
@@ -788,7 +902,10 @@ def _requeue(args: argparse.Namespace) -> int:
 
     done, job = _with_store(args, one, what="requeue the job")
     if done:
-        _out(f"job {args.id} requeued: queued, due now, attempts reset (its last error kept)")
+        _confirm(
+            f"job {args.id} requeued: queued, due now, attempts reset (its last error kept)",
+            done=f"job {args.id} was requeued, but this could not be printed",
+        )
         return EXIT_OK
     if job is None:
         raise UsageError(f"no job {args.id}")
@@ -804,12 +921,16 @@ def _cancel(args: argparse.Namespace) -> int:
 
     result, job = _with_store(args, cancel, what="cancel the job")
     if result is CancelResult.CANCELLED:
-        _out(f"job {args.id} cancelled: it was queued and will never run")
+        _confirm(
+            f"job {args.id} cancelled: it was queued and will never run",
+            done=f"job {args.id} was cancelled, but this could not be printed",
+        )
         return EXIT_OK
     if result is CancelResult.REQUESTED:
-        _out(
+        _confirm(
             f"job {args.id} is running: cancel requested; its worker's next heartbeat picks "
-            "it up (show it to see how it ended)"
+            "it up (show it to see how it ended)",
+            done=f"job {args.id}'s cancel was requested, but this could not be printed",
         )
         return EXIT_OK
     if result is CancelResult.FINISHED:
@@ -826,7 +947,10 @@ def _purge(args: argparse.Namespace) -> int:
         return store.purge(older_than=cutoff, states=states)
 
     count = _with_store(args, purge, what="purge jobs")
-    _out(f"purged {count} job(s)")
+    _confirm(
+        f"purged {count} job(s)",
+        done=f"{count} job(s) were purged, but their count could not be printed",
+    )
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from patterns.jobqueue.demo_tasks import tasks as demo_tasks
@@ -24,7 +24,7 @@ from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import JobState
 from patterns.jobqueue.worker import Worker, WorkerReport
 
-__all__ = ["run"]
+__all__ = ["DemoOutputLost", "run"]
 
 # (task, payload, how many): claimed oldest first, so the long jobs start at once.
 _JOBS: tuple[tuple[str, dict[str, object], int], ...] = (
@@ -56,21 +56,39 @@ class _Screen:
         self._lock = threading.Lock()
         self._progress_shown = False
         self._last_plain = 0.0
+        # The first write that failed (a closed pipe, a full disk): nothing is written after
+        # it, and the walkthrough goes on, so its workers stop as they always do.
+        self.lost: OSError | None = None
 
     def say(self, text: str = "") -> None:
         with self._lock:
-            self._clear()
-            print(text, file=self._out, flush=True)
+            self._write(lambda: self._say(text))
+
+    def _say(self, text: str) -> None:
+        self._clear()
+        print(text, file=self._out, flush=True)
 
     def progress(self, text: str) -> None:
         with self._lock:
             if self._live:
-                self._out.write("\r\x1b[2K   " + text)
-                self._out.flush()
-                self._progress_shown = True
+                self._write(lambda: self._redraw(text))
             elif time.monotonic() - self._last_plain >= 0.5:  # a log file: fewer lines
                 self._last_plain = time.monotonic()
-                print("   " + text, file=self._out, flush=True)
+                self._write(lambda: print("   " + text, file=self._out, flush=True))
+
+    def _redraw(self, text: str) -> None:
+        self._out.write("\r\x1b[2K   " + text)
+        self._out.flush()
+        self._progress_shown = True
+
+    def _write(self, write: Callable[[], None]) -> None:
+        """Run ``write`` (with the lock held) unless a write already failed; keep the failure."""
+        if self.lost is not None:
+            return
+        try:
+            write()
+        except OSError as exc:
+            self.lost = exc
 
     def _clear(self) -> None:
         if self._progress_shown:
@@ -102,7 +120,11 @@ def _progress_line(store: SQLiteStore, worker: Worker, started: float) -> str:
 
 
 def run(out: TextIO = sys.stdout) -> int:
-    """Run the walkthrough, writing to ``out``; the exit status: 0 if the tally reconciles."""
+    """Run the walkthrough, writing to ``out``; the exit status: 0 if the tally reconciles.
+
+    If writing to ``out`` fails, the walkthrough still runs to its end (its workers stopped,
+    its database removed), then the first write error is raised as `DemoOutputLost`.
+    """
     screen = _Screen(out)
     handler = _ScreenHandler(screen)
     jobqueue_logger = logging.getLogger("patterns.jobqueue")
@@ -111,10 +133,21 @@ def run(out: TextIO = sys.stdout) -> int:
     jobqueue_logger.setLevel(logging.INFO)
     try:
         with tempfile.TemporaryDirectory(prefix="jobqueue-demo-") as tmp:
-            return _run_in(os.path.join(tmp, "jobs.sqlite3"), screen)
+            status = _run_in(os.path.join(tmp, "jobs.sqlite3"), screen)
     finally:
         jobqueue_logger.removeHandler(handler)
         jobqueue_logger.setLevel(previous_level)
+    if screen.lost is not None:
+        raise DemoOutputLost(screen.lost)
+    return status
+
+
+class DemoOutputLost(Exception):
+    """The demo's output could not be written; ``cause`` is the first write's error."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _run_in(path: str, screen: _Screen) -> int:

@@ -55,6 +55,10 @@ _CONNECT_DEFAULTS = {
     "keepalives_count": "3",
 }
 
+# Marks the log records of a retry (the warning before it, the reconnection after it): a
+# command-line tool that reports only the outcome filters them out; a worker logs them.
+_RETRY = {"retry": True}
+
 # A store never leaves a transaction idle, so a session that does belongs to a stalled
 # process (paused, swapped out, stopped between two statements): the server ends it after
 # 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
@@ -187,7 +191,9 @@ class Database:
             raise
         self._connects += 1
         if self._connects > 1:
-            logger.warning("%s: reconnected (connection %d)", self.where, self._connects)
+            logger.warning(
+                "%s: reconnected (connection %d)", self.where, self._connects, extra=_RETRY
+            )
         self._conn = conn
         return conn
 
@@ -254,6 +260,7 @@ class Database:
                     attempt,
                     self._retries - 1,
                     pause,
+                    extra=_RETRY,
                 )
                 time.sleep(pause)
         raise StoreUnavailable(

@@ -1,0 +1,238 @@
+"""The command line when its own output cannot be written, and when the server cannot be reached.
+
+Each test runs ``python -m patterns.jobqueue`` as a child process with a real standard
+output: a pipe whose read end is closed before the child starts (every write fails with
+EPIPE, whatever the buffering), a real ``| head -1``, or ``/dev/full`` (every write fails
+with ENOSPC). The child runs with the shell's default buffering, so output that fits the
+buffer fails only when it is flushed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from patterns.jobqueue.sqlite import SQLiteStore
+from tests.support import MUST_HAPPEN, child_env
+
+ERROR = "python -m patterns.jobqueue: error: "
+EXIT_OUTPUT = 4
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `git log | head -1`
+
+needs_dev_full = pytest.mark.skipif(
+    not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)"
+)
+
+
+def _env() -> dict[str, str]:
+    env = child_env()
+    env.pop("PYTHONUNBUFFERED", None)  # buffered, as from a shell
+    return env
+
+
+def run(args: list[str], stdout: int | IO[bytes]) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with ``stdout`` as its standard output; stderr is captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "patterns.jobqueue", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+
+
+@pytest.fixture
+def closed_pipe() -> Iterator[int]:
+    """The write end of a pipe whose read end is already closed."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        yield write_end
+    finally:
+        os.close(write_end)
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Path:
+    """A queue with three jobs (ids 1 to 3)."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(str(path))
+    try:
+        for n in range(3):
+            store.enqueue("echo", {"n": n})
+    finally:
+        store.close()
+    return path
+
+
+def job_count(path: Path) -> int:
+    """The number of jobs in the queue at ``path``."""
+    store = SQLiteStore(str(path), create=False)
+    try:
+        return sum(store.counts().values())
+    finally:
+        store.close()
+
+
+READING = [
+    pytest.param(["list", "--limit", "100"], id="list"),
+    pytest.param(["list", "--json"], id="list-json"),
+    pytest.param(["show", "1"], id="show"),
+    pytest.param(["status"], id="status"),
+    pytest.param(["status", "--json"], id="status-json"),
+    pytest.param(["workers"], id="workers"),
+]
+
+
+@pytest.mark.parametrize("command", READING)
+def test_a_reading_command_into_a_closed_pipe_exits_quietly_with_the_sigpipe_status(
+    queue: Path, closed_pipe: int, command: list[str]
+) -> None:
+    """A reader that closed the pipe wanted no more: no traceback, no line, status 141."""
+    result = run(["--db", str(queue), *command], closed_pipe)
+    assert (result.returncode, result.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+def test_help_into_a_closed_pipe_exits_quietly_with_the_sigpipe_status(closed_pipe: int) -> None:
+    """``--help | head -1`` is quiet too."""
+    result = run(["--help"], closed_pipe)
+    assert (result.returncode, result.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+def test_list_through_head_exits_quietly_once_head_has_its_line(tmp_path: Path) -> None:
+    """``list | head -1`` on more than a pipe holds: head prints the header, list ends quietly."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(str(path))
+    try:
+        # 2,000 lines of about 90 bytes: more than the pipe (64 KiB) and head's read hold,
+        # so list is still writing when head exits.
+        store.enqueue_many([{"task": "echo", "payload": {"n": n}} for n in range(2000)])
+    finally:
+        store.close()
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "patterns.jobqueue", "--db", str(path), "list", "--limit", "2000"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
+    head = subprocess.run(
+        ["head", "-1"], stdin=listing.stdout, capture_output=True, timeout=MUST_HAPPEN, check=False
+    )
+    assert listing.stdout is not None
+    listing.stdout.close()  # head holds the only read end now
+    _, err = listing.communicate(timeout=MUST_HAPPEN)
+    assert head.stdout.decode().split() == [
+        "ID",
+        "STATE",
+        "TASK",
+        "ATTEMPTS",
+        "RUN",
+        "AT",
+        "LAST",
+        "ERROR",
+    ]
+    assert (listing.returncode, err.decode()) == (EXIT_BROKEN_PIPE, "")
+
+
+def test_the_demo_into_a_closed_pipe_runs_to_its_end_and_exits_quietly(closed_pipe: int) -> None:
+    """The walkthrough stops its workers as usual: no traceback from a thread, status 141."""
+    result = run(["demo"], closed_pipe)
+    assert (result.returncode, result.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+@needs_dev_full
+@pytest.mark.parametrize("command", READING)
+def test_a_reading_command_into_a_full_disk_says_so_in_one_line(
+    queue: Path, command: list[str]
+) -> None:
+    """A write that fails for another reason than a closed pipe is one line and status 4."""
+    with open("/dev/full", "wb") as full:
+        result = run(["--db", str(queue), *command], full)
+    assert result.returncode == EXIT_OUTPUT
+    assert result.stderr == (
+        f"{ERROR}cannot write the output: [Errno 28] No space left on device\n"
+    )
+
+
+@needs_dev_full
+def test_enqueue_into_a_full_disk_says_the_job_was_enqueued(queue: Path) -> None:
+    """The job is written: the line names it, so a producer does not enqueue it twice."""
+    with open("/dev/full", "wb") as full:
+        result = run(["--db", str(queue), "enqueue", "echo", '{"x": 1}'], full)
+    assert result.returncode == EXIT_OUTPUT
+    assert result.stderr == (
+        f"{ERROR}job 4 was enqueued, but its id could not be printed: "
+        "[Errno 28] No space left on device\n"
+    )
+    assert job_count(queue) == 4
+
+
+def test_enqueue_into_a_closed_pipe_says_the_job_was_enqueued(
+    queue: Path, closed_pipe: int
+) -> None:
+    """The id is the whole output of enqueue: losing it is reported, even on a closed pipe."""
+    result = run(["--db", str(queue), "enqueue", "echo"], closed_pipe)
+    assert result.returncode == EXIT_OUTPUT
+    assert result.stderr == (
+        f"{ERROR}job 4 was enqueued, but its id could not be printed: [Errno 32] Broken pipe\n"
+    )
+    assert job_count(queue) == 4
+
+
+@needs_dev_full
+@pytest.mark.parametrize(
+    ("command", "done"),
+    [
+        (["cancel", "2"], "job 2 was cancelled, but this could not be printed"),
+        (["purge"], "0 job(s) were purged, but their count could not be printed"),
+    ],
+    ids=["cancel", "purge"],
+)
+def test_a_change_whose_confirmation_cannot_be_written_says_it_was_made(
+    queue: Path, command: list[str], done: str
+) -> None:
+    """Every command that changes the queue reports a lost confirmation with what it did."""
+    with open("/dev/full", "wb") as full:
+        result = run(["--db", str(queue), *command], full)
+    assert result.returncode == EXIT_OUTPUT
+    assert result.stderr == f"{ERROR}{done}: [Errno 28] No space left on device\n"
+
+
+@pytest.fixture
+def unreachable_url() -> Iterator[str]:
+    """A postgresql:// URL whose port refuses connections (bound, never listening)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"postgresql://nobody@127.0.0.1:{sock.getsockname()[1]}/nothing"
+
+
+def test_status_on_an_unreachable_server_is_one_line(unreachable_url: str) -> None:
+    """A one-shot command's failure is its error line, without the retries' warnings."""
+    result = run(["--db", unreachable_url, "status"], subprocess.DEVNULL)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(ERROR)
+    assert "database unavailable after 5 attempts" in lines[0]
+
+
+def test_the_worker_still_logs_each_retry_on_an_unreachable_server(unreachable_url: str) -> None:
+    """The worker, a long-running process, keeps its warnings: only one-shot commands are quiet."""
+    result = run(
+        ["--db", unreachable_url, "worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"],
+        subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("retry ") == 4, result.stderr
+    assert result.stderr.splitlines()[-1].startswith(ERROR)
