@@ -474,8 +474,12 @@ class Worker:
         DRAINING lasts until every running job has ended or the budget minus the cancel
         share is spent; then CANCELLING cancels every running job's token and waits for
         the rest of the budget; then STOPPED: ``on_shutdown(report)`` is called once and
-        the report returned. Never blocks past its budget (plus scheduling noise);
-        ``inf`` waits as long as it takes.
+        the report returned. Never blocks past its budget (plus scheduling noise and
+        about 0.3 s for a store that does not answer); ``inf`` waits as long as it takes.
+        Every store call of the worker's threads and of the stop keeps to the budget
+        (`patterns.jobqueue.deadline`): a store locked by another connection is given up
+        on at the deadline, and the report says what could not be written
+        (``store_gave_up``, ``unsettled``).
 
         The first stop that completes records its report; later calls return that
         object, whatever their timeout. Any other call returns a provisional report
