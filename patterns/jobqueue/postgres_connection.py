@@ -325,7 +325,9 @@ class Database:
                 " set_config('lock_timeout', %s, true)",
                 (ms, ms),
             )
-        return [deadline.on_expiry(conn.cancel_safe) for deadline in deadlines]
+        # cancel_safe (psycopg 3.2) does not block on a server that does not answer.
+        cancel: Callable[[], object] = getattr(conn, "cancel_safe", conn.cancel)
+        return [deadline.on_expiry(cancel) for deadline in deadlines]
 
     def _gave_up(self, exc: Exception) -> bool:
         """True when ``exc`` is a statement ended by this thread's deadline."""
