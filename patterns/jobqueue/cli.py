@@ -53,6 +53,10 @@ Exit status:
 4      the output could not be written (a full disk, an I/O error; for a command that
        changes the queue, a closed pipe too): what the command changed stays changed,
        and the line says so ("job 31 was enqueued, but its id could not be printed: ...")
+5      ``worker``: the store did not answer within the shutdown budget (a file or table
+       locked by another connection, say): the stop gave up on it at the deadline (the
+       report's ``store_gave_up``); the jobs whose outcome or release it could not write
+       keep their lease and run again once it expires
 130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
        handlers were installed or after they were put back (during start-up, say): what
        had started was stopped, and one line says "interrupted"
@@ -119,6 +123,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_OUTPUT",
     "EXIT_STILL_RUNNING",
+    "EXIT_STORE_BLOCKED",
     "EXIT_USAGE",
     "main",
 ]
@@ -130,6 +135,7 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_STILL_RUNNING = 3
 EXIT_OUTPUT = 4
+EXIT_STORE_BLOCKED = 5
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for `git log | head -1`
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
 
@@ -1022,6 +1028,11 @@ def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
         # Threads still run jobs that ignored their token; a normal exit would join
         # them forever. The stop released them (or their leases will expire).
         force_exit(EXIT_STILL_RUNNING, "shutdown budget spent with jobs still running")
+    if report.store_gave_up:
+        # The stop kept to its budget by giving up on a store that did not answer; a
+        # thread may still be leaving a store call, so exit at once, as for status 1.
+        logger.error("%s", report.summary())
+        force_exit(EXIT_STORE_BLOCKED, "the store did not answer within the shutdown budget")
     if not report.terminated:
         # No handler is running, but a worker thread did not end (stuck in a store call,
         # say): the interpreter would wait for it at exit, so exit 1 at once. A claim it

@@ -25,6 +25,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from patterns.jobqueue.deadline import StoreTimeout
 from patterns.jobqueue.store import Job
 from patterns.jobqueue.tasks import Phase, PhaseError
 from patterns.thread_exceptions import ThreadFailure
@@ -75,7 +76,10 @@ class ErrorLog:
     def unexpected(self, phase: Phase, job: Job | None, cause: BaseException) -> PhaseError:
         """Log, keep and pass on an error outside a handler; returns its record."""
         error = PhaseError(phase, job, cause)
-        logger.error("%s", error, exc_info=(type(cause), cause, cause.__traceback__))
+        if isinstance(cause, StoreTimeout):  # a call the stop gave up on: one line says it
+            logger.warning("%s", error)
+        else:
+            logger.error("%s", error, exc_info=(type(cause), cause, cause.__traceback__))
         with self._lock:
             self.count += 1
             self._errors.append(error)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from patterns.jobqueue.deadline import acquire, current, give_up, time_left
 from patterns.jobqueue.postgres_schema import (
     ASSIGNMENTS,
     COLUMNS,
@@ -63,6 +65,14 @@ _RETRY = {"retry": True}
 # process (paused, swapped out, stopped between two statements): the server ends it after
 # 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
 _IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
+
+
+class _Retry(Exception):
+    """One try of a transaction failed in a way a retry can help with (``error``)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class StoreSchemaError(RuntimeError):  # re-exported by patterns.jobqueue.postgres
@@ -223,36 +233,22 @@ class Database:
         if joined is not None:
             return body(*joined)
         last: Exception | None = None
+        began = time.monotonic()
         for attempt in range(1, self._retries + 1):
-            with self._lock:
+            if time_left(began) == 0.0:
+                raise give_up(f"{self.where}: {last}") from last
+            acquire(self._lock, began, self.where)  # within this thread's deadline, if any
+            try:
                 self._check_open()
-                committing = False
-                conn: psycopg.Connection[tuple[Any, ...]] | None = None
-                try:
-                    conn = self._connected()
-                    try:
-                        result = body(
-                            conn, None if self._test_clock is None else self._test_clock()
-                        )
-                    except BaseException:
-                        self._rollback(conn)
-                        raise
-                    committing = True
-                    conn.commit()
-                except self._pg.Error as exc:
-                    if not self._is_transient(exc, conn):
-                        raise
-                    self._drop(conn)
-                    if committing:
-                        raise CommitUnknown(
-                            f"{self.where}: the connection broke during COMMIT ({exc}); "
-                            "the transaction may or may not have been applied"
-                        ) from exc
-                    last = exc
-                else:
-                    return result
+                return self._attempt(body, began)
+            except _Retry as retry:
+                last = retry.error
+            finally:
+                self._lock.release()
             if attempt < self._retries:
                 pause = backoff(self._first_pause, attempt)
+                left = time_left(began)
+                pause = pause if left is None else min(pause, left)
                 logger.warning(
                     "%s: database unavailable (%s); retry %d of %d in %.2f s",
                     self.where,
@@ -266,6 +262,82 @@ class Database:
         raise StoreUnavailable(
             f"{self.where}: database unavailable after {self._retries} attempts: {last}"
         ) from last
+
+    def _attempt(
+        self,
+        body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T],
+        began: float,
+    ) -> T:
+        """One try of `transaction`, lock held; `_Retry` when retrying can help."""
+        committing = False
+        conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        forget: list[Callable[[], None]] = []
+        try:
+            conn = self._connected()
+            forget = self._bound(conn, began)
+            try:
+                result = body(conn, None if self._test_clock is None else self._test_clock())
+            except BaseException:
+                self._rollback(conn)
+                raise
+            committing = True
+            conn.commit()
+        except self._pg.Error as exc:
+            if self._gave_up(exc):
+                self._rollback_quietly(conn)
+                if committing:
+                    raise CommitUnknown(
+                        f"{self.where}: COMMIT cancelled at the stop's deadline ({exc}); "
+                        "the transaction may or may not have been applied"
+                    ) from exc
+                raise give_up(f"{self.where}: {' '.join(str(exc).split())}") from exc
+            if not self._is_transient(exc, conn):
+                raise
+            self._drop(conn)
+            if committing:
+                raise CommitUnknown(
+                    f"{self.where}: the connection broke during COMMIT ({exc}); "
+                    "the transaction may or may not have been applied"
+                ) from exc
+            raise _Retry(exc) from exc
+        finally:
+            for undo in forget:
+                undo()
+        return result
+
+    def _bound(
+        self, conn: psycopg.Connection[tuple[Any, ...]], began: float
+    ) -> list[Callable[[], None]]:
+        """Keep this transaction to the thread's deadlines; return what undoes the set-up.
+
+        Once a deadline is set, ``statement_timeout`` and ``lock_timeout`` (for this
+        transaction only) end each statement by it; a statement still running when a
+        deadline passes (it began before the deadline was set) is cancelled then.
+        """
+        deadlines = current()
+        if not deadlines:
+            return []
+        left = time_left(began)
+        if left is not None:
+            ms = str(max(1, math.ceil(left * 1000)))
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, true),"
+                " set_config('lock_timeout', %s, true)",
+                (ms, ms),
+            )
+        # cancel_safe (psycopg 3.2) does not block on a server that does not answer.
+        cancel: Callable[[], object] = getattr(conn, "cancel_safe", conn.cancel)
+        return [deadline.on_expiry(cancel) for deadline in deadlines]
+
+    def _gave_up(self, exc: Exception) -> bool:
+        """True when ``exc`` is a statement ended by this thread's deadline."""
+        errors = self._pg.errors
+        cancelled = isinstance(exc, errors.QueryCanceled | errors.LockNotAvailable)
+        return cancelled and bool(current())
+
+    def _rollback_quietly(self, conn: psycopg.Connection[Any] | None) -> None:
+        if conn is not None and not conn.closed:
+            self._rollback(conn)
 
     def _is_transient(self, exc: Exception, conn: psycopg.Connection[Any] | None) -> bool:
         """True when retrying can help: the connection is gone, or PostgreSQL asks to retry."""

@@ -65,6 +65,12 @@ class WorkerReport:
         failure: why the worker stopped itself because it could not work (the store
             failed every claim for ``store_outage_limit``), or None. A process should
             exit non-zero when it is set.
+        store_gave_up: how many store calls gave up at the stop's deadline because the
+            store did not answer (a file or table locked by another connection, say):
+            the stop kept to its budget instead. What they would have written is named
+            by ``unsettled`` and ``still_held_ids`` (those jobs keep their lease and run
+            again once it expires); the worker's row expires by itself. ``terminated`` is
+            False when it is not 0.
     """
 
     # Users import it from, and the docs document it with, the worker's module.
@@ -82,6 +88,7 @@ class WorkerReport:
     still_held_ids: tuple[int, ...] = ()
     released_running_ids: tuple[int, ...] = ()
     failure: str | None = None
+    store_gave_up: int = 0
 
     def __post_init__(self) -> None:
         if self.terminated and self.still_running:
@@ -94,6 +101,11 @@ class WorkerReport:
         """Jobs that ran to an outcome of their own (done, retried or failed) during the stop."""
         ended = (Outcome.DONE, Outcome.RETRIED, Outcome.FAILED)
         return tuple(sorted(i for i, o in self.outcomes.items() if o in ended))
+
+    @property
+    def unsettled(self) -> tuple[int, ...]:
+        """Jobs whose outcome could not be written: each keeps its lease until it expires."""
+        return tuple(sorted(i for i, o in self.outcomes.items() if o is Outcome.UNSETTLED))
 
     @property
     def released(self) -> tuple[int, ...]:
@@ -120,6 +132,16 @@ class WorkerReport:
         if self.still_held_ids:
             text += (
                 f"; {len(self.still_held_ids)} held, release unfinished {list(self.still_held_ids)}"
+            )
+        if self.unsettled:
+            text += (
+                f"; {len(self.unsettled)} unsettled {list(self.unsettled)} (outcome not "
+                "written: they keep their lease and run again once it expires)"
+            )
+        if self.store_gave_up:
+            text += (
+                f"; gave up on the store at the deadline ({self.store_gave_up} call(s) "
+                "unanswered: is it locked by another connection?)"
             )
         if self.failure:
             text += f"; stopped because {self.failure}"
@@ -181,6 +203,7 @@ def build_report(
     start: float,
     terminated: bool,
     caller: str | None = None,
+    store_gave_up: int = 0,
 ) -> WorkerReport:
     """A report of what runs and what was settled now (call with the ledger's lock held).
 
@@ -196,7 +219,12 @@ def build_report(
     if caller is not None and caller not in threads:
         threads = (*threads, caller)
     return WorkerReport(
-        terminated=terminated and not still_running and not still_held and not threads,
+        terminated=terminated
+        and not still_running
+        and not still_held
+        and not threads
+        and not store_gave_up,
+        store_gave_up=store_gave_up,
         still_held_ids=still_held,
         released_running_ids=tuple(sorted(ledger.released_running)),
         failure=failure,

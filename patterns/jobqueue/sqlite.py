@@ -152,7 +152,10 @@ schema and its migrations are in ``patterns.jobqueue.sqlite_schema``.
 """
 
 BUSY_TIMEOUT = 5.0
-"""Seconds SQLite's busy handler waits for another connection's lock, per attempt."""
+"""Seconds a transaction waits for another connection's lock, per attempt."""
+
+BUSY_SLICE = 0.1
+"""Seconds of one of SQLite's busy waits: a stop's deadline is looked at between two."""
 
 WATCH_INTERVAL = 0.015
 """Seconds between two looks at the file's ``PRAGMA data_version`` while anyone subscribes.
@@ -216,6 +219,9 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
         # any thread calling a store method; the only caller code run while it is held is
         # the clock, which must not call back into the store.
         self._lock = threading.Lock()
+        # An attempt waits for a busy file up to BUSY_TIMEOUT, in busy waits of one slice.
+        self._busy_timeout = BUSY_TIMEOUT
+        self._busy_slice = min(BUSY_TIMEOUT, BUSY_SLICE)
         self._shared = threading.local()  # .now: inside settle_and_claim's transaction
         self._closed = False
         # Set (under _lock) once a transaction found the file damaged: from then on every
@@ -237,7 +243,7 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
             self._path,
             create=create,
             synchronous=level,
-            busy_timeout=BUSY_TIMEOUT,
+            busy_timeout=self._busy_slice,
             retry_busy=self._retry_busy,
         ).open()
 

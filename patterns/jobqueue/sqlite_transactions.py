@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from patterns.jobqueue.deadline import acquire, give_up, time_left
 from patterns.jobqueue.sqlite_schema import StoreFileError, is_busy
 from patterns.jobqueue.store import backoff
 
@@ -43,6 +44,8 @@ class SQLiteTransactions:
     _lock: threading.Lock
     _shared: threading.local
     _closed: bool
+    _busy_timeout: float  # seconds an attempt waits for a busy database
+    _busy_slice: float  # seconds one of SQLite's busy waits lasts (the connection's timeout)
     _damage: str | None
     _conn: sqlite3.Connection
 
@@ -54,28 +57,55 @@ class SQLiteTransactions:
         ``locked``, each attempt runs holding ``_lock`` on an open store, and the pause
         between attempts does not: another thread's short transaction (a heartbeat's
         renew) gets its turn instead of waiting out this one's backoff.
+
+        An attempt waits for a busy database up to ``_busy_timeout``, in SQLite's busy
+        waits of ``_busy_slice`` each (the connection's timeout), so that a thread under a
+        stop's deadline (`patterns.jobqueue.deadline`) gives up within a slice of it,
+        raising `~patterns.jobqueue.deadline.StoreTimeout`, even if it began waiting before
+        the deadline was set. Its wait for ``_lock`` keeps to the deadline too.
         """
+        began = time.monotonic()
         for attempt in range(1, _BUSY_RETRIES + 1):
-            try:
-                if not locked:
-                    return step()
-                with self._lock:
-                    self._check_open()
-                    return step()
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc) or attempt == _BUSY_RETRIES:
-                    raise
-                pause = backoff(_BACKOFF, attempt, _BACKOFF_CAP)
-                logger.warning(
-                    "%s: database busy (%s), retry %d of %d in %.2f s",
-                    self._path,
-                    exc,
-                    attempt,
-                    _BUSY_RETRIES - 1,
-                    pause,
-                )
-                time.sleep(pause)
+            busy_since = time.monotonic()
+            while True:
+                if time_left(began) == 0.0:  # this thread already gave up on the store
+                    raise give_up(f"{self._path}: not tried")
+                try:
+                    return self._attempt(step, locked, began)
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc):
+                        raise
+                    if time_left(began) == 0.0:
+                        raise give_up(f"{self._path}: database busy ({exc})") from exc
+                    if time.monotonic() - busy_since < self._busy_timeout:
+                        continue  # SQLite's busy handler waited one slice: wait another
+                    if attempt == _BUSY_RETRIES:
+                        raise
+                    error = exc
+                break
+            pause = backoff(_BACKOFF, attempt, _BACKOFF_CAP)
+            left = time_left(began)
+            pause = pause if left is None else min(pause, left)
+            logger.warning(
+                "%s: database busy (%s), retry %d of %d in %.2f s",
+                self._path,
+                error,
+                attempt,
+                _BUSY_RETRIES - 1,
+                pause,
+            )
+            time.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(self, step: Callable[[], T], locked: bool, began: float) -> T:
+        if not locked:
+            return step()
+        acquire(self._lock, began, self._path)  # within this thread's deadline, if it has one
+        try:
+            self._check_open()
+            return step()
+        finally:
+            self._lock.release()
 
     def _write(self, body: Callable[[sqlite3.Connection, float], T]) -> T:
         """Run ``body(conn, now)`` in one ``BEGIN IMMEDIATE`` transaction, with retries.

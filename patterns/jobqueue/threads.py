@@ -1,9 +1,11 @@
 """The worker's threads: each one it starts sets its own "began" and "ended" events.
 
 TL;DR: `ThreadMarks.track` wraps the target of each thread the worker starts (the
-claimer, the settler, the heartbeat, each handler); `ThreadMarks.all_ended` waits for
-them within a budget and `ThreadMarks.unended` names the ones still running, for the
-report. `wait` is ``Event.wait`` for any number of seconds, inf included.
+claimer, the settler, the heartbeat, each handler), running it inside the context the
+marks were made with (the worker's: its store calls keep to the stop's deadline);
+`ThreadMarks.all_ended` waits for them within a budget and `ThreadMarks.unended` names
+the ones still running, for the report. `wait` is ``Event.wait`` for any number of
+seconds, inf included.
 
 Pattern:
     ``patterns.daemon_threads``'s rule: a report reads each thread's own "ended" event,
@@ -15,9 +17,11 @@ See also: ``patterns.jobqueue.report`` (what reads them), ``patterns.jobqueue.wo
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
@@ -43,8 +47,11 @@ class ThreadMarks:
     ``finally``; read by the reports, lock-free.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, around: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+    ) -> None:
         self._marks: list[_Mark] = []  # appended before the thread starts
+        self._around = around  # entered by each thread around its target
 
     def track(
         self, target: Callable[_P, None], name: str, *, handler: bool = False
@@ -57,7 +64,8 @@ class ThreadMarks:
             mark.name = threading.current_thread().name
             mark.began.set()
             try:
-                target(*args, **kwargs)
+                with self._around():
+                    target(*args, **kwargs)
             finally:
                 mark.ended.set()
 

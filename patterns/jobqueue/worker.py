@@ -83,6 +83,7 @@ from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue import options
 from patterns.jobqueue.claimer import Claimer
+from patterns.jobqueue.deadline import Deadline, bounded_by
 from patterns.jobqueue.errors import ErrorLog
 from patterns.jobqueue.handlers import HandlerLoop
 from patterns.jobqueue.heartbeat import Heartbeat
@@ -115,8 +116,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_HEARTBEAT_GRACE = 0.1  # seconds the heartbeat may take to end once the budget is spent
-_SETTLER_GRACE = 0.1  # seconds the settler may take to commit what it holds at the deadline
+# Seconds after the deadline in which the settler may commit what it holds, the heartbeat
+# end, and a thread leave a store call that gave up at the deadline (a busy SQLite file
+# is given up within one of its busy waits, BUSY_SLICE; a store call that begins after
+# the deadline gets LAST_TRY).
+_GRACE = 0.25
+_ROW_WAIT = 0.05  # seconds a stop waits to write the worker's row (it has no budget of its own)
 _names = itertools.count(1)
 
 
@@ -230,7 +235,13 @@ class Worker:
 
         # The parts, each handed what it uses (patterns.jobqueue.<part>).
         self._root = CancelToken()  # cancelled in CANCELLING: every job's token is a child
-        self._marks = ThreadMarks()  # each thread's own "began" and "ended" events
+        # Set by the owning stop: every store call of the worker's threads, and of the stop
+        # itself, gives up at it (patterns.jobqueue.deadline).
+        self._deadline = Deadline()
+        self._requested_at: float | None = None  # when request_stop first ran
+        self._gave_up_outside = 0  # store calls that gave up at a deadline of their own
+        # Each thread's own "began" and "ended" events; each runs under the deadline.
+        self._marks = ThreadMarks(lambda: bounded_by(self._deadline))
         ledger = self._ledger = ClaimLedger(
             self._cond, root=self._root, slots=concurrency + prefetch, claim_at=max(1, prefetch)
         )
@@ -393,6 +404,11 @@ class Worker:
             # and goes on while other threads run); a loop that never ends would then wait
             # forever for a thread. A handler slot needs its own thread, so that is a failure.
             if len(self._executor.worker_threads()) < started:
+                with self._cond:
+                    if not self._ledger.accepting:
+                        # A stop came meanwhile (a signal): an idle handler left at once and
+                        # its thread took this loop, which leaves too. Started; now stopping.
+                        break
                 raise RuntimeError(
                     f"{self!r}: could not start a new thread for handler {started} "
                     f"of {self._concurrency}"
@@ -422,18 +438,29 @@ class Worker:
         with self._cond:
             draining = self._life.state is WorkerState.RUNNING
             if draining:
+                self._requested_at = time.monotonic()
                 in_hand = self._ledger.running()
                 self._life.move(WorkerState.DRAINING, f"{reason}; running: {in_hand}")
         self._stop_requested.set()
         if not draining:
             return
         self._wake.set()
-        self._heartbeat.record()  # operators watching `workers` see the drain at once
+        # Its store calls keep to the budget a stop begun now would have, so that a store
+        # blocked by someone else cannot hold the caller (a signal handler) past it.
+        requested = Deadline()
+        requested.set(time.monotonic() + self.stop_timeout)
         try:
-            for claim in shutdown_and_drain(self._handoff):  # claims no handler took yet
-                self._release.unstarted(claim)
+            with bounded_by(requested):
+                try:
+                    for claim in shutdown_and_drain(self._handoff):  # claims not yet started
+                        self._release.unstarted(claim)
+                finally:
+                    self._handoff_settled.set()
         finally:
-            self._handoff_settled.set()
+            requested.finish()
+            with self._cond:
+                self._gave_up_outside += requested.gave_up
+        self._record_row()  # operators watching `workers` see the drain at once
 
     def wait_stop_requested(self, timeout: float | None = None) -> bool:
         """Block until a stop is requested (signal, `request_stop`, empty queue, a death)."""
@@ -447,8 +474,12 @@ class Worker:
         DRAINING lasts until every running job has ended or the budget minus the cancel
         share is spent; then CANCELLING cancels every running job's token and waits for
         the rest of the budget; then STOPPED: ``on_shutdown(report)`` is called once and
-        the report returned. Never blocks past its budget (plus scheduling noise);
-        ``inf`` waits as long as it takes.
+        the report returned. Never blocks past its budget (plus scheduling noise and
+        about 0.3 s for a store that does not answer); ``inf`` waits as long as it takes.
+        Every store call of the worker's threads and of the stop keeps to the budget
+        (`patterns.jobqueue.deadline`): a store locked by another connection is given up
+        on at the deadline, and the report says what could not be written
+        (``store_gave_up``, ``unsettled``).
 
         The first stop that completes records its report; later calls return that
         object, whatever their timeout. Any other call returns a provisional report
@@ -471,12 +502,20 @@ class Worker:
         return self._stop.stop(budget)
 
     def run(self) -> WorkerReport:
-        """Start, wait until a stop is requested, then `stop`: a worker process's whole life."""
+        """Start, wait until a stop is requested, then `stop`: a worker process's whole life.
+
+        The stop's budget, ``stop_timeout``, counts from the request (a signal, say).
+        """
         self.start()
         try:
             self.wait_stop_requested()
         finally:
-            report = self.stop()
+            requested_at = self._requested_at
+            if requested_at is None:
+                report = self.stop()
+            else:
+                spent = time.monotonic() - requested_at
+                report = self.stop(max(0.0, self.stop_timeout - spent))
         return report
 
     def __enter__(self) -> Self:
@@ -540,7 +579,14 @@ class Worker:
     def _shut_down(self, budget: float, start: float) -> WorkerReport:
         """The owning stop's work; each step may run again after a Ctrl-C interrupted it."""
         deadline = start + budget  # a float even for inf; every wait below is capped
+        self._deadline.set(deadline)  # every store call of the worker's gives up at it
+        try:
+            with bounded_by(self._deadline):
+                return self._shut_down_by(deadline, budget, start)
+        finally:
+            self._deadline.finish()  # cancels a statement still running; ends the timer
 
+    def _shut_down_by(self, deadline: float, budget: float, start: float) -> WorkerReport:
         def left() -> float:
             return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
@@ -563,6 +609,11 @@ class Worker:
     def _shut_down_parts(
         self, budget: float, start: float, left: Callable[[], float]
     ) -> WorkerReport:
+        graced = start + budget + _GRACE  # a thread leaving a store call gets the grace too
+
+        def after() -> float:
+            return min(max(0.0, graced - time.monotonic()), threading.TIMEOUT_MAX)
+
         self.request_stop("stop() called")
         drain_budget, cancel_budget = options.split_budget(
             budget, stop_timeout=self.stop_timeout, cancel_timeout=self._cancel_timeout
@@ -575,23 +626,23 @@ class Worker:
             on_force=self._begin_cancelling,
         )
         # The claiming thread left when DRAINING began, unless a claim was in flight.
-        claimer = self._claimer.stop(left())
+        claimer = self._claimer.stop(after())
         # A KeyboardInterrupt inside the claimer's Thread.start (after the thread began)
         # leaves the service without it; the claim loop's own event still says when it left.
         claim_loop_ended = not self._claimer.loop_began.is_set() or _wait(
-            self._claimer.loop_ended, left()
+            self._claimer.loop_ended, after()
         )
         # The request_stop that drained the hand-off may be another thread's, still
         # releasing prefetched claims: the report waits for it, or names what it holds.
-        handoff_settled = _wait(self._handoff_settled, left())
+        handoff_settled = _wait(self._handoff_settled, after())
         # Every handler has handed its outcome over (or outlived the budget): the settler
         # commits what it holds and leaves; a later outcome is committed by its own thread.
         self._settler.close()
-        settler = self._settler.stop(max(_SETTLER_GRACE, left()))
+        settler = self._settler.stop(max(_GRACE, after()))
         self._drop_subscription()  # the claiming thread has left: no wait to end any more
         # Stopped only now, so leases were renewed for as long as a job could still end.
         # Its loop wakes at once; the grace covers a renew in flight at the deadline.
-        self._heartbeat.stop(max(_HEARTBEAT_GRACE, left()))
+        self._heartbeat.stop(max(_GRACE, after()))
         self._release.still_running()
         self._heartbeat.forget()  # after the heartbeat, which would write the row again
         # The parts' reports may rest on a Thread.join() a Ctrl-C interrupted (gh-90882):
@@ -603,7 +654,7 @@ class Worker:
             and settler.terminated
             and claim_loop_ended
             and handoff_settled
-            and self._marks.all_ended(left),
+            and self._marks.all_ended(after),
         )
 
     def _begin_cancelling(self) -> None:
@@ -613,7 +664,22 @@ class Worker:
             running = self._ledger.running()
             self._life.move(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._root.cancel("worker shutting down")  # reaches every job's child token
-        self._heartbeat.record()
+        self._record_row()
+
+    def _record_row(self) -> None:
+        """Write the worker's row now, giving up after `_ROW_WAIT` (inside the deadline).
+
+        The row is for operators: a store blocked by someone else must not spend the
+        drain's budget on it, and a row not written (logged) expires by itself, so it
+        does not count in the report's ``store_gave_up``.
+        """
+        quick = Deadline()
+        quick.set(time.monotonic() + _ROW_WAIT)
+        try:
+            with bounded_by(quick):
+                self._heartbeat.record()
+        finally:
+            quick.finish()
 
     def _drop_subscription(self) -> None:
         with self._cond:
@@ -647,6 +713,7 @@ class Worker:
                 start=start,
                 terminated=terminated,
                 caller=caller,
+                store_gave_up=self._deadline.gave_up + self._gave_up_outside,
             )
 
     def _is_own_thread(self) -> bool:

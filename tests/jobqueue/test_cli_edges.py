@@ -408,11 +408,21 @@ class Exited(Exception):
     [
         (WorkerReport(terminated=True, still_running=(), worker="w"), 0),
         (WorkerReport(False, ("job 4",), "w", still_running_ids=(4,)), 3),
-        # The claimer was stuck in a store call (a locked file) with no job running.
+        # A worker thread did not end, with no job running and no store call given up.
         (WorkerReport(terminated=False, still_running=(), worker="w"), 1),
         (WorkerReport(True, (), "w", failure="the store failed every claim for 60 s"), 1),
+        # The stop gave up on a store that did not answer (a locked file).
+        (WorkerReport(False, (), "w", store_gave_up=2), 5),
+        (WorkerReport(False, ("job 4",), "w", still_running_ids=(4,), store_gave_up=1), 3),
     ],
-    ids=["clean", "jobs-still-running", "stuck-without-jobs", "store-unusable"],
+    ids=[
+        "clean",
+        "jobs-still-running",
+        "stuck-without-jobs",
+        "store-unusable",
+        "store-blocked",
+        "store-blocked-and-jobs-still-running",
+    ],
 )
 def test_the_worker_exit_status_matches_its_report(
     tmp_path: Path,
@@ -421,7 +431,7 @@ def test_the_worker_exit_status_matches_its_report(
     report: WorkerReport,
     expected: int,
 ) -> None:
-    """3 only when the report names jobs still running; a stuck thread alone is 1."""
+    """3 only when the report names jobs still running; a blocked store 5; a stuck thread 1."""
     ReportingWorker.report = report
     monkeypatch.setattr(cli, "Worker", ReportingWorker)
 

@@ -25,10 +25,12 @@ would otherwise be printed, harmlessly, once it runs past 55 s).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -434,6 +436,74 @@ def test_a_handler_hanging_past_the_budget_exits_3_and_its_job_is_released_not_f
     q.drain()
     assert q.states(ids) == [(_D, 1), (_D, 1)]
     assert [q.ends(i) for i in ids] == [1, 1]
+
+
+# --- a store that another connection keeps locked during the stop ----------------------------
+
+STOP = 2.0  # the budget of the locked-store tests
+
+
+@contextlib.contextmanager
+def locked(q: Queue) -> Iterator[None]:
+    """Another connection holds the queue's lock, as an operator's shell left mid-transaction.
+
+    SQLite: ``BEGIN IMMEDIATE`` (the write lock). PostgreSQL: both tables in ACCESS
+    EXCLUSIVE mode, so that even a read waits. Released when the block ends.
+    """
+    if q.pg_url is None:
+        conn = sqlite3.connect(q.root / "q.db", isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        return
+    import psycopg  # noqa: PLC0415 - only the PostgreSQL half needs it
+
+    with psycopg.connect(q.pg_url) as pg:
+        pg.execute("LOCK TABLE jobqueue.jobs, jobqueue.workers IN ACCESS EXCLUSIVE MODE")
+        yield
+        pg.rollback()
+
+
+@pytest.mark.parametrize(
+    ("load", "status"), [("idle", 5), ("busy", 5), ("ignores-token", 3)], ids=str
+)
+def test_a_store_locked_by_another_connection_cannot_hold_the_stop_past_its_budget(
+    q: Queue, load: str, status: int
+) -> None:
+    """SIGTERM with the queue locked: exit within the budget (5, or 3 with a job still running).
+
+    What the stop could not write (a finished job's outcome, a release) keeps its lease:
+    once the lock is gone, a restart runs those jobs again and finishes every job.
+    """
+    jobs = {"idle": [], "busy": [("waits", "go-a"), ("waits", "go-b")], "ignores-token": []}
+    ids = q.enqueue(*jobs[load]) if jobs[load] else []
+    if load == "ignores-token":
+        ids = q.enqueue(("stubborn", None))
+    child = q.worker(concurrency=2, stop_timeout=STOP)
+    child.expect_log("NEW -> RUNNING")
+    for job_id in ids:
+        child.expect_out(f"start {job_id} ")
+    with locked(q):
+        with elapsed() as took:
+            child.proc.send_signal(signal.SIGTERM)
+            child.expect_log("RUNNING -> DRAINING")
+            if load == "busy":
+                q.release("go-a")  # both finish during the drain; neither outcome is written
+                q.release("go-b")
+            exit_status = child.wait(STOP + NOISE)
+        assert took() < STOP + NOISE, child.err
+    q.killed.add(child.pid)
+    assert exit_status == status, child.err
+    assert any("gave up on the store at the deadline" in line for line in child.err), child.err
+    assert q.states(ids) == [(_R, 1)] * len(ids)  # each keeps its lease: nothing lost
+
+    q.drain()
+    assert q.states(ids) == [(_D, 2)] * len(ids)
+    # A busy job's effect was done twice: its outcome could not be written the first time.
+    assert [q.ends(i) for i in ids] == [2 if load == "busy" else 1] * len(ids)
 
 
 # --- the soak ------------------------------------------------------------------------------------

@@ -623,8 +623,11 @@ def test_a_worker_whose_lease_was_taken_over_cannot_complete_the_job(
         gate.wait_reached()
         clock.advance(LEASE + 1)  # the lease expires while the handler is paused
         [takeover] = store.inner.claim("intruder", lease=LEASE)
+        stopper, outcome = run_in_thread(worker.stop, "stopper")
+        assert worker.wait_stop_requested(MUST_HAPPEN)  # the stop began with the job in hand
         gate.open()
-        report = worker.stop()
+        join_or_fail(stopper)
+    report = outcome["result"]
 
     assert worker.stats().lost == 1
     assert worker.stats().done == 0

@@ -176,6 +176,38 @@ def test_a_failed_start_puts_the_signal_handlers_back(store: SubscribingStore) -
             signal.signal(sig, handler)
 
 
+def test_a_stop_requested_while_start_submits_the_handlers_lets_start_return(
+    store: SubscribingStore,
+) -> None:
+    """A signal's `request_stop` between two handler submissions: start() returns, no error.
+
+    The first handler's loop leaves at once (the worker is draining) and its idle thread
+    takes the second loop instead of a new thread: that is a stop, not a thread that
+    could not start. Forced: the second submission waits until the pool's thread is idle.
+    """
+    worker = make_worker(store)
+    real_submit = TrackingExecutor.submit
+    submissions = [0]
+
+    def submit(pool: TrackingExecutor, fn: Callable[..., object], /, *args: object) -> Any:
+        submissions[0] += 1
+        if submissions[0] == 2:
+            worker.request_stop("a signal during start")
+            # The first loop left: its thread is idle (ThreadPoolExecutor's own count).
+            assert pool._idle_semaphore.acquire(timeout=MUST_HAPPEN)  # type: ignore[attr-defined]
+            pool._idle_semaphore.release()  # type: ignore[attr-defined]
+        return real_submit(pool, fn, *args)
+
+    try:
+        with mock.patch.object(TrackingExecutor, "submit", submit):
+            assert worker.start() is worker  # on main: RuntimeError "could not start ..."
+        report = worker.stop()
+        assert report.terminated, report
+        assert_nothing_left(worker, store, None)
+    finally:
+        worker.stop()
+
+
 @pytest.mark.parametrize("k", range(1, len(THREADS) + 1), ids=lambda k: THREADS[k - 1])
 def test_a_keyboard_interrupt_right_after_the_kth_thread_started_leaves_nothing_running(
     store: SubscribingStore, k: int
