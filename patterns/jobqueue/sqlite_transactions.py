@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from patterns.jobqueue.sqlite_checkpoint import WalRecovery
 from patterns.jobqueue.sqlite_schema import StoreFileError, is_busy
 from patterns.jobqueue.store import backoff
 
@@ -45,6 +46,7 @@ class SQLiteTransactions:
     _closed: bool
     _damage: str | None
     _conn: sqlite3.Connection
+    _wal: WalRecovery
 
     def _retry_busy(self, step: Callable[[], T], *, locked: bool = False) -> T:
         """Run ``step``, retrying a bounded number of times while the database is busy.
@@ -86,6 +88,8 @@ class SQLiteTransactions:
         if now is not None:
             return body(self._conn, now)
 
+        self._wal.before_write()  # a checkpoint owed since a write found the disk full
+
         def once() -> T:
             if self._damage is not None:
                 raise StoreFileError(self._damage)
@@ -105,6 +109,7 @@ class SQLiteTransactions:
             return self._retry_busy(once, locked=True)
         except sqlite3.DatabaseError as exc:
             self._raise_if_damaged(exc)
+            self._wal.after_failure(exc)  # a full disk: checkpoint, then raise as before
             raise
 
     def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
