@@ -35,6 +35,7 @@ import logging
 import os
 import sqlite3
 import threading
+import urllib.parse
 
 __all__ = [
     "IDLE_QUIET",
@@ -177,6 +178,8 @@ class WalRecovery:
     def __init__(self, path: str) -> None:
         self._path = path
         self._wal = "" if path in ("", ":memory:") else wal_path(path)
+        # Never creates the file: a database deleted meanwhile stays deleted.
+        self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=rw"
         self._owed = False  # a write failed for lack of space and no checkpoint finished since
         self._lock = threading.Lock()  # one checkpoint at a time; guards _owed's changes
 
@@ -200,7 +203,7 @@ class WalRecovery:
             owed = self._owed
             before = wal_size(self._wal)
             try:
-                conn = sqlite3.connect(self._path, timeout=0, isolation_level=None)
+                conn = sqlite3.connect(self._uri, uri=True, timeout=0, isolation_level=None)
                 try:
                     done = truncate_wal(conn)
                 finally:
