@@ -42,6 +42,10 @@ Guarantees:
       same mode.
     * The store's lock is never held while it sleeps between busy retries, and a renew
       touches the lease only (no payload is read).
+    * A write that fails because the disk is full raises as before, and the store then
+      checkpoints the WAL so that the ``-wal`` file gives its space back, now or, if the
+      disk is still too full for that, before the next write
+      (``patterns.jobqueue.sqlite_checkpoint`` says when else it does).
     * While anyone subscribes, a commit by another connection or process calls the
       subscribers within about ``watch_interval`` (a watcher thread reads ``PRAGMA
       data_version``), or within 0.1 s when it is the first after half a second without
@@ -69,7 +73,8 @@ See also:
     ``patterns.jobqueue.memory`` (the same contract in memory). This store's parts:
     ``patterns.jobqueue.sqlite_schema`` (the schema, migrations, opening checks and SQL),
     ``patterns.jobqueue.sqlite_transactions`` (``BEGIN IMMEDIATE``, busy retries, damage),
-    ``patterns.jobqueue.sqlite_watch`` (the ``data_version`` watcher behind ``subscribe``).
+    ``patterns.jobqueue.sqlite_watch`` (the ``data_version`` watcher behind ``subscribe``),
+    ``patterns.jobqueue.sqlite_checkpoint`` (WAL checkpoints: a full disk, a quiet file).
 
 Docs: docs/jobqueue/index.md
 """
@@ -86,6 +91,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from patterns.jobqueue import sqlite_schema
+from patterns.jobqueue.sqlite_checkpoint import WalRecovery
 from patterns.jobqueue.sqlite_schema import (
     CANCEL_EXPIRED_SQL,
     CLAIM_SQL,
@@ -228,6 +234,9 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
         # write is refused before it touches the file, so nothing is written into a file
         # that is known to be broken (a worker's row included) until it is reopened.
         self._damage: str | None = None
+        # The WAL checkpoint a write that found the disk full leaves owed, until one
+        # finishes (patterns.jobqueue.sqlite_checkpoint).
+        self._wal = WalRecovery(self._path)
         # The wake-ups (subscribe): handed the lock, a read of this connection's
         # data_version, the closed flag, and the busy retry (patterns.jobqueue.sqlite_watch).
         self._watch = DataVersionWatch(

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from patterns.jobqueue.deadline import acquire, give_up, time_left
+from patterns.jobqueue.sqlite_checkpoint import WalRecovery
 from patterns.jobqueue.sqlite_schema import StoreFileError, is_busy
 from patterns.jobqueue.store import backoff
 
@@ -48,6 +49,7 @@ class SQLiteTransactions:
     _busy_slice: float  # seconds one of SQLite's busy waits lasts (the connection's timeout)
     _damage: str | None
     _conn: sqlite3.Connection
+    _wal: WalRecovery
 
     def _retry_busy(self, step: Callable[[], T], *, locked: bool = False) -> T:
         """Run ``step``, retrying a bounded number of times while the database is busy.
@@ -116,6 +118,8 @@ class SQLiteTransactions:
         if now is not None:
             return body(self._conn, now)
 
+        self._wal.before_write()  # a checkpoint owed since a write found the disk full
+
         def once() -> T:
             if self._damage is not None:
                 raise StoreFileError(self._damage)
@@ -135,6 +139,7 @@ class SQLiteTransactions:
             return self._retry_busy(once, locked=True)
         except sqlite3.DatabaseError as exc:
             self._raise_if_damaged(exc)
+            self._wal.after_failure(exc)  # a full disk: checkpoint, then raise as before
             raise
 
     def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:

@@ -6,7 +6,9 @@ file's ``PRAGMA data_version`` every ``watch_interval`` seconds; when a connecti
 the store's own committed (a job enqueued by another process), it calls the subscribers.
 While no other connection commits, it looks less often (`WATCH_QUIET`, `WATCH_IDLE_INTERVAL`):
 each look costs a thread wake-up and a read, which were most of an idle worker's CPU. The
-first such commit it sees brings it back to ``watch_interval``.
+first such commit it sees brings it back to ``watch_interval``. Between looks it also runs
+the WAL checkpoints of `~patterns.jobqueue.sqlite_checkpoint.WatchCheckpoints` (a ``-wal``
+file that outgrows the disk's free space, or a big one in a quiet spell).
 
 The store hands it what it needs (its lock, a read of its connection's ``data_version``, its
 closed flag, its busy retry) rather than itself. Messages are logged on the store's logger,
@@ -25,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from patterns.jobqueue.sqlite_checkpoint import WatchCheckpoints
 from patterns.jobqueue.sqlite_schema import RetryBusy, StoreFileError, is_busy
 from patterns.jobqueue.store import check_time
 
@@ -262,13 +265,19 @@ class DataVersionWatch:
             )
 
     def _run(self, watcher: _Watcher, interval: float) -> None:
-        """The watcher thread: look until stopped (`_Looks` says when); log its death."""
+        """The watcher thread: look until stopped (`_Looks` says when); log its death.
+
+        Between looks it checkpoints the WAL when `WatchCheckpoints` says so.
+        """
         looks = _Looks(interval)
+        checkpoints = WatchCheckpoints(self._path)
         try:
             while not self._wait(watcher.stop, looks.interval):
+                seen = watcher.seen
                 changed = self._changed_elsewhere(watcher)
                 if changed:
                     self._fire()
+                checkpoints.after_look(watcher.conn, watcher.seen != seen, looks.interval)
                 looks.after_look(changed)  # the store's own commits leave it backed off
         except BaseException:  # logged: a silent death would leave subscribers only their polls
             logger.exception(
