@@ -188,8 +188,14 @@ class Database:
         self._conn = None
         if old is not None:
             old.close()
+        left = time_left(time.monotonic())
+        extra: dict[str, Any] = {}
+        if left is not None:  # under a stop's deadline; libpq's shortest wait is 2 s
+            extra["connect_timeout"] = max(
+                2, min(int(_CONNECT_DEFAULTS["connect_timeout"]), math.ceil(left))
+            )
         conn: psycopg.Connection[tuple[Any, ...]] = self._pg.connect(
-            self.conninfo, autocommit=False
+            self.conninfo, autocommit=False, **extra
         )
         try:
             if not self._prepared:
