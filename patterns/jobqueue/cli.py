@@ -103,6 +103,7 @@ from patterns.jobqueue.postgres import (
 )
 from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore, StoreFileError
 from patterns.jobqueue.sqlite_schema import is_busy
+from patterns.jobqueue.sqlite_watch import WATCH_IDLE_INTERVAL, WATCH_QUIET
 from patterns.jobqueue.store import (
     FINISHED_STATES,
     MAX_ATTEMPTS_LIMIT,
@@ -362,8 +363,9 @@ def _worker_arguments(worker: argparse.ArgumentParser) -> None:
         type=_seconds("watch-interval", minimum=0, inclusive=True, maximum=_MAX_WAIT),
         default=WATCH_INTERVAL,
         help="SQLite: seconds between looks for a commit by another process, which wakes "
-        f"an idle worker at once; 0 turns it off (default: {WATCH_INTERVAL:g}; PostgreSQL "
-        "wakes through LISTEN/NOTIFY and ignores it)",
+        f"an idle worker at once; after {WATCH_QUIET:g} s without one, it looks less often, "
+        f"up to {WATCH_IDLE_INTERVAL:g} s apart (or this, if longer); 0 turns it off "
+        f"(default: {WATCH_INTERVAL:g}; PostgreSQL wakes through LISTEN/NOTIFY and ignores it)",
     )
     worker.add_argument(
         "--lease",
