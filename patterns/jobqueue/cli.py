@@ -43,8 +43,9 @@ Exit status:
        for ``--store-outage-limit`` seconds (the report's ``failure``, logged)
 2      the command did nothing: bad command-line input, an unimportable ``--tasks``, no
        such queue or job, a file that is not a store, a store that cannot be used (a
-       read-only file, an unreachable server), or a refused request (``requeue`` of a job
-       that is not failed, ``cancel`` of a finished job)
+       read-only file, an unreachable server, a file whose write lock another connection
+       held through the store's retries, about 26 s), or a refused request (``requeue``
+       of a job that is not failed, ``cancel`` of a finished job)
 3      ``worker``: the shutdown budget ran out with jobs still running (the report's
        ``still_running``): each was released at the deadline (attempt given back, its
        late outcome refused), or, if its release failed, keeps its lease and runs again
@@ -66,7 +67,8 @@ Exit status:
 ====== =================================================================================
 
 Every error is one line on stderr, never a traceback; a command other than ``worker``
-does not print the store's retries, only the error that ends them. This module and
+does not print the store's retries, only the error that ends them (for a locked SQLite
+file, with how long it waited). This module and
 `patterns.jobqueue.demo` print: they are the user interface. The library logs.
 
 Docs: docs/jobqueue/operations.md
@@ -87,6 +89,7 @@ import re
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -99,6 +102,8 @@ from patterns.jobqueue.postgres import (
     is_postgres_url,
 )
 from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore, StoreFileError
+from patterns.jobqueue.sqlite_schema import is_busy
+from patterns.jobqueue.sqlite_watch import WATCH_IDLE_INTERVAL, WATCH_QUIET
 from patterns.jobqueue.store import (
     FINISHED_STATES,
     MAX_ATTEMPTS_LIMIT,
@@ -358,8 +363,9 @@ def _worker_arguments(worker: argparse.ArgumentParser) -> None:
         type=_seconds("watch-interval", minimum=0, inclusive=True, maximum=_MAX_WAIT),
         default=WATCH_INTERVAL,
         help="SQLite: seconds between looks for a commit by another process, which wakes "
-        f"an idle worker at once; 0 turns it off (default: {WATCH_INTERVAL:g}; PostgreSQL "
-        "wakes through LISTEN/NOTIFY and ignores it)",
+        f"an idle worker at once; after {WATCH_QUIET:g} s without one, it looks less often, "
+        f"up to {WATCH_IDLE_INTERVAL:g} s apart (or this, if longer); 0 turns it off "
+        f"(default: {WATCH_INTERVAL:g}; PostgreSQL wakes through LISTEN/NOTIFY and ignores it)",
     )
     worker.add_argument(
         "--lease",
@@ -532,11 +538,19 @@ def _output_lost(exc: OutputLost) -> int:
     return EXIT_OUTPUT
 
 
+# The stores' loggers. PostgreSQL marks its retries' records with a ``retry`` attribute;
+# SQLite's busy retries are known by their message ("...: database busy (...), retry 1 of 4").
+_STORE_LOGGERS = ("patterns.jobqueue.postgres", "patterns.jobqueue.sqlite")
+_RETRY_MESSAGE = re.compile(r"\bretry %d of %d\b")
+
+
 class _NoRetries(logging.Filter):
-    """Drops the records of a store call's retries (marked with a ``retry`` attribute)."""
+    """Drops the records of a store call's retries."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not hasattr(record, "retry")
+        if hasattr(record, "retry"):
+            return False
+        return not (isinstance(record.msg, str) and _RETRY_MESSAGE.search(record.msg))
 
 
 @contextlib.contextmanager
@@ -545,13 +559,15 @@ def _without_retry_warnings() -> Iterator[None]:
 
     The worker, a long-running process, logs each retry: an operator watches its log.
     """
-    store_logger = logging.getLogger("patterns.jobqueue.postgres")
     quiet = _NoRetries()
-    store_logger.addFilter(quiet)
+    loggers = [logging.getLogger(name) for name in _STORE_LOGGERS]
+    for store_logger in loggers:
+        store_logger.addFilter(quiet)
     try:
         yield
     finally:
-        store_logger.removeFilter(quiet)
+        for store_logger in loggers:
+            store_logger.removeFilter(quiet)
 
 
 # --- the queue: which one, opened how --------------------------------------------------------
@@ -621,12 +637,18 @@ def _open_store(
 def _with_store(args: argparse.Namespace, action: Callable[[Store], T], *, what: str) -> T:
     """Open the queue, run ``action`` on it, close it; a store error is one line, exit 2."""
     store = _open_store(args.db, create=args.command == "enqueue")
+    began = time.monotonic()
     try:
         return action(store)
     except (TypeError, ValueError, StoreFileError) as exc:  # a refused argument, a bad file
         raise UsageError(str(exc)) from exc  # (a StoreFileError names the file itself)
     except _store_errors() as exc:
-        raise UsageError(f"{_shown(args.db)}: cannot {what}: {exc}") from exc
+        detail = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
+            # The store's retries waited for another connection's write lock: say how long.
+            waited = time.monotonic() - began
+            detail += f" (another connection still held the write lock after {waited:.1f} s)"
+        raise UsageError(f"{_shown(args.db)}: cannot {what}: {detail}") from exc
     finally:
         store.close()
 

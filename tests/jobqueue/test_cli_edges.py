@@ -496,6 +496,17 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     assert seen == [WATCH_INTERVAL if expected is None else expected]
 
 
+def test_the_watch_interval_help_names_the_back_off(capsys: pytest.CaptureFixture[str]) -> None:
+    """The help says when the looks slow down and how far, from the watcher's own constants."""
+    from patterns.jobqueue.sqlite_watch import WATCH_IDLE_INTERVAL, WATCH_QUIET  # noqa: PLC0415
+
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"after {WATCH_QUIET:g} s without one, it looks less often, " in text
+    assert f"up to {WATCH_IDLE_INTERVAL:g} s apart (or this, if longer)" in text
+
+
 def test_the_command_line_loads_psycopg_only_for_a_postgresql_queue() -> None:
     """Importing psycopg costs a process about 30 ms at exit: a SQLite worker never pays it.
 

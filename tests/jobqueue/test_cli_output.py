@@ -1,16 +1,19 @@
-"""The command line when its own output cannot be written, and when the server cannot be reached.
+"""The command line when its output cannot be written, its server is gone or its file locked.
 
 Each test runs ``python -m patterns.jobqueue`` as a child process with a real standard
 output: a pipe whose read end is closed before the child starts (every write fails with
 EPIPE, whatever the buffering), a real ``| head -1``, or ``/dev/full`` (every write fails
 with ENOSPC). The child runs with the shell's default buffering, so output that fits the
-buffer fails only when it is flushed.
+buffer fails only when it is flushed. A file is locked by a connection of the test's
+holding ``BEGIN IMMEDIATE``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -236,3 +239,87 @@ def test_the_worker_still_logs_each_retry_on_an_unreachable_server(unreachable_u
     assert result.returncode == 2
     assert result.stderr.count("retry ") == 4, result.stderr
     assert result.stderr.splitlines()[-1].startswith(ERROR)
+
+
+# --- a file locked by another connection ----------------------------------------------------
+
+# The CLI in a child with SQLite's busy wait cut from 5 s to 50 ms per attempt, so that the
+# store gives up on a locked file after its five attempts in about a second, not 26 s.
+SHORT_BUSY_WAIT = """
+import sys
+import patterns.jobqueue.sqlite as sqlite_store
+sqlite_store.BUSY_TIMEOUT = 0.05
+from patterns.jobqueue.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def run_short_busy_wait(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with a 50 ms busy wait per attempt; stdout and stderr are captured."""
+    return subprocess.run(
+        [sys.executable, "-c", SHORT_BUSY_WAIT, *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+
+
+@pytest.fixture
+def locked(queue: Path) -> Iterator[Path]:
+    """The queue, with another connection holding its write lock (``BEGIN IMMEDIATE``)."""
+    conn = sqlite3.connect(queue, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield queue
+    finally:
+        conn.close()
+
+
+WRITING = [
+    pytest.param(["enqueue", "echo", "{}"], "enqueue", id="enqueue"),
+    pytest.param(["workers"], "list the workers", id="workers"),
+    pytest.param(["cancel", "1"], "cancel the job", id="cancel"),
+    pytest.param(["requeue", "1"], "requeue the job", id="requeue"),
+    pytest.param(["purge"], "purge jobs", id="purge"),
+]
+
+
+@pytest.mark.parametrize(("command", "what"), WRITING)
+def test_a_command_on_a_locked_file_is_one_line_saying_how_long_it_waited(
+    locked: Path, command: list[str], what: str
+) -> None:
+    """The store's busy retries are not printed; the error names the lock and the wait."""
+    result = run_short_busy_wait(["--db", str(locked), *command])
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"{ERROR}{locked}: cannot {what}: database is locked (another ")
+    assert re.search(r"still held the write lock after \d+\.\d s\)$", line), line
+
+
+def test_the_worker_still_logs_each_busy_retry_on_a_locked_file(locked: Path) -> None:
+    """The worker, a long-running process, logs the retries that one-shot commands keep quiet."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SHORT_BUSY_WAIT, "--db", str(locked), "worker",
+         "--tasks", "patterns.jobqueue.demo_tasks:tasks"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )  # fmt: skip
+    assert worker.stderr is not None
+    seen = ""
+    try:
+        for line in worker.stderr:  # until its first retry (the test's timeout bounds it)
+            if "retry 1 of 4" in line:
+                seen = line
+                break
+    finally:
+        worker.kill()
+        worker.wait(MUST_HAPPEN)
+        worker.stderr.close()
+    assert "database busy (database is locked), retry 1 of 4" in seen
