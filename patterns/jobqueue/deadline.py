@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 _bounds = threading.local()  # .deadlines: the Deadline objects this thread runs under
 
 LAST_TRY = 0.1
-"""Seconds a store call that begins after its deadline still gets: one quick try.
+"""Seconds a store call that begins after its deadline still gets, for one quick try.
 
 The releases a stop writes at its deadline need it; a healthy database answers them in
 milliseconds, a blocked one makes them give up at once.

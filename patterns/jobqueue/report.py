@@ -104,7 +104,7 @@ class WorkerReport:
 
     @property
     def unsettled(self) -> tuple[int, ...]:
-        """Jobs whose outcome could not be written: each keeps its lease until it expires."""
+        """Jobs whose outcome could not be written; each keeps its lease until it expires."""
         return tuple(sorted(i for i, o in self.outcomes.items() if o is Outcome.UNSETTLED))
 
     @property

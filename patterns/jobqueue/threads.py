@@ -21,7 +21,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import ParamSpec
 
@@ -48,7 +47,8 @@ class ThreadMarks:
     """
 
     def __init__(
-        self, around: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext
+        self,
+        around: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
         self._marks: list[_Mark] = []  # appended before the thread starts
         self._around = around  # entered by each thread around its target
