@@ -538,19 +538,15 @@ def _output_lost(exc: OutputLost) -> int:
     return EXIT_OUTPUT
 
 
-# The stores' loggers. PostgreSQL marks its retries' records with a ``retry`` attribute;
-# SQLite's busy retries are known by their message ("...: database busy (...), retry 1 of 4").
+# The stores' loggers; both mark their retries' records with a ``retry`` attribute.
 _STORE_LOGGERS = ("patterns.jobqueue.postgres", "patterns.jobqueue.sqlite")
-_RETRY_MESSAGE = re.compile(r"\bretry %d of %d\b")
 
 
 class _NoRetries(logging.Filter):
     """Drops the records of a store call's retries."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if hasattr(record, "retry"):
-            return False
-        return not (isinstance(record.msg, str) and _RETRY_MESSAGE.search(record.msg))
+        return not hasattr(record, "retry")
 
 
 @contextlib.contextmanager

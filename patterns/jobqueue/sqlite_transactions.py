@@ -95,6 +95,7 @@ class SQLiteTransactions:
                 attempt,
                 _BUSY_RETRIES - 1,
                 pause,
+                extra={"retry": True},  # a one-shot command leaves these out (as PostgreSQL's)
             )
             time.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
