@@ -26,7 +26,15 @@ from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker import Step, Worker, WorkerReport, WorkerState
-from tests.support import MUST_HAPPEN, NOISE, Gate, elapsed, join_or_fail, run_in_thread
+from tests.support import (
+    MUST_HAPPEN,
+    NOISE,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    wait_until,
+)
 
 NAME = "w-start"
 CONCURRENCY = 2
@@ -319,6 +327,39 @@ def test_a_stop_racing_start_is_bounded_never_raises_and_leaves_nothing_running(
         assert isinstance(started.get("error"), RuntimeError), started
         assert_nothing_left(worker, store, job_id)
         assert worker.stop() is stopped["result"]
+    finally:
+        gate.open()
+        worker.stop()
+
+
+def test_a_stop_requested_while_the_handler_threads_start_lets_the_start_finish(
+    store: SubscribingStore,
+) -> None:
+    """A signal's `request_stop` during start() is a stop, not a failed start.
+
+    The start is parked before the second handler thread; another thread requests the
+    stop (as the first SIGTERM does), and the first handler's loop leaves at once, so
+    the pool has an idle thread and reuses it for the second instead of starting one.
+    That is no missing thread: start() returns, and the stop finds nothing running.
+    """
+    job_id = store.enqueue("t")
+    gate = Gate("start parked before handler-2")
+    worker = make_worker(store)
+    try:
+        with parked_before("handler-2", gate):
+            starter, started = run_in_thread(worker.start, "starter")
+            gate.wait_reached()
+            worker.request_stop("SIGTERM received")
+            # The pool's own count of idle threads (CPython's ThreadPoolExecutor).
+            idle = worker._executor._idle_semaphore  # type: ignore[attr-defined]
+            wait_until(lambda: idle._value > 0, "the first handler thread is idle")
+            gate.open()
+            join_or_fail(starter)
+        assert started.get("result") is worker, started
+        report = worker.stop()
+        assert report.terminated
+        assert report.completed == ()
+        assert_nothing_left(worker, store, job_id)
     finally:
         gate.open()
         worker.stop()
