@@ -1,0 +1,126 @@
+"""The worker command's signals while its worker lives: stop, force the exit, report the state.
+
+TL;DR: ``with WorkerSignals(guard) as signals:`` installs `SignalHandlers` for SIGTERM,
+SIGINT and SIGHUP over the `SignalGuard`'s handlers and takes what the guard recorded
+during start-up. The first stop signal stops the worker attached with `attach`, or,
+before that, keeps it from starting (`attach` says why); a second one exits at once with
+128 + its number. SIGUSR1 logs one line of the worker's state from a thread of its own.
+`close` puts the guard's handlers back: from then on the process ignores those signals.
+
+See also: `patterns.jobqueue.signal_guard` (before and after), `patterns.exit_hooks`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+from typing import Self
+
+from patterns.exit_hooks import SignalHandlers
+from patterns.jobqueue.signal_guard import STATUS_SIGNAL, STOP_SIGNALS, SignalGuard
+from patterns.jobqueue.worker import Worker
+
+__all__ = ["WorkerSignals"]
+
+logger = logging.getLogger(__name__)
+
+_JOIN = 1.0  # seconds close() waits for the status thread, which only logs
+
+
+class WorkerSignals:
+    """The stop signals reach the worker; SIGUSR1 logs its state (see the module).
+
+    Lifecycle: entering starts (main thread only); `close` (or leaving) stops, once.
+    """
+
+    def __init__(self, guard: SignalGuard) -> None:
+        self._guard = guard
+        self._handlers = SignalHandlers(self._on_stop, STOP_SIGNALS)
+        # Guards _worker and _reason: written by attach() (main thread) and by the first
+        # stop signal (SignalHandlers' on_stop thread); read by the status thread.
+        self._lock = threading.Lock()
+        self._worker: Worker | None = None
+        self._reason: str | None = None  # why a stop was asked for, once one was
+        # SIGUSR1 puts an item (a reentrant C put, safe in a signal handler); None ends the
+        # status thread, the only reader.
+        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._status = threading.Thread(
+            target=self._report_status, name="status-on-sigusr1", daemon=True
+        )
+        self._closed = False
+
+    def __enter__(self) -> Self:
+        self._handlers.start()
+        try:
+            early = self._guard.hand_over()  # what came before start() replaced its handlers
+            if early is not None:
+                self._stop(f"{early.name} during start-up")
+            self._status.start()
+            self._guard.report_status = functools.partial(self._requests.put, STATUS_SIGNAL)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def reason(self) -> str | None:
+        """Why a stop was asked for, or None while none was."""
+        with self._lock:
+            return self._reason
+
+    def attach(self, worker: Worker) -> str | None:
+        """Send the stop signals to ``worker`` from now on; or, if one came first, why not.
+
+        A worker refused here must not start: the signal asked to stop before it did.
+        """
+        with self._lock:
+            if self._reason is None:
+                self._worker = worker
+            return self._reason
+
+    def close(self) -> None:
+        """Put the guard's handlers back (they ignore a stop signal), end the status thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._guard.report_status = None
+        self._requests.put(None)
+        if self._status.ident is not None:  # started
+            self._status.join(_JOIN)
+        self._handlers.stop()
+
+    def _on_stop(self) -> None:
+        first = self._handlers.first_signal
+        self._stop(f"{first.name if first is not None else 'a signal'} received")
+
+    def _stop(self, reason: str) -> None:
+        with self._lock:
+            self._reason = self._reason or reason
+            worker = self._worker
+        if worker is not None:
+            worker.request_stop(reason)
+
+    def _report_status(self) -> None:
+        while self._requests.get() is not None:
+            try:
+                logger.info("SIGUSR1: %s", self._status_line())
+            except Exception:
+                logger.exception("SIGUSR1: could not read the worker's state")
+
+    def _status_line(self) -> str:
+        with self._lock:
+            worker, reason = self._worker, self._reason
+        if worker is None:
+            return f"starting up, no worker yet{'; stopping: ' + reason if reason else ''}"
+        stats = worker.stats()
+        running = worker.running_jobs()
+        return (
+            f"worker {worker.name} {stats.state.upper()}: running job(s) {running or 'none'}; "
+            f"claimed {stats.claimed}, done {stats.done}, retried {stats.retried}, "
+            f"failed {stats.failed}, cancelled {stats.cancelled}, released {stats.released}, "
+            f"lost {stats.lost}, errors {stats.errors}"
+        )
