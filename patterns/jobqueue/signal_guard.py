@@ -9,7 +9,7 @@ after the stop, the guard's are there again and ignore those signals (one line e
 so the exit status stays the report's. ``release()`` gives a command that is not
 ``worker`` the default handlers back, and redelivers what was recorded.
 
-SIGUSR1 asks for the worker's state: the guard calls the callback `report_status` set
+SIGUSR1 asks for the worker's state: the guard calls `SignalGuard.report_status`, set
 while a worker runs (it must be safe in a signal handler: ``queue.SimpleQueue.put``),
 and says "starting up" or "exiting" otherwise.
 
@@ -26,11 +26,11 @@ from types import FrameType
 
 __all__ = ["STATUS_SIGNAL", "STOP_SIGNALS", "SignalGuard"]
 
-#: The signals that stop a worker: a supervisor's, Ctrl-C, and the hang-up of its terminal.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: The signals that stop a worker (a supervisor's, Ctrl-C, and the hang-up of its terminal).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 #: The signal that asks a running worker for one line of its state.
-STATUS_SIGNAL = signal.SIGUSR1
+STATUS_SIGNAL: signal.Signals = signal.SIGUSR1
 
 _Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 

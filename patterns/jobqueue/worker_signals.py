@@ -1,11 +1,13 @@
 """The worker command's signals while its worker lives: stop, force the exit, report the state.
 
-TL;DR: ``with WorkerSignals(guard) as signals:`` installs `SignalHandlers` for SIGTERM,
-SIGINT and SIGHUP over the `SignalGuard`'s handlers and takes what the guard recorded
-during start-up. The first stop signal stops the worker attached with `attach`, or,
-before that, keeps it from starting (`attach` says why); a second one exits at once with
-128 + its number. SIGUSR1 logs one line of the worker's state from a thread of its own.
-`close` puts the guard's handlers back: from then on the process ignores those signals.
+TL;DR: ``with WorkerSignals(guard) as signals:`` installs
+`~patterns.exit_hooks.SignalHandlers` for SIGTERM, SIGINT and SIGHUP over the handlers of
+the `~patterns.jobqueue.signal_guard.SignalGuard` and takes what the guard recorded during
+start-up. The first stop signal stops the worker attached with `WorkerSignals.attach`,
+or, before that, keeps it from starting (``attach`` says why); a second one exits at
+once with 128 + its number. SIGUSR1 logs one line of the worker's state from a thread of
+its own. `WorkerSignals.close` puts the guard's handlers back: from then on the process
+ignores those signals.
 
 See also: `patterns.jobqueue.signal_guard` (before and after), `patterns.exit_hooks`.
 """
