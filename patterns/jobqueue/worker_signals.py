@@ -18,6 +18,7 @@ import functools
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import Self
 
 from patterns.exit_hooks import SignalHandlers
@@ -31,6 +32,26 @@ logger = logging.getLogger(__name__)
 _JOIN = 1.0  # seconds close() waits for the status thread, which only logs
 
 
+class _Dispatcher(SignalHandlers):
+    """`SignalHandlers` whose dispatcher thread also passes `STATUS_SIGNAL` on to ``on_status``.
+
+    Its dispatcher reads every signal that has a Python-level handler (the guard keeps one
+    on SIGUSR1), and a thread is what must answer: the handler itself runs in the main
+    thread only once that thread runs Python code, which it may not do for the whole
+    drain when the signal was delivered to another thread.
+    """
+
+    def __init__(self, on_stop: Callable[[], object], on_status: Callable[[], object]) -> None:
+        super().__init__(on_stop, STOP_SIGNALS)
+        self._on_status = on_status
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == STATUS_SIGNAL:
+            self._on_status()  # a put: the dispatcher stays free for a second stop signal
+            return
+        super()._on_signal(signum)
+
+
 class WorkerSignals:
     """The stop signals reach the worker; SIGUSR1 logs its state (see the module).
 
@@ -39,15 +60,17 @@ class WorkerSignals:
 
     def __init__(self, guard: SignalGuard) -> None:
         self._guard = guard
-        self._handlers = SignalHandlers(self._on_stop, STOP_SIGNALS)
+        # SIGUSR1 puts an item, from the dispatcher thread; None ends the status thread,
+        # the only reader.
+        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._handlers = _Dispatcher(
+            self._on_stop, functools.partial(self._requests.put, STATUS_SIGNAL)
+        )
         # Guards _worker and _reason: written by attach() (main thread) and by the first
         # stop signal (SignalHandlers' on_stop thread); read by the status thread.
         self._lock = threading.Lock()
         self._worker: Worker | None = None
         self._reason: str | None = None  # why a stop was asked for, once one was
-        # SIGUSR1 puts an item (a reentrant C put, safe in a signal handler); None ends the
-        # status thread, the only reader.
-        self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._status = threading.Thread(
             target=self._report_status, name="status-on-sigusr1", daemon=True
         )
@@ -60,7 +83,9 @@ class WorkerSignals:
             if early is not None:
                 self._stop(f"{early.name} during start-up")
             self._status.start()
-            self._guard.report_status = functools.partial(self._requests.put, STATUS_SIGNAL)
+            # The dispatcher answers SIGUSR1 now; the guard's own handler stays, silent,
+            # so that the signal's default action (death) never happens.
+            self._guard.report_status = _silent
         except BaseException:
             self.close()
             raise
@@ -89,11 +114,11 @@ class WorkerSignals:
         if self._closed:
             return
         self._closed = True
+        self._handlers.stop()  # the dispatcher has left: SIGUSR1 is the guard's alone again
         self._guard.report_status = None
         self._requests.put(None)
         if self._status.ident is not None:  # started
             self._status.join(_JOIN)
-        self._handlers.stop()
 
     def _on_stop(self) -> None:
         first = self._handlers.first_signal
@@ -126,3 +151,7 @@ class WorkerSignals:
             f"failed {stats.failed}, cancelled {stats.cancelled}, released {stats.released}, "
             f"lost {stats.lost}, errors {stats.errors}"
         )
+
+
+def _silent() -> None:
+    """The guard's SIGUSR1 while the dispatcher answers it: nothing (no default action)."""

@@ -52,9 +52,16 @@ def blocks(payload, ctx):
 class Child:
     """A CLI child process whose stdout and stderr lines can be awaited one marker at a time."""
 
-    def __init__(self, args: list[str], cwd: Path, *, stdin: str | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        cwd: Path,
+        *,
+        stdin: str | None = None,
+        python: tuple[str, ...] = ("-m", "patterns.jobqueue"),
+    ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "patterns.jobqueue", *args],
+            [sys.executable, *python, *args],
             cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

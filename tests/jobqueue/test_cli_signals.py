@@ -118,6 +118,35 @@ def test_sigusr1_logs_one_line_of_the_workers_state_and_it_goes_on(workdir: Path
     assert status(workdir) == DONE_ONE
 
 
+# ``python -m patterns.jobqueue ARGS`` whose main thread never takes SIGUSR1: the kernel
+# delivers it to another thread (as it may whenever the main thread has a signal pending),
+# and the main thread, blocked in a wait, does not run Python's handler until it wakes.
+SIGUSR1_ELSEWHERE = r"""
+import runpy, signal, sys, threading
+
+def unblock(frame, event, arg):  # each new thread's first event: it takes SIGUSR1
+    sys.setprofile(None)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+
+threading.setprofile(unblock)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+runpy.run_module("patterns.jobqueue", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_sigusr1_is_answered_when_a_thread_other_than_main_receives_it(workdir: Path) -> None:
+    """The state line comes from a thread that reads the signal, not from the main thread."""
+    assert run_cli(["--db", "q.db", "enqueue", "blocks"], workdir).returncode == 0
+    child = Child([*WORKER, "--stop-timeout", "60"], workdir, python=("-c", SIGUSR1_ELSEWHERE))
+    try:
+        child.expect("out", "started 1")
+        child.proc.send_signal(signal.SIGUSR1)
+        assert "RUNNING: running job(s) [1]" in child.expect("err", "SIGUSR1:")
+        finish_with_sigterm(child)
+    finally:
+        child.close()
+
+
 # --- before the worker starts -------------------------------------------------------------------
 
 # Runs ``python -m patterns.jobqueue ARGS`` as the interpreter does, with a checkpoint: the
