@@ -9,9 +9,9 @@ after the stop, the guard's are there again and ignore those signals (one line e
 so the exit status stays the report's. ``release()`` gives a command that is not
 ``worker`` the default handlers back, and redelivers what was recorded.
 
-SIGUSR1 asks for the worker's state: the guard calls `SignalGuard.report_status`, set
-while a worker runs (it must be safe in a signal handler: ``queue.SimpleQueue.put``),
-and says "starting up" or "exiting" otherwise.
+SIGUSR1 asks for the worker's state. While a worker runs, the command's dispatcher thread
+answers it and sets `SignalGuard.report_status` to a silent callback; otherwise the guard
+says "starting up" or "exiting". Either way its handler stays, so SIGUSR1 never kills.
 
 Only `signal` and `os` (already loaded by the interpreter) are imported here: the
 handlers must be in place long before the worker's modules are.
@@ -48,7 +48,8 @@ class SignalGuard:
         self._previous: dict[signal.Signals, _Handler] = {}
         self._early: list[signal.Signals] = []  # stop signals before hand_over()
         self._handed_over = False  # from hand_over() on, a stop signal here is late
-        #: Called by SIGUSR1 while a worker runs (set and cleared by the command).
+        #: Called by SIGUSR1 instead of the guard's line (set and cleared by the command;
+        #: it runs in a signal handler, so it must take no lock).
         self.report_status: Callable[[], object] | None = None
 
     def install(self) -> SignalGuard:

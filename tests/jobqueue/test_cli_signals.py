@@ -93,7 +93,7 @@ def test_sigquit_prints_every_threads_stack_and_the_worker_goes_on(workdir: Path
         child.proc.send_signal(signal.SIGQUIT)
         child.expect("err", "in blocks")  # the handler thread, blocked in the task function
         child.expect("err", "Current thread")  # the main thread's stack comes last
-        child.expect("err", "in wait_stop_requested")
+        child.expect("err", "in _guarded_worker")  # the command, starting or running the worker
         finish_with_sigterm(child)
     finally:
         child.close()
