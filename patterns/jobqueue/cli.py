@@ -60,6 +60,8 @@ Exit status:
 141    a command that only reads (or ``demo``) found its output pipe closed
        (``list | head -1``): it stops quietly, as a process killed by SIGPIPE would (128 + 13)
 143    a second SIGTERM forced the exit (128 + 15), as for 129
+128+n  killed by signal n (Python's ``subprocess`` says -n): SIGKILL; for other commands
+       SIGTERM, SIGHUP, SIGUSR1; any signal but SIGQUIT in the interpreter's own start-up
 ====== =================================================================================
 
 Signals (``worker``; SIGQUIT for every command):
