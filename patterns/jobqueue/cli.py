@@ -23,8 +23,7 @@ live workers. ``requeue`` puts a failed job back in the queue (attempts reset, l
 kept), ``cancel`` cancels a queued job or asks a running one's worker to cancel it,
 ``purge`` deletes finished jobs. ``worker`` runs a ``Worker`` with the handlers of the
 ``TaskRegistry`` named by ``MODULE:ATTRIBUTE`` (importable from the current directory or
-``PYTHONPATH``), logging to stderr; the first SIGTERM or SIGINT starts the graceful stop
-(DRAINING, then CANCELLING, within ``--stop-timeout``), a second one exits at once.
+``PYTHONPATH``), logging to stderr, until a signal stops it (see Signals below).
 ``demo`` runs a self-contained walkthrough on a temporary database
 (`patterns.jobqueue.demo`).
 
@@ -37,7 +36,8 @@ path, or a database without the schema) instead of creating it; ``:memory:`` and
 Exit status:
 
 ====== =================================================================================
-0      done (``worker``: stopped cleanly, nothing left running)
+0      done (``worker``: stopped cleanly, nothing left running; or stopped by a signal
+       during start-up before it claimed anything, which one line says)
 1      ``worker``: stopped, but a thread died with an exception, a worker thread did not
        end within the budget while no job was running, or the store failed every claim
        for ``--store-outage-limit`` seconds (the report's ``failure``, logged)
@@ -58,13 +58,38 @@ Exit status:
        locked by another connection, say): the stop gave up on it at the deadline (the
        report's ``store_gave_up``); the jobs whose outcome or release it could not write
        keep their lease and run again once it expires
-130    a second SIGINT forced the exit (128 + 2), or a SIGINT came before the worker's
-       handlers were installed or after they were put back (during start-up, say): what
-       had started was stopped, and one line says "interrupted"
+129    ``worker``: a second SIGHUP forced the exit (128 + 1), during the stop or the
+       start-up; the jobs it was running keep their lease and run again once it expires
+130    a second SIGINT forced the exit (128 + 2), as for 129; or a command other than
+       ``worker`` got a SIGINT: what had started was stopped, and one line says "interrupted"
 141    a command that only reads (or ``demo``) found its output pipe closed
        (``list | head -1``): it stops quietly, as a process killed by SIGPIPE would (128 + 13)
-143    a second SIGTERM forced the exit (128 + 15)
+143    a second SIGTERM forced the exit (128 + 15), as for 129
+128+n  killed by signal n (Python's ``subprocess`` says -n): SIGKILL; for other commands
+       SIGTERM, SIGHUP, SIGUSR1; any signal but SIGQUIT in the interpreter's own start-up
 ====== =================================================================================
+
+Signals (``worker``; SIGQUIT for every command):
+
+=============== ==========================================================================
+SIGTERM, SIGINT the first starts the graceful stop (DRAINING, then CANCELLING, within
+or SIGHUP       ``--stop-timeout``), a second forces the exit (above). From the first line
+                of ``__main__`` (before the imports) until the worker starts, the first is
+                recorded and the worker stops before it claims anything: exit 0. After the
+                stop, until the process exits, each is ignored with one line: the status
+                stays the report's
+SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on
+SIGUSR1         one log line: the worker's state, its running job ids and its counters
+SIGKILL         the process dies; its running jobs keep their lease and run again once it
+                expires
+SIGPIPE         ignored by Python: a write to a closed pipe fails instead (141, 4 above)
+=============== ==========================================================================
+
+Other commands get the default actions once the command line is parsed: SIGINT is
+"interrupted" (130), SIGTERM, SIGHUP and SIGUSR1 kill (a shell says 128 + the number),
+and one that came during start-up is delivered then. A signal in the interpreter's own
+start-up, before ``__main__``'s first line (20 ms or more, with ``site``), meets
+Python's defaults: it kills, or SIGINT prints a ``KeyboardInterrupt`` traceback.
 
 Every error is one line on stderr, never a traceback; a command other than ``worker``
 does not print the store's retries, only the error that ends them (for a locked SQLite
@@ -101,6 +126,7 @@ from patterns.jobqueue.postgres import (
     StoreUnavailable,
     is_postgres_url,
 )
+from patterns.jobqueue.signal_guard import SignalGuard
 from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore, StoreFileError
 from patterns.jobqueue.sqlite_schema import is_busy
 from patterns.jobqueue.sqlite_watch import WATCH_IDLE_INTERVAL, WATCH_QUIET
@@ -118,6 +144,7 @@ from patterns.jobqueue.store import (
 )
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker import Worker, WorkerReport
+from patterns.jobqueue.worker_signals import WorkerSignals
 from patterns.thread_exceptions import LoggingExcepthook
 
 __all__ = [
@@ -450,10 +477,16 @@ def _changing_commands(command: _Command) -> None:
 # --- main: parse, run one command, report -----------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (see the module docstring)."""
+def main(argv: Sequence[str] | None = None, *, guard: SignalGuard | None = None) -> int:
+    """Run the command line; return the exit status (see the module docstring).
+
+    ``guard``: the handlers ``__main__`` installed before its imports. ``worker`` keeps
+    them until the process exits; any other command gets the default handlers back.
+    """
     try:
         args = _parser().parse_args(argv)
+        if guard is not None and args.command != "worker":
+            guard.release()  # a SIGINT it held raises KeyboardInterrupt here: "interrupted"
         if args.command == "demo":
             try:
                 return demo.run()
@@ -461,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise OutputLost(exc.cause) from exc
         args.db = _queue_name(args)
         if args.command == "worker":
-            return _worker(args)
+            return _worker(args, guard)
         return _one_shot(args)
     except OutputLost as exc:
         return _output_lost(exc)
@@ -469,8 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(str(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
-        # Ctrl-C before the worker's own handlers were installed (or after they were put
-        # back): whatever had started was stopped on the way out. One line, no traceback.
+        # Ctrl-C during a command other than ``worker`` (whose handlers hold SIGINT from
+        # start-up to exit): whatever had started was stopped on the way out. One line.
         print(f"{PROG}: interrupted", file=sys.stderr)  # noqa: T201 - the CLI's output
         return EXIT_INTERRUPTED
 
@@ -1002,41 +1035,61 @@ def _load_registry(spec: str) -> TaskRegistry:
     return registry
 
 
-def _worker(args: argparse.Namespace) -> int:
+def _worker(args: argparse.Namespace, guard: SignalGuard | None) -> int:
+    if guard is not None:  # from __main__: its handlers stay until the process exits
+        return _guarded_worker(args, guard)
+    guard = SignalGuard(PROG).install()  # called as a function: put back when it returns
+    try:
+        return _guarded_worker(args, guard)
+    finally:
+        guard.hand_over()
+        guard.release()
+
+
+def _guarded_worker(args: argparse.Namespace, guard: SignalGuard) -> int:
     registry = _load_registry(args.tasks)
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
-    store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
-    try:
-        return _run_worker(args, registry, store)
-    finally:
-        store.close()
-
-
-def _run_worker(args: argparse.Namespace, registry: TaskRegistry, store: Store) -> int:
     # Any thread that dies anywhere in the process is logged and makes the status 1.
-    with LoggingExcepthook(chain=False) as hook:
-        try:
-            worker = Worker(
-                store,
-                registry,
-                concurrency=args.concurrency,
-                poll_interval=args.poll_interval,
-                stop_timeout=args.stop_timeout,
-                lease=args.lease,
-                store_outage_limit=args.store_outage_limit,
-                install_signal_handlers=True,
-                exit_when_empty=args.exit_when_empty,
-                # The store's clock decides due times (the database's, on PostgreSQL).
-                clock=store.clock,
-            )
-        except (TypeError, ValueError) as exc:  # options the worker finds inconsistent
-            raise UsageError(str(exc)) from exc
-        report = worker.run()
-        return _exit_status(report, hook_failures=len(hook.failures))
+    with LoggingExcepthook(chain=False) as hook, WorkerSignals(guard) as signals:
+        if signals.reason() is None:
+            store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
+            try:
+                report = _run_worker(args, registry, store, signals)
+                if report is not None:
+                    signals.close()  # from here on a stop signal is ignored: the report decides
+                    return _exit_status(report, hook_failures=len(hook.failures))
+            finally:
+                store.close()
+        logger.warning("%s: the worker stopped before it started; no job claimed", signals.reason())
+        return EXIT_OK
+
+
+def _run_worker(
+    args: argparse.Namespace, registry: TaskRegistry, store: Store, signals: WorkerSignals
+) -> WorkerReport | None:
+    """The worker's report; None if a stop signal came before it could start."""
+    try:
+        worker = Worker(
+            store,
+            registry,
+            concurrency=args.concurrency,
+            poll_interval=args.poll_interval,
+            stop_timeout=args.stop_timeout,
+            lease=args.lease,
+            store_outage_limit=args.store_outage_limit,
+            exit_when_empty=args.exit_when_empty,
+            # The store's clock decides due times (the database's, on PostgreSQL).
+            clock=store.clock,
+        )
+    except (TypeError, ValueError) as exc:  # options the worker finds inconsistent
+        raise UsageError(str(exc)) from exc
+    if signals.attach(worker) is not None:
+        return None
+    return worker.run()
 
 
 def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
@@ -1067,7 +1120,6 @@ def _exit_status(report: WorkerReport, *, hook_failures: int) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "enqueue": _enqueue,
-    "worker": _worker,
     "status": _status,
     "show": _show,
     "list": _list,

@@ -402,7 +402,9 @@ class Worker:
             self._executor.submit(self._marks.track(self._handlers.consume, name, handler=True))
             # The pool queues the loop even when it cannot start a thread for it (it logs
             # and goes on while other threads run); a loop that never ends would then wait
-            # forever for a thread. A handler slot needs its own thread, so that is a failure.
+            # forever for a thread. A handler slot needs its own thread, so that is a failure,
+            # unless a stop came meanwhile (a signal): the loops leave at once, and the pool
+            # reuses a thread whose loop has left rather than start another.
             if len(self._executor.worker_threads()) < started:
                 with self._cond:
                     if not self._ledger.accepting:

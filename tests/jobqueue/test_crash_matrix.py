@@ -308,7 +308,9 @@ _D, _Q, _R, _F = JobState.DONE, JobState.QUEUED, JobState.RUNNING, JobState.FAIL
 # --- one way to end, one test ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
 def test_a_signal_drains_then_cancels_exits_0_and_a_restart_finishes_the_rest(
     q: Queue, sig: signal.Signals
 ) -> None:
@@ -337,8 +339,12 @@ def test_a_signal_drains_then_cancels_exits_0_and_a_restart_finishes_the_rest(
 
 @pytest.mark.parametrize(
     ("first", "second", "status"),
-    [(signal.SIGTERM, signal.SIGTERM, 143), (signal.SIGINT, signal.SIGINT, 130)],
-    ids=["SIGTERM-twice", "SIGINT-twice"],
+    [
+        (signal.SIGTERM, signal.SIGTERM, 143),
+        (signal.SIGINT, signal.SIGINT, 130),
+        (signal.SIGHUP, signal.SIGHUP, 129),
+    ],
+    ids=["SIGTERM-twice", "SIGINT-twice", "SIGHUP-twice"],
 )
 def test_a_second_signal_exits_at_once_and_the_running_job_runs_again_after_its_lease(
     q: Queue, first: signal.Signals, second: signal.Signals, status: int

@@ -26,7 +26,15 @@ from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.store import Claim, JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker import Step, Worker, WorkerReport, WorkerState
-from tests.support import MUST_HAPPEN, NOISE, Gate, elapsed, join_or_fail, run_in_thread
+from tests.support import (
+    MUST_HAPPEN,
+    NOISE,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    wait_until,
+)
 
 NAME = "w-start"
 CONCURRENCY = 2
@@ -176,38 +184,6 @@ def test_a_failed_start_puts_the_signal_handlers_back(store: SubscribingStore) -
             signal.signal(sig, handler)
 
 
-def test_a_stop_requested_while_start_submits_the_handlers_lets_start_return(
-    store: SubscribingStore,
-) -> None:
-    """A signal's `request_stop` between two handler submissions: start() returns, no error.
-
-    The first handler's loop leaves at once (the worker is draining) and its idle thread
-    takes the second loop instead of a new thread: that is a stop, not a thread that
-    could not start. Forced: the second submission waits until the pool's thread is idle.
-    """
-    worker = make_worker(store)
-    real_submit = TrackingExecutor.submit
-    submissions = [0]
-
-    def submit(pool: TrackingExecutor, fn: Callable[..., object], /, *args: object) -> Any:
-        submissions[0] += 1
-        if submissions[0] == 2:
-            worker.request_stop("a signal during start")
-            # The first loop left: its thread is idle (ThreadPoolExecutor's own count).
-            assert pool._idle_semaphore.acquire(timeout=MUST_HAPPEN)  # type: ignore[attr-defined]
-            pool._idle_semaphore.release()  # type: ignore[attr-defined]
-        return real_submit(pool, fn, *args)
-
-    try:
-        with mock.patch.object(TrackingExecutor, "submit", submit):
-            assert worker.start() is worker  # on main: RuntimeError "could not start ..."
-        report = worker.stop()
-        assert report.terminated, report
-        assert_nothing_left(worker, store, None)
-    finally:
-        worker.stop()
-
-
 @pytest.mark.parametrize("k", range(1, len(THREADS) + 1), ids=lambda k: THREADS[k - 1])
 def test_a_keyboard_interrupt_right_after_the_kth_thread_started_leaves_nothing_running(
     store: SubscribingStore, k: int
@@ -351,6 +327,39 @@ def test_a_stop_racing_start_is_bounded_never_raises_and_leaves_nothing_running(
         assert isinstance(started.get("error"), RuntimeError), started
         assert_nothing_left(worker, store, job_id)
         assert worker.stop() is stopped["result"]
+    finally:
+        gate.open()
+        worker.stop()
+
+
+def test_a_stop_requested_while_the_handler_threads_start_lets_the_start_finish(
+    store: SubscribingStore,
+) -> None:
+    """A signal's `request_stop` during start() is a stop, not a failed start.
+
+    The start is parked before the second handler thread; another thread requests the
+    stop (as the first SIGTERM does), and the first handler's loop leaves at once, so
+    the pool has an idle thread and reuses it for the second instead of starting one.
+    That is no missing thread: start() returns, and the stop finds nothing running.
+    """
+    job_id = store.enqueue("t")
+    gate = Gate("start parked before handler-2")
+    worker = make_worker(store)
+    try:
+        with parked_before("handler-2", gate):
+            starter, started = run_in_thread(worker.start, "starter")
+            gate.wait_reached()
+            worker.request_stop("SIGTERM received")
+            # The pool's own count of idle threads (CPython's ThreadPoolExecutor).
+            idle = worker._executor._idle_semaphore  # type: ignore[attr-defined]
+            wait_until(lambda: idle._value > 0, "the first handler thread is idle")
+            gate.open()
+            join_or_fail(starter)
+        assert started.get("result") is worker, started
+        report = worker.stop()
+        assert report.terminated
+        assert report.completed == ()
+        assert_nothing_left(worker, store, job_id)
     finally:
         gate.open()
         worker.stop()
