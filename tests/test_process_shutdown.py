@@ -1061,7 +1061,10 @@ def test_a_concurrent_stop_waits_only_its_own_budget() -> None:
     assert name.endswith(f"(pid {child.pid})")
     join_or_fail(first)
     report = outcome["result"]
-    assert (report.terminated, report.escalation) == (True, "terminate")
+    # Escalated, as the stubborn child makes it; whether SIGTERM reaped it within its share
+    # (0.375 s of this budget) or SIGKILL had to is a matter of machine load, not this test's.
+    assert report.terminated
+    assert report.escalation in ("terminate", "kill")
     assert child.stop() is report
 
 
