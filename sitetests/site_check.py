@@ -229,6 +229,51 @@ def search_hits(base: str, page: Page, query: str) -> int:
     return int(page.evaluate("document.querySelectorAll('#search-results li').length"))
 
 
+# What sticks out of the article column on the page loaded in a tab: every element whose box
+# reaches more than 8 px past the column's edges, and every box that scrolls sideways inside
+# it. The 8 px are furo's own: a heading's background reaches 0.5rem into the margin on each
+# side, and a table's wrapper is the column's width plus 0.2rem of padding. Folded <details>
+# are opened first, so what they hold is measured too.
+_COLUMN = (
+    "(() => { document.querySelectorAll('article details').forEach(d => { d.open = true; });"
+    " const main = document.querySelector('article') || document.body;"
+    " const col = main.getBoundingClientRect(); const wide = [];"
+    " const name = e => e.tagName.toLowerCase() + (typeof e.className === 'string'"
+    "  && e.className.trim() ? '.' + e.className.trim().split(/\\s+/).join('.') : '');"
+    " for (const e of main.querySelectorAll('*')) {"
+    "  const r = e.getBoundingClientRect();"
+    "  if (!r.width) continue;"
+    "  if (r.right > col.right + 8 || r.left < col.left - 8) {"
+    "   wide.push(name(e) + ' ' + Math.round(r.width) + 'px wide, reaching '"
+    "    + Math.round(r.right - col.left) + 'px into the column');"
+    "  } else if (e.scrollWidth > e.clientWidth + 1"
+    "   && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)) {"
+    "   wide.push(name(e) + ' scrolls sideways: ' + e.scrollWidth + 'px in '"
+    "    + e.clientWidth + 'px');"
+    "  }"
+    "  if (wide.length === 5) break; }"
+    " return {column: Math.round(col.width),"
+    "  tables: [...main.querySelectorAll('table')]"
+    "   .map(t => Math.round(t.getBoundingClientRect().width)),"
+    "  wide}; })()"
+)
+
+
+@dataclass(frozen=True)
+class ColumnFit:
+    """A page's article column: its width, each table's width, and what sticks out of it."""
+
+    column: int
+    tables: list[int]
+    wide: list[str]
+
+
+def column_fit(page: Page) -> ColumnFit:
+    """Measure the page loaded in ``page``: nothing may reach past the article column or scroll."""
+    found = page.evaluate(_COLUMN)
+    return ColumnFit(int(found["column"]), [int(w) for w in found["tables"]], list(found["wide"]))
+
+
 def chromium_path() -> str:
     """The system Chromium: ``$CHROMIUM``, else Debian's ``/usr/bin/chromium``."""
     return os.environ.get("CHROMIUM", "/usr/bin/chromium")

@@ -1,8 +1,12 @@
-"""The ``pitfall-catalogue`` directive: the table of every pitfall, read from the race tests.
+"""The entry pages' tables: the pitfall catalogue, read from the race tests, and the pattern index.
 
-The rows come from ``tests/catalogue.py``, the same reader that ``tests/test_catalogue.py``
-uses to check that every ID on a page has both of its race tests, so the page cannot list a
-pitfall the tests do not show.
+``pitfall-catalogue`` renders every pitfall, grouped by the page that tells it, in the docs'
+reading order. The rows come from ``tests/catalogue.py``, the same reader that
+``tests/test_catalogue.py`` uses to check that every ID on a page has both of its race tests,
+so the page cannot list a pitfall the tests do not show. ``pattern-index`` renders the home
+page's table from the list in ``pattern_index.py``, the list the README's table is made from.
+Both tables fit the article column at 1280 px and stack their cells on a phone
+(``_static/entry-tables.css``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any, ClassVar
 
 from docutils import nodes
 from docutils.statemachine import StringList
+from pattern_index import PATTERNS, docs_table
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
@@ -24,6 +29,15 @@ PAGES = {
     "test_contract": "/design",
 }
 
+# Reading order (the sidebar's): the contract, the patterns, then the job queue's pages; each
+# page's group is headed by its short name.
+READING_ORDER = {
+    "/design": "The lifecycle contract",
+    **{f"/patterns/{p.stem}": p.name for p in PATTERNS},
+    "/jobqueue/design": "The job queue's worker",
+    "/jobqueue/many_machines": "The job queue on many machines",
+}
+
 
 def _page(nodeid: str) -> str:
     stem = nodeid.split("::", maxsplit=1)[0].rsplit("/", 1)[-1].removesuffix(".py")
@@ -34,34 +48,86 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-class PitfallCatalogue(SphinxDirective):
-    """Render the catalogue as a Markdown table parsed in place."""
+def _names(nodeids: list[str]) -> str:
+    return ", ".join(f"`{n.split('::')[1]}`" for n in nodeids) or "(none)"
+
+
+def catalogue_markdown() -> list[str]:
+    """The catalogue as MyST Markdown: a section per page, a table, and its tests folded."""
+    groups: dict[str, list[catalogue.Entry]] = {}
+    entries = catalogue.entries()
+    for pitfall in sorted(entries, key=catalogue.sort_key):
+        entry = entries[pitfall]
+        groups.setdefault(_page((entry.pattern or entry.naive)[0]), []).append(entry)
+    order = list(READING_ORDER)
+    lines: list[str] = []
+    for page in sorted(groups, key=lambda p: (p not in order, order.index(p) if p in order else p)):
+        rows = groups[page]
+        lines += [
+            f"## {READING_ORDER.get(page, page.rsplit('/', 1)[-1])}",
+            "",
+            f"Told on {{doc}}`{page}`.",
+            "",
+            "```{container} pitfall-catalogue",
+            "| ID | pitfall | lesson |",
+            "|---|---|---|",
+            *(f"| {e.pitfall} | {_cell(e.title)} | {_cell(e.lesson)} |" for e in rows),
+            "```",
+            "",
+            '<details class="pitfall-tests">',
+            "<summary>The race tests of these pitfalls</summary>",
+            "",
+            *(
+                f"- {e.pitfall}: {_names(e.naive)} goes wrong; {_names(e.pattern)} holds"
+                for e in rows
+            ),
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
+class _Table(SphinxDirective):
+    """Parse Markdown made by ``markdown()`` in place (its sections go to the page's)."""
 
     has_content = False
     option_spec: ClassVar[dict[str, Any]] = {}
+    titles = False
+
+    def markdown(self) -> list[str]:
+        """The Markdown to parse."""
+        raise NotImplementedError
 
     def run(self) -> list[nodes.Node]:
-        """Build the table's Markdown and parse it with the page's own parser."""
-        lines = [
-            "| ID | pitfall | page | naive test (goes wrong) | pattern test (holds) | lesson |",
-            "|---|---|---|---|---|---|",
-        ]
-        entries = catalogue.entries()
-        for pitfall in sorted(entries, key=catalogue.sort_key):
-            entry = entries[pitfall]
-            page = _page((entry.pattern or entry.naive)[0])
-            naive = "<br>".join(f"`{n.split('::')[1]}`" for n in entry.naive)
-            pattern = "<br>".join(f"`{n.split('::')[1]}`" for n in entry.pattern)
-            lines.append(
-                f"| {pitfall} | {_cell(entry.title)} | {{doc}}`{page}` "
-                f"| {naive or '(none)'} | {pattern or '(none)'} | {_cell(entry.lesson)} |"
-            )
+        """Build the Markdown and parse it with the page's own parser."""
         container = nodes.container()
-        self.state.nested_parse(StringList(lines, source="pitfall-catalogue"), 0, container)
+        source = StringList(self.markdown(), source=self.name)
+        self.state.nested_parse(source, 0, container, match_titles=self.titles)
         return container.children
 
 
+class PitfallCatalogue(_Table):
+    """Every pitfall, grouped by page in reading order."""
+
+    titles = True
+
+    def markdown(self) -> list[str]:
+        """The catalogue's sections."""
+        return catalogue_markdown()
+
+
+class PatternIndex(_Table):
+    """The home page's table: what goes wrong, the page, the notebook, the module."""
+
+    def markdown(self) -> list[str]:
+        """The table, from the list the README's table is made from."""
+        return docs_table()
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
-    """Register the directive."""
+    """Register the directives and their style sheet."""
     app.add_directive("pitfall-catalogue", PitfallCatalogue)
+    app.add_directive("pattern-index", PatternIndex)
+    app.add_css_file("entry-tables.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
