@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import IO, Any
 
 import pytest
@@ -424,6 +424,46 @@ def test_task_set_keeps_its_tasks_alive_through_a_collection() -> None:
     alive, report, errors = asyncio.run(main())
     assert alive
     assert report.cancelled == ("job",)
+    assert errors == []
+
+
+async def _sleeping_job(started: asyncio.Event, wake: asyncio.Event, done: asyncio.Event) -> None:
+    """Sleep on one of the loop's timers, then say it finished."""
+    started.set()
+    await asyncio.sleep(0.01)
+    done.set()
+
+
+async def _job_on_a_kept_event(
+    started: asyncio.Event, wake: asyncio.Event, done: asyncio.Event
+) -> None:
+    """Wait on an event the caller keeps a reference to, then say it finished."""
+    started.set()
+    await wake.wait()
+    done.set()
+
+
+@pytest.mark.parametrize("job", [_sleeping_job, _job_on_a_kept_event], ids=["sleep", "kept-event"])
+def test_an_unreferenced_task_survives_a_collection_while_something_live_will_wake_it(
+    job: Callable[[asyncio.Event, asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]],
+) -> None:
+    """A3 needs a future nobody else holds: a loop timer or a kept event keeps the task alive."""
+
+    async def main() -> tuple[bool, list[str]]:
+        errors = record_loop_errors(asyncio.get_running_loop())
+        started, wake, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        naive_fire_and_forget(job(started, wake, done))
+        await started.wait()
+        ref = _the_only_other_task()
+        gc.collect()
+        survived = ref() is not None
+        wake.set()
+        async with asyncio.timeout(MUST_HAPPEN):
+            await done.wait()
+        return survived, errors
+
+    survived, errors = asyncio.run(main())
+    assert survived
     assert errors == []
 
 

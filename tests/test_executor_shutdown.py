@@ -29,12 +29,19 @@ from patterns.executor_shutdown import (
     TrackingExecutor,
     await_termination,
     feed,
+    finish_early,
     run_all,
     shutdown_and_await,
     shutdown_now,
     stop_then_close,
 )
-from patterns.naive.executor_shutdown import naive_feed, naive_shutdown_now, naive_stop_then_close
+from patterns.naive.executor_shutdown import (
+    naive_feed,
+    naive_finish_early,
+    naive_shutdown_now,
+    naive_stop_and_wait,
+    naive_stop_then_close,
+)
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
@@ -630,7 +637,7 @@ def test_naive_shutdown_wait_blocks_for_as_long_as_a_task_is_stuck(
     gate.wait_reached()
 
     called_at = time.monotonic()
-    waiter, _ = run_in_thread(lambda: pool.shutdown(wait=True), "shutdown-waiter")
+    waiter, _ = run_in_thread(lambda: naive_stop_and_wait(pool), "shutdown-waiter")
 
     assert stays_blocked(waiter)
     gate.open()
@@ -781,12 +788,7 @@ def test_naive_shutdown_wait_inside_a_task_fails_and_skips_the_tasks_own_cleanup
     pool = ThreadPoolExecutor(max_workers=1)
     steps: list[str] = []
 
-    def finish_early() -> None:
-        steps.append("found the answer")
-        pool.shutdown(wait=True)  # stop the pool and wait for it: the pool includes us
-        steps.append("cleaned up")
-
-    future = pool.submit(finish_early)
+    future = pool.submit(naive_finish_early, pool, steps)  # waits for its own pool
     error = future.exception(MUST_HAPPEN)
     record_property(
         "observed",
@@ -809,9 +811,8 @@ def test_a_task_stops_its_own_pool_with_shutdown_now_and_the_caller_waits() -> N
     steps: list[str] = []
     refused: list[BaseException] = []
 
-    def finish_early() -> list[Callable[[], object]]:
+    def task() -> list[Callable[[], object]]:
         gate.arrive()
-        steps.append("found the answer")
         with elapsed() as took:
             try:
                 shutdown_and_await(pool, 1.0, force_timeout=1.0)  # would wait for itself
@@ -819,11 +820,9 @@ def test_a_task_stops_its_own_pool_with_shutdown_now_and_the_caller_waits() -> N
                 refused.append(exc)
         assert took() < NOISE  # refused at once, not after the 2 s budget
         assert not pool.is_shutdown  # and refused before it changed anything
-        never_started = shutdown_now(pool)  # asks, does not wait: safe from inside
-        steps.append("cleaned up")
-        return never_started
+        return finish_early(pool, steps)  # asks with shutdown_now, does not wait
 
-    future = pool.submit(finish_early)
+    future = pool.submit(task)
     pool.submit(returns("queued"))
     gate.wait_reached()
     gate.open()

@@ -26,6 +26,11 @@ def naive_shutdown_now(executor: ThreadPoolExecutor) -> None:
     executor.shutdown(wait=False, cancel_futures=True)
 
 
+def naive_stop_and_wait(executor: ThreadPoolExecutor) -> None:
+    """Broken on purpose: `shutdown(wait=True)` has no timeout, so a stuck task blocks it (P3)."""
+    executor.shutdown(wait=True)
+
+
 def naive_run_all(tasks: list[Callable[[], object]]) -> None:
     """Broken on purpose: the ``with`` block waits forever on a stuck task (P4).
 
@@ -34,6 +39,17 @@ def naive_run_all(tasks: list[Callable[[], object]]) -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         for task in tasks:
             pool.submit(task)
+
+
+def naive_finish_early(executor: ThreadPoolExecutor, steps: list[str]) -> None:
+    """Broken on purpose: a task that waits for its own pool waits for itself (P6).
+
+    ``shutdown(wait=True)`` joins every worker, this task's own thread among them, and
+    raises `RuntimeError`; the rest of the task never runs.
+    """
+    steps.append("found the answer")
+    executor.shutdown(wait=True)
+    steps.append("cleaned up")
 
 
 def naive_feed(executor: ThreadPoolExecutor, source: Iterator[Callable[[], object]]) -> int:
