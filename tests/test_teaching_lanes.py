@@ -245,7 +245,7 @@ def test_each_fixed_scenario_records_no_failure(key: str) -> None:
 FAILING_LANES = {
     "executor_shutdown.p1": {"worker_0"},
     "cancellation.c1": {"worker_0"},
-    "poison_pill.p10": {"consumer-B", "consumer-C"},  # A takes the one pill
+    "poison_pill.p10": {"consumer-A", "consumer-B", "consumer-C"},  # less the pill's taker
     "closable_queue.p14": {"consumer-0", "consumer-1", "consumer-2"},
     "thread_exceptions.silent_death": {"MainThread"},  # it returns the exit status
     "supervisor.p9": {"producer"},
@@ -262,7 +262,11 @@ FAILING_LANES = {
 @pytest.mark.parametrize("key", sorted(SCENARIOS))
 def test_the_red_mark_is_on_the_lane_that_fails(key: str) -> None:
     """Not on the observer's lane: on the thread, task or process that is stuck or failed."""
-    assert {e.thread for e in bad(SCENARIOS[key].naive())} == FAILING_LANES[key]
+    tracer = SCENARIOS[key].naive()
+    expected = set(FAILING_LANES[key])
+    if key == "poison_pill.p10":  # any one of the three may take the one pill
+        expected.discard(first(tracer, "took a pill").thread)
+    assert {e.thread for e in bad(tracer)} == expected
 
 
 def test_the_main_lane_is_main_when_drawn_from_inside_an_asyncio_task() -> None:

@@ -78,17 +78,17 @@ LEGEND = (
         '<line x1="1" y1="6" x2="25" y2="6" stroke="currentColor" stroke-width="3" '
         'stroke-opacity="0.6"/>'
     )
-    + "a lane from its first mark to its last &#183; "
+    + "first to last mark &#183; "
     + _swatch(
         f'<line x1="1" y1="6" x2="25" y2="6" stroke="currentColor" '
         f'stroke-opacity="{MUTED_OPACITY}" stroke-dasharray="2 3"/>'
     )
-    + "before or after its marks &#183; "
+    + "no marks &#183; "
     + _swatch(
         '<line x1="1" y1="6" x2="19" y2="6" stroke="currentColor" stroke-dasharray="3 3"/>'
         '<polygon points="25,6 19,2 19,10" fill="currentColor"/>'
     )
-    + "from a mark to one that answered or waited for it &#183; "
+    + "waits for, or answers, the mark it starts at &#183; "
     + _swatch(f'<circle cx="13" cy="6" r="5.5" fill="{BAD}"/>')
     + "the failure</p>"
 )
@@ -108,7 +108,9 @@ def pair_html(key: str, *, when: str = "Drawn from runs made just now.") -> str:
     fixed.title = f"Fixed: {fixed.title}"
     columns = max(len(naive.events), len(fixed.events))
     width = max(svg_width(naive, columns), svg_width(fixed, columns))
-    one = f'class="race-lanes-one" style="flex:1 1 {width}px;min-width:0"'
+    # At least 300 px a half: two fit a desktop's column (736 px), not a phone's (358 px),
+    # where a key squeezed to half the width would wrap at every other word.
+    one = f'class="race-lanes-one" style="flex:1 1 {max(width, 300)}px;min-width:0"'
     caption = f"{scenario.pitfall}: {scenario.caption} {how_to_read(scenario.lanes)} {when}"
     return (
         f'<figure class="race-lanes" id="race-lanes-{html.escape(key.replace(".", "-"))}">'
