@@ -88,7 +88,7 @@ LEGEND = (
         '<line x1="1" y1="6" x2="19" y2="6" stroke="currentColor" stroke-dasharray="3 3"/>'
         '<polygon points="25,6 19,2 19,10" fill="currentColor"/>'
     )
-    + "waits for, or answers, the mark it starts at &#183; "
+    + "from a cause to what it led to &#183; "
     + _swatch(f'<circle cx="13" cy="6" r="5.5" fill="{BAD}"/>')
     + "the failure</p>"
 )
