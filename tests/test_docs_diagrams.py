@@ -52,3 +52,22 @@ def test_the_parts_diagram_links_every_part_the_worker_wires_to_its_api_page() -
         p.stem.removeprefix("jobqueue_") for p in (ROOT / "docs" / "api").glob("jobqueue_*.md")
     }
     assert linked <= pages, f"links to no API page: {sorted(linked - pages)}"
+
+
+def test_the_drain_budget_is_drawn_to_scale_and_its_caption_gives_the_systemd_split() -> None:
+    """Each cell is 10 px a second; the caption states the seconds drawn for systemd."""
+    drawn = (DIAGRAMS / "stop-budget.dot").read_text(encoding="utf-8")
+    cells = re.findall(
+        r'<td fixedsize="true" height="36" width="(\d+)" bgcolor=[^>]*>(.*?)</td>', drawn
+    )
+    seconds = [(int(width), int(re.findall(r"(\d+) s", text)[0])) for width, text in cells]
+    assert seconds, "no cells found"
+    assert all(width == 10 * s for width, s in seconds), seconds
+    systemd = drawn[drawn.index("<b>systemd</b>") :]
+    drawn_split = [int(s) for s in re.findall(r'bgcolor="[^"]+">.*?(\d+) s', systemd)]
+    [page] = [
+        p for p in (ROOT / "docs").rglob("*.md") if "diagrams/stop-budget.dot" in p.read_text()
+    ]
+    text = page.read_text(encoding="utf-8")
+    caption = text[text.index("diagrams/stop-budget.dot") :].splitlines()[1]
+    assert [int(s) for s in re.findall(r"(\d+) s of", caption)] == drawn_split, caption

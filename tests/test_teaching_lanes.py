@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from patterns.teaching.lanes import Event, Tracer
-from patterns.teaching.scenarios import SCENARIOS, pair_html
+from patterns.teaching.lanes import MAX_WIDTH, Event, Tracer
+from patterns.teaching.scenarios import LEGEND, SCENARIOS, pair_html
 
 from .support import join_or_fail
 
@@ -74,7 +74,7 @@ def test_a_lane_can_be_named_in_advance_or_later() -> None:
 
 def test_inside_an_asyncio_task_the_lane_is_the_tasks_name() -> None:
     """Tasks sharing one thread get a lane each; a thread of to_thread keeps the thread's name."""
-    tracer = Tracer()
+    tracer = Tracer(tasks=True)
 
     async def worker() -> None:
         tracer.mark("in the task")
@@ -99,6 +99,17 @@ def test_inside_an_asyncio_task_the_lane_is_the_tasks_name() -> None:
     assert lanes[-1] == threading.current_thread().name
 
 
+def test_a_thread_tracer_keeps_the_threads_lane_inside_an_asyncio_task() -> None:
+    """As in a notebook, whose kernel runs each cell in a task: the lane is the thread's."""
+    tracer = Tracer(lanes={"MainThread": "main"})
+
+    async def cell() -> None:
+        tracer.mark("in the kernel's task")
+
+    asyncio.run(cell())
+    assert [tracer.label(lane) for lane in tracer.lanes] == ["main"]
+
+
 # --- the picture ---------------------------------------------------------------------------
 
 
@@ -119,7 +130,7 @@ def two_lane_trace() -> Tracer:
 def test_the_svg_is_well_formed_with_one_lane_per_thread() -> None:
     """The SVG parses as XML, has a viewBox, a lane label per thread and a mark per event."""
     tracer = two_lane_trace()
-    root = ET.fromstring(tracer.svg("what to look at"))
+    root = ET.fromstring(tracer.svg())
 
     assert root.tag == f"{SVG}svg"
     assert len(root.get("viewBox", "").split()) == 4
@@ -130,18 +141,30 @@ def test_the_svg_is_well_formed_with_one_lane_per_thread() -> None:
     assert len(list(root.iter(f"{SVG}polygon"))) == 1  # the arrow from the close to the failure
 
 
-def test_the_svg_escapes_every_text() -> None:
+def test_the_html_escapes_every_text() -> None:
     """Angle brackets and ampersands in titles and events come back intact, not as markup."""
     tracer = two_lane_trace()
-    svg = tracer.svg("a caption with <b>")
-    # Joined with spaces: the key wraps long lines at a space.
-    texts = " ".join(t.text or "" for t in ET.fromstring(svg).iter(f"{SVG}text"))
+    tracer.name_lane("worker", "<b>worker</b>")
+    html = tracer.html()
+    texts = "".join(ET.fromstring(f"<div>{html}</div>").itertext())
 
     assert "a <title> & more" in texts
     assert "out.close() <now>" in texts
     assert "a < b & c > d" in texts
-    assert "<b>" not in svg  # escaped in the source, present in the parsed text
-    assert "a caption with <b>" in texts
+    assert "<b>worker</b>" not in html  # escaped in the source, present in the parsed text
+    assert "<b>worker</b>: write() failed" in texts
+    assert ET.fromstring(tracer.svg()).find(f"{SVG}title").text == "a <title> & more"
+
+
+def test_the_key_gives_each_mark_its_number_lane_and_text_and_the_failure_in_red() -> None:
+    """One list item per event, numbered as its mark; the bad one red."""
+    tracer = two_lane_trace()
+    key = ET.fromstring(f"<div>{tracer.html()}</div>").find("ol")
+    assert key is not None
+    items = key.findall("li")
+    assert [li.get("value") for li in items] == ["1", "2"]
+    assert "".join(items[1].itertext()).endswith("worker: write() failed: a < b & c > d")
+    assert [li.get("class") for li in items] == [None, "bad"]
 
 
 def test_columns_widen_the_time_axis_for_a_side_by_side_pair() -> None:
@@ -152,6 +175,35 @@ def test_columns_widen_the_time_axis_for_a_side_by_side_pair() -> None:
         long.mark(f"event {i}")
     width = [ET.fromstring(t.svg(columns=12)).get("viewBox", "").split()[2] for t in (short, long)]
     assert width[0] == width[1]
+
+
+def test_the_svg_is_drawn_at_its_own_size_so_its_text_is_not_shrunk() -> None:
+    """Width and height in px equal the viewBox (scale 1); no text under 11 px."""
+    tracer = two_lane_trace()
+    root = ET.fromstring(tracer.svg(width=300))
+    _, _, width, height = root.get("viewBox", "").split()
+    assert (root.get("width"), root.get("height")) == (width, height)
+    assert width == "300"
+    sizes = [
+        float(t.get("font-size") or root.get("font-size") or 0) for t in root.iter(f"{SVG}text")
+    ]
+    assert min(sizes) >= 11
+
+
+@pytest.mark.parametrize("key", sorted(SCENARIOS))
+def test_each_pair_fits_a_phone_unscaled_with_both_halves_one_size(key: str) -> None:
+    """Both SVGs of a figure are as wide as each other, and no wider than a phone's column."""
+    figure = pair_html(key)
+    halves = [
+        div.find(f"{SVG}svg")
+        for div in ET.fromstring(figure).iter("div")
+        if div.get("class") == "race-lanes-one"
+    ]
+    widths = {svg.get("width") for svg in halves if svg is not None}
+    assert len(halves) == 2
+    assert len(widths) == 1, widths
+    assert int(widths.pop() or 0) <= MAX_WIDTH
+    assert LEGEND in figure
 
 
 # --- the scenarios -------------------------------------------------------------------------
@@ -176,7 +228,7 @@ def test_each_naive_scenario_records_its_failure(key: str) -> None:
     """The naive run goes wrong, and the trace has the moment it did, marked bad."""
     tracer = SCENARIOS[key].naive()
     assert bad(tracer), [e.text for e in tracer.events]
-    ET.fromstring(tracer.svg(SCENARIOS[key].caption))
+    ET.fromstring(f"<div>{tracer.html()}</div>")
 
 
 @pytest.mark.parametrize("key", sorted(SCENARIOS))
@@ -185,7 +237,52 @@ def test_each_fixed_scenario_records_no_failure(key: str) -> None:
     tracer = SCENARIOS[key].fixed()
     assert bad(tracer) == []
     assert len(tracer.lanes) >= 2
-    ET.fromstring(tracer.svg(SCENARIOS[key].caption))
+    ET.fromstring(f"<div>{tracer.html()}</div>")
+
+
+# Where each naive run goes wrong: the lanes its red marks are on (the lane that failed or
+# is stuck, never the one that only saw it).
+FAILING_LANES = {
+    "executor_shutdown.p1": {"worker_0"},
+    "cancellation.c1": {"worker_0"},
+    "poison_pill.p10": {"consumer-A", "consumer-B", "consumer-C"},  # less the pill's taker
+    "closable_queue.p14": {"consumer-0", "consumer-1", "consumer-2"},
+    "thread_exceptions.silent_death": {"MainThread"},  # it returns the exit status
+    "supervisor.p9": {"producer"},
+    "daemon_threads.p15": {"export"},
+    "exit_hooks.p18": {"worker"},
+    "exit_hooks.p22": {"MainThread"},
+    "bulkhead.b1": {"request-0", "request-1"},
+    "async_queue.a1": {"consumer-1", "consumer-2"},  # consumer-0 takes the one STOP
+    "asyncio_shutdown.a7": {"stopper"},
+    "process_shutdown.m3": {"careful"},
+}
+
+
+@pytest.mark.parametrize("key", sorted(SCENARIOS))
+def test_the_red_mark_is_on_the_lane_that_fails(key: str) -> None:
+    """Not on the observer's lane: on the thread, task or process that is stuck or failed."""
+    tracer = SCENARIOS[key].naive()
+    expected = set(FAILING_LANES[key])
+    if key == "poison_pill.p10":  # any one of the three may take the one pill
+        expected.discard(first(tracer, "took a pill").thread)
+    assert {e.thread for e in bad(tracer)} == expected
+
+
+def test_the_main_lane_is_main_when_drawn_from_inside_an_asyncio_task() -> None:
+    """A notebook's kernel runs each cell in an asyncio task: the picture still says "main"."""
+
+    async def cell() -> list[list[str]]:
+        return [
+            [tracer.label(lane) for lane in tracer.lanes]
+            for key, scenario in SCENARIOS.items()
+            if not key.startswith(("daemon_threads", "exit_hooks", "process_shutdown"))
+            for tracer in (scenario.naive(), scenario.fixed())
+        ]
+
+    labels = asyncio.run(cell())
+    assert all("main" in lanes for lanes in labels), labels
+    assert not [lane for lanes in labels for lane in lanes if lane.startswith("Task-")]
 
 
 def test_p1_naive_close_comes_before_the_failed_write_and_fixed_after_the_write() -> None:
@@ -218,9 +315,10 @@ def test_c1_naive_runs_steps_after_the_cancel_and_fixed_stops_after_the_current_
 def test_p10_naive_strands_two_consumers_and_fixed_ends_all_three() -> None:
     """P10: after one pill exactly one consumer returns before the failure; fixed, all three."""
     naive = SCENARIOS["poison_pill.p10"].naive()
-    [stranded] = bad(naive)
+    stranded = bad(naive)[0]
     returned = [e for e in naive.events if e.text.startswith("took a pill")]
     assert len([e for e in returned if e.index < stranded.index]) == 1
+    assert returned[0].thread not in {e.thread for e in bad(naive)}
     assert len(returned) == 3  # the two others only after the scenario's extra pills
 
     fixed = SCENARIOS["poison_pill.p10"].fixed()
@@ -281,13 +379,42 @@ def test_b1_naive_light_waits_for_the_heavy_query_and_fixed_is_answered_during_i
 def test_p15_naive_child_leaves_the_file_without_end_and_fixed_writes_it_before_exit() -> None:
     """P15 in a child: naive, no finally and no END; fixed, the finally runs after main."""
     naive = SCENARIOS["daemon_threads.p15"].naive()
-    assert [e.text for e in naive.events if e.thread == "export"][-1] == "writes row 2"
-    assert "'row 2'" in bad(naive)[0].text
-    assert bad(naive)[0].thread == "parent"
+    export = [e.text for e in naive.events if e.thread == "export"]
+    assert export[-2:] == ["writes row 2", "abandoned at exit: its finally never ran"]
+    assert "'row 2'" in first(naive, "child exited 0").text
 
     fixed = SCENARIOS["daemon_threads.p15"].fixed()
     assert first(fixed, "main returns").index < first(fixed, "finally: writes END").index
     assert "'END'" in first(fixed, "child exited 0").text
+
+
+def test_p18_naive_child_dies_in_its_job_and_fixed_hands_it_back_and_cleans_up() -> None:
+    """P18 in a child: naive, SIGTERM ends it with nothing run; fixed, every cleanup, then 0."""
+    naive = SCENARIOS["exit_hooks.p18"].naive()
+    sigterm = first(naive, "SIGTERM", "parent")
+    assert [e.text for e in naive.events if e.thread == "worker"] == [
+        "takes job b; looks at stop between steps",
+        "killed in job b: not finished, not handed back",
+    ]
+    assert not [e for e in naive.events if e.index > sigterm.index and e.thread == "MainThread"]
+    assert first(naive, f"child exited {-signal.SIGTERM}").index > sigterm.index
+
+    fixed = SCENARIOS["exit_hooks.p18"].fixed()
+    after = [e.text for e in fixed.events if e.index > first(fixed, "SIGTERM").index]
+    assert after == [
+        "stop is set: hands job b back, returns",
+        "cleanup: closes the session",
+        "finally runs",
+        "atexit handler runs",
+        "child exited 0",
+    ]
+
+
+def test_b1_the_naive_title_and_the_caption_name_the_same_executor() -> None:
+    """One worker and an unbounded queue, in the title and in the caption alike."""
+    title, caption = SCENARIOS["bulkhead.b1"].naive().title, SCENARIOS["bulkhead.b1"].caption
+    assert "1 worker, unbounded queue" in title
+    assert "one worker and an unbounded queue" in caption
 
 
 def test_p22_naive_child_sleeps_through_a_workers_signal_and_fixed_wakes() -> None:
@@ -307,11 +434,11 @@ def test_p22_naive_child_sleeps_through_a_workers_signal_and_fixed_wakes() -> No
 def test_a1_naive_stop_ends_one_consumer_task_and_fixed_shutdown_ends_all_three() -> None:
     """A1, tasks as lanes: naive, one task returns and two wait; fixed, all three after shutdown."""
     naive = SCENARIOS["async_queue.a1"].naive()
-    [waiting] = bad(naive)
+    waiting = bad(naive)[0]
     returned = [e for e in naive.events if e.text.startswith("took STOP")]
     assert [e.thread for e in returned if e.index < waiting.index] == [returned[0].thread]
     assert len(returned) == 3  # the two others only after the scenario's extra STOPs
-    assert returned[0].thread not in waiting.text
+    assert returned[0].thread not in {e.thread for e in bad(naive)}
     handled = [e for e in naive.events if e.text.startswith("handles item")]
     assert len(handled) == 6
     assert all(e.index < waiting.index for e in handled)
@@ -351,11 +478,12 @@ def test_m3_naive_terminate_leaves_no_cleanup_and_fixed_stop_runs_finally_and_at
     assert naive.lanes == ("parent", "careful")
     assert [e.text for e in naive.events if e.thread == "careful"] == [
         "ready; waits in stop.wait()",
-        "ended by SIGTERM inside stop.wait()",  # the parent's mark, from the exit code
+        # the parent's mark, from the exit code
+        "ended by SIGTERM inside stop.wait(): no finally, no atexit",
     ]
     [failed] = bad(naive)
-    assert failed.text.startswith(f"exit code {-signal.SIGTERM}")
     assert first(naive, "terminate()", "parent").index < failed.index
+    assert first(naive, f"exit code {-signal.SIGTERM}", "parent").index > failed.index
 
     fixed = SCENARIOS["process_shutdown.m3"].fixed()
     child = [e.text.split(":")[0] for e in fixed.events if e.thread == "careful"]

@@ -7,8 +7,9 @@ runs ``SCENARIOS["executor_shutdown.p1"]`` from ``patterns.teaching.scenarios`` 
 in ``patterns/teaching/scenarios/executor_shutdown.py``: one module per pattern) while the
 page is built and embeds both lane diagrams as inline SVG (so they take the page's text
 colour, in light and dark mode), side by side on a wide screen and one above the other
-on a narrow one, with the scenario's caption. The pictures cannot drift from the code:
-they are the code, run again on every build.
+on a narrow one, with a one-line legend and the scenario's caption. Each SVG is drawn at
+its own size, never scaled down, so its text reads on a phone. The pictures cannot drift
+from the code: they are the code, run again on every build.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 
+from patterns.teaching.lanes import BAD, MUTED_OPACITY, svg_width
 from patterns.teaching.scenarios import (
     async_queue,
     asyncio_shutdown,
@@ -33,7 +34,7 @@ from patterns.teaching.scenarios import (
 )
 from patterns.teaching.scenarios.common import Scenario
 
-__all__ = ["SCENARIOS", "Scenario", "pair_html"]
+__all__ = ["LEGEND", "SCENARIOS", "Scenario", "pair_html"]
 
 SCENARIOS: dict[str, Scenario] = {
     "executor_shutdown.p1": executor_shutdown.P1,
@@ -43,6 +44,7 @@ SCENARIOS: dict[str, Scenario] = {
     "thread_exceptions.silent_death": thread_exceptions.SILENT_DEATH,
     "supervisor.p9": supervisor.P9,
     "daemon_threads.p15": daemon_threads.P15,
+    "exit_hooks.p18": exit_hooks.P18,
     "exit_hooks.p22": exit_hooks.P22,
     "bulkhead.b1": bulkhead.B1,
     "async_queue.a1": async_queue.A1,
@@ -56,27 +58,64 @@ def how_to_read(lanes: str = "a thread") -> str:
     return (
         f"Each lane is {lanes}; the marks are numbered in the order they happened, spaced "
         "by order, not to scale, and the key gives each mark's time since the first one. "
-        "The failure is red."
+        "The failure is red, on the lane that failed or is stuck."
     )
+
+
+def _swatch(body: str) -> str:
+    """A small inline drawing for the legend (no text in it)."""
+    return (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="26" height="12" viewBox="0 0 26 12" '
+        'aria-hidden="true" style="vertical-align:middle;margin-right:0.25em">'
+        f"{body}</svg>"
+    )
+
+
+# One line under each picture: what its lines and marks mean.
+LEGEND = (
+    '<p class="race-lanes-legend" style="margin:0.5em 0 0;font-size:0.9em">'
+    + _swatch(
+        '<line x1="1" y1="6" x2="25" y2="6" stroke="currentColor" stroke-width="3" '
+        'stroke-opacity="0.6"/>'
+    )
+    + "first to last mark &#183; "
+    + _swatch(
+        f'<line x1="1" y1="6" x2="25" y2="6" stroke="currentColor" '
+        f'stroke-opacity="{MUTED_OPACITY}" stroke-dasharray="2 3"/>'
+    )
+    + "no marks &#183; "
+    + _swatch(
+        '<line x1="1" y1="6" x2="19" y2="6" stroke="currentColor" stroke-dasharray="3 3"/>'
+        '<polygon points="25,6 19,2 19,10" fill="currentColor"/>'
+    )
+    + "from a cause to what it led to &#183; "
+    + _swatch(f'<circle cx="13" cy="6" r="5.5" fill="{BAD}"/>')
+    + "the failure</p>"
+)
 
 
 def pair_html(key: str, *, when: str = "Drawn from runs made just now.") -> str:
     """Run ``SCENARIOS[key]`` and return both pictures as one HTML figure with a caption.
 
-    Inline SVG, so the drawing takes the page's text colour (light and dark themes);
-    side by side when there is room for both, one above the other when there is not.
+    Inline SVG, so the drawing takes the page's text colour (light and dark themes). Both
+    halves share one time axis, so they are the same size, drawn unscaled (their text is
+    as large on a phone as on a desktop): side by side when there is room for both, one
+    above the other when there is not. Titles, keys and the legend are HTML, and wrap.
     """
     scenario = SCENARIOS[key]
     naive, fixed = scenario.naive(), scenario.fixed()
     naive.title = f"Naive: {naive.title}"
     fixed.title = f"Fixed: {fixed.title}"
     columns = max(len(naive.events), len(fixed.events))
-    one = 'style="flex:1 1 20em;min-width:0"'
+    width = max(svg_width(naive, columns), svg_width(fixed, columns))
+    # At least 300 px a half: two fit a desktop's column (736 px), not a phone's (358 px),
+    # where a key squeezed to half the width would wrap at every other word.
+    one = f'class="race-lanes-one" style="flex:1 1 {max(width, 300)}px;min-width:0"'
     caption = f"{scenario.pitfall}: {scenario.caption} {how_to_read(scenario.lanes)} {when}"
     return (
         f'<figure class="race-lanes" id="race-lanes-{html.escape(key.replace(".", "-"))}">'
-        '<div class="race-lanes-pair" style="display:flex;flex-wrap:wrap;gap:1em">'
-        f"<div {one}>{naive.svg(columns=columns)}</div>"
-        f"<div {one}>{fixed.svg(columns=columns)}</div>"
-        f"</div><figcaption><p>{html.escape(caption)}</p></figcaption></figure>"
+        '<div class="race-lanes-pair" style="display:flex;flex-wrap:wrap;gap:1em 1.5em">'
+        f"<div {one}>{naive.html(columns=columns, width=width)}</div>"
+        f"<div {one}>{fixed.html(columns=columns, width=width)}</div>"
+        f"</div>{LEGEND}<figcaption><p>{html.escape(caption)}</p></figcaption></figure>"
     )

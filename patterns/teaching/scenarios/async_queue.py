@@ -58,8 +58,8 @@ async def _a1_naive_main(tracer: Tracer) -> None:
     late, _ = await asyncio.wait(waiting, timeout=LOOK)
     if len(done) != 1 or late or not q.empty():
         raise RuntimeError("A1: the one sentinel did not leave exactly two tasks waiting")
-    names = " and ".join(sorted(task.get_name() for task in waiting))
-    tracer.mark(f"{names} wait in get() on an empty queue, forever; gather() would too", bad=True)
+    for name in sorted(task.get_name() for task in waiting):
+        tracer.mark("still waits in get() on an empty queue: no STOP left", bad=True, lane=name)
     tracer.mark("(the scenario puts 2 more STOPs, to end them)")
     for _ in waiting:
         q.put_nowait(naive_async_queue.STOP)
@@ -92,7 +92,7 @@ def _a1_run(fixed: bool) -> Tracer:
         title, main = "consume_until_shutdown, q.shutdown()", _a1_fixed_main
     else:
         title, main = "naive_consume, naive_stop", _a1_naive_main
-    tracer = Tracer(title, {"main": "main"})
+    tracer = Tracer(title, {"main": "main"}, tasks=True)
     run_async(lambda: main(tracer))
     return tracer
 

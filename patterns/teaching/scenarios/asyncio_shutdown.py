@@ -66,14 +66,17 @@ async def _a7_main(tracer: Tracer, fixed: bool) -> None:
     if fixed != bool(done):
         raise RuntimeError(f"A7: the {'fixed' if fixed else 'naive'} stop did the unexpected")
     if not fixed:
-        tracer.mark("the stop still waits in gather(), and nothing says for which task", bad=True)
+        tracer.mark(
+            "still waits in gather(), and nothing says for which task", bad=True, lane="stopper"
+        )
     tracer.mark("(the scenario sets release, to end stubborn)")
     release.set()
     await asyncio.wait([stopper, *tasks])
 
 
 def _a7_run(fixed: bool) -> Tracer:
-    tracer = Tracer("shutdown_tasks" if fixed else "naive_shutdown_tasks", {"main": "main"})
+    title = "shutdown_tasks" if fixed else "naive_shutdown_tasks"
+    tracer = Tracer(title, {"main": "main"}, tasks=True)
     run_async(lambda: _a7_main(tracer, fixed))
     return tracer
 

@@ -53,7 +53,7 @@ class _Server:
 
 
 def _b1_run(fixed: bool) -> Tracer:
-    title = "Bulkhead(1, 0) for /heavy" if fixed else "naive_offload to a 1-worker executor"
+    title = "Bulkhead(1, 0) for /heavy" if fixed else "naive_offload: 1 worker, unbounded queue"
     tracer = Tracer(title, {"MainThread": "main"})
     entered, release = threading.Event(), threading.Event()
 
@@ -120,7 +120,12 @@ def _b1_requests(
     elif light.wait(LOOK):
         raise RuntimeError("B1: the light request found a free request thread")
     else:
-        tracer.mark("/light waits: both request threads wait in result()", bad=True)
+        for thread in server.threads:
+            tracer.mark(
+                "waits in result() for the pool's one worker; /light waits for this thread",
+                bad=True,
+                lane=thread.name,
+            )
     tracer.mark("the heavy query ends")
     release.set()
     wait_for(light, "B1 light answered")
@@ -130,7 +135,7 @@ def _b1_requests(
 B1 = Scenario.of(
     "B1",
     _b1_run,
-    "With an unbounded executor both request threads wait on the heavy route and "
-    "/light waits for a thread; the bulkhead refuses the second heavy call at once, "
-    "so /light is answered while the heavy query runs.",
+    "The executor has one worker and an unbounded queue, so both request threads wait "
+    "on the heavy route and /light waits for a thread; the bulkhead refuses the second "
+    "heavy call at once, so /light is answered while the heavy query runs.",
 )

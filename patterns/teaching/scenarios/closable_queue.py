@@ -40,7 +40,9 @@ def _p14_naive() -> Tracer:
     stop.set()
     if not still_blocked(threads[0]):
         raise RuntimeError("P14: a consumer saw the flag while blocked in get()")
-    tracer.mark("join() does not return: all three still in get()", bad=True)
+    for thread in threads:
+        tracer.mark("still in get(): the flag is never looked at", bad=True, lane=thread.name)
+    tracer.mark("join() does not return")
     tracer.mark("puts one wake-up item per consumer")
     for _ in threads:
         q.put("wake-up")

@@ -196,9 +196,9 @@ class Child:
             self.lines.put(json.loads(line))
         self.lines.put(None)
 
-    def mark(self, text: str, *, bad: bool = False) -> None:
-        """Mark ``text`` in the parent's lane."""
-        self.marks.append((time.perf_counter_ns(), self.parent_lane, text, bad))
+    def mark(self, text: str, *, bad: bool = False, lane: str = "") -> None:
+        """Mark ``text`` in the parent's lane, or in ``lane`` (what the parent saw of a child's)."""
+        self.marks.append((time.perf_counter_ns(), lane or self.parent_lane, text, bad))
 
     def expect(self, text: str) -> None:
         """Wait for the child's mark that starts with ``text``, unless it came already.

@@ -1,9 +1,10 @@
-"""The exit_hooks picture, P22: a signal taken by another thread.
+"""The exit_hooks pictures: P18, SIGTERM with no handler; P22, a signal taken by another thread.
 
-The main thread sleeps in ``Event.wait()`` meanwhile. Run in a child interpreter, the race
-tests' one, with marks.
+P18 is the common case (``docker stop``, a rolling update) and the pattern page's picture;
+P22, where the main thread sleeps in ``Event.wait()`` meanwhile, is the notebook's. Each
+runs in a child interpreter, the race tests' one, with marks.
 
-Docs: docs/patterns/exit_hooks.md
+Docs: docs/patterns/exit_hooks.md, notebooks/07-exit-hooks.ipynb
 """
 
 from __future__ import annotations
@@ -13,6 +14,59 @@ import subprocess
 
 from patterns.teaching.lanes import Tracer
 from patterns.teaching.scenarios.common import LOOK, Child, Scenario
+
+_P18_CHILD = """
+import atexit
+from patterns.exit_hooks import run_until_signalled
+from patterns.naive.exit_hooks import naive_run_until_interrupted
+
+atexit.register(mark, "atexit handler runs")
+
+def work(stop):
+    mark("takes job b; looks at stop between steps")
+    stop.wait()
+    mark("stop is set: hands job b back, returns")
+
+def cleanup():
+    mark("cleanup: closes the session")
+
+mark("runs work in a thread")
+try:
+    {call}
+finally:
+    mark("finally runs")
+"""
+
+
+def _p18_run(fixed: bool) -> Tracer:
+    if fixed:
+        call = "run_until_signalled(work, drain_timeout=5, cleanup=cleanup)"
+    else:
+        call = "naive_run_until_interrupted(work, cleanup=cleanup)"
+    child = Child(_P18_CHILD.format(call=call))
+    try:
+        child.expect("takes job b")
+        child.mark("SIGTERM, as docker stop or a rolling update sends")
+        child.proc.send_signal(signal.SIGTERM)
+        status = child.finish()
+    finally:
+        child.proc.kill()
+    if status == -signal.SIGTERM:
+        child.mark("killed in job b: not finished, not handed back", bad=True, lane="worker")
+        child.mark(f"child exited {status}: no cleanup, no finally, no atexit")
+    else:
+        child.mark(f"child exited {status}")
+    title = call.split("(")[0]
+    return child.trace(title, {"MainThread": "child main", "worker": "child worker"})
+
+
+P18 = Scenario.of(
+    "P18",
+    _p18_run,
+    "With no SIGTERM handler the child dies where it is, halfway through job b: no cleanup, "
+    "no finally, no atexit; run_until_signalled turns SIGTERM into a stop request, so the "
+    "work hands job b back and every cleanup runs before the exit, with status 0.",
+)
 
 _P22_CHILD = """
 import inspect, signal
@@ -72,7 +126,9 @@ def _p22_run(fixed: bool) -> Tracer:
             try:
                 child.proc.wait(LOOK)
             except subprocess.TimeoutExpired:
-                child.mark("the child's main thread sleeps on", bad=True)
+                child.mark(
+                    "sleeps on in stop.wait(): on_stop has not run", bad=True, lane="MainThread"
+                )
             else:
                 raise RuntimeError("P22: the naive child exited after a worker's signal")
             child.mark("SIGTERM to the process: the main thread takes this one")

@@ -53,7 +53,8 @@ def _p10_run(fixed: bool) -> Tracer:
         blocked_in(thread, "get")
     if not all(still_blocked(t) for t in stuck):
         raise RuntimeError("P10: a consumer left without a pill")
-    tracer.mark(f"{' and '.join(t.name for t in stuck)} stay blocked in get()", bad=True)
+    for thread in stuck:
+        tracer.mark("still blocked in get(): no pill left for it", bad=True, lane=thread.name)
     tracer.mark("(the scenario sends 2 more pills, to end them)")
     poison_pill.send_pills(q, consumers=2)
     join_all(*threads)

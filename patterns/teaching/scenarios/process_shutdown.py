@@ -60,8 +60,9 @@ def _m3_run(fixed: bool) -> Tracer:
         if any(text.startswith(("finally", "atexit")) for text in seen):
             raise RuntimeError(f"M3: the terminated child cleaned up after all: {seen}")
         t_ns = time.perf_counter_ns()  # what the parent saw: the child ended in its wait
-        marks.append((t_ns, "careful", "ended by SIGTERM inside stop.wait()", False))
-        mark(f"exit code {exitcode}: no finally, no atexit, nothing said so", bad=True)
+        ended = "ended by SIGTERM inside stop.wait(): no finally, no atexit"
+        marks.append((t_ns, "careful", ended, True))
+        mark(f"exit code {exitcode}, and nothing said so")
     marks += [(int(line["t"]), str(line["lane"]), str(line["text"]), False) for line in lines]
     title = "StoppableProcess.stop()" if fixed else "naive_stop_process"
     return merged(title, {"parent": "parent", "careful": "child process"}, marks)

@@ -67,7 +67,7 @@ def _p9_naive() -> Tracer:
     blocked_in(producer, "put")
     if not still_blocked(producer):
         raise RuntimeError("P9: the producer's put('b') returned with no consumer")
-    tracer.mark("the producer waits in put('b'), forever", bad=True)
+    tracer.mark("still waits in put('b'): nobody will ever take it", bad=True, lane="producer")
     tracer.mark("(the scenario takes 'a' and 'b', to end it)")
     q.get(timeout=MUST_HAPPEN)
     join_all(producer, consumer_thread)
