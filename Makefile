@@ -50,6 +50,7 @@ versions: $(STAMP)
 # notebook during the build and a failing cell is an error. -E: no stale environment.
 docs: $(STAMP)
 	scripts/need.sh dot graphviz >/dev/null
+	scripts/need.sh /usr/share/doc/python3.11/html/objects.inv python3.11-doc >/dev/null
 	rm -rf docs/_build
 	$(VENV)/bin/sphinx-build -E -n -W --keep-going -b html docs docs/_build/html
 

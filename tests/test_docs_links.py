@@ -79,3 +79,25 @@ def test_link_problem_catches_what_jupyterlab_or_the_site_cannot_open() -> None:
     assert "outside docs/" in str(link_problem(notebook, "../README.md"))
     assert "not a page" in str(link_problem(notebook, "../docs/conf.py"))
     assert "anchor" in str(link_problem(notebook, "../docs/guide.md#no-such-heading"))
+
+
+def test_cpython_issues_are_links_in_the_docs_and_rendered_docstrings() -> None:
+    """``gh-NNNNN`` written in a docs page or a module docstring is a link to the issue."""
+    files = [p for p in DOCS.rglob("*.md") if "_build" not in p.parts]
+    files += sorted((ROOT / "patterns").rglob("*.py"))
+    found = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".py":  # the module docstring: autodoc renders it
+            text = text.split('"""')[1] if text.startswith('"""') else ""
+        found += [f"{path.relative_to(ROOT)}: {m}" for m in BARE_GH.findall(text)]
+    assert not found, found
+
+
+def test_make_docs_installs_the_inventory_the_docs_build_reads() -> None:
+    """The path `make docs` gives scripts/need.sh is the one docs/conf.py reads by default."""
+    conf = (DOCS / "conf.py").read_text(encoding="utf-8")
+    path = re.search(r'DEBIAN_INVENTORY = "([^"]+)"', conf)
+    assert path, "docs/conf.py names no DEBIAN_INVENTORY"
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert f"scripts/need.sh {path.group(1)} python3.11-doc" in makefile
