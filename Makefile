@@ -50,6 +50,7 @@ versions: $(STAMP)
 # notebook during the build and a failing cell is an error. -E: no stale environment.
 docs: $(STAMP)
 	scripts/need.sh dot graphviz >/dev/null
+	scripts/need.sh /usr/share/doc/python3.11/html/objects.inv python3.11-doc >/dev/null
 	rm -rf docs/_build
 	$(VENV)/bin/sphinx-build -E -n -W --keep-going -b html docs docs/_build/html
 
@@ -86,8 +87,10 @@ bench: $(STAMP)
 soak: $(STAMP)
 	SOAK_ROUNDS=$${SOAK_ROUNDS:-200} $(PG) $(VENV)/bin/pytest tests/jobqueue/test_crash_matrix.py -k soak -o faulthandler_timeout=0 -p no:cacheprovider
 
+# Every race test, quietly: only the table (what each naive version did, what each pattern
+# held) and pytest's summary line are printed, or a failure's report when one fails.
 races: $(STAMP)
-	$(PG) $(VENV)/bin/pytest -m race -v --race-table -p no:cacheprovider
+	$(PG) $(VENV)/bin/pytest -m race -q -o console_output_style=classic --race-table -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .nox docs/_build .pytest_cache .mypy_cache .ruff_cache

@@ -1,13 +1,19 @@
-"""Sphinx configuration. The build never touches the network: no intersphinx, no link check."""
+"""Sphinx configuration. The build never touches the network (intersphinx reads a local file)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Any
+
+from sphinx.errors import ConfigError
+from sphinx.ext import intersphinx
 
 # Document the checkout being built, whatever is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-# Local extensions: the pitfall catalogue table, read from the race tests.
+# Local extensions: the pitfall catalogue table (read from the race tests), notebook download
+# links, the lane pictures, links from inline code to the standard library.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 project = "shutdown-patterns"
@@ -20,10 +26,13 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "sphinx.ext.graphviz",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.extlinks",
     "sphinx_copybutton",
     "pitfall_catalogue",
     "notebook_download",
     "lanes",
+    "stdlib_links",
 ]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -39,35 +48,71 @@ nb_execution_show_tb = True
 exclude_patterns = ["_build", "_ext", "jupyter_execute", "**/.ipynb_checkpoints"]
 
 nitpicky = True
-# Without intersphinx (no network), references into the standard library (and psycopg) cannot
-# resolve; those, and only those, are ignored.
+
+# Names from the standard library link to docs.python.org, resolved from the inventory that
+# Debian's python3.11-doc package installs (`make docs` installs it with scripts/need.sh), so
+# the build needs no network. PYTHON_INVENTORY names another copy of objects.inv.
+DEBIAN_INVENTORY = "/usr/share/doc/python3.11/html/objects.inv"
+PYTHON_INVENTORY = os.environ.get("PYTHON_INVENTORY", DEBIAN_INVENTORY)
+intersphinx_mapping = {"python": ("https://docs.python.org/3", PYTHON_INVENTORY)}
+
+# {gh}`90882` (:gh:`90882` in a docstring) links the CPython issue, shown as gh-90882.
+extlinks = {"gh": ("https://github.com/python/cpython/issues/%s", "gh-%s")}
+
+# Names the standard library's inventory knows under another name: the private module a
+# class is defined in (what autodoc sees in an annotation), or the bare name a docstring uses.
+STDLIB_ALIASES = {
+    "_asyncio.Task": "asyncio.Task",
+    "_thread.allocate_lock": "threading.Lock",
+    "asyncio.locks.Event": "asyncio.Event",
+    "concurrent.futures._base.Executor": "concurrent.futures.Executor",
+    "concurrent.futures._base.Future": "concurrent.futures.Future",
+    "concurrent.futures.process.ProcessPoolExecutor": "concurrent.futures.ProcessPoolExecutor",
+    "multiprocessing.queues.Queue": "multiprocessing.Queue",
+    "BrokenProcessPool": "concurrent.futures.process.BrokenProcessPool",
+    "Connection": "multiprocessing.connection.Connection",
+    "Future.cancel": "concurrent.futures.Future.cancel",
+    "ModuleType": "types.ModuleType",
+    "ProcessPoolExecutor": "concurrent.futures.ProcessPoolExecutor",
+    "ThreadPoolExecutor": "concurrent.futures.ThreadPoolExecutor",
+    "ThreadPoolExecutor.shutdown": "concurrent.futures.Executor.shutdown",
+    "ThreadPoolExecutor.submit": "concurrent.futures.Executor.submit",
+}
+
+
+def _stdlib_alias(app: Any, env: Any, node: Any, contnode: Any) -> Any:
+    """Resolve an unresolved name through `STDLIB_ALIASES` and the stdlib inventory."""
+    target = STDLIB_ALIASES.get(node.get("reftarget", "").lstrip("~"))
+    if node.get("refdomain") != "py" or target is None:
+        return None
+    aliased = node.deepcopy()
+    aliased["reftarget"] = target
+    return intersphinx.missing_reference(app, env, aliased, contnode)
+
+
+def setup(app: Any) -> None:
+    """Stop at once without the inventory; try `STDLIB_ALIASES` when a name is not found."""
+    if not Path(PYTHON_INVENTORY).is_file():
+        raise ConfigError(
+            f"the standard library's Sphinx inventory is missing: {PYTHON_INVENTORY}\n"
+            f"Install it with `scripts/need.sh {DEBIAN_INVENTORY} python3.11-doc` (Debian's"
+            " package; `make docs` does it), or set PYTHON_INVENTORY to the path of a copy of"
+            " https://docs.python.org/3/objects.inv."
+        )
+    app.connect("missing-reference", _stdlib_alias, priority=900)
+
+
 nitpick_ignore_regex = [
     # Type variables of generic signatures (``P``, ``T``) are not documented objects, nor
     # are a module's private type variables and aliases (``_R``, ``_StepHook``).
     (r"py:class", r"(~?P|~?T|patterns\..*\.(P|T))"),
     (r"py:class", r"~?(patterns\..*\.)?_\w+"),
-    (
-        r"py:.*",
-        (
-            r"(asyncio|_asyncio|concurrent|threading|queue|socket|typing|collections|contextlib|"
-            r"types|io|logging|"
-            r"signal|subprocess|os|sys|time|dataclasses|functools|ctypes|_thread|weakref|atexit|"
-            r"multiprocessing|sqlite3)"
-            r"(\..*)?"
-        ),
-    ),
-    # psycopg (an optional dependency) has no inventory here either.
+    # A ParamSpec's ``P.args`` as autodoc renders it.
+    (r"py:obj", r"typing\.~P"),
+    # Documented by Python without an entry in its inventory.
+    (r"py:.*", r"(multiprocessing\.context\.)?BaseContext|signal\.default_int_handler"),
+    # psycopg (an optional dependency) has no inventory here.
     (r"py:.*", r"(psycopg|sql)(\..*)?"),
-    (
-        r"py:.*",
-        (
-            r"(Callable|Iterator|Iterable|Future|ThreadPoolExecutor|Thread|Event|Any|TypeVar|"
-            r"Future\.\w+|ThreadPoolExecutor\.\w+|BaseContext|Connection|ModuleType|"
-            r"ProcessPoolExecutor|BrokenProcessPool|"
-            r"ParamSpec|BaseException|Exception|RuntimeError|KeyboardInterrupt|TimeoutError|"
-            r"ValueError|SystemError|object|float|int|str|bool|None)"
-        ),
-    ),
 ]
 
 # `name` in a docstring is a cross-reference (to any Python object), checked by -n like the rest.

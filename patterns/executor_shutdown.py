@@ -21,7 +21,7 @@ Guarantees:
     * A callable in ``report.never_started`` never ran and never will; every other
       accepted callable ran, or the thread running it is named in
       ``report.still_running``. "Ran" is the executor's own per-task accounting, not
-      ``Thread.join``, which an interrupted wait can make lie (gh-90882).
+      ``Thread.join``, which an interrupted wait can make lie (:gh:`90882`).
     * ``on_force`` runs at most once per executor; what it raises is logged, and a
       KeyboardInterrupt or SystemExit from it is raised again once the report is made.
     * Every task that fails is logged at ERROR when it fails, read or not.

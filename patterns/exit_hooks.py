@@ -30,7 +30,7 @@ Guarantees:
 
 Python:
     3.11+, POSIX (the wakeup fd is a pipe); checked on 3.11.7, 3.12.1 and 3.13.0. 3.12.1
-    refuses to start a thread in an `atexit` handler (gh-104690; gh-113964 allowed it again
+    refuses to start a thread in an `atexit` handler (:gh:`104690`; :gh:`113964` allowed it again
     in 3.12.3 and 3.13), so there `force_exit` exits without its flush. Forking after
     ``start()`` forks a multi-threaded process, which 3.12+ warn about. An asyncio loop's
     ``add_signal_handler`` takes the wakeup fd, so ``start()`` refuses to run while one is

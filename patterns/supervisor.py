@@ -22,7 +22,7 @@ Guarantees:
       takes) returns within its budget (plus scheduling noise), even while another thread
       is inside ``start()``, never raises for a worker that ignores it, and the first
       `SupervisorReport` that completes is returned to every later call. Reports come
-      from each thread's own end signal, never from ``join()`` (gh-90882).
+      from each thread's own end signal, never from ``join()`` (:gh:`90882`).
     * ``stop()`` from the worker, a callback, or a signal handler that interrupted this
       supervisor's ``start()``/``stop()`` is a request: it returns at once, provisionally.
     * `produce_until_consumer_dies` blocks at most ``check_every`` seconds after its

@@ -33,6 +33,9 @@ class Entry:
     naive: list[str] = field(default_factory=list)  # "tests/test_x.py::test_naive_y"
     pattern: list[str] = field(default_factory=list)
     lesson: str = ""  # first docstring paragraph of the first pattern test, on one line
+    # naive tests without a ``record_property`` argument: their row in `make races` would
+    # say "(nothing recorded)" instead of what they saw
+    silent: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -98,6 +101,9 @@ def entries(root: Path = ROOT) -> dict[str, Entry]:
                 nodeid = f"{path.relative_to(root).as_posix()}::{function.name}"
                 if function.name.startswith("test_naive_"):
                     entry.naive.append(nodeid)
+                    arguments = function.args.args + function.args.kwonlyargs
+                    if "record_property" not in {a.arg for a in arguments}:
+                        entry.silent.append(nodeid)
                 else:
                     entry.pattern.append(nodeid)
                     doc = ast.get_docstring(function) or ""

@@ -117,6 +117,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             )
 
 
+def pytest_report_teststatus(
+    report: pytest.TestReport, config: pytest.Config
+) -> tuple[str, str, str] | None:
+    """With ``--race-table``, a passing test prints nothing: the table is the output."""
+    if config.getoption("--race-table") and report.when == "call" and report.passed:
+        return "passed", "", ""
+    return None
+
+
 def _module_of(item: pytest.Item) -> str:
     parts = item.nodeid.split("::")[0].split("/")
     if "jobqueue" in parts:

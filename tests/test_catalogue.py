@@ -17,6 +17,12 @@ def test_every_race_entry_has_a_naive_test_and_a_pattern_test() -> None:
     assert not half, f"race entries missing a half: {half}"
 
 
+def test_every_naive_race_test_records_what_it_observed() -> None:
+    """A naive test takes ``record_property``, so `make races` prints what went wrong."""
+    silent = [t for e in catalogue.entries().values() for t in e.silent]
+    assert not silent, f"naive race tests that record nothing: {silent}"
+
+
 def test_every_pitfall_id_in_the_prose_names_a_complete_race_entry() -> None:
     """An ID in a docs page, notebook, README or module points at a pitfall the tests show."""
     known = {p for p, e in catalogue.entries().items() if e.complete}
@@ -35,10 +41,11 @@ def test_every_entry_has_one_title(tmp_path: Path) -> None:
         '    """Lesson\n    goes on.\n\n    Detail."""\n'
     )
     entry = catalogue.entries(tmp_path)["P1"]
-    assert (entry.naive, entry.pattern, entry.lesson) == (
+    assert (entry.naive, entry.pattern, entry.lesson, entry.silent) == (
         ["tests/test_a.py::test_naive_x"],
         ["tests/test_a.py::test_y"],
         "Lesson goes on.",
+        ["tests/test_a.py::test_naive_x"],  # it takes no record_property
     )
 
 

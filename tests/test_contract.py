@@ -553,7 +553,9 @@ P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the n
 
 @pytest.mark.race(*P25)
 @pytest.mark.usefixtures("default_sigint")
-def test_naive_a_report_read_from_join_lies_after_a_ctrl_c() -> None:
+def test_naive_a_report_read_from_join_lies_after_a_ctrl_c(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Before 3.13 the interrupted ``join()`` marks the live thread finished (gh-90882).
 
     The naive stop's next report then says terminated with nothing still running while
@@ -577,6 +579,12 @@ def test_naive_a_report_read_from_join_lies_after_a_ctrl_c() -> None:
             naive_stop_by_join(thread, stopping, 5.0)
         sender.join(MUST_HAPPEN)
         terminated, still_running = naive_stop_by_join(thread, stopping, 0.0)
+        record_property(
+            "observed",
+            f"on {sys.version_info.major}.{sys.version_info.minor}, after a Ctrl-C in join(), the"
+            f" next report said terminated={terminated}, still_running={still_running}"
+            f" while the thread ran",
+        )
         assert not ended.is_set()  # the thread really is still running
         if sys.version_info < (3, 13):
             assert (terminated, still_running) == (True, ())  # the lie

@@ -187,12 +187,21 @@ STUCK_POOL = """
 @pytest.mark.parametrize(
     "stop", ["naive_stop_pool(pool)", "pass  # the exit joins the pool"], ids=["with", "exit"]
 )
-def test_naive_stuck_worker_keeps_shutdown_and_exit_waiting(tmp_path: Path, stop: str) -> None:
+def test_naive_stuck_worker_keeps_shutdown_and_exit_waiting(
+    tmp_path: Path, stop: str, record_property: Callable[[str, object], None]
+) -> None:
     """Broken: shutdown(), leaving ``with`` and the interpreter's exit wait for a stuck task."""
     code = STUCK_POOL.format(path=str(tmp_path / "pid"), stop=stop)
     with Group(code) as child:
         child.expect("stopping")
-        assert child.stays_alive(), child.stderr()
+        alive = child.stays_alive()
+        waiter = "naive_stop_pool()" if stop.startswith("naive") else "the interpreter's exit"
+        record_property(
+            "observed",
+            f"{waiter} {'still' if alive else 'no longer'} waiting {WATCH}s later"
+            " for the stuck task",
+        )
+        assert alive, child.stderr()
 
 
 @pytest.mark.race("M1", "a stuck worker keeps the process pool and the exit waiting")
@@ -375,13 +384,21 @@ def dying_worker(pool: ProcessPoolExecutor, tmp_path: Path, how: str) -> list[Fu
 @pytest.mark.race("M2", "a dead worker process breaks the pool: every pending future fails")
 @pytest.mark.parametrize("how", ["os._exit", "SIGKILL"])
 def test_naive_collect_loses_every_result_when_a_worker_dies(
-    pool: ProcessPoolExecutor, tmp_path: Path, how: str
+    pool: ProcessPoolExecutor,
+    tmp_path: Path,
+    how: str,
+    record_property: Callable[[str, object], None],
 ) -> None:
     """Broken: the first BrokenProcessPool ends the loop, results and all."""
     # The first result is there, and the caller gets none of it, nor what was lost.
     futures = dying_worker(pool, tmp_path, how)
     with pytest.raises(BrokenProcessPool):
         naive_collect(futures)
+    record_property(
+        "observed",
+        f"a worker ended by {how}: the loop raised BrokenProcessPool, and the result"
+        f" {futures[0].result(0)} already computed never reached the caller",
+    )
 
 
 @pytest.mark.race("M2", "a dead worker process breaks the pool: every pending future fails")
@@ -476,12 +493,19 @@ def careful_child(tmp_path: Path, method: str = "spawn") -> tuple[StoppableProce
 
 
 @pytest.mark.race("M3", "Process.terminate() skips the child's finally and atexit")
-def test_naive_terminate_skips_finally_and_atexit(tmp_path: Path) -> None:
+def test_naive_terminate_skips_finally_and_atexit(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
     """Broken: SIGTERM ends the child where it stands; no cleanup line is written."""
     child, log = careful_child(tmp_path)
     process = child._process
     assert process is not None
     naive_stop_process(process)
+    written = log.read_text().splitlines() if log.exists() else []
+    record_property(
+        "observed",
+        f"terminate(): exit code {process.exitcode}, cleanup lines written: {written or 'none'}",
+    )
     assert process.exitcode == -signal.SIGTERM
     assert not log.exists()
     child.stop()
@@ -587,11 +611,20 @@ EVENT_SET = """
 
 
 @pytest.mark.race("M7", "a multiprocessing.Event whose waiter was killed hangs set()")
-def test_naive_event_set_hangs_after_its_waiter_was_killed() -> None:
+def test_naive_event_set_hangs_after_its_waiter_was_killed(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Broken: Event.set() waits for every sleeper to acknowledge, a dead one too."""
     with Group(EVENT_SET.format(naive=True)) as child:
         child.expect("killed; asking it to stop")
-        assert child.stays_alive(), child.stderr()
+        alive = child.stays_alive()
+        returned = "returned" in child.lines.queue
+        record_property(
+            "observed",
+            f"Event.set() {'returned' if returned else 'had not returned'} {WATCH}s after"
+            " its only waiter was killed",
+        )
+        assert alive, child.stderr()
 
 
 @pytest.mark.race("M7", "a multiprocessing.Event whose waiter was killed hangs set()")
@@ -649,11 +682,19 @@ QUEUE_EXIT = """
 
 
 @pytest.mark.race("M4", "a multiprocessing.Queue's feeder thread holds the exit")
-def test_naive_queue_with_unread_items_hangs_the_exit() -> None:
+def test_naive_queue_with_unread_items_hangs_the_exit(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Broken: close() is not enough; the exit joins a feeder blocked on a full pipe."""
     with Group(QUEUE_EXIT.format(close="naive_close_queue")) as child:
         child.expect("exiting")
-        assert child.stays_alive(), child.stderr()
+        alive = child.stays_alive()
+        record_property(
+            "observed",
+            f"after close(), the producer {'still' if alive else 'no longer'} running {WATCH}s"
+            " later: its exit joins the feeder thread, blocked on a full pipe",
+        )
+        assert alive, child.stderr()
 
 
 @pytest.mark.race("M4", "a multiprocessing.Queue's feeder thread holds the exit")
@@ -699,13 +740,20 @@ CTRL_C = """
 
 
 @pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
-def test_naive_children_each_get_their_own_keyboard_interrupt() -> None:
+def test_naive_children_each_get_their_own_keyboard_interrupt(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Broken: each child dies of its own KeyboardInterrupt, traceback and all, work cut off."""
     with Group(CTRL_C.format(naive=True)) as child:
         child.expect("ready")
         child.killpg(signal.SIGINT)
         assert child.wait() == 0, child.stderr()
         out = child.stdout()
+    record_property(
+        "observed",
+        f"one Ctrl-C: the children ended with {', '.join(out[1:])},"
+        f" {child.stderr().count('KeyboardInterrupt')} KeyboardInterrupt tracebacks",
+    )
     assert out[0] == "parent: interrupted, stopping the children"
     assert out[1:] == ["exit code 1", "exit code 1"]
     assert child.stderr().count("KeyboardInterrupt") == 2
@@ -755,7 +803,9 @@ POOL_CTRL_C = """
 
 
 @pytest.mark.race("M5", "Ctrl-C sends SIGINT to every process in the foreground group")
-def test_naive_pool_workers_each_end_their_item_with_keyboard_interrupt(tmp_path: Path) -> None:
+def test_naive_pool_workers_each_end_their_item_with_keyboard_interrupt(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
     """Broken: with the default SIGINT handler every running task ends in KeyboardInterrupt."""
     code = POOL_CTRL_C.format(
         finish=str(tmp_path / "finish"), started=str(tmp_path / "started"), initializer=None
@@ -765,6 +815,8 @@ def test_naive_pool_workers_each_end_their_item_with_keyboard_interrupt(tmp_path
         child.killpg(signal.SIGINT)
         assert child.wait() == 0, child.stderr()
         out = child.stdout()
+    results, errors = out[1].split("] ", 1)
+    record_property("observed", f"one Ctrl-C, pool workers: results {results}], errors {errors}")
     assert out == [
         "parent: interrupted, letting the items finish",
         "[] ['KeyboardInterrupt', 'KeyboardInterrupt']",
@@ -819,11 +871,19 @@ FORK_LOCK = """
 
 
 @pytest.mark.race("M6", "fork() while another thread holds a lock: the child's copy stays locked")
-def test_naive_fork_leaves_the_child_deadlocked_on_a_copied_lock() -> None:
+def test_naive_fork_leaves_the_child_deadlocked_on_a_copied_lock(
+    record_property: Callable[[str, object], None],
+) -> None:
     """Broken: the forked child waits for ever on a lock no thread of its own will release."""
     with Group(FORK_LOCK.format(context="naive_context", join=WATCH)) as child:
         assert child.wait() == 0, child.stderr()
-        assert child.stdout() == ["child alive"]
+        out = child.stdout()
+    record_property(
+        "observed",
+        f"the forked child, {WATCH}s after the parent released the lock: {', '.join(out)}"
+        " (blocked on its copy)",
+    )
+    assert out == ["child alive"]
 
 
 @pytest.mark.race("M6", "fork() while another thread holds a lock: the child's copy stays locked")

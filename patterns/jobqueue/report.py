@@ -9,7 +9,7 @@ Pattern:
     The lifecycle contract's report (docs/design.md): ``terminated`` and
     ``still_running``, never contradicting each other. A report reads each thread's own
     "ended" event, never ``Thread.is_alive()``: before 3.13 a ``join()`` interrupted by
-    Ctrl-C marks a live thread finished (gh-90882), as ``patterns.daemon_threads`` shows.
+    Ctrl-C marks a live thread finished (:gh:`90882`), as ``patterns.daemon_threads`` shows.
 
 See also: ``patterns.jobqueue.worker`` (the stop that builds it),
 ``patterns.jobqueue.ledger`` (what it reads).

@@ -10,7 +10,7 @@ seconds, inf included.
 Pattern:
     ``patterns.daemon_threads``'s rule: a report reads each thread's own "ended" event,
     never ``Thread.is_alive()``: before 3.13 a ``join()`` interrupted by Ctrl-C marks a
-    live thread finished (gh-90882).
+    live thread finished (:gh:`90882`).
 
 See also: ``patterns.jobqueue.report`` (what reads them), ``patterns.jobqueue.worker``.
 """
