@@ -7,7 +7,6 @@ scroll sideways inside it, at 1280 px and at 390 px.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,21 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "docs" / "_build" / "html"
 SCREENSHOTS = ROOT / "docs" / "_build" / "screenshots"
 ENTRY_PAGES = ("index", "pitfalls")
-
-
-@pytest.fixture(scope="module")
-def base() -> Iterator[str]:
-    """The built site, served on 127.0.0.1."""
-    assert (SITE / "index.html").exists(), "no built site: run `make docs` first"
-    with serving(SITE) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def tabs() -> Iterator[dict[int, Page]]:
-    """A desktop tab and a phone tab in one headless Chromium."""
-    with browser_pages() as opened:
-        yield opened
 
 
 PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">

@@ -6,25 +6,17 @@ race pictures at 1280 and 390 px (docs/_build/screenshots/).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page
 
 from sitetests.pictures import check_pictures
-from sitetests.site_check import DESKTOP, PHONE, browser_pages, pages_of, serving
+from sitetests.site_check import DESKTOP, PHONE, pages_of, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "docs" / "_build" / "html"
 SCREENSHOTS = ROOT / "docs" / "_build" / "screenshots"
-
-
-@pytest.fixture(scope="module")
-def tabs() -> Iterator[dict[int, Page]]:
-    """A desktop tab and a phone tab in one headless Chromium."""
-    with browser_pages() as opened:
-        yield opened
 
 
 @pytest.mark.parametrize("width", [DESKTOP, PHONE], ids=["desktop", "phone"])

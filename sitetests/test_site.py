@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,32 +10,16 @@ from playwright.sync_api import Page
 from sitetests.site_check import (
     DESKTOP,
     PHONE,
-    browser_pages,
     check_links,
     check_pages,
     pages_of,
     search_hits,
-    serving,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "docs" / "_build" / "html"
 SCREENSHOTS = ROOT / "docs" / "_build" / "screenshots"
 PAGES = pages_of(SITE)
-
-
-@pytest.fixture(scope="module")
-def base() -> Iterator[str]:
-    """The built site, served on 127.0.0.1."""
-    with serving(SITE) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def tabs() -> Iterator[dict[int, Page]]:
-    """A desktop tab and a phone tab in one headless Chromium."""
-    with browser_pages() as opened:
-        yield opened
 
 
 def test_the_site_is_built_with_every_page() -> None:

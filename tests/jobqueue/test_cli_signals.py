@@ -172,10 +172,10 @@ runpy.run_module("patterns.jobqueue", run_name="__main__", alter_sys=True)
 """
 
 
-def at_import(workdir: Path, module: str, args: list[str]) -> subprocess.Popen[str]:
-    """The command line, waiting at the first import of ``module``."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", AT_IMPORT, module, *args],
+def spawn(workdir: Path, script: str, *args: str) -> subprocess.Popen[str]:
+    """``python -c script args`` in ``workdir``, every stream a pipe (stdin opens checkpoints)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
         cwd=workdir,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -183,6 +183,11 @@ def at_import(workdir: Path, module: str, args: list[str]) -> subprocess.Popen[s
         text=True,
         env=child_env(),
     )
+
+
+def at_import(workdir: Path, module: str, args: list[str]) -> subprocess.Popen[str]:
+    """The command line, waiting at the first import of ``module``."""
+    proc = spawn(workdir, AT_IMPORT, module, *args)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "checkpoint\n"
     return proc
@@ -285,15 +290,7 @@ runpy.run_module("patterns.jobqueue", run_name="__main__", alter_sys=True)
 
 def test_signals_after_a_clean_stop_are_ignored_and_the_status_stays_zero(workdir: Path) -> None:
     """A second SIGTERM after the stop finished (and SIGINT, SIGHUP, SIGUSR1): still exit 0."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", AT_EXIT, *WORKER],
-        cwd=workdir,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
+    proc = spawn(workdir, AT_EXIT, *WORKER)
     try:
         assert proc.stdout is not None
         assert proc.stderr is not None
