@@ -17,10 +17,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# P1, P5b, B3, C1, E1, Q1, PG1...: a family prefix, digits, an optional lower-case suffix.
+# P1, P5b, B3, C1, E1, Q1, M10, W1, PG1...: a family prefix, digits, an optional lower-case suffix.
 # Ruff's rule codes (E501, B018) look the same, so lint-suppression comments are stripped
 # before the search.
-ID = re.compile(r"(?<![\w.-])(?:PG\d|P\d{1,2}[a-z]?|[ABCEMQ]\d[a-z]?)(?![\w-])")
+ID = re.compile(r"(?<![\w.-])(?:PG\d|P\d{1,2}[a-z]?|[ABCEMQW]\d{1,2}[a-z]?)(?![\w-])")
 NOQA = re.compile(r"noqa:?[ A-Z0-9,]*")
 
 
