@@ -5,7 +5,8 @@
 
 TL;DR: ``shutdown_process_pool(pool, timeout, force_timeout=...)`` ends a
 `ProcessPoolExecutor` within ``timeout + force_timeout`` even when a task never returns,
-and says what never started, what was lost and which pids it killed. A child process of
+and says what never started, what was lost and which pids it killed;
+``shutdown_mp_pool`` does the same for a `multiprocessing.pool.Pool`. A child process of
 your own is a `StoppableProcess`: ``stop()`` sends its stop request, joins on a deadline
 and terminates only as the last resort, saying so in its report.
 
@@ -16,6 +17,9 @@ Guarantees:
     * A callable in ``report.never_started`` never ran and never will; one in
       ``report.lost`` failed with `BrokenProcessPool` (killed while running, or queued
       in the pool's call queue when the pool broke).
+    * `shutdown_mp_pool` returns within ``timeout + force_timeout`` too, also when a
+      worker was killed mid-task (its task is reported lost, not waited for) or ignores
+      SIGTERM, and reaps every worker the pool had while it watched, replacements too.
     * `StoppableProcess.stop` returns within its budget; the first stop that completes
       is recorded and every later call returns it, even if the child was killed behind
       its back. With every start method (``fork``, ``forkserver``, ``spawn``) the child's
@@ -33,10 +37,13 @@ Python:
     sets to None; a test pins this on each version. 3.14's ``terminate_workers()`` and
     ``kill_workers()`` read the same dict, so after a graceful ``shutdown(wait=False)``
     they find no workers: this module signals its own snapshot instead (read from the
-    3.14 source; 3.14 is not run here). 3.12+ warn when a multi-threaded process
-    forks; ``fork`` and ``forkserver`` children skip their `atexit` handlers before
-    3.13 (``os._exit``), so on 3.11 and 3.12 `StoppableProcess` runs them itself, as
-    3.13 does; 3.14 makes ``forkserver`` the default start method on Linux.
+    3.14 source; 3.14 is not run here). ``multiprocessing.pool.Pool`` is the same code
+    on the three versions: its workers are the private ``_pool`` list, its threads
+    ``_worker_handler``, ``_task_handler`` and ``_result_handler``. 3.12+ warn when a
+    multi-threaded process forks; ``fork`` and ``forkserver`` children skip their
+    `atexit` handlers before 3.13 (``os._exit``), so on 3.11 and 3.12 `StoppableProcess`
+    runs them itself, as 3.13 does; 3.14 makes ``forkserver`` the default start method
+    on Linux.
 
 Docs: docs/patterns/process_shutdown.md
 """
@@ -48,17 +55,19 @@ import contextlib
 import logging
 import math
 import multiprocessing
+import multiprocessing.pool
 import multiprocessing.queues
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
+from multiprocessing.pool import AsyncResult
 from multiprocessing.process import BaseProcess
 from typing import Any, Self
 
@@ -72,6 +81,7 @@ __all__ = [
     "collect",
     "ignore_sigint",
     "safe_context",
+    "shutdown_mp_pool",
     "shutdown_process_pool",
 ]
 
@@ -147,17 +157,18 @@ def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
 
 @dataclass(frozen=True)
 class PoolShutdownReport:
-    """What `shutdown_process_pool` achieved.
+    """What `shutdown_process_pool` (or `shutdown_mp_pool`) achieved.
 
     Attributes:
         terminated: no worker process and no pool thread is left running; every worker
             was reaped. With ``forced`` false, every task also finished on its own.
         still_running: names (with pids) of worker processes alive at the deadline, and
-            the pool's manager thread if it had not ended.
+            the pool's threads that had not ended.
         forced: the graceful wait ran out, queued work was cancelled and the workers
             were signalled.
         never_started: names of the callables cancelled before they ran, in order.
-        lost: names of the callables that failed with `BrokenProcessPool`.
+        lost: names of the callables that failed with `BrokenProcessPool` (for a
+            `multiprocessing.pool.Pool`, of the results passed that never arrived).
         killed_pids: pids that were sent SIGTERM (and SIGKILL if they outlived it).
         elapsed: seconds the whole call took.
     """
@@ -383,6 +394,131 @@ def _exception(future: Future[Any], deadline: float) -> BaseException | None:
         except TimeoutError:
             if remaining <= _LONGEST_WAIT:
                 raise
+
+
+# --- multiprocessing.Pool -------------------------------------------------------------------
+
+# The threads a Pool runs in the parent (private on 3.11-3.13): one keeps the workers
+# (replacing any that exit), one feeds them tasks, one collects the results.
+_POOL_THREADS = ("_worker_handler", "_task_handler", "_result_handler")
+
+
+def _mp_watch(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> None:
+    # Pool._pool (private on 3.11-3.13) holds only the current workers: the worker-handler
+    # thread drops one that exited and appends its replacement (maxtasksperchild, a crash).
+    # So we read it again on every look, keeping every worker we have ever seen.
+    for process in list(getattr(pool, "_pool", ())):  # a copy: that thread edits the list
+        if isinstance(process, BaseProcess) and process.pid is not None:
+            seen.setdefault(process.pid, process)
+
+
+def _mp_died(seen: dict[int, BaseProcess]) -> list[BaseProcess]:
+    # Killed by a signal or an exit code of its own. 0 is a worker that retired
+    # (maxtasksperchild) or was told to exit; 255 is also what a forkserver worker's
+    # exitcode reads when two threads poll it at once (the pool's thread and ours),
+    # so it is not taken as a death: at worst we wait for the deadline.
+    return [p for p in list(seen.values()) if p.exitcode not in (None, 0, 255)]
+
+
+def _mp_threads(pool: multiprocessing.pool.Pool) -> list[threading.Thread]:
+    found = (getattr(pool, name, None) for name in _POOL_THREADS)
+    return [thread for thread in found if isinstance(thread, threading.Thread)]
+
+
+def _wait_for_pool(
+    pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess], deadline: float
+) -> bool:
+    # After close() the pool ends by itself once every task has returned: its threads
+    # end and each worker exits on a sentinel. A task whose worker died never returns
+    # (the pool replaces the worker and forgets the task), so a death ends the wait.
+    threads = _mp_threads(pool)
+    while True:
+        _mp_watch(pool, seen)
+        if not _alive(seen.values()) and not any(t.is_alive() for t in threads):
+            return True
+        dead = _mp_died(seen)
+        if dead:
+            logger.warning("%s died: its task will never return", _proc_name(dead[0]))
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(0.01, remaining))  # nothing signals "the pool has ended": poll
+
+
+def _force_mp(
+    pool: multiprocessing.pool.Pool,
+    seen: dict[int, BaseProcess],
+    kill_at: float,
+    deadline: float,
+) -> tuple[list[int], threading.Thread]:
+    # Pool.terminate() stops the worker handler (no more replacements), sends SIGTERM
+    # and then joins each worker with no timeout: a worker that ignores SIGTERM holds it
+    # for ever (M11). So it runs in a thread of its own, and SIGKILL ends what is left.
+    killed = [p.pid or 0 for p in _alive(seen.values())]
+    terminator = threading.Thread(target=pool.terminate, name="Pool.terminate", daemon=True)
+    terminator.start()
+    _join_thread(terminator, kill_at)
+    _mp_watch(pool, seen)
+    for process in _alive(seen.values()):
+        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+        if process.pid not in killed:
+            killed.append(process.pid or 0)
+        process.kill()
+    _join_all(_alive(seen.values()), deadline)
+    _join_thread(terminator, deadline)
+    return killed, terminator
+
+
+def shutdown_mp_pool(
+    pool: multiprocessing.pool.Pool,
+    timeout: float,
+    *,
+    force_timeout: float,
+    results: Mapping[str, AsyncResult[Any]] | None = None,
+) -> PoolShutdownReport:
+    """Close a `multiprocessing.pool.Pool`, wait up to ``timeout``, then terminate it.
+
+    ``close()`` at once; then wait for the tasks until the deadline, or until a worker
+    dies (its task would never return); then ``terminate()``, SIGKILL to the workers
+    still alive half-way through ``force_timeout``, and every worker reaped. Pass the
+    results you hold, by name: those not ready at the end are ``lost`` (a Pool cannot
+    tell a task that never started from one killed while running, so ``never_started``
+    stays empty). A `KeyboardInterrupt` while it waits kills the workers at once and
+    is re-raised. Budgets are checked as `shutdown_process_pool` checks them.
+    """
+    timeout = _seconds(timeout, "timeout")
+    force_timeout = _seconds(force_timeout, "force_timeout")
+    start = time.monotonic()
+    seen: dict[int, BaseProcess] = {}
+    _mp_watch(pool, seen)
+    pool.close()
+    try:
+        drained = _wait_for_pool(pool, seen, start + timeout)
+    except KeyboardInterrupt:
+        now = time.monotonic()
+        _force_mp(pool, seen, now, now + force_timeout)
+        logger.warning("interrupted: killed the pool's workers")
+        raise
+    force_start = time.monotonic()
+    kill_at = force_start + force_timeout * (1.0 if drained else _TERM_SHARE)
+    killed, terminator = _force_mp(pool, seen, kill_at, force_start + force_timeout)
+    lost = [name for name, result in (results or {}).items() if not result.ready()]
+    still = [_proc_name(p) for p in _alive(seen.values())]
+    still += [t.name for t in (*_mp_threads(pool), terminator) if t.is_alive()]
+    report = PoolShutdownReport(
+        terminated=not still,
+        still_running=tuple(still),
+        forced=not drained,
+        lost=tuple(lost),
+        killed_pids=tuple(killed),
+        elapsed=time.monotonic() - start,
+    )
+    if not drained:
+        logger.warning("pool terminated: %d result(s) lost, killed pids %s", len(lost), killed)
+    if still:
+        logger.error("pool did not terminate: %s still running", ", ".join(still))
+    return report
 
 
 def ignore_sigint() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import multiprocessing.pool
 import os
 import pickle
 import queue
@@ -30,7 +31,13 @@ from unittest import mock
 
 import pytest
 
-from patterns.naive.process_shutdown import naive_collect, naive_stop_process
+from patterns.naive.process_shutdown import (
+    naive_apply_in_with,
+    naive_close_pool,
+    naive_collect,
+    naive_map,
+    naive_stop_process,
+)
 from patterns.process_shutdown import (
     PoolShutdownReport,
     ProcessStopReport,
@@ -38,6 +45,7 @@ from patterns.process_shutdown import (
     StopSignal,
     collect,
     safe_context,
+    shutdown_mp_pool,
     shutdown_process_pool,
 )
 from patterns.teaching import process_tasks
@@ -49,6 +57,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     run_python,
+    stays_blocked,
     wait_until,
     wait_until_blocked_in,
 )
@@ -1235,3 +1244,297 @@ def test_every_seconds_argument_takes_inf_and_huge_values(huge: float) -> None:
     assert collect(futures, huge).results == {0: 0, 1: 1, 2: 4}
     assert shutdown_process_pool(executor, huge, force_timeout=huge).terminated
     assert set_signal().wait(huge)
+
+
+# --- multiprocessing.Pool: M8 to M11 --------------------------------------------------------
+# Pool is the same code in 3.11.7, 3.12.1 and 3.13.0 (Lib/multiprocessing/pool.py differs
+# only in a message's spelling and in os.process_cpu_count() for the default size), so
+# each pin below states one behaviour for all three, and runs on each.
+
+
+@pytest.fixture
+def mp_pool() -> Iterator[multiprocessing.pool.Pool]:
+    """A two-worker Pool (forkserver); whatever is left is forced at the end."""
+    pool = safe_context().Pool(2)
+    yield pool
+    assert shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN).terminated
+
+
+def worker_pids(pool: multiprocessing.pool.Pool) -> set[int]:
+    """The pids of the workers the pool holds now (its private list)."""
+    return {p.pid for p in list(pool._pool) if p.is_alive()}  # type: ignore[attr-defined]
+
+
+def task_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The go-ahead file, the started file and the cleanup log of `item_with_cleanup`."""
+    return tmp_path / "go", tmp_path / "started", tmp_path / "log"
+
+
+M8 = ("M8", "leaving `with Pool()` terminates the tasks still running")
+
+
+@pytest.mark.race(*M8)
+def test_naive_with_pool_kills_the_running_task_and_its_finally(
+    mp_pool: multiprocessing.pool.Pool,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Broken: the block's exit calls terminate(): the task's result and finally are lost."""
+    go, started, log = task_files(tmp_path)
+    args = (str(go), str(started), str(log))
+    result = naive_apply_in_with(
+        mp_pool, process_tasks.item_with_cleanup, args, then=lambda: started_pid(started)
+    )
+    pid = int(started.read_text())
+    go.touch()  # too late: the worker was killed with the block's exit
+    with pytest.raises(multiprocessing.TimeoutError):
+        result.get(WATCH)
+    cleanup = log.read_text().splitlines() if log.exists() else []
+    record_property(
+        "observed",
+        f"leaving the with block killed worker {pid} mid-task: get({WATCH}) timed out,"
+        f" finally lines written: {cleanup or 'none'}",
+    )
+    assert gone(pid)
+    assert cleanup == []
+
+
+@pytest.mark.race(*M8)
+def test_shutdown_mp_pool_lets_the_running_task_finish_and_clean_up(
+    mp_pool: multiprocessing.pool.Pool, tmp_path: Path
+) -> None:
+    """shutdown_mp_pool closes the pool and waits: the task returns and its finally runs.
+
+    Replace ``with Pool() as pool:`` by try/finally around `shutdown_mp_pool`.
+    """
+    go, started, log = task_files(tmp_path)
+    args = (str(go), str(started), str(log))
+    result = mp_pool.apply_async(process_tasks.item_with_cleanup, args)
+    pid = started_pid(started)
+    thread, outcome = run_in_thread(
+        lambda: shutdown_mp_pool(
+            mp_pool, MUST_HAPPEN, force_timeout=MUST_HAPPEN, results={"item": result}
+        ),
+        "stopper",
+    )
+    wait_until_blocked_in(thread, "_wait_for_pool")
+    go.touch()
+    join_or_fail(thread)
+    report = outcome["result"]
+    assert report == PoolShutdownReport(terminated=True, still_running=(), elapsed=report.elapsed)
+    assert result.get(0) == "done"
+    assert log.read_text().splitlines() == ["finally"]
+    assert gone(pid)
+
+
+M9 = ("M9", "Pool.close() then join() has no timeout: one stuck task holds the caller")
+
+
+@pytest.mark.race(*M9)
+def test_naive_close_and_join_waits_as_long_as_a_stuck_task(
+    mp_pool: multiprocessing.pool.Pool,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Broken: join() waits for every task, as long as the slowest one takes."""
+    go, started, _ = task_files(tmp_path)
+    result = mp_pool.apply_async(process_tasks.item_until, (str(go), str(started)))
+    started_pid(started)
+    thread, outcome = run_in_thread(lambda: naive_close_pool(mp_pool), "naive-join")
+    wait_until_blocked_in(thread, "join")
+    held = stays_blocked(thread, WATCH)
+    go.touch()  # released late: only now can join() return
+    join_or_fail(thread)
+    record_property(
+        "observed",
+        f"close(); join() {'still' if held else 'no longer'} blocked {WATCH}s after it"
+        " began; it returned only once the task was let go",
+    )
+    assert held
+    assert outcome == {"result": None}
+    assert result.get(0) == "done"
+
+
+@pytest.mark.race(*M9)
+def test_shutdown_mp_pool_ends_a_stuck_task_within_its_budget(
+    mp_pool: multiprocessing.pool.Pool, tmp_path: Path
+) -> None:
+    """A 60 s task: shutdown_mp_pool returns within its budget, the worker killed and reaped."""
+    path = tmp_path / "pid"
+    stuck = mp_pool.apply_async(process_tasks.mark_then_sleep, (str(path), 60))
+    pid = started_pid(path)
+    quick = mp_pool.apply_async(process_tasks.square, (4,))
+    assert quick.get(MUST_HAPPEN) == 16
+    timeout, force_timeout = 0.3, 4.0
+    with elapsed() as took:
+        report = shutdown_mp_pool(
+            mp_pool, timeout, force_timeout=force_timeout, results={"stuck": stuck, "quick": quick}
+        )
+    assert took() < timeout + force_timeout + 1.0
+    assert report.terminated
+    assert report.forced
+    assert report.lost == ("stuck",)
+    assert pid in report.killed_pids
+    assert gone(pid)
+
+
+M10 = ("M10", "a Pool worker killed mid-task: the pool replaces it and the result never comes")
+
+# What Pool.map does when a worker is SIGKILLed mid-task, by version: the pool starts a
+# replacement, raises nothing, and the result never arrives (pool.py, the three versions).
+WHAT_MAP_DOES = {(3, 11): "TimeoutError", (3, 12): "TimeoutError", (3, 13): "TimeoutError"}
+
+
+@pytest.mark.race(*M10)
+def test_naive_map_never_gets_the_result_of_a_killed_worker(
+    mp_pool: multiprocessing.pool.Pool,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Broken: the pool replaces the killed worker and map() waits; pinned on each version."""
+    path, killed = tmp_path / "pid", []
+
+    def kill_the_worker() -> None:
+        killed.append(started_pid(path))
+        os.kill(killed[0], signal.SIGKILL)  # the OOM killer, an operator, a crash
+
+    try:
+        naive_map(mp_pool, process_tasks.sleep_marked, [str(path)], kill_the_worker, WATCH)
+        outcome = "returned"
+    except multiprocessing.TimeoutError:
+        outcome = "TimeoutError"
+    except Exception as exc:  # the pin records whatever a version raises
+        outcome = type(exc).__name__
+    wait_until(lambda: len(worker_pids(mp_pool)) == 2, "the pool replaced its worker")
+    replaced = killed[0] not in worker_pids(mp_pool)
+    record_property(
+        "observed",
+        f"{sys.version.split()[0]}: worker {killed[0]} SIGKILLed mid-task; the pool"
+        f" {'replaced' if replaced else 'kept'} it; map(timeout={WATCH}) ended in {outcome}",
+    )
+    assert outcome == WHAT_MAP_DOES[sys.version_info[:2]]
+    assert replaced
+
+
+@pytest.mark.race(*M10)
+def test_shutdown_mp_pool_reports_the_task_of_a_killed_worker_lost_without_waiting(
+    mp_pool: multiprocessing.pool.Pool, tmp_path: Path
+) -> None:
+    """A worker killed while shutdown_mp_pool waits: the wait ends at once, its task lost."""
+    path = tmp_path / "pid"
+    result = mp_pool.map_async(process_tasks.sleep_marked, [str(path)])
+    pid = started_pid(path)
+    thread, outcome = run_in_thread(
+        lambda: shutdown_mp_pool(mp_pool, 60, force_timeout=MUST_HAPPEN, results={"map": result}),
+        "stopper",
+    )
+    wait_until_blocked_in(thread, "_wait_for_pool")
+    with elapsed() as took:
+        os.kill(pid, signal.SIGKILL)
+        join_or_fail(thread)
+    assert took() < NOISE  # not the 60 s of its timeout
+    report = outcome["result"]
+    assert report.terminated
+    assert report.forced
+    assert report.lost == ("map",)
+    assert pid not in report.killed_pids  # it was dead already
+    assert all(gone(p) for p in report.killed_pids)
+
+
+def test_shutdown_mp_pool_bounds_a_death_it_did_not_see(
+    mp_pool: multiprocessing.pool.Pool, tmp_path: Path
+) -> None:
+    """A worker killed (and replaced) before the call: the pool forgot it; the deadline holds."""
+    path = tmp_path / "pid"
+    result = mp_pool.map_async(process_tasks.sleep_marked, [str(path)])
+    pid = started_pid(path)
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: pid not in worker_pids(mp_pool), "the pool replaced its worker")
+    with elapsed() as took:
+        report = shutdown_mp_pool(mp_pool, 0.3, force_timeout=MUST_HAPPEN, results={"map": result})
+    assert took() < 0.3 + NOISE
+    assert (report.terminated, report.forced, report.lost) == (True, True, ("map",))
+
+
+M11 = ("M11", "Pool.terminate() waits for ever for a worker that ignores SIGTERM")
+
+
+@pytest.mark.race(*M11)
+def test_naive_with_pool_exit_hangs_on_a_worker_deaf_to_sigterm(
+    mp_pool: multiprocessing.pool.Pool,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Broken: terminate() sends SIGTERM, then joins each worker with no timeout."""
+    path = tmp_path / "pid"
+    thread, outcome = run_in_thread(
+        lambda: naive_apply_in_with(
+            mp_pool, process_tasks.deaf_then_sleep, (str(path), 60), lambda: started_pid(path)
+        ),
+        "naive-with",
+    )
+    wait_until_blocked_in(thread, "_terminate_pool")
+    held = stays_blocked(thread, WATCH)
+    pid = int(path.read_text())
+    os.kill(pid, signal.SIGKILL)  # the test ends it; the naive code never would
+    join_or_fail(thread)
+    record_property(
+        "observed",
+        f"leaving the with block: terminate() {'still' if held else 'no longer'} waiting"
+        f" {WATCH}s later for worker {pid}, which ignores SIGTERM",
+    )
+    assert held
+    assert "result" in outcome
+
+
+@pytest.mark.race(*M11)
+def test_shutdown_mp_pool_kills_a_worker_deaf_to_sigterm(
+    mp_pool: multiprocessing.pool.Pool, tmp_path: Path
+) -> None:
+    """SIGKILL half-way through force_timeout ends a worker that ignores SIGTERM; reaped."""
+    path = tmp_path / "pid"
+    result = mp_pool.apply_async(process_tasks.deaf_then_sleep, (str(path), 60))
+    pid = started_pid(path)
+    with elapsed() as took:
+        report = shutdown_mp_pool(mp_pool, 0.1, force_timeout=2.0, results={"deaf": result})
+    assert took() < 0.1 + 2.0 + NOISE
+    assert report.terminated
+    assert report.lost == ("deaf",)
+    assert pid in report.killed_pids
+    assert gone(pid)
+
+
+def test_maxtasksperchild_replaces_workers_and_shutdown_mp_pool_follows_them(
+    tmp_path: Path,
+) -> None:
+    """A maxtasksperchild pool is no stop hazard: retired workers exit 0, replacements die.
+
+    With ``maxtasksperchild=1`` each task runs in a new worker, so the worker that
+    runs the stuck task is not one the pool started with. A worker that retired is
+    not a death (nothing is lost), and the replacement running the stuck task is the
+    one killed and reaped.
+    """
+    pool = safe_context().Pool(1, maxtasksperchild=1)
+    pids = [pool.apply_async(os.getpid).get(MUST_HAPPEN) for _ in range(3)]
+    assert len(set(pids)) == 3  # a new worker for each task
+    path = tmp_path / "pid"
+    stuck = pool.apply_async(process_tasks.mark_then_sleep, (str(path), 60))
+    pid = started_pid(path)
+    assert pid not in pids
+    report = shutdown_mp_pool(pool, 0.2, force_timeout=MUST_HAPPEN, results={"stuck": stuck})
+    assert report.terminated
+    assert report.killed_pids == (pid,)
+    assert report.lost == ("stuck",)
+    assert all(gone(p) for p in (*pids, pid))
+
+
+def test_shutdown_mp_pool_refuses_a_bad_budget_and_takes_inf() -> None:
+    """Budgets follow the module's rule: NaN, negative, bool, str refused; inf waits."""
+    pool = safe_context().Pool(1)
+    result = pool.apply_async(process_tasks.square, (5,))
+    for bad in (math.nan, -1.0, True, "1"):
+        with pytest.raises(ValueError, match=r"^force_timeout must be a number of seconds"):
+            shutdown_mp_pool(pool, 1.0, force_timeout=bad)
+    report = shutdown_mp_pool(pool, math.inf, force_timeout=math.inf, results={"five": result})
+    assert report == PoolShutdownReport(terminated=True, still_running=(), elapsed=report.elapsed)
+    assert result.get(0) == 25

@@ -12,6 +12,7 @@ import multiprocessing.queues
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import BaseContext
+from multiprocessing.pool import AsyncResult, Pool
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -73,3 +74,42 @@ def naive_context() -> BaseContext:
     It was the default start method on Linux up to 3.13.
     """
     return multiprocessing.get_context("fork")
+
+
+def naive_apply_in_with(
+    pool: Pool, fn: Callable[..., Any], args: tuple[Any, ...], then: Callable[[], object]
+) -> AsyncResult[Any]:
+    """Broken on purpose: leaving ``with Pool()`` calls ``terminate()``, not ``join()`` (M8).
+
+    The tasks still running are killed with SIGTERM: their results never arrive and
+    their ``finally`` blocks never run. A worker that ignores SIGTERM holds the exit
+    of the block for ever (M11). ``then`` is the rest of the block's work.
+    """
+    with pool:
+        result = pool.apply_async(fn, args)
+        then()
+    return result
+
+
+def naive_close_pool(pool: Pool) -> None:
+    """Broken on purpose: ``join()`` has no timeout: one stuck task holds the caller (M9)."""
+    pool.close()
+    pool.join()
+
+
+def naive_map(
+    pool: Pool,
+    fn: Callable[[Any], Any],
+    items: list[Any],
+    then: Callable[[], object],
+    timeout: float | None = None,
+) -> list[Any]:
+    """Broken on purpose: a worker killed mid-task leaves ``map()`` waiting for ever (M10).
+
+    ``Pool.map`` is ``map_async(...).get()``, with no timeout. The pool replaces the
+    dead worker, raises nothing and forgets the task. ``then`` runs while the tasks
+    do; the tests pass a ``timeout`` to see the wait end.
+    """
+    result = pool.map_async(fn, items, chunksize=1)
+    then()
+    return result.get(timeout)

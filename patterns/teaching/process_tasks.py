@@ -134,3 +134,16 @@ def item_until(path: str, started: str) -> str:
 def log_one_line() -> None:
     """Log a line through the root logger's handlers (each takes its handler lock)."""
     logging.getLogger("child").warning("logged in the child")
+
+
+def item_with_cleanup(path: str, started: str, log: str) -> str:
+    """`item_until`, with a ``finally`` that writes a line to ``log`` (none if killed)."""
+    try:
+        return item_until(path, started)
+    finally:
+        append(log, "finally")
+
+
+def sleep_marked(path: str) -> None:
+    """`mark_then_sleep` for 60 s, with one argument (for ``Pool.map``)."""
+    mark_then_sleep(path, 60)
