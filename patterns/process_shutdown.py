@@ -67,9 +67,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from multiprocessing.pool import AsyncResult
 from multiprocessing.process import BaseProcess
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 __all__ = [
     "Collected",
@@ -420,6 +419,12 @@ def _mp_died(seen: dict[int, BaseProcess]) -> list[BaseProcess]:
     return [p for p in list(seen.values()) if p.exitcode not in (None, 0, 255)]
 
 
+class _Result(Protocol):
+    # What shutdown_mp_pool reads of a result: the AsyncResult that apply_async,
+    # map_async and starmap_async return has it.
+    def ready(self) -> bool: ...
+
+
 def _mp_threads(pool: multiprocessing.pool.Pool) -> list[threading.Thread]:
     found = (getattr(pool, name, None) for name in _POOL_THREADS)
     return [thread for thread in found if isinstance(thread, threading.Thread)]
@@ -475,7 +480,7 @@ def shutdown_mp_pool(
     timeout: float,
     *,
     force_timeout: float,
-    results: Mapping[str, AsyncResult[Any]] | None = None,
+    results: Mapping[str, _Result] | None = None,
 ) -> PoolShutdownReport:
     """Close a `multiprocessing.pool.Pool`, wait up to ``timeout``, then terminate it.
 

@@ -1504,6 +1504,54 @@ def test_shutdown_mp_pool_kills_a_worker_deaf_to_sigterm(
     assert gone(pid)
 
 
+MP_INTERRUPTED_WAIT = """
+    import os, sys, threading, time
+    from pathlib import Path
+    from patterns.process_shutdown import safe_context, shutdown_mp_pool
+    from patterns.teaching.process_tasks import mark_then_sleep
+    path = Path({path!r})
+    pool = safe_context().Pool(1)
+    pool.apply_async(mark_then_sleep, (str(path), 60))
+    while not (path.exists() and path.read_text().endswith("\\n")):
+        time.sleep(0.001)
+    pid = int(path.read_text())
+    main = threading.main_thread().ident
+
+    def announce():  # once the main thread waits inside shutdown_mp_pool
+        while True:
+            frame, names = sys._current_frames().get(main), []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            if "_wait_for_pool" in names:
+                print("waiting", flush=True)
+                return
+            time.sleep(0.001)  # polling an observation
+
+    threading.Thread(target=announce).start()
+    try:
+        shutdown_mp_pool(pool, 60, force_timeout=5)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    try:
+        os.kill(pid, 0)
+        print("worker alive", flush=True)
+    except ProcessLookupError:
+        print("worker gone", flush=True)
+"""
+
+
+def test_ctrl_c_during_shutdown_mp_pool_kills_the_workers_and_propagates(tmp_path: Path) -> None:
+    """A Ctrl-C in the graceful wait kills and reaps the Pool's workers, and propagates."""
+    with Group(MP_INTERRUPTED_WAIT.format(path=str(tmp_path / "pid"))) as child:
+        child.expect("waiting")
+        with elapsed() as took:
+            child.proc.send_signal(signal.SIGINT)  # the parent only: its worker is busy
+            assert child.wait() == 0, child.stderr()
+        assert took() < 5.0 + NOISE
+        assert child.stdout() == ["interrupted", "worker gone"]
+
+
 def test_maxtasksperchild_replaces_workers_and_shutdown_mp_pool_follows_them(
     tmp_path: Path,
 ) -> None:

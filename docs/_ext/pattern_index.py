@@ -160,7 +160,9 @@ PATTERNS = [
         "a stuck worker keeping `with ProcessPoolExecutor()` and the exit waiting; a dead "
         "worker breaking the pool; `terminate()` skipping `finally` and `atexit`; a "
         "`multiprocessing.Queue` holding the exit; Ctrl-C reaching every child; `fork()` "
-        "copying a held lock; `Event.set()` waiting for a killed child",
+        "copying a held lock; `Event.set()` waiting for a killed child; `with Pool()` "
+        "killing running tasks; `Pool.join()` with no timeout; a killed `Pool` worker's "
+        "result never arriving; `Pool.terminate()` waiting for a worker deaf to SIGTERM",
     ),
 ]
 
