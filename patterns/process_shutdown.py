@@ -18,8 +18,9 @@ Guarantees:
       ``report.lost`` failed with `BrokenProcessPool` (killed while running, or queued
       in the pool's call queue when the pool broke).
     * `shutdown_mp_pool` returns within ``timeout + force_timeout`` too, also when a
-      worker was killed mid-task (its task is reported lost, not waited for) or ignores
-      SIGTERM, and reaps every worker the pool had while it watched, replacements too.
+      worker was killed mid-task (its task is reported lost, not waited for), ignores
+      SIGTERM or died holding a queue lock, and reaps every worker the pool had while it
+      watched, replacements too.
     * `StoppableProcess.stop` returns within its budget; the first stop that completes
       is recorded and every later call returns it, even if the child was killed behind
       its back. With every start method (``fork``, ``forkserver``, ``spawn``) the child's
@@ -471,8 +472,36 @@ def _force_mp(
             killed.append(process.pid or 0)
         process.kill()
     _join_all(_alive(seen.values()), deadline)
+    if terminator.is_alive() and _all_workers_gone(pool, seen):
+        _free_dead_workers_locks(pool)
     _join_thread(terminator, deadline)
     return killed, terminator
+
+
+def _all_workers_gone(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> bool:
+    handler = getattr(pool, "_worker_handler", None)  # ended: it starts no worker again
+    _mp_watch(pool, seen)
+    return not (isinstance(handler, threading.Thread) and handler.is_alive()) and not _alive(
+        seen.values()
+    )
+
+
+def _free_dead_workers_locks(pool: multiprocessing.pool.Pool) -> None:
+    # A worker waits for its next task holding the task queue's read lock, and sends a
+    # result holding the result queue's write lock. Killed meanwhile, it never releases
+    # it: its replacement starves, and terminate() waits for the lock for ever (M12).
+    # Once every worker is dead, a held lock that no thread of ours holds (the test
+    # Lock.__repr__ makes) was a dead worker's: release it, once.
+    for queue_name, lock_name in (("_inqueue", "_rlock"), ("_outqueue", "_wlock")):
+        lock = getattr(getattr(pool, queue_name, None), lock_name, None)
+        semlock = getattr(lock, "_semlock", None)
+        if lock is None or semlock is None:
+            continue
+        if lock.acquire(False):  # free
+            lock.release()
+        elif semlock._count() == 0:  # held, by no thread of ours: by a dead worker
+            logger.warning("releasing %s.%s: a dead worker held it", queue_name, lock_name)
+            lock.release()
 
 
 def shutdown_mp_pool(
@@ -486,7 +515,8 @@ def shutdown_mp_pool(
 
     ``close()`` at once; then wait for the tasks until the deadline, or until a worker
     dies (its task would never return); then ``terminate()``, SIGKILL to the workers
-    still alive half-way through ``force_timeout``, and every worker reaped. Pass the
+    still alive half-way through ``force_timeout``, every worker reaped, and a queue
+    lock a dead worker held released (else ``terminate()`` waits for it). Pass the
     results you hold, by name: those not ready at the end are ``lost`` (a Pool cannot
     tell a task that never started from one killed while running, so ``never_started``
     stays empty). A `KeyboardInterrupt` while it waits kills the workers at once and

@@ -1504,6 +1504,62 @@ def test_shutdown_mp_pool_kills_a_worker_deaf_to_sigterm(
     assert gone(pid)
 
 
+M12 = (
+    "M12",
+    "a Pool worker killed while idle keeps the task queue's lock: join and terminate hang",
+)
+
+
+def idle_worker_killed_holding_the_lock() -> multiprocessing.pool.Pool:
+    """A one-worker Pool whose worker was SIGKILLed while it waited for a task, replaced."""
+    pool = safe_context().Pool(1)
+    pid = pool.apply_async(os.getpid).get(MUST_HAPPEN)
+    lock = pool._inqueue._rlock  # type: ignore[attr-defined]
+    # An idle worker waits for its next task inside `with inqueue._rlock:`.
+    wait_until(lambda: lock._semlock._get_value() == 0, "the idle worker holds the lock")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: worker_pids(pool) - {pid} != set(), "the pool replaced its worker")
+    return pool
+
+
+@pytest.mark.race(*M12)
+def test_naive_close_and_join_hang_after_an_idle_worker_was_killed(
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Broken: the dead worker's lock starves its replacement; join() waits, with no task."""
+    pool = idle_worker_killed_holding_the_lock()
+    thread, outcome = run_in_thread(lambda: naive_close_pool(pool), "naive-join")
+    wait_until_blocked_in(thread, "join")
+    held = stays_blocked(thread, WATCH)
+    pool._inqueue._rlock.release()  # type: ignore[attr-defined]  # the test frees it
+    join_or_fail(thread)
+    record_property(
+        "observed",
+        f"{sys.version.split()[0]}: no task pending; close(); join()"
+        f" {'still' if held else 'no longer'} blocked {WATCH}s later: the replacement"
+        " worker waits for the lock its killed predecessor held",
+    )
+    assert held
+    assert outcome == {"result": None}
+    assert shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN).terminated
+
+
+@pytest.mark.race(*M12)
+def test_shutdown_mp_pool_frees_the_lock_a_killed_worker_held() -> None:
+    """shutdown_mp_pool reaps every worker, then frees a dead one's lock: the pool ends.
+
+    Only once no worker is left does it release a queue lock that no thread of its own
+    process holds, so no live process can be holding it.
+    """
+    pool = idle_worker_killed_holding_the_lock()
+    with elapsed() as took:
+        report = shutdown_mp_pool(pool, 0.2, force_timeout=2.0)
+    assert took() < 0.2 + 2.0 + NOISE
+    assert report.terminated, report.still_running
+    assert report.forced
+    assert all(gone(p) for p in report.killed_pids)
+
+
 MP_INTERRUPTED_WAIT = """
     import os, sys, threading, time
     from pathlib import Path

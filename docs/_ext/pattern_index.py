@@ -162,7 +162,8 @@ PATTERNS = [
         "`multiprocessing.Queue` holding the exit; Ctrl-C reaching every child; `fork()` "
         "copying a held lock; `Event.set()` waiting for a killed child; `with Pool()` "
         "killing running tasks; `Pool.join()` with no timeout; a killed `Pool` worker's "
-        "result never arriving; `Pool.terminate()` waiting for a worker deaf to SIGTERM",
+        "result never arriving; `Pool.terminate()` waiting for a worker deaf to SIGTERM; "
+        "a killed idle `Pool` worker's lock hanging `join()` and `terminate()`",
     ),
 ]
 
