@@ -1633,12 +1633,15 @@ def test_maxtasksperchild_replaces_workers_and_shutdown_mp_pool_follows_them(
 
 
 def test_shutdown_mp_pool_refuses_a_bad_budget_and_takes_inf() -> None:
-    """Budgets follow the module's rule: NaN, negative, bool, str refused; inf waits."""
+    """Budgets follow the module's rule: NaN, negative, bool, str refused; inf, huge wait."""
     pool = safe_context().Pool(1)
     result = pool.apply_async(process_tasks.square, (5,))
-    for bad in (math.nan, -1.0, True, "1"):
-        with pytest.raises(ValueError, match=r"^force_timeout must be a number of seconds"):
-            shutdown_mp_pool(pool, 1.0, force_timeout=bad)
-    report = shutdown_mp_pool(pool, math.inf, force_timeout=math.inf, results={"five": result})
+    for name in ("timeout", "force_timeout"):
+        for bad in (math.nan, -1.0, -math.inf, True, "1"):
+            budgets: dict[str, Any] = {"timeout": 1.0, "force_timeout": 1.0, name: bad}
+            with pytest.raises(ValueError, match=rf"^{name} must be a number of seconds"):
+                shutdown_mp_pool(pool, **budgets)
+    report = shutdown_mp_pool(pool, math.inf, force_timeout=10**400, results={"five": result})
     assert report == PoolShutdownReport(terminated=True, still_running=(), elapsed=report.elapsed)
     assert result.get(0) == 25
+    assert shutdown_mp_pool(pool, 1e300, force_timeout=math.inf).terminated  # again: at once
