@@ -412,12 +412,13 @@ def _mp_watch(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> 
             seen.setdefault(process.pid, process)
 
 
-def _mp_died(seen: dict[int, BaseProcess]) -> list[BaseProcess]:
-    # Killed by a signal or an exit code of its own. 0 is a worker that retired
-    # (maxtasksperchild) or was told to exit; 255 is also what a forkserver worker's
-    # exitcode reads when two threads poll it at once (the pool's thread and ours),
-    # so it is not taken as a death: at worst we wait for the deadline.
-    return [p for p in list(seen.values()) if p.exitcode not in (None, 0, 255)]
+def _mp_died(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> list[BaseProcess]:
+    # Workers the pool's worker-handler thread has reaped and dropped, with an exit code
+    # other than 0 (a worker that retired, maxtasksperchild, or got its sentinel): killed
+    # by a signal, or ended by an exit code of its own. Only those: reading the exit code
+    # of a forkserver worker that thread may be reading too can see 255 instead.
+    current = {id(process) for process in list(getattr(pool, "_pool", ()))}
+    return [p for p in list(seen.values()) if id(p) not in current and p.exitcode not in (None, 0)]
 
 
 class _Result(Protocol):
@@ -440,10 +441,10 @@ def _wait_for_pool(
     threads = _mp_threads(pool)
     while True:
         _mp_watch(pool, seen)
-        if not _alive(seen.values()) and not any(t.is_alive() for t in threads):
-            return True
-        dead = _mp_died(seen)
-        if dead:
+        if not any(t.is_alive() for t in threads):
+            if not _alive(seen.values()):  # polled only now that no pool thread does
+                return True
+        elif dead := _mp_died(pool, seen):
             logger.warning("%s died: its task will never return", _proc_name(dead[0]))
             return False
         remaining = deadline - time.monotonic()
