@@ -149,7 +149,9 @@ PATTERNS = [
         "deadline; a fire-and-forget task collected mid-flight; a background failure nobody "
         "hears of; `to_thread` work no cancel can reach, and `asyncio.run` waiting for it at "
         "exit; SIGTERM killing `asyncio.run` with no cleanup; a second signal that cannot "
-        "force the exit",
+        "force the exit; a shielded cleanup nobody waits for or hears fail; a `TaskGroup` that "
+        "no deadline can end; a stop a `TaskGroup` drops, or a cancel it leaves counted, on "
+        "3.11 and 3.12",
     ),
     Pattern(
         "Process shutdown",
