@@ -250,6 +250,39 @@ def _async_consumer_pool(stop_timeout: float) -> Any:
     return LoopThreadConsumerPool(stop_timeout=stop_timeout, name="contract-apool")
 
 
+def _task_group(stop_timeout: float) -> Any:
+    # StoppableTaskGroup is entered by its owner task, not started; this adapter's start()
+    # makes that owner (one child that waits to be cancelled) in a loop of its own. Its
+    # own async paths are checked in tests/test_asyncio_shutdown.py.
+    from tests.support import _LoopThreadAdapter  # noqa: PLC0415
+
+    class LoopThreadTaskGroup(_LoopThreadAdapter):
+        def _build(self, stop_timeout: float, name: str) -> Any:
+            from patterns.asyncio_shutdown import StoppableTaskGroup  # noqa: PLC0415
+
+            return StoppableTaskGroup(stop_timeout=stop_timeout, name=name)
+
+        async def _begin(self) -> None:
+            import asyncio  # noqa: PLC0415
+
+            entered = asyncio.Event()
+
+            async def owner() -> None:
+                async with self.inner as group:
+                    group.create_task(asyncio.Event().wait(), name=f"{self.name}-waiter")
+                    entered.set()
+
+            self.owner = asyncio.get_running_loop().create_task(owner())
+            await asyncio.wait_for(entered.wait(), MUST_HAPPEN)
+
+        def _never_started(self) -> Any:
+            import asyncio  # noqa: PLC0415
+
+            return asyncio.run(self.inner.stop())
+
+    return LoopThreadTaskGroup(stop_timeout=stop_timeout, name="contract-group")
+
+
 def _stoppable_process(stop_timeout: float) -> Any:
     from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
     from patterns.teaching.process_tasks import wait_for_stop  # noqa: PLC0415
@@ -287,6 +320,7 @@ CASES = [
     Case("Worker", _worker, _busy_worker),
     Case("TaskSet", _task_set),
     Case("AsyncConsumerPool", _async_consumer_pool),
+    Case("StoppableTaskGroup", _task_group),
     Case(
         "StoppableProcess",
         _stoppable_process,
