@@ -10,7 +10,7 @@ turns SIGTERM or SIGINT into a graceful stop and a second signal into an exit wi
 ``128 + signum``; ``await run_in_thread(fn)`` runs ``fn(token)`` in a thread and sets
 ``token`` when the awaiting task is cancelled; ``await shielded(save(), timeout=2)``
 finishes a cleanup even when its caller is cancelled, then lets the cancellation go on;
-``async with StoppableTaskGroup() as group:`` is a `asyncio.TaskGroup` that another task
+``async with StoppableTaskGroup() as group:`` is an `asyncio.TaskGroup` that another task
 can stop with ``await group.stop(timeout)``.
 
 Guarantees:
@@ -43,7 +43,7 @@ Python:
     for the signal handlers; checked on 3.11.7, 3.12.1 and 3.13.0. At exit `asyncio.run`
     waits for the default executor's threads: with no limit on 3.11.7 and 3.12.1, for at
     most 300 s on 3.13.0 (after which the interpreter's own exit still waits for them).
-    A `asyncio.TaskGroup` that raises an `ExceptionGroup` while its task is being cancelled
+    An `asyncio.TaskGroup` that raises an `ExceptionGroup` while its task is being cancelled
     from outside drops that cancellation on 3.11.7 and 3.12.1 and keeps it on 3.13.0
     (gh-116720); `StoppableTaskGroup` keeps it on every version.
 
@@ -527,8 +527,11 @@ class StoppableTaskGroup:
             self._requested = True
             if self._owner is not None and not self._exited_yet():
                 self._stopped_at = list(self._children)
-                with contextlib.suppress(RuntimeError):  # the group is aborting already
-                    self._group.create_task(_raise_stop(), name=f"{self.name}-stop")
+                stop_child = _raise_stop()
+                try:
+                    self._group.create_task(stop_child, name=f"{self.name}-stop")
+                except RuntimeError:  # the group is aborting or finishing already
+                    stop_child.close()  # 3.11 and 3.12 leave that to us
         if self._owner is None or self._exited_yet():
             self._report = _sort(self._stopped_at, budget, started, log_failures=False)
             return self._report

@@ -1264,6 +1264,38 @@ def test_stoppable_task_group_keeps_the_childrens_own_exceptions() -> None:
     assert (report.failed, report.cancelled) == (("flusher",), ("idle",))
 
 
+def test_stoppable_task_group_stop_while_the_group_is_already_aborting() -> None:
+    """A stop after a child's failure has begun the abort adds nothing and leaks no coroutine."""
+
+    async def main() -> TaskShutdownReport:
+        caught, release = asyncio.Event(), asyncio.Event()
+        group = StoppableTaskGroup()
+        failures: list[str] = []
+
+        async def owner() -> None:
+            try:
+                async with group:
+                    group.create_task(_stubborn_child(caught, release), name="stubborn")
+                    group.create_task(_fail("boom"), name="failer")
+            except* ValueError as eg:
+                failures.extend(str(e) for e in eg.exceptions)
+
+        task = asyncio.create_task(owner())
+        await asyncio.wait_for(caught.wait(), MUST_HAPPEN)  # the group is aborting
+        report = await group.stop(STAYS_BLOCKED)
+        release.set()
+        await asyncio.wait_for(task, MUST_HAPPEN)
+        assert failures == ["boom"]
+        return report
+
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        report = asyncio.run(main())
+        gc.collect()
+    assert [str(w.message) for w in caught_warnings] == []
+    assert report.still_running == ("stubborn",)
+
+
 async def _child_whose_cleanup_fails(ready: asyncio.Event) -> None:
     try:
         ready.set()
