@@ -68,7 +68,9 @@ def explain_claim(store: PostgresStore, pg_dsn: str, now: float | None) -> list[
     }
     with psycopg.connect(pg_dsn) as conn:
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(store.schema, "jobs")))
-        row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params).fetchone()
+        row = conn.execute(
+            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params
+        ).fetchone()
         conn.rollback()
     assert row is not None
     return list(plan_nodes(row[0][0]["Plan"]))
