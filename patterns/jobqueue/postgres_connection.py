@@ -46,8 +46,8 @@ logger = logging.getLogger("patterns.jobqueue.postgres")
 
 T = TypeVar("T")
 
+# How Database.transaction runs its body: see there.
 Mode = Literal["transaction", "statement", "read"]
-"""How `Database.transaction` runs its body: see there."""
 
 # libpq settings the store adds when the DSN does not set them: give up on a connection
 # attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
@@ -245,7 +245,7 @@ class Database:
     def transaction(
         self,
         body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T],
-        mode: Mode = "transaction",
+        mode: Literal["transaction", "statement", "read"] = "transaction",
     ) -> T:
         """Run ``body(conn, clock)`` in one transaction, reconnecting when the connection failed.
 
