@@ -346,9 +346,18 @@ class Database:
         finally:
             for undo in forget:
                 undo()
-            if autocommit and conn is not None and not conn.closed and not conn.broken:
-                conn.autocommit = False
+            if autocommit and conn is not None:
+                self._manual(conn)
         return result
+
+    def _manual(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Back to explicit transactions after one autocommit statement; drop it if it cannot."""
+        if conn.closed or conn.broken:
+            return
+        try:
+            conn.autocommit = False  # client-side: refused only in a transaction, never here
+        except self._pg.Error:
+            self._drop(conn)
 
     def _bound(
         self, conn: psycopg.Connection[tuple[Any, ...]], began: float
@@ -491,7 +500,11 @@ class Database:
             conn = self._conn
             if not self.closed and conn is not None and not conn.closed and not conn.broken:
                 try:
-                    return self._read_offset(conn)
+                    conn.autocommit = True  # one statement, no BEGIN or COMMIT around it
+                    try:
+                        return self._read_offset(conn)
+                    finally:
+                        self._manual(conn)
                 except self._pg.Error as exc:
                     logger.debug("%s: clock read failed (%s); estimating", self.where, exc)
                     self._rollback(conn)
