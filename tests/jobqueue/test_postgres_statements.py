@@ -177,3 +177,45 @@ def test_the_worker_default_clock_is_the_store_clock_for_every_store() -> None:
     store = MemoryStore(clock=lambda: 42.0)
     worker = Worker(store, TaskRegistry())
     assert worker._handlers._runner._clock() == 42.0
+
+
+def test_jobs_claimed_by_an_outcomes_statement_while_a_stop_begins_are_released_unchanged(
+    store: PostgresStore,
+) -> None:
+    """The stop begins between the refill's decision and its statement: its claims go back.
+
+    The only job in hand ends, so its handler thread commits its outcome and claims the next
+    job in one statement; the stop is requested just before that statement is sent. What
+    it claimed is released at once, attempt given back, and never started.
+    """
+    from patterns.jobqueue.states import Step  # noqa: PLC0415
+
+    ids = store.enqueue_many([{"task": "noop"}] * 3)
+    started: list[int] = []
+    tasks = TaskRegistry()
+    tasks.task(name="noop")(lambda payload, ctx: started.append(ctx.job_id))
+    stopped = threading.Event()
+    holder: list[Worker] = []
+
+    def step_hook(step: Step, claim: Any, phase: Any) -> None:
+        if step is Step.BEFORE_COMMIT and not stopped.is_set():
+            stopped.set()
+            holder[0].request_stop("stop during the combined statement")
+
+    worker = Worker(store, tasks, concurrency=1, step_hook=step_hook)
+    holder.append(worker)
+    with worker:
+        assert stopped.wait(MUST_HAPPEN)
+        assert worker.wait_stop_requested(MUST_HAPPEN)
+    report = worker.stop()
+    assert report.terminated
+    assert started == [ids[0]]  # the refill's claim never ran
+    first, *rest = (store.get(i) for i in ids)
+    assert first is not None
+    assert first.state == "done"
+    second, third = rest
+    assert second is not None
+    assert third is not None
+    assert [(j.state, j.attempts) for j in rest] == [("queued", 0)] * 2
+    assert second.updated_at > second.created_at  # claimed by that statement, then released
+    assert third.updated_at == third.created_at  # never claimed
