@@ -18,21 +18,26 @@ Pitfall:
     like a lost job.
 
 Pattern:
-    A claim is one transaction of a few milliseconds: ``SELECT ... FOR UPDATE SKIP
-    LOCKED`` picks the due rows no other claim is taking at that moment, an ``UPDATE``
-    marks them running under a lease (a fencing token and an expiry), and ``COMMIT``. No
-    transaction is open while a handler runs: the lease protects the job, the heartbeat
-    renews it, and every outcome is written only while the claim's token still holds it.
-    Every timestamp is computed in SQL from the transaction's ``now()``, so the database
-    server's clock is the only clock that matters. Each enqueue (and release) sends a
-    ``NOTIFY`` that is delivered when it commits; a listener thread on its own connection
-    turns it into a call to each `PostgresStore.subscribe` callback, which a ``Worker``
-    uses to end its idle wait. A statement that fails because the connection broke before
-    ``COMMIT`` was sent changed nothing, so the store reconnects and retries it with
-    backoff; a break during ``COMMIT`` leaves the outcome unknown and raises
-    `~patterns.jobqueue.store.CommitUnknown`, which the worker handles like any failed
-    store call (the lease brings the job back). The schema lives in its own PostgreSQL
-    schema with a version table, created and migrated under an advisory lock.
+    A claim is one statement in autocommit, its own transaction of a few milliseconds:
+    ``SELECT ... FOR UPDATE SKIP LOCKED`` picks the due rows no other claim is taking at
+    that moment and an ``UPDATE`` marks them running under a lease (a fencing token and an
+    expiry), both parts of one statement, with the outcomes a worker has to record when it
+    has some: one round trip, one commit. No transaction is open while a handler runs: the
+    lease protects the job, the heartbeat renews it, and every outcome is written only
+    while the claim's token still holds it. Every timestamp is computed in SQL from the
+    transaction's ``now()``, so the database server's clock is the only clock that
+    matters. Each enqueue (and release) sends a ``NOTIFY`` from its own statement, delivered
+    when it commits; a listener thread on its own connection turns it into a call to each
+    `PostgresStore.subscribe` callback, which a ``Worker`` uses to end its idle wait.
+    `PostgresStore.enqueue_in` runs the enqueue in the caller's transaction (an outbox).
+    A session the server closed is found before a statement is sent, and reconnected;
+    a statement that fails because the connection broke before ``COMMIT`` was sent changed
+    nothing, so the store reconnects and retries it with backoff; a break during
+    ``COMMIT``, or while a statement that is its own commit runs, leaves the outcome
+    unknown and raises `~patterns.jobqueue.store.CommitUnknown`, which the worker handles
+    like any failed store call (the lease brings the job back). The schema lives in its
+    own PostgreSQL schema with a version table, created and migrated under an advisory
+    lock.
 
 Guarantees:
     * A job is returned by at most one claim while its lease is live, across every
@@ -61,7 +66,7 @@ Python:
 
 Java:
     The claim is the usual JDBC one, ``SELECT ... FOR UPDATE SKIP LOCKED`` then
-    ``UPDATE`` in one short transaction; Proletarian runs the same query but keeps its
+    ``UPDATE``, here in one statement; Proletarian runs the same query but keeps its
     transaction open for the whole job. The listener is PgJDBC's
     ``PGConnection.getNotifications(timeout)`` loop on a dedicated connection, and the
     reconnect loop is what a connection pool's validation and retry do for a JDBC worker.
