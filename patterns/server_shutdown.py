@@ -211,6 +211,7 @@ class GracefulServer:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._connections: dict[threading.Thread, _Connection] = {}
+        self._threads: list[threading.Thread] = []  # every thread started, for a last join
         self._started = False
         self._stop_began: float | None = None  # monotonic time of the first stop()
         self._closing = False  # the serve loop must end and the listener close
@@ -240,6 +241,11 @@ class GracefulServer:
         return self._started and self._stop_began is None
 
     @property
+    def accepting(self) -> bool:
+        """True until the stop closes the listener (after the grace): new connections are served."""
+        return self._started and not self._closing and not self._serve_ended.is_set()
+
+    @property
     def stopping(self) -> bool:
         """True once a stop began."""
         return self._stop_began is not None
@@ -262,6 +268,7 @@ class GracefulServer:
             self._serve_ended.set()
             raise
         self._serve_thread = thread
+        self._threads.append(thread)
         return self
 
     def __enter__(self) -> Self:
@@ -320,6 +327,8 @@ class GracefulServer:
             )
             connection.thread = thread
             self._connections[thread] = connection
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
         try:
             thread.start()
         except BaseException:
@@ -437,40 +446,23 @@ class GracefulServer:
                     self._stopping_in = None
 
     def _stop_once(self, budget: float) -> ServerStopReport:
-        with self._lock:
-            if self._stopper is threading.current_thread():
-                self._stopping_in = self._stopper
         began = time.monotonic()
         deadline = began + budget
         drain_until = deadline - min(budget * _FORCE_SHARE, _FORCE_RESERVE)
         with self._lock:
-            grace_until = min(self._stop_began or began, began) + self.grace
+            if self._stopper is threading.current_thread():
+                self._stopping_in = self._stopper
+            grace_until = (self._stop_began or began) + self.grace
             while not self._cut_grace and self._changed.wait(_left(min(grace_until, deadline))):
                 pass
             self._closing = True
-        if self._serve_thread is None:
-            self._serve_ended.set()
-            with contextlib.suppress(OSError):
-                self.server.socket.close()
-        else:
-            with self._lock, contextlib.suppress(OSError, AttributeError):
-                self._wake_w.send(b"x")  # type: ignore[union-attr]
-        with self._lock:
+            self._end_serve_loop()
             while not self._serve_ended.is_set() and self._changed.wait(_left(deadline)):
                 pass
-            for connection in self._connections.values():
-                if connection.state == "idle":
-                    connection.state = "closed"
-                    self._idle_closed += 1
-                    connection.shut()
+            self._close_connections("idle")
             while self._busy() and self._changed.wait(_left(drain_until)):
                 pass
-            for connection in self._connections.values():
-                if connection.state == "busy" and not connection.forced:
-                    connection.forced = True
-                    self._interrupted.append(connection.name)
-                    logger.warning("%s: closing %s by force", self.name, connection.name)
-                    connection.shut()
+            self._close_connections("busy")
             while self._connections and self._changed.wait(_left(deadline)):
                 pass
             report = self._make_report(time.monotonic() - began)
@@ -478,8 +470,35 @@ class GracefulServer:
             self._changed.notify_all()
         if report.terminated:
             self.server.server_close()
+            for thread in list(self._threads):  # each has ended its work: let it exit
+                if thread is not threading.current_thread():
+                    thread.join(_left(deadline))
         logger.info("%s: stopped: %s", self.name, report)
         return report
+
+    def _end_serve_loop(self) -> None:
+        """Wake the serve loop, which closes the listener; close it here if none runs."""
+        if self._serve_thread is None:
+            self._serve_ended.set()
+            with contextlib.suppress(OSError):
+                self.server.socket.close()
+        elif self._wake_w is not None:
+            with contextlib.suppress(OSError):  # closed already: the loop has ended
+                self._wake_w.send(b"x")
+
+    def _close_connections(self, state: str) -> None:
+        """Shut down the sockets of the connections in ``state``: "idle" or "busy"."""
+        for connection in self._connections.values():
+            if connection.state != state or connection.forced:
+                continue
+            if state == "idle":
+                connection.state = "closed"
+                self._idle_closed += 1
+            else:
+                connection.forced = True
+                self._interrupted.append(connection.name)
+                logger.warning("%s: closing %s by force", self.name, connection.name)
+            connection.shut()
 
     def _busy(self) -> bool:
         return any(c.state == "busy" and not c.forced for c in self._connections.values())
