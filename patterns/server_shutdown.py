@@ -237,17 +237,17 @@ class GracefulServer:
 
     @property
     def ready(self) -> bool:
-        """True while serving and before any stop began: what a readiness check reports."""
+        """Whether it serves and no stop began yet, which is what a readiness check reports."""
         return self._started and self._stop_began is None
 
     @property
     def accepting(self) -> bool:
-        """True until the stop closes the listener (after the grace): new connections are served."""
+        """Whether new connections are still served; False once the stop closes the listener."""
         return self._started and not self._closing and not self._serve_ended.is_set()
 
     @property
     def stopping(self) -> bool:
-        """True once a stop began."""
+        """Whether a stop began."""
         return self._stop_began is not None
 
     def start(self) -> Self:
