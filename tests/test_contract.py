@@ -309,6 +309,49 @@ def _busy_stoppable_process(busy: Busy, stop_timeout: float) -> Any:
     return process
 
 
+def _graceful_server(stop_timeout: float) -> Any:
+    import http.server  # noqa: PLC0415
+
+    from patterns.server_shutdown import GracefulServer  # noqa: PLC0415
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    try:
+        return GracefulServer(httpd, name="contract-server", stop_timeout=stop_timeout)
+    except BaseException:
+        httpd.server_close()  # a refused option must not leave the socket open
+        raise
+
+
+def _busy_graceful_server(busy: Busy, stop_timeout: float) -> Any:
+    import http.client  # noqa: PLC0415
+    import http.server  # noqa: PLC0415
+
+    from patterns.server_shutdown import GracefulServer  # noqa: PLC0415
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the work is a request in flight
+            busy.run()
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = GracefulServer(httpd, name="contract-server", stop_timeout=stop_timeout).start()
+
+    def request() -> None:
+        conn = http.client.HTTPConnection(*server.address, timeout=MUST_HAPPEN * 3)
+        try:
+            conn.request("GET", "/busy")
+            conn.getresponse().read()
+        except (http.client.HTTPException, OSError):
+            pass  # the stop closed the connection by force
+        finally:
+            conn.close()
+
+    run_in_thread(request, "contract-client")
+    return server
+
+
 CASES = [
     Case("TrackingExecutor", _tracking_executor, _busy_tracking_executor),
     Case("ConsumerPool", _consumer_pool, _busy_consumer_pool),
@@ -318,6 +361,7 @@ CASES = [
     Case("SignalHandlers", _signal_handlers, _busy_signal_handlers),
     Case("Bulkhead", _bulkhead, _busy_bulkhead),
     Case("Worker", _worker, _busy_worker),
+    Case("GracefulServer", _graceful_server, _busy_graceful_server),
     Case("TaskSet", _task_set),
     Case("AsyncConsumerPool", _async_consumer_pool),
     Case("StoppableTaskGroup", _task_group),

@@ -164,6 +164,16 @@ PATTERNS = [
         "`multiprocessing.Queue` holding the exit; Ctrl-C reaching every child; `fork()` "
         "copying a held lock; `Event.set()` waiting for a killed child",
     ),
+    Pattern(
+        "Server shutdown",
+        "server_shutdown",
+        "14-server-shutdown",
+        "requests dropped on deploy; a server that won't stop, or waits for a kept-alive client",
+        "`shutdown()` deadlocking on the serving thread; `ThreadingHTTPServer`'s daemon "
+        "handlers cut off at exit; `server_close()` joining handlers with no timeout; a "
+        "kept-alive connection served after the stop; `shutdown()` waiting for the next poll; "
+        "readiness that fails only after the listener closed",
+    ),
 ]
 
 
