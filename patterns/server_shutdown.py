@@ -6,8 +6,9 @@
 TL;DR (asyncio): ``async with AsyncGracefulServer(handle, port=8080) as server: ...`` serves
 each connection with ``await handle(conn)``, where the handler wraps each request in
 ``with conn.request("GET /"):``; ``report = await server.stop(10)`` stops listening, closes
-idle connections at once, lets requests in flight finish for three quarters of the budget,
-then aborts and cancels what is left and says what each connection did.
+idle connections at once, lets requests in flight finish until the last fifth of the budget
+(at most its last second), then aborts and cancels what is left and says what each connection
+did.
 
 Pitfall (asyncio): `asyncio.Server.close` stops listening and nothing more: every
 connected client goes on being served (W10). `asyncio.Server.wait_closed` returns at once on
@@ -75,8 +76,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# The share of a stop() budget kept for the forced phase; the drain gets the rest.
-_A_FORCE_SHARE = 0.25
+# The share of a stop() budget kept for the forced phase (abort, cancel, wait for the
+# handlers), at most _A_FORCE_RESERVE seconds; the drain gets the rest. The thread half's
+# _FORCE_SHARE and _FORCE_RESERVE hold the same values.
+_A_FORCE_SHARE = 0.2
+_A_FORCE_RESERVE = 1.0
 
 
 # The same code is in asyncio_shutdown.py (each module is copied alone); pinned by
@@ -156,6 +160,7 @@ class AsyncConnection:
         self._request: str | None = None  # what is in flight; None while idle
         self._closed = False  # set once the stop has closed (or aborted) the transport
         self._interrupted = False  # set when the stop cut the request in flight
+        self._failed: str | None = None  # the name of the request that raised, if one did
 
     @property
     def name(self) -> str:
@@ -180,6 +185,9 @@ class AsyncConnection:
         self._request = what or "request"
         try:
             yield
+        except BaseException:
+            self._failed = self.name  # the handler's failure is logged under this name
+            raise
         finally:
             name = self.name
             self._request = None
@@ -226,6 +234,7 @@ class AsyncGracefulServer:
         self._host, self._port, self._backlog = host, port, backlog
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sock: socket.socket | None = None
+        self._address: tuple[str, int] | None = None
         self._serving: asyncio.Task[asyncio.Server] | None = None  # start_server, in the loop
         # Every connection whose handler has not ended, by its task (the loop keeps only
         # weak references to tasks). A task leaves in its done callback.
@@ -247,10 +256,9 @@ class AsyncGracefulServer:
     @property
     def address(self) -> tuple[str, int]:
         """The (host, port) the server listens on; `RuntimeError` before `start`."""
-        if self._sock is None:
+        if self._address is None:
             raise RuntimeError(f"server {self.name!r} is not started")
-        host, port = self._sock.getsockname()[:2]
-        return host, port
+        return self._address
 
     @property
     def connections(self) -> int:
@@ -277,6 +285,7 @@ class AsyncGracefulServer:
             sock.close()
             raise
         self._loop, self._sock = loop, sock
+        self._address = sock.getsockname()[:2]
         self._drained = asyncio.Event()
         return self
 
@@ -300,7 +309,7 @@ class AsyncGracefulServer:
             # task.exception() and logs a cancelled task as "Exception in callback".
             pass
         except Exception:
-            logger.exception("handler for %s failed", conn.name)
+            logger.exception("handler for %s failed", conn._failed or conn.name)
         finally:
             writer.close()  # no await here: a pending cancel must not interrupt the cleanup
 
@@ -330,10 +339,11 @@ class AsyncGracefulServer:
     async def stop(self, timeout: float | None = None) -> ServerStopReport:
         """Stop listening, drain, force, and report; at most ``timeout`` seconds.
 
-        ``None`` means ``stop_timeout``; ``math.inf`` waits as long as it takes. The drain
-        gets three quarters of the budget, the forced phase the rest. Raises `ValueError`
-        for a bad timeout, never for work that would not stop (the report names it). If the
-        caller is cancelled, the stop goes on and a later ``stop()`` returns its report.
+        ``None`` means ``stop_timeout``; ``math.inf`` waits as long as it takes. The forced
+        phase keeps a fifth of the budget, at most a second; the drain gets the rest. Raises
+        `ValueError` for a bad timeout, never for work that would not stop (the report names
+        it). If the caller is cancelled, the stop goes on and a later ``stop()`` returns its
+        report.
         Awaited from a handler, it is a request: the stop starts and a provisional report
         (``terminated=False``, not kept) comes back at once. A ``stop()`` made while another
         is under way waits at most its own ``timeout`` for that one's report.
@@ -342,7 +352,11 @@ class AsyncGracefulServer:
         if self._report is not None:
             return self._report
         first = self._stop_task is None
-        self._stopping_flag = True
+        if not self._stopping_flag:
+            self._stopping_flag = True
+            # Now, not in the stop's task: a handler that calls stop() inside its request
+            # may finish that request before the task runs.
+            self._in_flight = {c: c.name for c in self._connections.values() if c.busy}
         if self._loop is None:  # never started: nothing to stop, and it cannot start now
             self._report = ServerStopReport(terminated=True, still_running=())
             return self._report
@@ -362,13 +376,13 @@ class AsyncGracefulServer:
     async def _a_stop(self, budget: float) -> ServerStopReport:
         started = time.monotonic()
         deadline = started + budget
-        drain_until = deadline if math.isinf(budget) else started + budget * (1 - _A_FORCE_SHARE)
+        drain_until = deadline - min(budget * _A_FORCE_SHARE, _A_FORCE_RESERVE)
         await self._a_stop_listening(drain_until)
         # Idle connections first: closed now, their handlers cancelled at their next await.
         idle_closed = 0
         for task, conn in list(self._connections.items()):
             if conn.busy:
-                self._in_flight[conn] = conn.name
+                self._in_flight.setdefault(conn, conn.name)
             elif not conn._closed:
                 idle_closed += 1
                 conn._close(abort=False)
@@ -387,7 +401,7 @@ class AsyncGracefulServer:
                 conn._interrupted = True
                 interrupted.append(conn.name)
                 conn._close(abort=True)
-            elif not conn._closed:  # idle again after a request that began before stop()
+            elif not conn._closed:  # a safety net: every idle one was closed above
                 idle_closed += 1
                 conn._close(abort=False)
             task.cancel()
