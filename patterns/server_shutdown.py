@@ -41,7 +41,7 @@ Guarantees (asyncio):
       handler it is a request that returns at once.
 
 Python:
-    3.11+; checked on 3.11.7, 3.12.1 and 3.13.0. ``wait_closed`` changed in 3.12 (gh-79033);
+    3.11+; checked on 3.11.7, 3.12.1 and 3.13.0. ``wait_closed`` changed in 3.12 (:gh:`79033`);
     ``close_clients``/``abort_clients`` are new in 3.13. Until 3.13, asyncio's own callback
     on a connection's task logs a cancelled task as an error, so a connection task here ends
     normally when it is cancelled.
@@ -50,8 +50,8 @@ Java: ``HttpServer.stop(delay)`` stops accepting and waits up to ``delay`` secon
 exchanges in flight, then closes every connection; Jetty's graceful stop does the same with
 a report of the requests it cut.
 
-See also: asyncio_shutdown (`shutdown_tasks`, `run_until_signalled`) for the signal and
-the task-cancelling halves. Docs: docs/patterns/server_shutdown.md
+See also: asyncio_shutdown (``shutdown_tasks``, ``run_until_signalled``) for the signal
+and the task-cancelling halves. Docs: docs/patterns/server_shutdown.md
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ AsyncHandler = Callable[[AsyncConnection], Awaitable[object]]
 class AsyncGracefulServer:
     """An `asyncio` TCP server whose ``stop`` drains, then forces, on a deadline, and reports.
 
-    The lifecycle contract, mapped to coroutines as `TaskSet` does it in asyncio_shutdown:
+    The lifecycle contract, mapped to coroutines as ``TaskSet`` does in asyncio_shutdown:
     the constructor touches no loop and no socket; `start` is a plain method that must run
     inside the loop: it binds and listens at once (so a busy port fails there, and
     `address` is known), and the loop serves from its next turn; `stop` is a coroutine,

@@ -565,3 +565,43 @@ def test_start_needs_a_running_loop_and_a_free_port() -> None:
             assert report.terminated
 
     asyncio.run(main())
+
+
+def test_asyncio_logs_a_cancelled_connection_task_as_an_error_before_313(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cancelled `start_server` handler is logged as an error on 3.11.7 and 3.12.1, not 3.13.0.
+
+    asyncio's done callback on the connection task calls ``task.exception()``, which raises
+    for a cancelled task until 3.13 checks ``task.cancelled()`` first. This is why the
+    server's own connection task ends normally when it is cancelled.
+    """
+
+    async def main() -> None:
+        lines = Lines()
+        server = await asyncio.start_server(lines.plain, "127.0.0.1", 0)
+        async with asyncio.timeout(MUST_HAPPEN):
+            client = await _connect(_address(server))
+            assert await _ask(client, b"GET /1\n") == b"done GET /1\n"
+            (handler,) = lines.tasks
+            handler.cancel()
+            await asyncio.wait([handler])
+            for _ in range(3):
+                await asyncio.sleep(0)  # let the handler task's done callbacks run
+            await _hang_up(client)
+            server.close()
+            await server.wait_closed()
+
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(main())
+    logged = [
+        r
+        for r in caplog.records
+        if r.name == "asyncio" and r.getMessage().startswith("Exception in callback")
+    ]
+    if PY < (3, 13):
+        assert len(logged) == 1
+        assert logged[0].exc_info is not None
+        assert logged[0].exc_info[0] is asyncio.CancelledError
+    else:
+        assert logged == []
