@@ -60,10 +60,14 @@ class Lines:
             writer.close()
 
     async def graceful(self, conn: AsyncConnection) -> None:
-        """The same handler for `AsyncGracefulServer`: each answer inside ``conn.request``."""
+        """The same handler for `AsyncGracefulServer`, its task kept in ``tasks``."""
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
+        await self.serve(conn)
+
+    async def serve(self, conn: AsyncConnection) -> None:
+        """Answer each line until the client hangs up, each answer inside a request block."""
         while line := await conn.reader.readline():
             with conn.request(line.decode().strip()):
                 await self._answer(line, conn.writer)
