@@ -164,7 +164,7 @@ class AsyncConnection:
 
     @property
     def name(self) -> str:
-        """The peer, then the request in flight if any: ``"127.0.0.1:53114 GET /slow"``."""
+        """The peer and the request in flight, if any, as in ``"127.0.0.1:53114 GET /slow"``."""
         return f"{self.peer} {self._request}" if self._request else self.peer
 
     @property
@@ -174,7 +174,7 @@ class AsyncConnection:
 
     @property
     def stopping(self) -> bool:
-        """Whether the server has begun to stop: finish this request and do not wait for more."""
+        """Whether the server has begun to stop (finish this request and wait for no other)."""
         return self._server.stopping
 
     @contextmanager
@@ -203,9 +203,6 @@ class AsyncConnection:
             transport.close()
 
 
-AsyncHandler = Callable[[AsyncConnection], Awaitable[object]]
-
-
 class AsyncGracefulServer:
     """An `asyncio` TCP server whose ``stop`` drains, then forces, on a deadline, and reports.
 
@@ -220,7 +217,7 @@ class AsyncGracefulServer:
 
     def __init__(
         self,
-        handler: AsyncHandler,
+        handler: Callable[[AsyncConnection], Awaitable[object]],
         *,
         host: str = "127.0.0.1",
         port: int = 0,
