@@ -609,3 +609,71 @@ def test_asyncio_logs_a_cancelled_connection_task_as_an_error_before_313(
         assert logged[0].exc_info[0] is asyncio.CancelledError
     else:
         assert logged == []
+
+
+def test_a_response_written_without_drain_is_flushed_before_its_connection_closes() -> None:
+    """A large response still in the write buffer when its request ends reaches the client.
+
+    The stop closes a finished request's connection with close(), which flushes, not abort().
+    """
+    big = b"x" * 4_000_000 + b"\n"
+
+    async def main() -> bytes:
+        release = asyncio.Event()
+        in_flight = asyncio.Event()
+
+        async def handle(conn: AsyncConnection) -> None:
+            await conn.reader.readline()
+            with conn.request("GET /big"):
+                in_flight.set()
+                await release.wait()
+                conn.writer.write(big)  # no drain(): most of it is still buffered here
+
+        async with asyncio.timeout(MUST_HAPPEN):
+            server = AsyncGracefulServer(handle).start()
+            client = await _connect(server.address)
+            await _send(client, b"GET /big\n")
+            await in_flight.wait()
+            stopping = asyncio.create_task(server.stop(MUST_HAPPEN))
+            release.set()
+            received = await _rest(client)
+            report = await stopping
+            assert report.completed != ()
+            await _hang_up(client)
+            return received
+
+    assert asyncio.run(main()) == big
+
+
+def test_a_second_stop_keeps_its_own_budget_and_a_cancelled_caller_leaves_the_stop_going() -> None:
+    """A second stop keeps its own budget; cancelling the first caller leaves the stop going.
+
+    stop(0.2) during a draining stop returns a provisional report within 0.2 s; the stop
+    goes on after its first caller is cancelled, and the next stop() returns its report.
+    """
+
+    async def main() -> tuple[ServerStopReport, float, ServerStopReport]:
+        lines = Lines()
+        async with asyncio.timeout(MUST_HAPPEN):
+            server = AsyncGracefulServer(lines.graceful).start()
+            client = await _connect(server.address)
+            await _send(client, b"GET /slow\n")
+            await lines.in_flight.wait()
+            first = asyncio.create_task(server.stop(MUST_HAPPEN))
+            await asyncio.sleep(0)  # one turn: the first stop has begun
+            began = time.monotonic()
+            second = await server.stop(0.2)
+            took = time.monotonic() - began
+            first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            lines.release.set()
+            assert await _rest(client) == b"done GET /slow\n"  # the stop went on: drained
+            final = await server.stop()
+            await _hang_up(client)
+            return second, took, final
+
+    second, took, final = asyncio.run(main())
+    assert took < 0.2 + NOISE
+    assert (second.terminated, len(second.still_running)) == (False, 1)
+    assert (final.terminated, len(final.completed)) == (True, 1)
