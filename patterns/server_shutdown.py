@@ -31,9 +31,9 @@ Guarantees (asyncio):
       whatever the handlers do, never raises for unfinished work, and names each connection
       that had a request in flight in ``completed`` or ``interrupted``; a handler that
       ignores its cancellation is named in ``still_running``.
-    * Once ``stop`` begins, no new request starts: the listener is closed, idle connections
-      are closed and their handlers cancelled, a connection the loop accepted a moment before
-      is closed unanswered and counted in ``refused``.
+    * Once ``stop`` begins, nothing new is served: the listener is closed, idle connections
+      are closed and their handlers cancelled, and a connection whose handler had not
+      started yet is closed unanswered (counted in ``refused``).
     * A response written (even without ``drain()``) before its ``request()`` block ends is
       flushed before the connection closes; a connection interrupted at the deadline is
       aborted, its unsent data dropped.
@@ -46,9 +46,9 @@ Python:
     on a connection's task logs a cancelled task as an error, so a connection task here ends
     normally when it is cancelled.
 
-Java: ``HttpServer.stop(delay)`` stops accepting and waits up to ``delay`` seconds for the
-exchanges in flight, then closes every connection; Jetty's graceful stop does the same with
-a report of the requests it cut.
+Java: ``com.sun.net.httpserver.HttpServer.stop(delay)`` closes the listening socket, waits up
+to ``delay`` seconds for the exchanges in flight, then closes every connection; it reports
+nothing.
 
 See also: asyncio_shutdown (``shutdown_tasks``, ``run_until_signalled``) for the signal
 and the task-cancelling halves. Docs: docs/patterns/server_shutdown.md
