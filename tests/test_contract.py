@@ -283,6 +283,14 @@ def _task_group(stop_timeout: float) -> Any:
     return LoopThreadTaskGroup(stop_timeout=stop_timeout, name="contract-group")
 
 
+def _async_graceful_server(stop_timeout: float) -> Any:
+    # The same adapter for the asyncio server; its own async paths (a stop from a handler,
+    # the drain and the forced phase) are checked in tests/test_server_shutdown_asyncio.py.
+    from tests.support import LoopThreadAsyncServer  # noqa: PLC0415
+
+    return LoopThreadAsyncServer(stop_timeout=stop_timeout, name="contract-aserver")
+
+
 def _stoppable_process(stop_timeout: float) -> Any:
     from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
     from patterns.teaching.process_tasks import wait_for_stop  # noqa: PLC0415
@@ -365,6 +373,7 @@ CASES = [
     Case("TaskSet", _task_set),
     Case("AsyncConsumerPool", _async_consumer_pool),
     Case("StoppableTaskGroup", _task_group),
+    Case("AsyncGracefulServer", _async_graceful_server),
     Case(
         "StoppableProcess",
         _stoppable_process,
