@@ -69,7 +69,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -208,6 +208,8 @@ class Marks:
     first_start: float = 0.0
     last_commit: float = 0.0
     settled: int = 0
+    goal: int = 0  # the number of outcomes that sets done
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 def ours_registry(marks: Marks, hook: Callable[[], None] | None = None) -> Any:
@@ -221,6 +223,8 @@ def ours_registry(marks: Marks, hook: Callable[[], None] | None = None) -> Any:
         with lock:
             marks.last_commit = max(marks.last_commit, now)
             marks.settled += 1
+            if marks.settled == marks.goal:
+                marks.done.set()
 
     tasks = TaskRegistry(on_complete=complete)
 
@@ -246,13 +250,11 @@ def ours_drain(dsn: str, spec: str, jobs: int) -> dict[str, float]:
     for first in range(0, jobs, FILL_BATCH):
         filler.enqueue_many([{"task": "noop"}] * min(FILL_BATCH, jobs - first))
     filler.close()
-    marks = Marks()
+    marks = Marks(goal=jobs)
     store = PostgresStore(dsn, **store_kw)
     worker = Worker(store, ours_registry(marks), **worker_kw)
     worker.start()
-    deadline = time.monotonic() + DRAIN_TIMEOUT
-    while marks.settled < jobs and time.monotonic() < deadline:
-        time.sleep(0.005)  # polling a counter, outside the measured work
+    marks.done.wait(DRAIN_TIMEOUT)
     worker.stop(10.0)
     done = store.counts()["done"]
     store.close()
@@ -328,14 +330,12 @@ def ours_statements(dsn: str, spec: str, count: int, log: Path) -> dict[str, flo
         for _ in range(count):
             producer.enqueue("noop")
     producer.close()
-    marks = Marks()
+    marks = Marks(goal=count)
     with counter.span() as drained:
         store = PostgresStore(dsn, **store_kw)
         worker = Worker(store, ours_registry(marks), **worker_kw)
         worker.start()
-        deadline = time.monotonic() + DRAIN_TIMEOUT
-        while marks.settled < count and time.monotonic() < deadline:
-            time.sleep(0.005)
+        marks.done.wait(DRAIN_TIMEOUT)
         worker.stop(10.0)
         store.close()
     return {"enqueue": enqueued[0] / count, "drain": drained[0] / count}
@@ -386,6 +386,9 @@ def procrastinate_app(dsn: str, hook: Callable[[], None]) -> tuple[Any, Any]:
     """A procrastinate ``App`` on psycopg with an async no-op task ``noop`` calling ``hook``."""
     import procrastinate  # noqa: PLC0415
 
+    # It warns that an app made in __main__ cannot be found by a worker started apart;
+    # every worker here runs in the process that made the app.
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
 
     @app.task(name="noop")
@@ -796,27 +799,43 @@ def consumer_process(system: str, database: str, blocking: bool) -> subprocess.P
     )
 
 
-def read_starts(proc: subprocess.Popen[str], until: float, want: int) -> dict[int, float]:
-    """Start lines (job number -> time) from ``proc`` until ``want`` or the time ``until``."""
-    starts: dict[int, float] = {}
-    lines: list[str] = []
+class StartLines:
+    """The ``start JOB TIME`` lines of a kill-test consumer, read by a thread as they come."""
 
-    def reader() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self._proc = proc
+        # Guards starts; written by the reader thread, read by the parent's loop.
+        self._lock = threading.Lock()
+        self._starts: dict[int, float] = {}
+        self._thread = threading.Thread(target=self._read, name="kill-test-reader", daemon=True)
+        self._thread.start()
 
-    thread = threading.Thread(target=reader, name="kill-test-reader", daemon=True)
-    thread.start()
-    while time.time() < until and len(starts) < want:
-        for line in list(lines):
-            _, job, at = line.split()
-            starts.setdefault(int(job), float(at))
-        time.sleep(0.05)
-    for line in list(lines):
-        _, job, at = line.split()
-        starts.setdefault(int(job), float(at))
-    return starts
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            fields = line.split()
+            if len(fields) == 3 and fields[0] == "start":  # other output is not ours
+                with self._lock:
+                    self._starts.setdefault(int(fields[1]), float(fields[2]))
+
+    def starts(self) -> dict[int, float]:
+        """Job number -> the wall-clock time its handler started, so far."""
+        with self._lock:
+            return dict(self._starts)
+
+    def wait(self, until: float, want: int, *, quiet: float = 0.0) -> dict[int, float]:
+        """The starts once ``want`` were seen, or none came for ``quiet`` s, or at ``until``."""
+        seen, since = -1, time.time()
+        while time.time() < until:
+            count = len(self.starts())
+            if count >= want:
+                break
+            if count != seen:
+                seen, since = count, time.time()
+            elif quiet and count and time.time() - since >= quiet:
+                break
+            time.sleep(0.05)
+        return self.starts()
 
 
 def kill_test(system: str, wait: float) -> dict[str, Any]:
@@ -826,16 +845,15 @@ def kill_test(system: str, wait: float) -> dict[str, Any]:
         kill_fill(system, database_dsn(dsn, database))
         first = consumer_process(system, database, blocking=True)
         try:
-            in_flight = read_starts(first, time.time() + 30.0, KILL_JOBS)
-            time.sleep(0.5)  # let it pick all it will pick (pacing, not synchronising)
-            in_flight.update(read_starts(first, time.time(), KILL_JOBS))
+            # Every job it will take has started once none started for a second.
+            in_flight = StartLines(first).wait(time.time() + 30.0, KILL_JOBS, quiet=1.0)
         finally:
             first.send_signal(signal.SIGKILL)
             first.wait(10)
         killed_at = time.time()
         second = consumer_process(system, database, blocking=False)
         try:
-            again = read_starts(second, killed_at + wait, KILL_JOBS)
+            again = StartLines(second).wait(killed_at + wait, KILL_JOBS)
         finally:
             second.kill()
             second.wait(10)
@@ -1035,6 +1053,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         lines.append(f"not installed, left out: {', '.join(missing)} (pip install -e '.[bench]')")
     if args.kill_test:
+        # A SIGTERM (the test cluster passes one on) unwinds, so no consumer is left behind.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         emit(lines)
         unique: dict[str, str] = {}  # system -> label: each system once, at its defaults
         for row in rows:
