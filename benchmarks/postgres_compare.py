@@ -697,8 +697,11 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
     dsn = database_dsn(base_dsn(), database)
     logging.basicConfig(level=logging.CRITICAL)
 
+    lock = threading.Lock()  # one line at a time: handler threads print at the same moment
+
     def started(job: object) -> None:
-        print(f"start {job} {time.time():.3f}", flush=True)  # noqa: T201 - the parent reads it
+        with lock:
+            print(f"start {job} {time.time():.3f}", flush=True)  # noqa: T201 - the parent reads it
 
     if system == "ours":
         from patterns.jobqueue import TaskRegistry  # noqa: PLC0415
