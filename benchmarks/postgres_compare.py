@@ -40,10 +40,13 @@ at its defaults (``batch_size=10``, no cap), as its README runs it.
   cluster (``$PG_TEST_CLUSTER_DIR/server.log``, or ``--server-log``); without one the
   column says "-".
 
-``--kill-test`` instead measures what each system does with jobs in flight when its
-consumer is SIGKILLed: handlers that block, a consumer killed once it runs them, then a
-second consumer with handlers that return at once, watched for ``--kill-wait`` seconds
-(75): which of the killed consumer's jobs run again, and after how long.
+``--kill-test`` instead measures what each system (at its defaults) does after its
+consumer is SIGKILLed, in two ways: (a) handlers that block, a consumer killed once it runs
+them; (b) ``DRAIN_KILL_JOBS`` no-op jobs, a consumer killed once ``DRAIN_KILL_AFTER``
+handlers have returned. Then a second consumer with handlers that return at once is
+watched for ``--kill-wait`` seconds (75): which jobs run again (a handler that had
+returned, or one still running at the kill), after how long, and which never run. Each
+handler prints a line as it starts and as it returns; the parent reads them.
 
 The heading gives the load average at the start, the last line the wall time and the load
 at the end. This is a measurement to read, not a test: nothing here asserts on a time.
@@ -685,23 +688,24 @@ def child(argv: list[str]) -> int:
 # --- the SIGKILL test ------------------------------------------------------------------------
 
 
-KILL_JOBS = 12  # jobs in the queue when the first consumer starts
+KILL_JOBS = 12  # jobs in the queue when the first consumer starts (jobs in flight)
+DRAIN_KILL_JOBS = 2_000  # jobs in the queue for the kill in the middle of a drain
+DRAIN_KILL_AFTER = 500  # handlers that have returned when that kill comes
 
 
 def kill_consumer(system: str, database: str, blocking: bool) -> int:
-    """A consumer for the kill test; prints ``start JOB TIME`` for each handler it starts.
+    """A consumer for the kill test at its defaults; prints a line as each handler starts and ends.
 
-    With ``blocking`` every handler blocks (the first consumer, to be killed); without,
-    it returns at once (the second, watched).
+    ``start JOB TIME`` and ``end JOB TIME`` (wall clock). With ``blocking`` every handler
+    blocks (the consumer to be killed with jobs in flight); without, it returns at once.
     """
     dsn = database_dsn(base_dsn(), database)
     logging.basicConfig(level=logging.CRITICAL)
-
     lock = threading.Lock()  # one line at a time: handler threads print at the same moment
 
-    def started(job: object) -> None:
+    def mark(what: str, job: object) -> None:
         with lock:
-            print(f"start {job} {time.time():.3f}", flush=True)  # noqa: T201 - the parent reads it
+            print(f"{what} {job} {time.time():.3f}", flush=True)  # noqa: T201 - the parent reads it
 
     if system == "ours":
         from patterns.jobqueue import TaskRegistry  # noqa: PLC0415
@@ -712,9 +716,10 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
 
         @tasks.task(name="noop")
         def noop(payload: Any, ctx: Any) -> None:
-            started(payload["n"])
+            mark("start", payload["n"])
             if blocking:
                 threading.Event().wait()  # blocks until the SIGKILL
+            mark("end", payload["n"])
 
         store = PostgresStore(dsn)
         with Worker(store, tasks, concurrency=4):
@@ -722,13 +727,15 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
     elif system == PROCRASTINATE:
         import procrastinate  # noqa: PLC0415
 
+        logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
 
         @app.task(name="noop")
         async def pnoop(n: int) -> None:
-            started(n)
+            mark("start", n)
             if blocking:
                 await asyncio.Event().wait()
+            mark("end", n)
 
         async def run_procrastinate() -> None:
             async with app.open_async():
@@ -747,9 +754,11 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
 
             @manager.entrypoint("noop")
             async def qnoop(job: Any) -> None:
-                started(json.loads(job.payload)["n"])
+                n = json.loads(job.payload)["n"]
+                mark("start", n)
                 if blocking:
                     await asyncio.Event().wait()
+                mark("end", n)
 
             await pgq_run(manager, system, drain=False)
 
@@ -757,13 +766,13 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
     return 0
 
 
-def kill_fill(system: str, dsn: str) -> None:
-    """Enqueue ``KILL_JOBS`` jobs numbered 0.. in ``system``'s schema on ``dsn``."""
+def kill_fill(system: str, dsn: str, count: int) -> None:
+    """Enqueue ``count`` jobs numbered 0.. in ``system``'s schema on ``dsn``."""
     if system == "ours":
         from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
 
         store = PostgresStore(dsn)
-        store.enqueue_many([{"task": "noop", "payload": {"n": i}} for i in range(KILL_JOBS)])
+        store.enqueue_many([{"task": "noop", "payload": {"n": i}} for i in range(count)])
         store.close()
         return
 
@@ -772,44 +781,40 @@ def kill_fill(system: str, dsn: str) -> None:
             app, noop = procrastinate_app(dsn, lambda: None)
             async with app.open_async():
                 await app.schema_manager.apply_schema_async()
-                await noop.batch_defer_async(*[{"n": i} for i in range(KILL_JOBS)])
+                await noop.batch_defer_async(*[{"n": i} for i in range(count)])
         else:
             conn, queries = await pgq_queries(dsn, install=True)
-            payloads = [json.dumps({"n": i}).encode() for i in range(KILL_JOBS)]
-            await queries.enqueue(["noop"] * KILL_JOBS, payloads, [0] * KILL_JOBS)
+            payloads = [json.dumps({"n": i}).encode() for i in range(count)]
+            await queries.enqueue(["noop"] * count, payloads, [0] * count)
             await conn.close()
 
     asyncio.run(fill())
 
 
-def consumer_process(system: str, database: str, blocking: bool) -> subprocess.Popen[str]:
-    """Start a kill-test consumer in a child process; its stdout is a pipe of start lines."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            f"benchmarks.{MODULE}",
-            "--kill-consumer",
-            system,
-            database,
-            "block" if blocking else "return",
-        ],
-        cwd=ROOT,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+class Consumer:
+    """A kill-test consumer in a child process, and the lines it printed, read as they come."""
 
-
-class StartLines:
-    """The ``start JOB TIME`` lines of a kill-test consumer, read by a thread as they come."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self._proc = proc
-        # Guards starts; written by the reader thread, read by the parent's loop.
+    def __init__(self, system: str, database: str, *, blocking: bool) -> None:
+        mode = "block" if blocking else "return"
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                f"benchmarks.{MODULE}",
+                "--kill-consumer",
+                system,
+                database,
+                mode,
+            ],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        # Guards marks; written by the reader thread, read by the parent.
         self._lock = threading.Lock()
-        self._starts: dict[int, float] = {}
+        self._marks: dict[str, dict[int, float]] = {"start": {}, "end": {}}
         self._thread = threading.Thread(target=self._read, name="kill-test-reader", daemon=True)
         self._thread.start()
 
@@ -817,77 +822,130 @@ class StartLines:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             fields = line.split()
-            if len(fields) == 3 and fields[0] == "start":  # other output is not ours
+            if len(fields) == 3 and fields[0] in self._marks:  # other output is not ours
                 with self._lock:
-                    self._starts.setdefault(int(fields[1]), float(fields[2]))
+                    self._marks[fields[0]].setdefault(int(fields[1]), float(fields[2]))
 
-    def starts(self) -> dict[int, float]:
-        """Job number -> the wall-clock time its handler started, so far."""
+    def marks(self, what: str) -> dict[int, float]:
+        """Job number -> the wall-clock time its handler started (or ended), so far."""
         with self._lock:
-            return dict(self._starts)
+            return dict(self._marks[what])
 
-    def wait(self, until: float, want: int, *, quiet: float = 0.0) -> dict[int, float]:
-        """The starts once ``want`` were seen, or none came for ``quiet`` s, or at ``until``."""
+    def wait(self, what: str, want: int, until: float, *, quiet: float = 0.0) -> None:
+        """Until ``want`` handlers did ``what``, none did for ``quiet`` s, or the time ``until``."""
         seen, since = -1, time.time()
         while time.time() < until:
-            count = len(self.starts())
+            count = len(self.marks(what))
             if count >= want:
-                break
+                return
             if count != seen:
                 seen, since = count, time.time()
             elif quiet and count and time.time() - since >= quiet:
-                break
+                return
             time.sleep(0.05)
-        return self.starts()
+
+    def end(self, sig: int) -> float:
+        """Send ``sig``; wait for the exit and the last line; the wall-clock time it was sent."""
+        sent = time.time()
+        self._proc.send_signal(sig)
+        self._proc.wait(10)
+        self._thread.join(10)
+        return sent
 
 
-def kill_test(system: str, wait: float) -> dict[str, Any]:
-    """Kill a consumer running blocked jobs; watch a second one for ``wait`` seconds."""
+def kill_test(system: str, wait: float, *, mid_drain: bool) -> dict[str, Any]:
+    """Kill a consumer, start another, watch it ``wait`` seconds: what ran again, and when.
+
+    With jobs in flight: handlers that block until the kill. In the middle of a drain:
+    no-op handlers, killed once ``DRAIN_KILL_AFTER`` have returned.
+    """
     dsn = base_dsn()
+    total = DRAIN_KILL_JOBS if mid_drain else KILL_JOBS
     with fresh_database(dsn) as database:
-        kill_fill(system, database_dsn(dsn, database))
-        first = consumer_process(system, database, blocking=True)
+        kill_fill(system, database_dsn(dsn, database), total)
+        first = Consumer(system, database, blocking=not mid_drain)
         try:
-            # Every job it will take has started once none started for a second.
-            in_flight = StartLines(first).wait(time.time() + 30.0, KILL_JOBS, quiet=1.0)
+            if mid_drain:
+                first.wait("end", DRAIN_KILL_AFTER, time.time() + 60.0)
+            else:  # every job it will take has started once none started for a second
+                first.wait("start", total, time.time() + 30.0, quiet=1.0)
         finally:
-            first.send_signal(signal.SIGKILL)
-            first.wait(10)
-        killed_at = time.time()
-        second = consumer_process(system, database, blocking=False)
+            killed_at = first.end(signal.SIGKILL)
+        second = Consumer(system, database, blocking=False)
         try:
-            again = StartLines(second).wait(killed_at + wait, KILL_JOBS)
+            second.wait("start", total + 1, killed_at + wait)  # the whole time
         finally:
-            second.kill()
-            second.wait(10)
-    rerun = {job: at - killed_at for job, at in again.items() if job in in_flight}
+            second.end(signal.SIGKILL)
+    started, ended = first.marks("start"), first.marks("end")
+    again = second.marks("start")
+    finished = set(ended)
+    in_flight = set(started) - finished
     return {
+        "finished": len(finished),
+        "finished_again": sorted(again[j] - killed_at for j in finished & set(again)),
         "in_flight": len(in_flight),
-        "rerun": len(rerun),
-        "rerun_after": sorted(rerun.values()),
-        "others_run": len(set(again) - set(in_flight)),
-        "waiting": KILL_JOBS - len(in_flight),
+        "in_flight_again": sorted(again[j] - killed_at for j in in_flight & set(again)),
+        "never_started": total - len(started),
+        "others_run": len(set(again) - set(started)),
+        "not_run": total - len(finished | set(again)),
     }
 
 
+def when(after: list[float], wait: float) -> str:
+    """How long after the kill the re-runs started: a range, or that none did."""
+    return f"{min(after):.1f}-{max(after):.1f} s" if after else f"none within {wait:g} s"
+
+
 def kill_report(systems: list[tuple[str, str]], wait: float) -> list[str]:
-    """Run the kill test on each system; its table."""
-    rows = []
+    """Run both kill tests on each system; their tables."""
+    in_flight_rows, drain_rows = [], []
     for system, label in systems:
-        result = kill_test(system, wait)
-        after = result["rerun_after"]
-        when = f"{min(after):.1f}-{max(after):.1f} s" if after else f"not within {wait:g} s"
-        rows.append(
+        held = kill_test(system, wait, mid_drain=False)
+        in_flight_rows.append(
             [
                 label,
-                str(result["in_flight"]),
-                f"{result['rerun']} of {result['in_flight']}",
-                when,
-                f"{result['others_run']} of {result['waiting']}",
+                str(held["in_flight"]),
+                f"{len(held['in_flight_again'])}",
+                when(held["in_flight_again"], wait),
+                f"{held['others_run']} of {held['never_started']}",
             ]
         )
-    head = ["SIGKILL with jobs in flight", "in flight", "run again", "after", "queued ones run"]
-    return render(head, rows)
+        drained = kill_test(system, wait, mid_drain=True)
+        drain_rows.append(
+            [
+                label,
+                f"{drained['finished']:,}",
+                f"{len(drained['finished_again'])}",
+                when(drained["finished_again"], wait),
+                str(drained["in_flight"]),
+                f"{len(drained['in_flight_again'])}",
+                str(drained["not_run"]),
+            ]
+        )
+    return [
+        (
+            f"a. jobs whose handlers block, a consumer SIGKILLed once it runs them ({KILL_JOBS} "
+            f"jobs queued); a second consumer watched for {wait:g} s"
+        ),
+        *render(["", "in flight", "run again", "after the kill", "the others run"], in_flight_rows),
+        "",
+        (
+            f"b. {DRAIN_KILL_JOBS:,} no-op jobs, the consumer SIGKILLed once {DRAIN_KILL_AFTER} "
+            f"handlers returned; a second consumer watched for {wait:g} s"
+        ),
+        *render(
+            [
+                "",
+                "returned",
+                "run again",
+                "after the kill",
+                "in flight",
+                "run again",
+                "never run",
+            ],
+            drain_rows,
+        ),
+    ]
 
 
 # --- the parent ------------------------------------------------------------------------------
