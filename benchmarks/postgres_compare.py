@@ -45,7 +45,8 @@ consumer is SIGKILLed, in two ways: (a) handlers that block, a consumer killed o
 them; (b) ``DRAIN_KILL_JOBS`` no-op jobs, a consumer killed once ``DRAIN_KILL_AFTER``
 handlers have returned. Then a second consumer with handlers that return at once is
 watched for ``--kill-wait`` seconds (75): which jobs run again (a handler that had
-returned, or one still running at the kill), after how long, and which never run. Each
+returned, or one still running at the kill), after how long, which never run, and how
+many have no outcome recorded at the end ("not done": still queued, running or stuck). Each
 handler prints a line as it starts and as it returns; the parent reads them.
 
 The heading gives the load average at the start, the last line the wall time and the load
@@ -876,6 +877,7 @@ def kill_test(system: str, wait: float, *, mid_drain: bool) -> dict[str, Any]:
             second.wait("start", total + 1, killed_at + wait)  # the whole time
         finally:
             second.end(signal.SIGKILL)
+        left = unfinished(system, database_dsn(dsn, database))
     started, ended = first.marks("start"), first.marks("end")
     again = second.marks("start")
     finished = set(ended)
@@ -888,7 +890,26 @@ def kill_test(system: str, wait: float, *, mid_drain: bool) -> dict[str, Any]:
         "never_started": total - len(started),
         "others_run": len(set(again) - set(started)),
         "not_run": total - len(finished | set(again)),
+        "unfinished": left,
     }
+
+
+UNFINISHED = {
+    # system -> the jobs without a recorded outcome (pgqueuer deletes a job once it is done)
+    "ours": "SELECT count(*) FROM jobqueue.jobs WHERE state <> 'done'",
+    PROCRASTINATE: "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'",
+    PGQ_DEFAULTS: "SELECT count(*) FROM pgqueuer",
+    PGQ_FOUR: "SELECT count(*) FROM pgqueuer",
+}
+
+
+def unfinished(system: str, dsn: str) -> int:
+    """How many of ``system``'s jobs on ``dsn`` have no outcome recorded."""
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(UNFINISHED[system]).fetchone()  # a fixed statement
+    return int(row[0]) if row else 0
 
 
 def when(after: list[float], wait: float) -> str:
@@ -908,6 +929,7 @@ def kill_report(systems: list[tuple[str, str]], wait: float) -> list[str]:
                 f"{len(held['in_flight_again'])}",
                 when(held["in_flight_again"], wait),
                 f"{held['others_run']} of {held['never_started']}",
+                str(held["unfinished"]),
             ]
         )
         drained = kill_test(system, wait, mid_drain=True)
@@ -920,6 +942,7 @@ def kill_report(systems: list[tuple[str, str]], wait: float) -> list[str]:
                 str(drained["in_flight"]),
                 f"{len(drained['in_flight_again'])}",
                 str(drained["not_run"]),
+                str(drained["unfinished"]),
             ]
         )
     return [
@@ -927,7 +950,10 @@ def kill_report(systems: list[tuple[str, str]], wait: float) -> list[str]:
             f"a. jobs whose handlers block, a consumer SIGKILLed once it runs them ({KILL_JOBS} "
             f"jobs queued); a second consumer watched for {wait:g} s"
         ),
-        *render(["", "in flight", "run again", "after the kill", "the others run"], in_flight_rows),
+        *render(
+            ["", "in flight", "run again", "after the kill", "the others run", "not done"],
+            in_flight_rows,
+        ),
         "",
         (
             f"b. {DRAIN_KILL_JOBS:,} no-op jobs, the consumer SIGKILLed once {DRAIN_KILL_AFTER} "
@@ -942,6 +968,7 @@ def kill_report(systems: list[tuple[str, str]], wait: float) -> list[str]:
                 "in flight",
                 "run again",
                 "never run",
+                "not done",
             ],
             drain_rows,
         ),
