@@ -42,8 +42,8 @@ at its defaults (``batch_size=10``, no cap), as its README runs it.
 
 ``--kill-test`` instead measures what each system (at its defaults) does after its
 consumer is SIGKILLed, in two ways: (a) handlers that block, a consumer killed once it runs
-them; (b) ``DRAIN_KILL_JOBS`` no-op jobs, a consumer killed once ``DRAIN_KILL_AFTER``
-handlers have returned. Then a second consumer with handlers that return at once is
+them (12 queued); (b) 2,000 no-op jobs, a consumer killed once 500 handlers have
+returned. Then a second consumer with handlers that return at once is
 watched for ``--kill-wait`` seconds (75): which jobs run again (a handler that had
 returned, or one still running at the kill), after how long, which never run, and how
 many have no outcome recorded at the end ("not done": still queued, running or stuck). Each
