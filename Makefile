@@ -76,7 +76,9 @@ bench: $(STAMP)
 	start=$$(date +%s); status=0; \
 	$(PY) -m pip install --quiet -e '.[bench]' && \
 	$(PG) sh -c 'for m in $(sort $(basename $(notdir $(wildcard benchmarks/[a-z]*.py)))); do \
-		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done' || status=$$?; \
+		echo "== benchmarks.$$m"; $(PY) -m benchmarks.$$m || exit 1; done' && \
+	echo "== benchmarks.postgres_compare, on a durable cluster (fsync and synchronous_commit on)" && \
+	PG_TEST_DURABLE=1 $(PG) $(PY) -m benchmarks.postgres_compare || status=$$?; \
 	echo "== make bench: $$(($$(date +%s) - start)) s in all; load average at the end" \
 		"$$($(PY) -c 'import os; print(*(f"{x:.2f}" for x in os.getloadavg()), sep=", ")')"; \
 	exit $$status

@@ -8,7 +8,10 @@ most ``timeout``; ``async with TaskSet() as tasks: tasks.spawn(coro)`` keeps bac
 tasks alive and logs their failures; ``await run_until_signalled(work, drain_timeout=10)``
 turns SIGTERM or SIGINT into a graceful stop and a second signal into an exit with status
 ``128 + signum``; ``await run_in_thread(fn)`` runs ``fn(token)`` in a thread and sets
-``token`` when the awaiting task is cancelled.
+``token`` when the awaiting task is cancelled; ``await shielded(save(), timeout=2)``
+finishes a cleanup even when its caller is cancelled, then lets the cancellation go on;
+``async with StoppableTaskGroup() as group:`` is an `asyncio.TaskGroup` that another task
+can stop with ``await group.stop(timeout)``.
 
 Guarantees:
     * `shutdown_tasks` returns within ``timeout`` (plus scheduling noise) whatever the tasks
@@ -27,12 +30,22 @@ Guarantees:
       negative number, a bool or a string is a `ValueError` naming the argument.
     * When the task awaiting `run_in_thread` is cancelled, the token is set, the task waits
       at most ``cancel_timeout`` for ``fn`` to return, and a ``fn`` that does not is logged.
+    * `shielded` returns or raises only once its cleanup has ended or its deadline has
+      passed; a cancellation of the caller meanwhile is re-raised afterwards, never
+      swallowed, and a failure of the cleanup is raised or logged, never lost.
+    * `StoppableTaskGroup.stop` returns within its budget even when a child ignores its
+      cancel (the report names it); the children's own exceptions still reach the task
+      that entered the group, as an `ExceptionGroup`, and on every version a cancel of
+      that task from outside survives a child's failure.
 
 Python:
     3.11+ (``Task.cancelling``/``uncancel``, `asyncio.TaskGroup`, `asyncio.timeout`), POSIX
     for the signal handlers; checked on 3.11.7, 3.12.1 and 3.13.0. At exit `asyncio.run`
     waits for the default executor's threads: with no limit on 3.11.7 and 3.12.1, for at
     most 300 s on 3.13.0 (after which the interpreter's own exit still waits for them).
+    An `asyncio.TaskGroup` that raises an `ExceptionGroup` while its task is being cancelled
+    from outside drops that cancellation on 3.11.7 and 3.12.1 and keeps it on 3.13.0
+    (gh-116720); `StoppableTaskGroup` keeps it on every version.
 
 Docs: docs/patterns/asyncio_shutdown.md
 """
@@ -42,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import math
@@ -61,12 +75,14 @@ __all__ = [
     "DEFAULT_SIGNALS",
     "AsyncSignalHandlers",
     "SignalReport",
+    "StoppableTaskGroup",
     "TaskSet",
     "TaskShutdownReport",
     "retry_forever",
     "run_in_thread",
     "run_in_thread_with",
     "run_until_signalled",
+    "shielded",
     "shutdown_tasks",
 ]
 
@@ -152,6 +168,18 @@ async def shutdown_tasks(
         task.cancel()
     if pending and budget > 0:
         await asyncio.wait(pending, timeout=_timeout(budget))
+    return _sort(tasks, budget, started, log_failures=log_failures)
+
+
+def _sort(
+    tasks: Iterable[asyncio.Task[Any]],
+    budget: float,
+    started: float,
+    *,
+    log_failures: bool,
+    terminated: bool = True,
+) -> TaskShutdownReport:
+    """Name each task under its outcome; not ``terminated`` if one still runs or the caller says."""
     finished: list[str] = []
     failed: list[str] = []
     cancelled: list[str] = []
@@ -175,7 +203,7 @@ async def shutdown_tasks(
             ", ".join(still_running),
         )
     return TaskShutdownReport(
-        terminated=not still_running,
+        terminated=terminated and not still_running,
         still_running=tuple(still_running),
         finished=tuple(finished),
         failed=tuple(failed),
@@ -327,6 +355,200 @@ async def retry_forever(
         except Exception:
             logger.exception("%s failed; retrying", name)
         await asyncio.sleep(seconds)
+
+
+# Cleanup tasks whose caller stopped waiting at their deadline: referenced here until they
+# end, so the collector cannot destroy them mid-flight, and their outcome is logged then.
+_overdue: set[asyncio.Task[Any]] = set()
+
+
+async def shielded(cleanup: Awaitable[T], timeout: float, *, name: str = "cleanup") -> T:
+    """Await ``cleanup`` to its end even if the caller is cancelled meanwhile, within ``timeout``.
+
+    `asyncio.shield` alone gives up on the cleanup when its caller is cancelled: the caller
+    leaves at once, nothing waits for the cleanup any more, `asyncio.run` may cancel it at
+    exit, and its exception is lost (A10, A11). Here the caller keeps waiting; a
+    cancellation that arrives meanwhile is re-raised once the cleanup has ended, and a
+    failure of the cleanup is logged at ERROR (it is raised instead when the caller was not
+    cancelled). At the deadline the cleanup is cancelled and left referenced until it ends;
+    the caller gets its cancellation back, or `TimeoutError` if it had none.
+    """
+    budget = _seconds(timeout, "timeout")
+    loop = asyncio.get_running_loop()
+    inner = asyncio.ensure_future(cleanup)  # the strong reference, for as long as we wait
+    deadline = loop.time() + budget
+    interrupted: asyncio.CancelledError | None = None  # the caller's, re-raised at the end
+    while not inner.done() and (left := deadline - loop.time()) > 0:
+        try:
+            await asyncio.wait([inner], timeout=_timeout(left))
+        except asyncio.CancelledError as exc:  # kept, not swallowed: raised below
+            interrupted = interrupted or exc
+    if not inner.done():
+        inner.cancel()
+        _overdue.add(inner)
+        inner.add_done_callback(functools.partial(_log_overdue, name))
+        logger.warning("%s still running after %.3gs: cancelled", name, budget)
+        if interrupted is not None:
+            raise interrupted
+        raise TimeoutError(f"{name} did not finish within {budget:.3g}s")
+    if interrupted is not None:
+        if not inner.cancelled() and (failure := inner.exception()) is not None:
+            logger.error("%s failed while its caller was being cancelled", name, exc_info=failure)
+        raise interrupted
+    return inner.result()  # the cleanup's own exception, if it failed
+
+
+def _log_overdue(name: str, task: asyncio.Task[Any]) -> None:
+    _overdue.discard(task)
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("%s failed after its deadline", name, exc_info=exc)
+
+
+class _StopRequested(Exception):
+    """Raised by a child of a `StoppableTaskGroup` to make the `asyncio.TaskGroup` stop."""
+
+
+async def _raise_stop() -> None:
+    raise _StopRequested
+
+
+def _cancelled_its_task(group: asyncio.TaskGroup) -> bool:
+    """Whether ``group`` has cancelled the task that entered it (a child failed).
+
+    TaskGroup keeps this in a private attribute, read with getattr: where it is missing,
+    the answer is False and `StoppableTaskGroup` takes nothing back.
+    """
+    return bool(getattr(group, "_parent_cancel_requested", False))
+
+
+class StoppableTaskGroup:
+    """An `asyncio.TaskGroup` that another task can stop, with a bounded wait and a report.
+
+    The task that enters it (``async with StoppableTaskGroup() as group:``) owns it and
+    uses it like a TaskGroup. ``group.stop(timeout)``, from any other task, starts the
+    documented recipe: a child that raises a private exception, so the group cancels the
+    others and waits for them. The exception is removed on the way out; what the children
+    raised themselves reaches the owner as an `ExceptionGroup`. A child that ignores its
+    cancel holds the ``async with`` forever, and nothing can end that wait (A12), but
+    ``stop`` returns within its budget and names the child.
+    """
+
+    def __init__(self, *, stop_timeout: float = 5.0, name: str = "group") -> None:
+        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
+        self.name = name
+        self._group = asyncio.TaskGroup()
+        self._owner: asyncio.Task[Any] | None = None
+        self._cancelling = 0  # the owner's cancelling() on entry
+        self._children: set[asyncio.Task[Any]] = set()  # live ones, for the report
+        self._stopped_at: list[asyncio.Task[Any]] = []  # the children alive at the request
+        self._requested = False  # set by the first stop(); create_task refuses from then on
+        self._exited: asyncio.Future[None] | None = None  # done when the owner leaves
+        self._report: TaskShutdownReport | None = None
+
+    async def __aenter__(self) -> Self:
+        """Enter the TaskGroup; `RuntimeError` if entered twice or stopped before."""
+        if self._requested or self._owner is not None:
+            raise RuntimeError(
+                f"StoppableTaskGroup {self.name!r} can be entered once, before stop()"
+            )
+        await self._group.__aenter__()
+        self._owner = asyncio.current_task()
+        assert self._owner is not None  # the TaskGroup checked
+        self._cancelling = self._owner.cancelling()
+        self._exited = asyncio.get_running_loop().create_future()
+        return self
+
+    def create_task(
+        self, coro: Coroutine[Any, Any, T], *, name: str | None = None
+    ) -> asyncio.Task[T]:
+        """`asyncio.TaskGroup.create_task`; `RuntimeError` once a stop was requested."""
+        if self._requested:
+            coro.close()
+            raise RuntimeError(f"StoppableTaskGroup {self.name!r} is stopping: task refused")
+        task = self._group.create_task(coro, name=name)
+        if not task.done():
+            self._children.add(task)
+            task.add_done_callback(self._children.discard)
+        return task
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        cancelled_before_exit = _cancelled_its_task(self._group)
+        try:
+            await self._group.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            self._settle_cancels(cancelled_before_exit)
+            _, rest = group.split(_StopRequested)
+            if rest is None:
+                return True  # only the stop we asked for: not an error
+            raise rest from None  # what the children raised themselves
+        else:
+            return False  # as the TaskGroup: whatever the body raised goes on
+        finally:
+            assert self._exited is not None
+            self._exited.set_result(None)
+
+    def _settle_cancels(self, cancelled_before_exit: bool) -> None:
+        """Leave the owner's cancel count as 3.13's TaskGroup does (gh-116720).
+
+        On 3.11 and 3.12 a TaskGroup that cancels its task while it waits in ``__aexit__``
+        (a child failed, or the stop's child raised, after the body ended) never takes that
+        cancel back, so ``cancelling()`` stays raised (A14); and when it raises its
+        ExceptionGroup it drops a cancel that came from outside (A13). 3.13 does neither.
+        """
+        owner = self._owner
+        if sys.version_info >= (3, 13) or owner is None:
+            return
+        if _cancelled_its_task(self._group) and not cancelled_before_exit:
+            owner.uncancel()  # the group's own cancel
+        if owner.cancelling() > self._cancelling:  # a cancel from outside, dropped
+            owner.uncancel()
+            owner.cancel()  # a CancelledError at the owner's next await
+
+    async def stop(self, timeout: float | None = None) -> TaskShutdownReport:
+        """Stop the children and wait at most ``timeout`` for the owner to leave the group.
+
+        ``None`` means ``stop_timeout``. The report names the children that were running
+        at the first call; ``terminated`` says the ``async with`` has ended. Never raises
+        for a child that would not stop or that failed: the owner gets those failures.
+        From the owner or one of the children it is a request that returns at once with a
+        provisional report (``terminated=False``); a stop before the group was entered
+        keeps it from being entered. Once a stop has returned, later calls return its report.
+        """
+        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
+        started = time.monotonic()
+        if self._report is not None:
+            return self._report
+        if not self._requested:
+            self._requested = True
+            if self._owner is not None and not self._exited_yet():
+                self._stopped_at = list(self._children)
+                stop_child = _raise_stop()
+                try:
+                    self._group.create_task(stop_child, name=f"{self.name}-stop")
+                except RuntimeError:  # the group is aborting or finishing already
+                    stop_child.close()  # 3.11 and 3.12 leave that to us
+        if self._owner is None or self._exited_yet():
+            self._report = _sort(self._stopped_at, budget, started, log_failures=False)
+            return self._report
+        me = asyncio.current_task()
+        if me is self._owner or me in self._children:  # it would wait for itself
+            return _sort(self._stopped_at, budget, started, log_failures=False, terminated=False)
+        assert self._exited is not None
+        await asyncio.wait([self._exited], timeout=_timeout(budget))
+        exited = self._exited_yet()
+        report = _sort(self._stopped_at, budget, started, log_failures=False, terminated=exited)
+        if not exited and not report.still_running:  # the owner's own code holds it
+            report = dataclasses.replace(report, still_running=(self._owner.get_name(),))
+        self._report = self._report or report
+        return self._report
+
+    def _exited_yet(self) -> bool:
+        return self._exited is not None and self._exited.done()
 
 
 async def run_in_thread(

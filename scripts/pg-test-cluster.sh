@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for the tests: a temporary directory, 127.0.0.1 only, a free
 # port, a random password, an unprivileged user, and no durability (fsync off): nothing in it
-# is meant to survive.
+# is meant to survive. With PG_TEST_DURABLE=1 it runs durable instead (fsync, synchronous_commit
+# and full_page_writes on, the server's defaults), so that a benchmark pays for the flush
+# at each commit as a production server does.
 #
 #   scripts/pg-test-cluster.sh run -- COMMAND [ARG...]
 #       start a cluster, run COMMAND with PATTERNS_PG_DSN set to it, stop and delete the
@@ -15,7 +17,8 @@
 # The server binaries come from Debian's `postgresql` package, installed with apt-get when no
 # `initdb` is found (that needs root, as CI has). initdb refuses to run as root, so as root the
 # cluster belongs to the `postgres` user (created by the package), or `nobody` without it.
-# Environment: PG_BINDIR (where initdb and pg_ctl are), PG_TEST_USER (the user to run as).
+# Environment: PG_BINDIR (where initdb and pg_ctl are), PG_TEST_USER (the user to run as),
+# PG_TEST_DURABLE (1: durable settings; unset, empty or 0: fsync off, the default).
 # Progress goes to stderr, so a CI log shows the server start and stop.
 set -euo pipefail
 
@@ -109,19 +112,25 @@ cmd_start() {
         || { cat "$dir/initdb.log" >&2; rm -rf "$dir"; die "initdb failed"; }
     rm -f "$dir/pwfile"
 
+    local durability="off" label="durability off on purpose"
+    case "${PG_TEST_DURABLE:-0}" in
+        0 | "") ;;
+        1) durability="on" label="durable: PG_TEST_DURABLE=1" ;;
+        *) rm -rf "$dir"; die "PG_TEST_DURABLE must be 1 or 0, got '$PG_TEST_DURABLE'" ;;
+    esac
     local port attempt started=""
     for attempt in 1 2 3 4 5; do
         port="$(free_port)"
         # Appended settings win over the defaults above them in postgresql.conf.
         cat >>"$dir/data/postgresql.conf" <<EOF
 
-# --- $PROG (attempt $attempt): a throwaway cluster, durability off on purpose
+# --- $PROG (attempt $attempt): a throwaway cluster, $label
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
-fsync = off
-synchronous_commit = off
-full_page_writes = off
+fsync = $durability
+synchronous_commit = $durability
+full_page_writes = $durability
 max_connections = 100
 EOF
         if run_as "$user" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
@@ -144,7 +153,7 @@ PG_TEST_RUN_AS='$user'
 EOF
     PGPASSWORD="$password" "$bindir/createdb" -h 127.0.0.1 -p "$port" -U postgres "$DATABASE" \
         || { cmd_stop "$dir"; die "createdb failed"; }
-    say "$("$bindir/postgres" --version) started on 127.0.0.1:$port as user $user (data: $dir)"
+    say "$("$bindir/postgres" --version) started on 127.0.0.1:$port as user $user (data: $dir; fsync $durability)"
     say "PATTERNS_PG_DSN=$dsn"
     echo "export PATTERNS_PG_DSN='$dsn'"
     echo "export PG_TEST_CLUSTER_DIR='$dir'"

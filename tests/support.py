@@ -524,6 +524,29 @@ class LoopThreadConsumerPool(_LoopThreadAdapter):
         return asyncio.run(stop_unstarted())
 
 
+class LoopThreadAsyncServer(_LoopThreadAdapter):
+    """A `patterns.server_shutdown.AsyncGracefulServer` listening on 127.0.0.1, no clients."""
+
+    def _build(self, stop_timeout: float, name: str) -> Any:
+        from patterns.server_shutdown import AsyncGracefulServer  # noqa: PLC0415
+
+        async def handle(conn: Any) -> None:
+            return None
+
+        return AsyncGracefulServer(handle, stop_timeout=stop_timeout, name=name)
+
+    async def _begin(self) -> None:
+        self.inner.start()
+
+    def _never_started(self) -> Any:
+        import asyncio  # noqa: PLC0415
+
+        async def stop_unstarted() -> Any:
+            return await self.inner.stop()
+
+        return asyncio.run(stop_unstarted())
+
+
 class FakeClock:
     """A store's (and a worker's) clock, in seconds since the epoch, moved only by the test.
 

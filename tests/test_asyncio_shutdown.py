@@ -31,12 +31,14 @@ import pytest
 from patterns.asyncio_shutdown import (
     AsyncSignalHandlers,
     SignalReport,
+    StoppableTaskGroup,
     TaskSet,
     TaskShutdownReport,
     retry_forever,
     run_in_thread,
     run_in_thread_with,
     run_until_signalled,
+    shielded,
     shutdown_tasks,
 )
 from patterns.naive.asyncio_shutdown import (
@@ -44,6 +46,9 @@ from patterns.naive.asyncio_shutdown import (
     naive_keep,
     naive_retry_forever,
     naive_run_blocking,
+    naive_run_group,
+    naive_run_group_logging_failures,
+    naive_shielded_cleanup,
     naive_shutdown_tasks,
 )
 from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED, LoopThreadTaskSet, child_env
@@ -872,6 +877,635 @@ def test_asyncio_timeout_is_the_deadline_and_leaves_outside_cancels_alone() -> N
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+    asyncio.run(main())
+
+
+# --- A10, A11: cleanup shielded from cancellation -------------------------------------------
+
+ShieldHelper = Callable[[Coroutine[Any, Any, None]], Coroutine[Any, Any, None]]
+
+
+def _bounded_shield(cleanup: Coroutine[Any, Any, None]) -> Coroutine[Any, Any, None]:
+    return shielded(cleanup, MUST_HAPPEN, name="save")
+
+
+async def _service(finish: ShieldHelper, cleanup: Coroutine[Any, Any, None]) -> None:
+    """A handler whose last step, a save, must complete even if the handler is cancelled."""
+    await finish(cleanup)
+
+
+async def _save(started: asyncio.Event, proceed: asyncio.Event, log: list[str]) -> None:
+    """A cleanup whose I/O completes when the test sets ``proceed``."""
+    started.set()
+    try:
+        await proceed.wait()
+    except asyncio.CancelledError:
+        log.append("save cancelled")
+        raise
+    log.append("saved")
+
+
+def _stop_a_service_mid_cleanup(finish: ShieldHelper) -> tuple[bool, bool, list[str]]:
+    """Cancel a handler once its save has started; the save completes only if awaited.
+
+    Returns whether the service ended before its save did, whether it ended cancelled, and
+    the save's log once `asyncio.run` has returned (it cancels what is left at exit).
+    """
+    log: list[str] = []
+
+    async def main() -> tuple[bool, bool]:
+        started, proceed = asyncio.Event(), asyncio.Event()
+        service = asyncio.create_task(_service(finish, _save(started, proceed, log)))
+        await asyncio.wait_for(started.wait(), MUST_HAPPEN)
+        service.cancel()
+        done, _ = await asyncio.wait([service], timeout=STAYS_BLOCKED)
+        if not done:  # the service waits for its save: let the save's I/O complete
+            proceed.set()
+            done, _ = await asyncio.wait([service], timeout=MUST_HAPPEN)
+        assert done
+        return not proceed.is_set(), service.cancelled()
+
+    left_early, cancelled = asyncio.run(main())
+    return left_early, cancelled, log
+
+
+@pytest.mark.race(
+    "A10", "asyncio.shield: a cancelled caller leaves its cleanup unowned, cut at exit"
+)
+def test_naive_shielded_cleanup_is_left_behind_and_cut_short_at_exit(
+    record_property: Callable[[str, object], None],
+) -> None:
+    """The naive service ends at its cancel; asyncio.run then cancels the save it left running."""
+    left_early, cancelled, log = _stop_a_service_mid_cleanup(naive_shielded_cleanup)
+    record_property(
+        "observed",
+        f"the service {'ended at once' if left_early else 'waited'} (cancelled={cancelled}),"
+        f" its shielded save still running; after asyncio.run the save's log is {log}",
+    )
+    assert left_early
+    assert cancelled
+    assert log == ["save cancelled"]
+
+
+@pytest.mark.race(
+    "A10", "asyncio.shield: a cancelled caller leaves its cleanup unowned, cut at exit"
+)
+def test_shielded_cleanup_finishes_before_the_cancellation_goes_on() -> None:
+    """shielded() keeps the cancelled caller until its cleanup ends, then re-raises the cancel."""
+    left_early, cancelled, log = _stop_a_service_mid_cleanup(_bounded_shield)
+    assert not left_early
+    assert cancelled  # the cancellation was held, not swallowed
+    assert log == ["saved"]
+
+
+async def _failing_save(started: asyncio.Event, proceed: asyncio.Event) -> None:
+    started.set()
+    await proceed.wait()
+    raise OSError("disk full")
+
+
+def _cleanup_fails_after_the_cancel(finish: ShieldHelper) -> tuple[bool, list[str]]:
+    """Cancel a service mid-cleanup, then make the cleanup fail; return what the loop said."""
+
+    async def main() -> tuple[bool, list[str]]:
+        errors = record_loop_errors(asyncio.get_running_loop())
+        started, proceed = asyncio.Event(), asyncio.Event()
+        service = asyncio.create_task(_service(finish, _failing_save(started, proceed)))
+        await asyncio.wait_for(started.wait(), MUST_HAPPEN)
+        (inner,) = asyncio.all_tasks() - {service, asyncio.current_task()}
+        service.cancel()
+        await asyncio.wait([service], timeout=STAYS_BLOCKED)
+        proceed.set()
+        await asyncio.wait([service, inner], timeout=MUST_HAPPEN)
+        assert service.done()
+        assert inner.done()
+        del inner
+        gc.collect()  # the naive cleanup's only report comes when its task is freed
+        return service.cancelled(), errors
+
+    return asyncio.run(main())
+
+
+@pytest.mark.race("A11", "a shielded cleanup that fails after its caller was cancelled is unheard")
+def test_naive_shielded_cleanup_failure_reaches_nobody(
+    caplog: pytest.LogCaptureFixture, record_property: Callable[[str, object], None]
+) -> None:
+    """The naive caller sees only its cancel; the OSError surfaces as 'never retrieved'."""
+    cancelled, errors = _cleanup_fails_after_the_cancel(naive_shielded_cleanup)
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    record_property(
+        "observed",
+        f"the caller ended cancelled={cancelled}; the save's OSError was logged {len(logged)}"
+        f" times; the loop said only {errors} when the task was freed",
+    )
+    assert cancelled
+    assert logged == []
+    assert errors == ["Task exception was never retrieved"]
+
+
+@pytest.mark.race("A11", "a shielded cleanup that fails after its caller was cancelled is unheard")
+def test_shielded_cleanup_failure_is_logged_and_the_cancel_still_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """shielded() logs a cleanup's failure at ERROR and still re-raises the caller's cancel."""
+    cancelled, errors = _cleanup_fails_after_the_cancel(_bounded_shield)
+    assert cancelled
+    assert errors == []
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage() == "save failed while its caller was being cancelled"
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], OSError)
+
+
+def test_shielded_returns_the_result_and_raises_the_failure_when_not_cancelled() -> None:
+    """Uncancelled, shielded() is a plain await: the cleanup's result or its exception."""
+
+    async def value() -> int:
+        return 7
+
+    async def main() -> None:
+        assert await shielded(value(), MUST_HAPPEN) == 7
+        with pytest.raises(OSError, match="disk full"):
+            await shielded(_failing_save(asyncio.Event(), _set_event()), MUST_HAPPEN)
+
+    asyncio.run(main())
+
+
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
+@pytest.mark.parametrize("cancel_caller", [False, True], ids=["deadline", "cancelled-caller"])
+def test_shielded_cancels_an_overdue_cleanup_at_its_deadline(
+    cancel_caller: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the deadline the cleanup is cancelled; the caller gets its cancel, else TimeoutError."""
+
+    async def main() -> tuple[type[BaseException], float, list[str]]:
+        started, log = asyncio.Event(), []
+        caller = asyncio.create_task(
+            shielded(_save(started, asyncio.Event(), log), STAYS_BLOCKED, name="save")
+        )
+        await asyncio.wait_for(started.wait(), MUST_HAPPEN)
+        began = time.monotonic()
+        if cancel_caller:
+            caller.cancel()
+        await asyncio.wait([caller], timeout=MUST_HAPPEN)
+        took = time.monotonic() - began
+        await asyncio.sleep(0)  # the overdue cleanup takes its cancel
+        outcome = asyncio.CancelledError if caller.cancelled() else type(caller.exception())
+        return outcome, took, log
+
+    outcome, took, log = asyncio.run(main())
+    assert outcome is (asyncio.CancelledError if cancel_caller else TimeoutError)
+    assert STAYS_BLOCKED * 0.9 <= took < STAYS_BLOCKED + NOISE
+    assert log == ["save cancelled"]
+    assert any(r.getMessage() == "save still running after 0.2s: cancelled" for r in caplog.records)
+
+
+def test_shielded_under_asyncio_timeout_finishes_the_cleanup_then_times_out() -> None:
+    """A deadline's cancel is held like any other: the cleanup ends, then TimeoutError comes."""
+
+    async def main() -> list[str]:
+        started, proceed, log = asyncio.Event(), asyncio.Event(), []
+
+        async def caller() -> None:
+            async with asyncio.timeout(0):
+                await shielded(_save(started, proceed, log), MUST_HAPPEN)
+
+        task = asyncio.create_task(caller())
+        await asyncio.wait_for(started.wait(), MUST_HAPPEN)
+        done, _ = await asyncio.wait([task], timeout=STAYS_BLOCKED)
+        assert not done  # the timeout has fired (the save started after it) and is held
+        proceed.set()
+        await asyncio.wait([task], timeout=MUST_HAPPEN)
+        assert isinstance(task.exception(), TimeoutError)
+        return log
+
+    assert asyncio.run(main()) == ["saved"]
+
+
+# --- A12, A13: stopping a TaskGroup from outside ----------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_the_documented_recipe_stops_a_task_group_and_waits_for_every_finally() -> None:
+    """A child that raises a private exception stops the group; the others clean up first."""
+
+    async def main() -> list[str]:
+        events: list[str] = []
+        ready, stop = asyncio.Event(), asyncio.Event()
+
+        async def worker(name: str) -> None:
+            try:
+                ready.set()
+                await asyncio.Event().wait()
+            finally:
+                events.append(f"{name} cleaned up")
+
+        async def stopper() -> None:
+            await stop.wait()
+            raise _Stop
+
+        async def owner() -> None:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(worker("a"))
+                    group.create_task(worker("b"))
+                    group.create_task(stopper())
+            except* _Stop:
+                events.append("group stopped")
+
+        task = asyncio.create_task(owner())
+        await asyncio.wait_for(ready.wait(), MUST_HAPPEN)
+        stop.set()
+        await asyncio.wait_for(task, MUST_HAPPEN)
+        return events
+
+    *cleanups, last = asyncio.run(main())
+    assert sorted(cleanups) == ["a cleaned up", "b cleaned up"]  # in either order
+    assert last == "group stopped"
+
+
+def test_asyncio_timeout_around_a_task_group_raises_after_the_children_are_awaited() -> None:
+    """At the deadline the children are cancelled and awaited; then TimeoutError is raised."""
+
+    async def main() -> list[str]:
+        events: list[str] = []
+
+        async def child() -> None:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await asyncio.sleep(0)  # a cleanup with an await in it
+                events.append("child cleaned up")
+
+        try:
+            async with asyncio.timeout(0.01), asyncio.TaskGroup() as group:
+                group.create_task(child())
+        except TimeoutError:
+            events.append("TimeoutError")
+        return events
+
+    assert asyncio.run(main()) == ["child cleaned up", "TimeoutError"]
+
+
+async def _stubborn_child(caught: asyncio.Event, release: asyncio.Event) -> str:
+    """Swallow every cancel until ``release`` is set."""
+    while not release.is_set():
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            caught.set()
+    return "released"
+
+
+@pytest.mark.race("A12", "asyncio.timeout cannot bound a TaskGroup whose child ignores its cancel")
+def test_naive_group_deadline_never_ends_a_group_whose_child_ignores_its_cancel(
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Past its deadline the naive group still waits, and swallows two more cancels of its task."""
+
+    async def main() -> tuple[bool, str]:
+        caught, release = asyncio.Event(), asyncio.Event()
+        children = [_stubborn_child(caught, release), asyncio.Event().wait()]
+        owner = asyncio.create_task(naive_run_group(children, 0.01))
+        await asyncio.wait_for(caught.wait(), MUST_HAPPEN)  # the deadline has passed
+        owner.cancel()
+        owner.cancel()
+        done, _ = await asyncio.wait([owner], timeout=STAYS_BLOCKED)
+        release.set()  # the test's way out
+        await asyncio.wait([owner], timeout=MUST_HAPPEN)
+        ended = "cancelled" if owner.cancelled() else repr(owner.exception())
+        return bool(done), ended
+
+    done, ended = asyncio.run(main())
+    record_property(
+        "observed",
+        f"the deadline passed and the task was cancelled twice more; {STAYS_BLOCKED}s later the"
+        f" group was {'done' if done else 'still waiting'}; after the child gave in: {ended}",
+    )
+    assert not done
+
+
+@pytest.mark.race("A12", "asyncio.timeout cannot bound a TaskGroup whose child ignores its cancel")
+def test_stoppable_task_group_stop_returns_on_its_deadline_naming_the_stubborn_child() -> None:
+    """StoppableTaskGroup.stop() returns within its budget and names the child that held it."""
+
+    async def main() -> tuple[TaskShutdownReport, float, TaskShutdownReport]:
+        caught, release, entered = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        group = StoppableTaskGroup(name="workers")
+
+        async def owner() -> str:
+            async with group:
+                group.create_task(_stubborn_child(caught, release), name="stubborn")
+                group.create_task(asyncio.Event().wait(), name="sleeper")
+                entered.set()
+            return "left the group"
+
+        task = asyncio.create_task(owner())
+        await asyncio.wait_for(entered.wait(), MUST_HAPPEN)
+        began = time.monotonic()
+        report = await group.stop(STAYS_BLOCKED)
+        took = time.monotonic() - began
+        assert caught.is_set()
+        release.set()
+        assert await asyncio.wait_for(task, MUST_HAPPEN) == "left the group"
+        return report, took, await group.stop()
+
+    report, took, again = asyncio.run(main())
+    assert took < STAYS_BLOCKED + NOISE
+    assert not report.terminated
+    assert report.still_running == ("stubborn",)
+    assert report.cancelled == ("sleeper",)
+    assert again is report  # the first report is kept
+
+
+def test_stoppable_task_group_keeps_the_childrens_own_exceptions() -> None:
+    """The stop's own exception is removed; a child's failure reaches the owner in its group."""
+
+    async def main() -> tuple[list[str], TaskShutdownReport]:
+        events: list[str] = []
+        ready = asyncio.Event()
+        group = StoppableTaskGroup()
+
+        async def fails_on_cancel() -> None:
+            try:
+                ready.set()
+                await asyncio.Event().wait()
+            finally:
+                events.append("cleanup ran")
+                raise OSError("flush failed")
+
+        async def owner() -> None:
+            try:
+                async with group:
+                    group.create_task(fails_on_cancel(), name="flusher")
+                    group.create_task(asyncio.Event().wait(), name="idle")
+            except* OSError as failures:
+                events.append(f"owner got {[str(e) for e in failures.exceptions]}")
+            events.append("owner went on")
+
+        task = asyncio.create_task(owner())
+        await asyncio.wait_for(ready.wait(), MUST_HAPPEN)
+        report = await group.stop(MUST_HAPPEN)
+        await asyncio.wait_for(task, MUST_HAPPEN)
+        return events, report
+
+    events, report = asyncio.run(main())
+    assert events == ["cleanup ran", "owner got ['flush failed']", "owner went on"]
+    assert report.terminated
+    assert (report.failed, report.cancelled) == (("flusher",), ("idle",))
+
+
+def test_stoppable_task_group_stop_while_the_group_is_already_aborting() -> None:
+    """A stop after a child's failure has begun the abort adds nothing and leaks no coroutine."""
+
+    async def main() -> TaskShutdownReport:
+        caught, release = asyncio.Event(), asyncio.Event()
+        group = StoppableTaskGroup()
+        failures: list[str] = []
+
+        async def owner() -> None:
+            try:
+                async with group:
+                    group.create_task(_stubborn_child(caught, release), name="stubborn")
+                    group.create_task(_fail("boom"), name="failer")
+            except* ValueError as eg:
+                failures.extend(str(e) for e in eg.exceptions)
+
+        task = asyncio.create_task(owner())
+        await asyncio.wait_for(caught.wait(), MUST_HAPPEN)  # the group is aborting
+        report = await group.stop(STAYS_BLOCKED)
+        release.set()
+        await asyncio.wait_for(task, MUST_HAPPEN)
+        assert failures == ["boom"]
+        return report
+
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always")
+        report = asyncio.run(main())
+        gc.collect()
+    assert [str(w.message) for w in caught_warnings] == []
+    assert report.still_running == ("stubborn",)
+
+
+async def _child_whose_cleanup_fails(ready: asyncio.Event) -> None:
+    try:
+        ready.set()
+        await asyncio.Event().wait()
+    finally:
+        raise OSError("flush failed")
+
+
+async def _cancel_an_owner_whose_child_fails(owner_body: Callable[[asyncio.Event], Any]) -> str:
+    """Cancel the owner from outside; its child's cleanup fails. What did the owner do next?"""
+    ready = asyncio.Event()
+
+    async def owner() -> str:
+        await owner_body(ready)
+        try:
+            await asyncio.sleep(0)  # the next await: a kept cancel is raised here
+        except asyncio.CancelledError:
+            return "got CancelledError at its next await"
+        return "went on as if nobody had asked it to stop"
+
+    task = asyncio.create_task(owner())
+    await asyncio.wait_for(ready.wait(), MUST_HAPPEN)
+    task.cancel()
+    return await asyncio.wait_for(task, MUST_HAPPEN)
+
+
+@pytest.mark.race("A13", "except* around a TaskGroup eats a stop when a child fails (3.11, 3.12)")
+def test_naive_group_failure_swallows_an_outside_cancel_before_3_13(
+    record_property: Callable[[str, object], None],
+) -> None:
+    """On 3.11 and 3.12 the ExceptionGroup replaces the cancel; 3.13 re-arms it (gh-116720)."""
+
+    async def body(ready: asyncio.Event) -> None:
+        await naive_run_group_logging_failures([_child_whose_cleanup_fails(ready)])
+
+    outcome = asyncio.run(_cancel_an_owner_whose_child_fails(body))
+    record_property("observed", f"Python {PY[0]}.{PY[1]}: the cancelled task {outcome}")
+    if PY < (3, 13):
+        assert outcome == "went on as if nobody had asked it to stop"
+    else:
+        assert outcome == "got CancelledError at its next await"
+
+
+@pytest.mark.race("A13", "except* around a TaskGroup eats a stop when a child fails (3.11, 3.12)")
+def test_stoppable_task_group_keeps_an_outside_cancel_on_every_version() -> None:
+    """StoppableTaskGroup re-arms the cancel: the owner gets the failure, then the cancel."""
+    failures: list[str] = []
+
+    async def body(ready: asyncio.Event) -> None:
+        try:
+            async with StoppableTaskGroup() as group:
+                group.create_task(_child_whose_cleanup_fails(ready))
+        except* OSError as group_failures:
+            failures.extend(str(e) for e in group_failures.exceptions)
+
+    outcome = asyncio.run(_cancel_an_owner_whose_child_fails(body))
+    assert failures == ["flush failed"]
+    assert outcome == "got CancelledError at its next await"
+
+
+async def _stop_a_group_from_outside(use_pattern: bool, body_waits: bool) -> tuple[int, str]:
+    """Stop a group of one idle child from another task; return the owner's count and fate.
+
+    ``body_waits``: the stop lands while the body awaits, else after it has ended.
+    """
+    ready, stop = asyncio.Event(), asyncio.Event()
+    group = StoppableTaskGroup()
+
+    async def idle() -> None:
+        ready.set()
+        await asyncio.Event().wait()
+
+    async def stopper() -> None:
+        await stop.wait()
+        raise _Stop
+
+    async def owner() -> tuple[int, str]:
+        me = asyncio.current_task()
+        assert me is not None
+        try:
+            if use_pattern:
+                async with group:
+                    group.create_task(idle())
+                    if body_waits:
+                        await asyncio.Event().wait()
+            else:
+                async with asyncio.TaskGroup() as plain:
+                    plain.create_task(idle())
+                    plain.create_task(stopper())
+                    if body_waits:
+                        await asyncio.Event().wait()
+        except* _Stop:
+            pass
+        counted = me.cancelling()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            return counted, "got CancelledError at its next await"
+        return counted, "went on"
+
+    task = asyncio.create_task(owner())
+    await asyncio.wait_for(ready.wait(), MUST_HAPPEN)
+    if use_pattern:
+        assert (await group.stop(MUST_HAPPEN)).terminated
+    else:
+        stop.set()
+    return await asyncio.wait_for(task, MUST_HAPPEN)
+
+
+A14 = ("A14", "a TaskGroup that stops after its body ended leaves a cancel counted (3.11, 3.12)")
+
+
+@pytest.mark.race(*A14)
+def test_naive_task_group_stopped_after_its_body_leaves_a_cancel_counted(
+    record_property: Callable[[str, object], None],
+) -> None:
+    """On 3.11 and 3.12 the group never takes back the cancel it sent its task; 3.13 does."""
+    after_body = asyncio.run(_stop_a_group_from_outside(use_pattern=False, body_waits=False))
+    in_body = asyncio.run(_stop_a_group_from_outside(use_pattern=False, body_waits=True))
+    record_property(
+        "observed",
+        f"Python {PY[0]}.{PY[1]}: stopped after its body ended, the task counts"
+        f" cancelling()={after_body[0]} and {after_body[1]}; stopped while the body waited,"
+        f" cancelling()={in_body[0]}",
+    )
+    assert after_body == ((1, "went on") if PY < (3, 13) else (0, "went on"))
+    assert in_body == (0, "went on")
+
+
+@pytest.mark.race(*A14)
+def test_stoppable_task_group_leaves_its_owner_uncancelled_on_every_version() -> None:
+    """StoppableTaskGroup takes back the group's own cancel: cancelling() is 0 after a stop."""
+    for body_waits in (False, True):
+        assert asyncio.run(_stop_a_group_from_outside(use_pattern=True, body_waits=body_waits)) == (
+            0,
+            "went on",
+        )
+
+
+def test_asyncio_timeout_around_a_group_whose_child_fails_on_cancel_on_this_version() -> None:
+    """The ExceptionGroup wins over TimeoutError on every version; 3.13 chains one into it."""
+
+    async def main() -> BaseException:
+        ready = asyncio.Event()
+        try:
+            async with asyncio.timeout(0.01), asyncio.TaskGroup() as group:
+                group.create_task(_child_whose_cleanup_fails(ready))
+        except BaseException as exc:
+            assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+            return exc
+        raise AssertionError("the group did not raise")
+
+    raised = asyncio.run(main())
+    assert isinstance(raised, ExceptionGroup)
+    (failure,) = raised.exceptions
+    assert isinstance(failure, OSError)
+    chained = []
+    context = failure.__context__
+    while context is not None:
+        chained.append(type(context).__name__)
+        context = context.__context__
+    if PY < (3, 13):
+        assert chained == ["CancelledError"]
+    else:
+        assert chained == ["TimeoutError", "CancelledError"]
+
+
+def test_stoppable_task_group_stop_outside_its_lifetime_and_from_inside() -> None:
+    """Before entry a stop keeps it shut; from the owner it returns at once; after exit, done."""
+
+    async def main() -> None:
+        early = StoppableTaskGroup()
+        report = await early.stop()
+        assert report.terminated
+        with pytest.raises(RuntimeError, match="can be entered once"):
+            async with early:
+                pass
+
+        late = StoppableTaskGroup()
+        async with late:
+            late.create_task(asyncio.sleep(0), name="quick")
+        assert (await late.stop()).terminated
+
+        inner = StoppableTaskGroup()
+        async with inner:
+            inner.create_task(asyncio.Event().wait(), name="waiter")
+            provisional = await inner.stop()  # from the owner: a request
+            assert not provisional.terminated
+            assert provisional.still_running == ("waiter",)
+            refused = asyncio.sleep(0)
+            with pytest.raises(RuntimeError, match="is stopping"):
+                inner.create_task(refused)
+        final = await inner.stop()
+        assert final.terminated
+        assert final.cancelled == ("waiter",)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "1", True])
+def test_shielded_and_the_group_refuse_seconds_that_are_not_seconds(bad: Any) -> None:
+    """A bad timeout or stop_timeout is a ValueError naming it."""
+    with pytest.raises(ValueError, match="stop_timeout must be"):
+        StoppableTaskGroup(stop_timeout=bad)
+
+    async def main() -> None:
+        cleanup = asyncio.sleep(0)
+        with pytest.raises(ValueError, match="timeout must be"):
+            await shielded(cleanup, bad)
+        cleanup.close()
 
     asyncio.run(main())
 

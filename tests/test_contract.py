@@ -250,6 +250,47 @@ def _async_consumer_pool(stop_timeout: float) -> Any:
     return LoopThreadConsumerPool(stop_timeout=stop_timeout, name="contract-apool")
 
 
+def _task_group(stop_timeout: float) -> Any:
+    # StoppableTaskGroup is entered by its owner task, not started; this adapter's start()
+    # makes that owner (one child that waits to be cancelled) in a loop of its own. Its
+    # own async paths are checked in tests/test_asyncio_shutdown.py.
+    from tests.support import _LoopThreadAdapter  # noqa: PLC0415
+
+    class LoopThreadTaskGroup(_LoopThreadAdapter):
+        def _build(self, stop_timeout: float, name: str) -> Any:
+            from patterns.asyncio_shutdown import StoppableTaskGroup  # noqa: PLC0415
+
+            return StoppableTaskGroup(stop_timeout=stop_timeout, name=name)
+
+        async def _begin(self) -> None:
+            import asyncio  # noqa: PLC0415
+
+            entered = asyncio.Event()
+
+            async def owner() -> None:
+                async with self.inner as group:
+                    group.create_task(asyncio.Event().wait(), name=f"{self.name}-waiter")
+                    entered.set()
+
+            self.owner = asyncio.get_running_loop().create_task(owner())
+            await asyncio.wait_for(entered.wait(), MUST_HAPPEN)
+
+        def _never_started(self) -> Any:
+            import asyncio  # noqa: PLC0415
+
+            return asyncio.run(self.inner.stop())
+
+    return LoopThreadTaskGroup(stop_timeout=stop_timeout, name="contract-group")
+
+
+def _async_graceful_server(stop_timeout: float) -> Any:
+    # The same adapter for the asyncio server; its own async paths (a stop from a handler,
+    # the drain and the forced phase) are checked in tests/test_server_shutdown_asyncio.py.
+    from tests.support import LoopThreadAsyncServer  # noqa: PLC0415
+
+    return LoopThreadAsyncServer(stop_timeout=stop_timeout, name="contract-aserver")
+
+
 def _stoppable_process(stop_timeout: float) -> Any:
     from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
     from patterns.teaching.process_tasks import wait_for_stop  # noqa: PLC0415
@@ -276,6 +317,49 @@ def _busy_stoppable_process(busy: Busy, stop_timeout: float) -> Any:
     return process
 
 
+def _graceful_server(stop_timeout: float) -> Any:
+    import http.server  # noqa: PLC0415
+
+    from patterns.server_shutdown import GracefulServer  # noqa: PLC0415
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    try:
+        return GracefulServer(httpd, name="contract-server", stop_timeout=stop_timeout)
+    except BaseException:
+        httpd.server_close()  # a refused option must not leave the socket open
+        raise
+
+
+def _busy_graceful_server(busy: Busy, stop_timeout: float) -> Any:
+    import http.client  # noqa: PLC0415
+    import http.server  # noqa: PLC0415
+
+    from patterns.server_shutdown import GracefulServer  # noqa: PLC0415
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the work is a request in flight
+            busy.run()
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = GracefulServer(httpd, name="contract-server", stop_timeout=stop_timeout).start()
+
+    def request() -> None:
+        conn = http.client.HTTPConnection(*server.address, timeout=MUST_HAPPEN * 3)
+        try:
+            conn.request("GET", "/busy")
+            conn.getresponse().read()
+        except (http.client.HTTPException, OSError):
+            pass  # the stop closed the connection by force
+        finally:
+            conn.close()
+
+    run_in_thread(request, "contract-client")
+    return server
+
+
 CASES = [
     Case("TrackingExecutor", _tracking_executor, _busy_tracking_executor),
     Case("ConsumerPool", _consumer_pool, _busy_consumer_pool),
@@ -285,8 +369,11 @@ CASES = [
     Case("SignalHandlers", _signal_handlers, _busy_signal_handlers),
     Case("Bulkhead", _bulkhead, _busy_bulkhead),
     Case("Worker", _worker, _busy_worker),
+    Case("GracefulServer", _graceful_server, _busy_graceful_server),
     Case("TaskSet", _task_set),
     Case("AsyncConsumerPool", _async_consumer_pool),
+    Case("StoppableTaskGroup", _task_group),
+    Case("AsyncGracefulServer", _async_graceful_server),
     Case(
         "StoppableProcess",
         _stoppable_process,

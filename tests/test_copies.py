@@ -39,7 +39,7 @@ COPIES = [
     ("_left", ["bulkhead", "executor_shutdown"]),
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
     ("_seconds", ["async_queue", "closable_queue", "poison_pill"]),
-    ("_seconds", ["asyncio_shutdown", "exit_hooks"]),
+    ("_seconds", ["asyncio_shutdown", "exit_hooks", "server_shutdown"]),
 ]
 
 

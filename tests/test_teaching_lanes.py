@@ -256,6 +256,7 @@ FAILING_LANES = {
     "async_queue.a1": {"consumer-1", "consumer-2"},  # consumer-0 takes the one STOP
     "asyncio_shutdown.a7": {"stopper"},
     "process_shutdown.m3": {"careful"},
+    "server_shutdown.w2": {"handler A", "handler B"},
 }
 
 
@@ -276,7 +277,9 @@ def test_the_main_lane_is_main_when_drawn_from_inside_an_asyncio_task() -> None:
         return [
             [tracer.label(lane) for lane in tracer.lanes]
             for key, scenario in SCENARIOS.items()
-            if not key.startswith(("daemon_threads", "exit_hooks", "process_shutdown"))
+            if not key.startswith(
+                ("daemon_threads", "exit_hooks", "process_shutdown", "server_shutdown")
+            )
             for tracer in (scenario.naive(), scenario.fixed())
         ]
 
@@ -497,6 +500,22 @@ def test_m3_naive_terminate_leaves_no_cleanup_and_fixed_stop_runs_finally_and_at
     returned = first(fixed, "stop() returned: exit code 0, escalation none", "parent")
     assert asked.index < first(fixed, "stop.wait() returned", "careful").index
     assert first(fixed, "atexit", "careful").index < returned.index
+
+
+def test_w2_naive_exits_under_both_requests_and_fixed_answers_a_and_closes_b_first() -> None:
+    """W2: naive, no client is answered; fixed, /ready fails, A is answered, B forced, exit 0."""
+    naive = SCENARIOS["server_shutdown.w2"].naive()
+    assert [e.text for e in naive.events if e.thread == "clients"] == [
+        "A gets no answer (RemoteDisconnected)",
+        "B gets no answer (RemoteDisconnected)",
+    ]
+    fixed = SCENARIOS["server_shutdown.w2"].fixed()
+    texts = [e.text for e in fixed.events]
+    assert "GET /ready: 503" in texts
+    assert "A gets 200 b'ok\\n', Connection: close" in texts
+    assert texts.index("listener closed") < texts.index("closing B")
+    assert "report: completed 1, interrupted 1" in texts
+    assert texts[-1] == "the server exited 0"
 
 
 def test_an_asyncio_scenario_runs_even_where_an_event_loop_already_runs() -> None:

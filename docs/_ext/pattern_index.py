@@ -149,7 +149,9 @@ PATTERNS = [
         "deadline; a fire-and-forget task collected mid-flight; a background failure nobody "
         "hears of; `to_thread` work no cancel can reach, and `asyncio.run` waiting for it at "
         "exit; SIGTERM killing `asyncio.run` with no cleanup; a second signal that cannot "
-        "force the exit",
+        "force the exit; a shielded cleanup nobody waits for or hears fail; a `TaskGroup` that "
+        "no deadline can end; a stop a `TaskGroup` drops, or a cancel it leaves counted, on "
+        "3.11 and 3.12",
     ),
     Pattern(
         "Process shutdown",
@@ -164,6 +166,21 @@ PATTERNS = [
         "killing running tasks; `Pool.join()` with no timeout; a killed `Pool` worker's "
         "result never arriving; `Pool.terminate()` waiting for a worker deaf to SIGTERM; "
         "a killed idle `Pool` worker's lock hanging `join()` and `terminate()`",
+    ),
+    Pattern(
+        "Server shutdown",
+        "server_shutdown",
+        "14-server-shutdown",
+        "requests dropped on deploy; a server (threads or asyncio) that won't stop, or waits "
+        "for a kept-alive client",
+        "`shutdown()` deadlocking on the serving thread; `ThreadingHTTPServer`'s daemon "
+        "handlers cut off at exit; `server_close()` joining handlers with no timeout; a "
+        "kept-alive connection served after the stop; `shutdown()` waiting for the next poll; "
+        "readiness that fails only after the listener closed; `asyncio.Server.close()` "
+        "leaving connected clients served; `wait_closed()` returning at once on 3.11 and "
+        "hanging on an idle keep-alive client on 3.12+; 3.13's `close_clients()` cutting "
+        "requests in flight; an asyncio handler that swallows its cancel hanging the stop",
+        extra_tests=("tests/test_server_shutdown_asyncio.py",),
     ),
 ]
 

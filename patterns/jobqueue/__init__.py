@@ -26,6 +26,7 @@ import importlib
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 4 ms import of typing (mypy knows it)
 if TYPE_CHECKING:
     from patterns.jobqueue.memory import MemoryStore
+    from patterns.jobqueue.postgres import PostgresStore
     from patterns.jobqueue.sqlite import SQLiteStore
     from patterns.jobqueue.store import Claim, Job, JobState, Store
     from patterns.jobqueue.tasks import (
@@ -53,6 +54,7 @@ __all__ = [
     "Outcome",
     "Phase",
     "PhaseError",
+    "PostgresStore",
     "Retry",
     "SQLiteStore",
     "Store",
@@ -67,6 +69,7 @@ __all__ = [
 # Each exported name and the submodule it comes from.
 _SOURCES = {
     "MemoryStore": "memory",
+    "PostgresStore": "postgres",  # needs psycopg only once a store is made (the postgres extra)
     "SQLiteStore": "sqlite",
     **dict.fromkeys(("Claim", "Job", "JobState", "Store"), "store"),
     **dict.fromkeys(

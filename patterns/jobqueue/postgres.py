@@ -18,21 +18,26 @@ Pitfall:
     like a lost job.
 
 Pattern:
-    A claim is one transaction of a few milliseconds: ``SELECT ... FOR UPDATE SKIP
-    LOCKED`` picks the due rows no other claim is taking at that moment, an ``UPDATE``
-    marks them running under a lease (a fencing token and an expiry), and ``COMMIT``. No
-    transaction is open while a handler runs: the lease protects the job, the heartbeat
-    renews it, and every outcome is written only while the claim's token still holds it.
-    Every timestamp is computed in SQL from the transaction's ``now()``, so the database
-    server's clock is the only clock that matters. Each enqueue (and release) sends a
-    ``NOTIFY`` that is delivered when it commits; a listener thread on its own connection
-    turns it into a call to each `PostgresStore.subscribe` callback, which a ``Worker``
-    uses to end its idle wait. A statement that fails because the connection broke before
-    ``COMMIT`` was sent changed nothing, so the store reconnects and retries it with
-    backoff; a break during ``COMMIT`` leaves the outcome unknown and raises
-    `~patterns.jobqueue.store.CommitUnknown`, which the worker handles like any failed
-    store call (the lease brings the job back). The schema lives in its own PostgreSQL
-    schema with a version table, created and migrated under an advisory lock.
+    A claim is one statement in autocommit, its own transaction of a few milliseconds:
+    ``SELECT ... FOR UPDATE SKIP LOCKED`` picks the due rows no other claim is taking at
+    that moment and an ``UPDATE`` marks them running under a lease (a fencing token and an
+    expiry), both parts of one statement, with the outcomes a worker has to record when it
+    has some: one round trip, one commit. No transaction is open while a handler runs: the
+    lease protects the job, the heartbeat renews it, and every outcome is written only
+    while the claim's token still holds it. Every timestamp is computed in SQL from the
+    transaction's ``now()``, so the database server's clock is the only clock that
+    matters. Each enqueue (and release) sends a ``NOTIFY`` from its own statement, delivered
+    when it commits; a listener thread on its own connection turns it into a call to each
+    `PostgresStore.subscribe` callback, which a ``Worker`` uses to end its idle wait.
+    `PostgresStore.enqueue_in` runs the enqueue in the caller's transaction (an outbox).
+    A session the server closed is found before a statement is sent, and reconnected;
+    a statement that fails because the connection broke before ``COMMIT`` was sent changed
+    nothing, so the store reconnects and retries it with backoff; a break during
+    ``COMMIT``, or while a statement that is its own commit runs, leaves the outcome
+    unknown and raises `~patterns.jobqueue.store.CommitUnknown`, which the worker handles
+    like any failed store call (the lease brings the job back). The schema lives in its
+    own PostgreSQL schema with a version table, created and migrated under an advisory
+    lock.
 
 Guarantees:
     * A job is returned by at most one claim while its lease is live, across every
@@ -61,7 +66,7 @@ Python:
 
 Java:
     The claim is the usual JDBC one, ``SELECT ... FOR UPDATE SKIP LOCKED`` then
-    ``UPDATE`` in one short transaction; Proletarian runs the same query but keeps its
+    ``UPDATE``, here in one statement; Proletarian runs the same query but keeps its
     transaction open for the whole job. The listener is PgJDBC's
     ``PGConnection.getNotifications(timeout)`` loop on a dedicated connection, and the
     reconnect loop is what a connection pool's validation and retry do for a JDBC worker.
@@ -94,16 +99,17 @@ from patterns.jobqueue.postgres_listen import Listener
 from patterns.jobqueue.postgres_schema import (
     MIGRATIONS,
     SETTLE_ROWS,
-    SINGLE,
-    STATEMENTS,
     check_timestamp,
+    settle_claim_text,
     settle_names,
 )
 from patterns.jobqueue.store import (
+    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     Claim,
     CommitUnknown,
     JobState,
+    JsonValue,
     NewJob,
     Settle,
     Settlement,
@@ -155,6 +161,14 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,44}")
 _URL_SCHEMES = ("postgresql://", "postgres://")
 
 assert len(MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
+
+Params = dict[str, Any]
+_Row = tuple[int, str, str, str | None, str | None, float]  # one settle_many item, checked
+_CANCEL_EXPIRED = cancelled_reason("and its lease expired")
+_GIVEN_BACK = (Settle.RETRY.value, Settle.RELEASE.value)  # back in the queue: claimable
+# expired_reason() as a format() string for SQL, where the attempts are known.
+_MARK = 987654321
+_SPENT = expired_reason(_MARK).replace(str(_MARK), "%s")
 
 
 def is_postgres_url(text: str) -> bool:
@@ -251,10 +265,8 @@ class PostgresStore(PostgresAdmin):
             check_open=self._check_open,
         )
         self._where = self._db.where
-        # The composed statements, and the thread-local that settle_and_claim's transaction
-        # sets: the connection's, named here as the methods below use them.
-        self._statements, self._settle_sql = self._db.statements, self._db.settle_sql
-        self._shared = self._db.shared
+        # The composed statements: the connection's, named here as the methods below use them.
+        self._statements = self._db.statements
         self._schema = schema
         self._test_clock = clock
         if clock is not None:
@@ -295,39 +307,47 @@ class PostgresStore(PostgresAdmin):
 
     # --- the Store protocol ----------------------------------------------------------------
 
+    def _insert_params(self, prepared: list[tuple[NewJob, bool]], clock: float | None) -> Params:
+        return {
+            "clock": clock,
+            "channel": self._channel,
+            "tasks": [new.task for new, _ in prepared],
+            "payloads": [new.payload_json for new, _ in prepared],
+            "run_ats": [new.run_at if absolute else None for new, absolute in prepared],
+            "delays": [None if absolute else new.run_at for new, absolute in prepared],
+            "max_attempts": [new.max_attempts for new, _ in prepared],
+            "timeouts": [new.timeout for new, _ in prepared],
+        }
+
     def _insert(self, prepared: list[tuple[NewJob, bool]]) -> list[int]:
-        """Insert validated jobs (each with "is its run_at absolute?") in one transaction."""
+        """Insert validated jobs (each with "is its run_at absolute?") in one statement."""
+        if not prepared:
+            self._check_open()
+            return []
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
-            rows = conn.execute(
-                self._statements["insert"],
-                {
-                    "clock": clock,
-                    "tasks": [new.task for new, _ in prepared],
-                    "payloads": [new.payload_json for new, _ in prepared],
-                    "run_ats": [new.run_at if absolute else None for new, absolute in prepared],
-                    "delays": [None if absolute else new.run_at for new, absolute in prepared],
-                    "max_attempts": [new.max_attempts for new, _ in prepared],
-                    "timeouts": [new.timeout for new, _ in prepared],
-                },
-            ).fetchall()
-            if rows:
-                self._notify(conn)
+            row = conn.execute(
+                self._statements["insert"], self._insert_params(prepared, clock)
+            ).fetchone()
             # Ids come from the identity sequence in insertion order, which follows the
             # input order (ORDER BY t.n): sorted ids are the jobs in the order given.
-            return sorted(int(row[0]) for row in rows)
+            return [] if row is None or row[0] is None else [int(i) for i in row[0]]
 
-        return self._transaction(body)
+        return self._transaction(body, "statement")
 
-    def _enqueue(self, spec: Mapping[str, Any]) -> int:
+    def _prepare_job(self, spec: Mapping[str, Any]) -> tuple[NewJob, bool]:
         # now=0.0: a delay is added to the database's clock in SQL, not to ours.
         new = prepare_enqueue(0.0, **spec, max_payload_bytes=self._max_payload_bytes)
         absolute = spec["run_at"] is not None
-        (job_id,) = self._insert([(_check_job(new, absolute=absolute), absolute)])
+        return _check_job(new, absolute=absolute), absolute
+
+    def _enqueue(self, spec: Mapping[str, Any]) -> int:
+        (job_id,) = self._insert([self._prepare_job(spec)])
         logger.debug("%s: enqueued job %d (%s)", self._where, job_id, spec["task"])
         return job_id
 
     def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
+        """`~patterns.jobqueue.store.Store.enqueue_many` in one statement, with one ``NOTIFY``."""
         prepared = []
         for index, (new, spec) in enumerate(
             zip(prepare_many(0.0, jobs, self._max_payload_bytes), jobs, strict=True)
@@ -341,112 +361,78 @@ class PostgresStore(PostgresAdmin):
         logger.debug("%s: enqueued %d jobs", self._where, len(ids))
         return ids
 
+    def enqueue_in(
+        self,
+        conn: psycopg.Connection[Any],
+        task: str,
+        payload: JsonValue = None,
+        *,
+        run_at: float | None = None,
+        delay: float | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: float | None = None,
+    ) -> int:
+        """`enqueue` on the caller's connection, in the caller's transaction: an outbox.
+
+        The job and its ``NOTIFY`` commit with the caller's own writes, or neither does:
+        a rolled-back transaction leaves no job and wakes nobody. The store neither
+        commits nor retries; ``conn`` is the caller's psycopg connection to the same
+        database (its transaction, if one is open, is joined). The arguments are checked
+        as `enqueue` checks them; a delay counts from that transaction's ``now()``.
+        """
+        spec = {
+            "task": task,
+            "payload": payload,
+            "run_at": run_at,
+            "delay": delay,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+        }
+        prepared = [self._prepare_job(spec)]
+        self._check_open()
+        clock = None if self._test_clock is None else self._test_clock()
+        row = conn.execute(
+            self._statements["insert"], self._insert_params(prepared, clock)
+        ).fetchone()
+        assert row is not None  # one row in, one id out
+        assert row[0] is not None
+        return int(row[0][0])
+
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
         """`~patterns.jobqueue.store.Store.claim`, on the database's clock (its ``now``).
 
-        Rows that another transaction holds locked at this moment are skipped, never
-        waited for (``SKIP LOCKED``).
+        One statement in autocommit, no ``BEGIN``/``COMMIT``. Rows that another
+        transaction holds locked at this moment are skipped, never waited for (``SKIP
+        LOCKED``).
         """
         check_owner(owner)
         seconds = check_timestamp("lease", check_lease(lease))
-        count = check_limit(limit)
-        cancel_reason = cancelled_reason("and its lease expired")
-
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[Claim]:
-            statements = self._statements
-            cancelled = conn.execute(
-                statements["cancel_expired"], {"clock": clock, "error": cancel_reason}
-            ).rowcount
-            if cancelled:
-                logger.warning("%s: %d jobs %s", self._where, cancelled, cancel_reason)
-            spent = conn.execute(statements["spent"], {"clock": clock}).fetchall()
-            if spent:  # all in one statement: a claim's round trips do not grow with them
-                reasons = [expired_reason(attempts) for _, attempts in spent]
-                conn.execute(
-                    statements["fail_spent"],
-                    {"clock": clock, "ids": [row[0] for row in spent], "errors": reasons},
-                )
-                for (job_id, _), reason in zip(spent, reasons, strict=True):
-                    logger.warning("%s: job %d failed: %s", self._where, job_id, reason)
-            due = conn.execute(statements["due"], {"clock": clock, "limit": count}).fetchall()
-            if not due:
-                return []
-            for job_id, state, old_owner in due:
-                if state == JobState.RUNNING:
-                    logger.warning(
-                        "%s: job %d: lease of %s expired, claiming it again",
-                        self._where,
-                        job_id,
-                        old_owner,
-                    )
-            rows = conn.execute(
-                statements["take"],
-                {
-                    "clock": clock,
-                    "lease": seconds,
-                    "ids": [row[0] for row in due],
-                    "tokens": [new_token(owner) for _ in due],
-                },
-            ).fetchall()
-            jobs = sorted((job_from_row(row) for row in rows), key=lambda j: (j.run_at, j.id))
-            return [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
-
-        return self._transaction(body)
+        return self._settle_and_claim([], owner, seconds, check_limit(limit))[1]
 
     def settle_and_claim(
         self, items: Sequence[Settlement], owner: str, *, lease: float, limit: int
     ) -> tuple[list[bool | Exception], list[Claim]]:
-        """`~patterns.jobqueue.store.Store.settle_and_claim` in one transaction: one ``COMMIT``.
+        """`~patterns.jobqueue.store.Store.settle_and_claim` in ONE statement, autocommit.
 
-        `settle_many` and `claim` run their own code, joined to this transaction, so the
-        claim is the same ``SKIP LOCKED`` claim; a connection lost before ``COMMIT`` retries
-        the whole of it, during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown`.
+        The outcomes and the claim are parts of one statement (common table expressions),
+        so they commit together, with no ``BEGIN`` or ``COMMIT`` round trip; the claim is
+        the same ``SKIP LOCKED`` claim and leaves the settled rows alone. A connection lost
+        while it runs raises `~patterns.jobqueue.store.CommitUnknown`.
         """
         count = check_share(items, owner, lease, limit)
         if count is None:
             return [], []
         if count:
             check_timestamp("lease", lease)
-
-        def body(
-            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
-        ) -> tuple[list[bool | Exception], list[Claim]]:
-            self._shared.txn = (conn, clock)
-            try:
-                done = self.settle_many(items)
-                claims = self.claim(owner, lease=lease, limit=count) if count else []
-            finally:
-                self._shared.txn = None
-            return done, claims
-
-        return self._transaction(body)
+        return self._settle_and_claim(items, owner, lease, count)
 
     def _settle_one(self, claim: Claim, kind: Settle, text: str | None, when: float) -> bool:
         """Apply one checked outcome only while the claim holds the lease; notify on release."""
-        params: dict[str, Any]
-        if kind is Settle.COMPLETE:
-            params = {"result": text}
-        elif kind is Settle.RETRY:
-            run_at = check_timestamp("run_at", when)
-            gave_back = cancelled_reason("and its worker gave it back")
-            params = {"error": text, "run_at": run_at, "cancelled": gave_back}
-        elif kind is Settle.RELEASE:
-            params = {"cancelled": cancelled_reason("and its worker gave it back")}
-        else:
-            params = {"error": text}
-        outcome = SINGLE[kind]
-
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> bool:
-            cursor = conn.execute(
-                self._settle_sql[outcome],
-                {"clock": clock, "id": claim.job.id, "token": claim.token, **params},
-            )
-            held = cursor.rowcount == 1
-            if held and outcome == "release":
-                self._notify(conn)  # due again now: another idle worker may take it
-            return held
-
-        held = self._transaction(body)
+        if kind is Settle.RETRY:
+            check_timestamp("run_at", when)
+        result, error = (text, None) if kind is Settle.COMPLETE else (None, text)
+        row = (claim.job.id, claim.token, kind.value, result, error, when)
+        held = bool(self._run([row], None, 0.0, 0)[0])
         if not held:
             logger.info(
                 "%s: job %d: claim %s no longer holds the lease",
@@ -466,19 +452,25 @@ class PostgresStore(PostgresAdmin):
     def settle_many(self, items: Sequence[Settlement]) -> list[bool | Exception]:
         """`~patterns.jobqueue.store.Store.settle_many` in one ``UPDATE ... FROM (VALUES ...)``.
 
-        A retry's ``run_at`` is also checked against PostgreSQL's range before the
-        transaction. The statement fences each row by its own token (one statement per
-        ``SETTLE_ROWS`` items; one item takes its single-job statement), then one ``COMMIT``:
-        a batch of up to that many costs the round trips of a single call (``BEGIN``, the
-        statement, ``COMMIT``). A release that applied sends one ``NOTIFY``. The connection
-        breaking before ``COMMIT`` is retried; during ``COMMIT`` it raises
-        `~patterns.jobqueue.store.CommitUnknown`, as for a single call.
+        A retry's ``run_at`` is also checked against PostgreSQL's range first. The
+        statement fences each row by its own token and sends one ``NOTIFY`` if a release
+        applied; up to ``SETTLE_ROWS`` items it is one statement in autocommit, its own
+        transaction (no ``BEGIN`` or ``COMMIT``), and more items take one statement per
+        ``SETTLE_ROWS`` in one transaction. A connection that breaks while the statement
+        (or the ``COMMIT``) runs raises `~patterns.jobqueue.store.CommitUnknown`; one
+        found broken before is reconnected and the call retried.
         """
         if not items:
             return []
+        return self._settle_and_claim(items, "", 0.0, 0)[0]
+
+    def _settle_and_claim(
+        self, items: Sequence[Settlement], owner: str, lease: float, count: int
+    ) -> tuple[list[bool | Exception], list[Claim]]:
+        """Settle ``items`` (checked here, each alone) and claim ``count`` jobs: one statement."""
         done: list[bool | Exception] = []
         sent: dict[tuple[int, str], int] = {}  # (job id, token) -> the index of its item
-        rows: list[tuple[int, str, str, str | None, str | None, float]] = []
+        rows: list[_Row] = []
         for index, item in enumerate(items):
             try:
                 kind, text, when = prepare_settlement(item, self._max_payload_bytes)
@@ -494,60 +486,87 @@ class PostgresStore(PostgresAdmin):
             sent[key] = index
             result, error = (text, None) if kind is Settle.COMPLETE else (None, text)
             rows.append((*key, kind.value, result, error, when))
-        if not rows:
-            return done
-        reason = cancelled_reason("and its worker gave it back")
-
-        def body(
-            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
-        ) -> list[tuple[Any, ...]]:
-            common = {"clock": clock, "cancelled": reason}
-            if len(rows) == 1:  # the single-job statement: the same change, a simpler plan
-                (job_id, token, kind, result, error, when) = rows[0]
-                single = {"id": job_id, "token": token, "result": result, "error": error}
-                cursor = conn.execute(
-                    self._settle_sql[SINGLE[Settle(kind)]], {**common, **single, "run_at": when}
-                )
-                applied = [rows[0][:3]] if cursor.rowcount == 1 else []
-            else:
-                applied = []
-                for start in range(0, len(rows), SETTLE_ROWS):
-                    chunk = rows[start : start + SETTLE_ROWS]
-                    params = dict(common)
-                    for n, row in enumerate(chunk):
-                        params.update(zip(settle_names(n), row, strict=True))
-                    statement = self._settle_statement(len(chunk))
-                    applied += conn.execute(statement, params).fetchall()
-            if any(kind == Settle.RELEASE for _, _, kind in applied):
-                self._notify(conn)  # due again now: another idle worker may take it
-            return applied
-
-        for job_id, token, _ in self._transaction(body):
-            done[sent.pop((int(job_id), token))] = True
+        if not rows and not count:
+            return done, []
+        applied, claims = self._run(rows, owner, lease, count)
+        for job_id, token in applied:
+            done[sent.pop((job_id, token))] = True
         for job_id, token in sent:
             logger.info(
                 "%s: job %d: claim %s no longer holds the lease", self._where, job_id, token
             )
-        return done
+        return done, claims
 
-    def _settle_statement(self, count: int) -> sql.Composed:
-        """settle_many's statement for ``count`` items; call in a transaction (it adds it).
+    def _run(
+        self, rows: list[_Row], owner: str | None, lease: float, count: int
+    ) -> tuple[list[tuple[int, str]], list[Claim]]:
+        """The settle-and-claim statement(s): which (id, token) applied, and the claims.
 
-        One text per count, so that each gets its own prepared statement whose plan knows
-        how many rows it joins: the plan is made once per count, not at every call.
+        One statement, unless there are more than ``SETTLE_ROWS`` items, or a retry or a
+        release must be claimable by the claim that follows it (a statement cannot see
+        its own changes): then one transaction runs the claim after the outcomes.
         """
-        name = f"settle_many {count}"  # made on first use, kept with the other statements
+        plan = [(rows[i : i + SETTLE_ROWS], False) for i in range(0, len(rows), SETTLE_ROWS)]
+        if count:
+            given_back = any(row[2] in _GIVEN_BACK for row in rows)
+            if plan and not given_back:
+                plan[-1] = (plan[-1][0], True)
+            else:
+                plan.append(([], True))
+        common: Params = {
+            "cancelled": cancelled_reason("and its worker gave it back"),
+            "channel": self._channel,
+        }
+        if count:
+            common.update(
+                limit=count,
+                lease=lease,
+                tokens=[new_token(owner or "") for _ in range(count)],
+                cancel_error=_CANCEL_EXPIRED,
+                spent_error=_SPENT,
+            )
+
+        def body(
+            conn: psycopg.Connection[tuple[Any, ...]], clock: float | None
+        ) -> list[list[tuple[Any, ...]]]:
+            results = []
+            for chunk, claim in plan:
+                params = {**common, "clock": clock}
+                for n, row in enumerate(chunk):
+                    params.update(zip(settle_names(n), row, strict=True))
+                statement = self._statement(len(chunk), claim=claim)
+                results.append(conn.execute(statement, params).fetchall())
+            return results
+
+        results = self._transaction(body, "statement" if len(plan) == 1 else "transaction")
+        # Every row of a statement's result repeats what it settled: read the first.
+        applied = [(int(i), str(t)) for rs in results if rs[0][0] for i, t, _ in rs[0][0]]
+        if not count:
+            return applied, []
+        last = results[-1]
+        if last[0][2]:
+            logger.warning("%s: %d jobs %s", self._where, last[0][2], _CANCEL_EXPIRED)
+        for job_id, attempts in last[0][3] or []:
+            logger.warning("%s: job %d failed: %s", self._where, job_id, expired_reason(attempts))
+        taken = [r for r in last if r[4] is not None]
+        for r in taken:
+            if r[-2] == JobState.RUNNING:
+                logger.warning(
+                    "%s: job %d: lease of %s expired, claiming it again", self._where, r[4], r[-1]
+                )
+        jobs = sorted((job_from_row(r[4:-2]) for r in taken), key=lambda j: (j.run_at, j.id))
+        return applied, [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
+
+    def _statement(self, settle: int, *, claim: bool) -> sql.Composed:
+        """The statement settling ``settle`` items (and claiming, if ``claim``); call locked.
+
+        One text per shape, so that each gets its own prepared statement whose plan knows
+        how many rows it joins: the plan is made once per shape, not at every call.
+        """
+        name = f"settle {settle} claim {claim}"  # made on first use, kept with the others
         statement = self._statements.get(name)
         if statement is None:
-            from psycopg import sql  # noqa: PLC0415 - psycopg is optional: imported on use
-
-            values = ", ".join(
-                "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
-                    *(f"%({param})s" for param in settle_names(n))
-                )
-                for n in range(count)
-            )
-            statement = self._db.compose(STATEMENTS["settle_many"], values=sql.SQL(values))
+            statement = self._db.compose(settle_claim_text(settle, claim=claim))
             self._statements[name] = statement
         return statement
 
@@ -565,7 +584,7 @@ class PostgresStore(PostgresAdmin):
             job = replace(claim.job, lease_until=until, updated_at=updated)
             return Claim(job, claim.token, until, flag)
 
-        renewed = self._transaction(body)
+        renewed = self._transaction(body, "statement")
         if renewed is None:
             logger.info(
                 "%s: job %d: claim %s lost its lease, not renewed",
@@ -577,7 +596,7 @@ class PostgresStore(PostgresAdmin):
 
     def next_due(self) -> float | None:
         row = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["next_due"]).fetchone()
+            lambda conn, clock: conn.execute(self._statements["next_due"]).fetchone(), "read"
         )
         return None if row is None or row[0] is None else float(row[0])
 

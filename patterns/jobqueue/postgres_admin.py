@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg import sql
 
-    from patterns.jobqueue.postgres_connection import Database
+    from patterns.jobqueue.postgres_connection import Database, Mode
 
 __all__ = ["PostgresAdmin"]
 
@@ -62,10 +62,12 @@ class PostgresAdmin(StoreBase):
     _channel: str
 
     def _transaction(
-        self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
+        self,
+        body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T],
+        mode: Mode = "transaction",
     ) -> T:
         """``body(conn, clock)`` in one transaction: `Database.transaction`."""
-        return self._db.transaction(body)
+        return self._db.transaction(body, mode)
 
     def _notify(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         # Delivered to every listener when (and only if) the transaction commits.
@@ -81,7 +83,7 @@ class PostgresAdmin(StoreBase):
             row = conn.execute(self._statements["get"], {"id": job_id}).fetchone()
             return None if row is None else job_from_row(row)
 
-        return self._transaction(body)
+        return self._transaction(body, "read")
 
     def list_jobs(
         self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
@@ -92,7 +94,7 @@ class PostgresAdmin(StoreBase):
             "limit": check_limit(limit),
         }
         rows = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["list"], params).fetchall()
+            lambda conn, clock: conn.execute(self._statements["list"], params).fetchall(), "read"
         )
         return [job_from_row(row) for row in rows]
 
@@ -145,7 +147,7 @@ class PostgresAdmin(StoreBase):
 
     def counts(self) -> dict[str, int]:
         rows = self._transaction(
-            lambda conn, clock: conn.execute(self._statements["counts"]).fetchall()
+            lambda conn, clock: conn.execute(self._statements["counts"]).fetchall(), "read"
         )
         result = {state.value: 0 for state in JobState}
         result.update({state: int(n) for state, n in rows})

@@ -16,15 +16,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import select
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from patterns.jobqueue.deadline import acquire, current, give_up, time_left
 from patterns.jobqueue.postgres_schema import (
-    ASSIGNMENTS,
     COLUMNS,
     MIGRATIONS,
     NOW,
@@ -46,6 +46,9 @@ logger = logging.getLogger("patterns.jobqueue.postgres")
 
 T = TypeVar("T")
 
+# How Database.transaction runs its body: see there.
+Mode = Literal["transaction", "statement", "read"]
+
 # libpq settings the store adds when the DSN does not set them: give up on a connection
 # attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
 _CONNECT_DEFAULTS = {
@@ -65,6 +68,8 @@ _RETRY = {"retry": True}
 # process (paused, swapped out, stopped between two statements): the server ends it after
 # 10 s, instead of letting its row locks hide those jobs from every claim (SKIP LOCKED).
 _IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
+
+_IDLE_READS = 3  # reads of an idle session's socket before a statement, at most (_alive)
 
 
 class _Retry(Exception):
@@ -156,24 +161,19 @@ class Database:
             "columns": sql.SQL(COLUMNS),
             "now": sql.SQL(NOW),
         }
+        # The pieces of the settle-and-claim statement are composed per shape, on first use.
+        pieces = {"settled", "expire", "due", "take"}
         self.statements = {
-            name: self.compose(text)
-            for name, text in STATEMENTS.items()
-            if name not in {"settle", "settle_many"}
-        }
-        self.settle_sql = {
-            outcome: self.compose(STATEMENTS["settle"], assignments=sql.SQL(text))
-            for outcome, text in ASSIGNMENTS.items()
+            name: self.compose(text) for name, text in STATEMENTS.items() if name not in pieces
         }
         self._migrations = [[self.compose(text) for text in step] for step in MIGRATIONS]
 
-        # Guards _conn, closed, _prepared, _offset and the settle_many statements that the
-        # store's _settle_statement adds to statements: held for every transaction (and its
+        # Guards _conn, closed, _prepared, _offset and the settle-and-claim statements that
+        # the store's _statement adds to statements: held for every transaction (and its
         # reconnection), so the connection serves one thread at a time and close() cannot
         # pull it away mid-transaction. Never held during a retry's backoff sleep. The only
         # caller code run under it is the test clock, which must not call the store.
-        # shared.txn: set inside settle_and_claim's transaction (see transaction)
-        self._lock, self.shared = threading.Lock(), threading.local()
+        self._lock = threading.Lock()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
         self.closed = False
         self._prepared = False
@@ -183,7 +183,7 @@ class Database:
     def _connected(self) -> psycopg.Connection[tuple[Any, ...]]:
         """The store's connection, (re)opened and prepared if needed; call with _lock held."""
         old = self._conn
-        if old is not None and not old.closed and not old.broken:
+        if old is not None and not old.closed and not old.broken and self._alive(old):
             return old
         self._conn = None
         if old is not None:
@@ -213,6 +213,25 @@ class Database:
         self._conn = conn
         return conn
 
+    def _alive(self, conn: psycopg.Connection[tuple[Any, ...]]) -> bool:
+        """False if the server already closed the idle ``conn`` (its socket says so).
+
+        A session the server ended (``pg_terminate_backend``, a restart) leaves its last
+        message and the end of the stream in the socket; reading them now, without waiting,
+        costs no round trip and finds the loss before a statement is sent, when a retry is
+        still known to be safe. One that breaks later is caught as the statement fails.
+        """
+        try:
+            # The server's last message, then the end of the stream: a read each.
+            for _ in range(_IDLE_READS):
+                readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+                if not readable:
+                    break
+                conn.pgconn.consume_input()  # raises once it reads the end of the stream
+        except (OSError, self._pg.Error):
+            return False
+        return bool(conn.pgconn.status == self._pg.pq.ConnStatus.OK)
+
     def _read_offset(self, conn: psycopg.Connection[tuple[Any, ...]]) -> float:
         """Read the database clock; remember its offset from ``time.time()``."""
         before = time.time()
@@ -224,20 +243,27 @@ class Database:
         return float(row[0])
 
     def transaction(
-        self, body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T]
+        self,
+        body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T],
+        mode: Literal["transaction", "statement", "read"] = "transaction",
     ) -> T:
         """Run ``body(conn, clock)`` in one transaction, reconnecting when the connection failed.
 
         ``clock`` is the test clock's reading, or None for the database's ``now()``; it is
-        read once per attempt. A failure before ``COMMIT`` was sent rolled the transaction
-        back, so the attempt is retried (up to ``retries`` times, with backoff outside the
-        lock); a failure during ``COMMIT`` raises `~patterns.jobqueue.store.CommitUnknown` at
-        once. Inside `~patterns.jobqueue.postgres.PostgresStore.settle_and_claim`'s
-        transaction (this thread, lock held; it sets ``shared.txn``) ``body`` joins it.
+        read once per attempt. In the default ``mode``, ``"transaction"``, a failure before
+        ``COMMIT`` was sent rolled the transaction back, so the attempt is retried (up to
+        ``retries`` times, with backoff outside the lock); a failure during ``COMMIT``
+        raises `~patterns.jobqueue.store.CommitUnknown` at once.
+
+        ``"statement"``: ``body`` sends one statement in autocommit, its own transaction,
+        with no ``BEGIN`` or ``COMMIT`` round trip. An error the server reports rolled it
+        back (retried as above when PostgreSQL asks to retry); a connection that breaks
+        while it runs leaves it unknown (`~patterns.jobqueue.store.CommitUnknown`), as a
+        break during ``COMMIT`` does; one found closed before it is sent is reconnected
+        first. ``"read"``: the same for a body that changes nothing, so a break is retried.
+        Under a thread's deadline both run as ``"transaction"`` (the deadline's timeouts are
+        set for the transaction).
         """
-        joined = getattr(self.shared, "txn", None)
-        if joined is not None:
-            return body(*joined)
         last: Exception | None = None
         began = time.monotonic()
         for attempt in range(1, self._retries + 1):
@@ -246,7 +272,7 @@ class Database:
             acquire(self._lock, began, self.where)  # within this thread's deadline, if any
             try:
                 self._check_open()
-                return self._attempt(body, began)
+                return self._attempt(body, began, mode)
             except _Retry as retry:
                 last = retry.error
             finally:
@@ -273,21 +299,30 @@ class Database:
         self,
         body: Callable[[psycopg.Connection[tuple[Any, ...]], float | None], T],
         began: float,
+        mode: Mode,
     ) -> T:
         """One try of `transaction`, lock held; `_Retry` when retrying can help."""
         committing = False
         conn: psycopg.Connection[tuple[Any, ...]] | None = None
         forget: list[Callable[[], None]] = []
+        autocommit = False
         try:
             conn = self._connected()
             forget = self._bound(conn, began)
+            autocommit = mode != "transaction" and not forget
+            clock = None if self._test_clock is None else self._test_clock()
+            if autocommit:
+                conn.autocommit = True  # client-side: no round trip
+                committing = mode == "statement"  # the statement is its own commit
             try:
-                result = body(conn, None if self._test_clock is None else self._test_clock())
+                result = body(conn, clock)
             except BaseException:
-                self._rollback(conn)
+                if not autocommit:
+                    self._rollback(conn)
                 raise
-            committing = True
-            conn.commit()
+            if not autocommit:
+                committing = True
+                conn.commit()
         except self._pg.Error as exc:
             if self._gave_up(exc):
                 self._rollback_quietly(conn)
@@ -299,17 +334,30 @@ class Database:
                 raise give_up(f"{self.where}: {' '.join(str(exc).split())}") from exc
             if not self._is_transient(exc, conn):
                 raise
+            lost = conn is None or conn.closed or conn.broken
             self._drop(conn)
-            if committing:
+            if committing and lost:  # a server-reported error rolled the statement back
+                during = "while its statement ran" if autocommit else "during COMMIT"
                 raise CommitUnknown(
-                    f"{self.where}: the connection broke during COMMIT ({exc}); "
+                    f"{self.where}: the connection broke {during} ({exc}); "
                     "the transaction may or may not have been applied"
                 ) from exc
             raise _Retry(exc) from exc
         finally:
             for undo in forget:
                 undo()
+            if autocommit and conn is not None:
+                self._manual(conn)
         return result
+
+    def _manual(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        """Back to explicit transactions after one autocommit statement; drop it if it cannot."""
+        if conn.closed or conn.broken:
+            return
+        try:
+            conn.autocommit = False  # client-side: refused only in a transaction, never here
+        except self._pg.Error:
+            self._drop(conn)
 
     def _bound(
         self, conn: psycopg.Connection[tuple[Any, ...]], began: float
@@ -452,7 +500,11 @@ class Database:
             conn = self._conn
             if not self.closed and conn is not None and not conn.closed and not conn.broken:
                 try:
-                    return self._read_offset(conn)
+                    conn.autocommit = True  # one statement, no BEGIN or COMMIT around it
+                    try:
+                        return self._read_offset(conn)
+                    finally:
+                        self._manual(conn)
                 except self._pg.Error as exc:
                     logger.debug("%s: clock read failed (%s); estimating", self.where, exc)
                     self._rollback(conn)

@@ -10,19 +10,18 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
-from patterns.jobqueue.store import TABLE_SHAPES, WORKER_COLUMNS, Settle
+from patterns.jobqueue.store import TABLE_SHAPES, WORKER_COLUMNS
 
 __all__ = [
-    "ASSIGNMENTS",
     "COLUMNS",
     "MIGRATIONS",
     "NOW",
     "SETTLE_ROWS",
     "SHAPES",
-    "SINGLE",
     "STATEMENTS",
     "WORKER_COLUMNS",
     "check_timestamp",
+    "settle_claim_text",
     "settle_names",
 ]
 
@@ -136,41 +135,82 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 # Every statement the store runs, with {jobs}, {columns} and {now} filled in per store.
 # Values are always parameters (%(name)s); only the schema name is an identifier, quoted.
 STATEMENTS = {
+    # One statement, its own transaction in autocommit: the rows, and one NOTIFY (sent when
+    # it commits, and only if a row was inserted) that wakes the idle workers everywhere.
     "insert": """
-        INSERT INTO {jobs} (task, payload, state, run_at, attempts, max_attempts,
-                            created_at, updated_at, timeout)
-        SELECT t.task, t.payload::json, 'queued',
-               COALESCE(to_timestamp(t.run_at), {now} + make_interval(secs => t.delay)),
-               0, t.max_attempts, {now}, {now}, t.timeout
-          FROM unnest(%(tasks)s::text[], %(payloads)s::text[], %(run_ats)s::float8[],
-                      %(delays)s::float8[], %(max_attempts)s::integer[],
-                      %(timeouts)s::float8[])
-               WITH ORDINALITY AS t(task, payload, run_at, delay, max_attempts, timeout, n)
-         ORDER BY t.n
-        RETURNING id
+        WITH j AS (
+            INSERT INTO {jobs} (task, payload, state, run_at, attempts, max_attempts,
+                                created_at, updated_at, timeout)
+            SELECT t.task, t.payload::json, 'queued',
+                   COALESCE(to_timestamp(t.run_at), {now} + make_interval(secs => t.delay)),
+                   0, t.max_attempts, {now}, {now}, t.timeout
+              FROM unnest(%(tasks)s::text[], %(payloads)s::text[], %(run_ats)s::float8[],
+                          %(delays)s::float8[], %(max_attempts)s::integer[],
+                          %(timeouts)s::float8[])
+                   WITH ORDINALITY AS t(task, payload, run_at, delay, max_attempts, timeout, n)
+             ORDER BY t.n
+            RETURNING id
+        )
+        SELECT array_agg(j.id ORDER BY j.id),
+               (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT FROM j LIMIT 1) AS one)
+          FROM j
     """,
     "notify": "SELECT pg_notify(%(channel)s, '')",
-    # Expired leases of jobs someone asked to cancel: cancelled, not claimed again.
-    "cancel_expired": """
-        UPDATE {jobs} SET state = 'cancelled', last_error = %(error)s, lease_owner = NULL,
-                          lease_until = NULL, updated_at = {now}
-         WHERE id IN (SELECT j.id FROM {jobs} AS j
-                       WHERE j.state = 'running' AND j.lease_until <= {now}
-                         AND j.cancel_requested
-                         FOR UPDATE SKIP LOCKED)
+    # The outcomes of a settle_many, each fenced alone: a row is updated only while its
+    # item's token holds the lease, and each kind does what its single-job method does.
+    # {values} is one row per item (PostgresStore._statement); the items' (id, token)
+    # pairs are distinct, so no row is joined twice.
+    "settled": """
+        settled AS (
+            UPDATE {jobs} AS j
+               SET state = CASE t.kind
+                             WHEN 'complete' THEN 'done'
+                             WHEN 'fail' THEN 'failed'
+                             WHEN 'cancel' THEN 'cancelled'
+                             ELSE CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END
+                           END,
+                   result = CASE WHEN t.kind = 'complete' THEN t.result::json ELSE j.result END,
+                   last_error = CASE
+                                  WHEN t.kind IN ('fail', 'cancel') THEN t.error
+                                  WHEN t.kind = 'complete' THEN j.last_error
+                                  WHEN j.cancel_requested THEN %(cancelled)s
+                                  WHEN t.kind = 'retry' THEN t.error
+                                  ELSE j.last_error
+                                END,
+                   run_at = CASE WHEN t.kind = 'retry' THEN to_timestamp(t.run_at)
+                                 ELSE j.run_at END,
+                   attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
+                                   ELSE j.attempts END,
+                   lease_owner = NULL, lease_until = NULL, updated_at = {now}
+              FROM (VALUES {values}) AS t(id, token, kind, result, error, run_at)
+             WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
+            RETURNING t.id, t.token, t.kind
+        )
     """,
-    # Expired leases whose attempts are spent: failed, not claimed again.
-    "spent": """
-        SELECT j.id, j.attempts FROM {jobs} AS j
-         WHERE j.state = 'running' AND j.lease_until <= {now}
-           AND j.attempts >= j.max_attempts AND NOT j.cancel_requested
-           FOR UPDATE SKIP LOCKED
-    """,
-    "fail_spent": """
-        UPDATE {jobs} AS j SET state = 'failed', last_error = t.error, lease_owner = NULL,
-                               lease_until = NULL, updated_at = {now}
-          FROM unnest(%(ids)s::bigint[], %(errors)s::text[]) AS t(id, error)
-         WHERE j.id = t.id
+    # The claim, in the same statement as the outcomes it follows (if any). The rows those
+    # outcomes changed ({busy}) are left alone: one statement must not change a row twice.
+    # First the expired leases that must not run again: cancelled if a cancel was
+    # requested, failed if their attempts are spent.
+    "expire": """
+        cancelled AS (
+            UPDATE {jobs} SET state = 'cancelled', last_error = %(cancel_error)s,
+                              lease_owner = NULL, lease_until = NULL, updated_at = {now}
+             WHERE id IN (SELECT j.id FROM {jobs} AS j
+                           WHERE j.state = 'running' AND j.lease_until <= {now}
+                             AND j.cancel_requested AND j.id <> ALL({busy})
+                             FOR UPDATE SKIP LOCKED)
+            RETURNING id
+        ), spent AS (
+            UPDATE {jobs} AS j SET state = 'failed',
+                                   last_error = format(%(spent_error)s, j.attempts),
+                                   lease_owner = NULL, lease_until = NULL, updated_at = {now}
+             WHERE j.id IN (SELECT s.id FROM {jobs} AS s
+                             WHERE s.state = 'running' AND s.lease_until <= {now}
+                               AND s.attempts >= s.max_attempts AND NOT s.cancel_requested
+                               AND s.id <> ALL({busy})
+                               FOR UPDATE SKIP LOCKED)
+            RETURNING j.id, j.attempts
+        )
     """,
     # The claim's read: due rows that no other transaction has locked, oldest first. One
     # OR over both kinds of due row would read and sort every due row, so each kind is
@@ -181,7 +221,7 @@ STATEMENTS = {
     # list that loses the merge stay locked until the claim commits, a few milliseconds:
     # a concurrent claim skips them, as it skips every row being claimed.
     "due": """
-        WITH queued AS (
+        queued AS (
             SELECT j.id, j.state, j.lease_owner, j.run_at FROM {jobs} AS j
              WHERE j.state = 'queued' AND j.run_at <= {now}
              ORDER BY j.run_at, j.id
@@ -191,55 +231,27 @@ STATEMENTS = {
             SELECT j.id, j.state, j.lease_owner, j.run_at FROM {jobs} AS j
              WHERE j.state = 'running' AND j.lease_until <= {now}
                AND j.attempts < j.max_attempts AND NOT j.cancel_requested
+               AND j.id <> ALL({busy})
              ORDER BY j.run_at, j.id
              LIMIT %(limit)s
                FOR UPDATE SKIP LOCKED
+        ), due AS (
+            SELECT d.id, d.state, d.lease_owner, row_number() OVER (ORDER BY d.run_at, d.id) AS n
+              FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) AS d
+             ORDER BY d.run_at, d.id LIMIT %(limit)s
         )
-        SELECT d.id, d.state, d.lease_owner
-          FROM (SELECT * FROM queued UNION ALL SELECT * FROM expired) AS d
-         ORDER BY d.run_at, d.id LIMIT %(limit)s
     """,
     # The claim's write, on the rows locked above: one fencing token per row.
     "take": """
-        UPDATE {jobs} AS j
-           SET state = 'running', attempts = j.attempts + 1, lease_owner = t.token,
-               lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
-          FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS t(id, token)
-         WHERE j.id = t.id
-        RETURNING {columns}
-    """,
-    # Every outcome: only while the claim's token still holds the lease (fencing).
-    "settle": """
-        UPDATE {jobs} AS j SET {assignments}, updated_at = {now}
-         WHERE j.id = %(id)s AND j.state = 'running' AND j.lease_owner = %(token)s
-    """,
-    # Several outcomes in one statement, each fenced alone: a row is updated only while its
-    # item's token holds the lease, and each kind does what its single statement above does
-    # (see ASSIGNMENTS). {values} is one row per item (PostgresStore._settle_statement); the
-    # items' (id, token) pairs are distinct, so no row is joined twice.
-    "settle_many": """
-        UPDATE {jobs} AS j
-           SET state = CASE t.kind
-                         WHEN 'complete' THEN 'done'
-                         WHEN 'fail' THEN 'failed'
-                         WHEN 'cancel' THEN 'cancelled'
-                         ELSE CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END
-                       END,
-               result = CASE WHEN t.kind = 'complete' THEN t.result::json ELSE j.result END,
-               last_error = CASE
-                              WHEN t.kind IN ('fail', 'cancel') THEN t.error
-                              WHEN t.kind = 'complete' THEN j.last_error
-                              WHEN j.cancel_requested THEN %(cancelled)s
-                              WHEN t.kind = 'retry' THEN t.error
-                              ELSE j.last_error
-                            END,
-               run_at = CASE WHEN t.kind = 'retry' THEN to_timestamp(t.run_at) ELSE j.run_at END,
-               attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
-                               ELSE j.attempts END,
-               lease_owner = NULL, lease_until = NULL, updated_at = {now}
-          FROM (VALUES {values}) AS t(id, token, kind, result, error, run_at)
-         WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
-        RETURNING t.id, t.token, t.kind
+        taken AS (
+            UPDATE {jobs} AS j
+               SET state = 'running', attempts = j.attempts + 1,
+                   lease_owner = (%(tokens)s::text[])[d.n],
+                   lease_until = {now} + make_interval(secs => %(lease)s), updated_at = {now}
+              FROM due AS d
+             WHERE j.id = d.id
+            RETURNING {columns}, d.state AS was, d.lease_owner AS was_owner
+        )
     """,
     # The lease only: the payload is neither read nor sent back.
     "renew": """
@@ -304,39 +316,50 @@ STATEMENTS = {
     "clock": "SELECT extract(epoch FROM clock_timestamp())::float8",
 }
 
-_END_LEASE = "lease_owner = NULL, lease_until = NULL"
-# A job given back (retry, release) while a cancel is requested would never run again
-# usefully: it ends cancelled instead of queued, as in MemoryStore._settle_held.
-_GIVE_BACK = (
-    "state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'queued' END,"
-    " last_error = CASE WHEN j.cancel_requested THEN %(cancelled)s ELSE {error} END"
-)
-ASSIGNMENTS = {
-    "complete": f"state = 'done', result = %(result)s::json, {_END_LEASE}",
-    "fail": f"state = 'failed', last_error = %(error)s, {_END_LEASE}",
-    "retry": _GIVE_BACK.replace("{error}", "%(error)s")
-    + f", run_at = to_timestamp(%(run_at)s), {_END_LEASE}",
-    "release": _GIVE_BACK.replace("{error}", "j.last_error")
-    + f", attempts = GREATEST(j.attempts - 1, 0), {_END_LEASE}",
-    "mark_cancelled": f"state = 'cancelled', last_error = %(error)s, {_END_LEASE}",
-}
-
-
 # settle_many sends at most this many items per statement (more make more statements in
-# the same transaction), so that a store prepares at most this many statement texts.
+# one transaction), so that a store prepares at most this many statement texts.
 SETTLE_ROWS = 64
-
-
-# The outcome of each Settle kind in ASSIGNMENTS (the single-job statements).
-SINGLE = {
-    Settle.COMPLETE: "complete",
-    Settle.FAIL: "fail",
-    Settle.RETRY: "retry",
-    Settle.RELEASE: "release",
-    Settle.CANCEL: "mark_cancelled",
-}
 
 
 def settle_names(n: int) -> tuple[str, ...]:
     """The parameter names of item ``n``'s row in settle_many's VALUES."""
     return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
+
+
+def settle_claim_text(settle: int, *, claim: bool) -> str:
+    """One statement: the outcomes of ``settle`` items, then a claim if ``claim``.
+
+    Its result: a row per job claimed, or one row if none was. Each row holds what was
+    settled (a JSON list of ``[id, token, kind]``), the ``NOTIFY`` count (1 if a release
+    applied), the count of expired leases cancelled, the expired leases failed (a JSON
+    list of ``[id, attempts]``), then, with ``claim``, the claimed job's columns (NULL if
+    none) and what the row was before (its state and lease owner).
+    """
+    parts = []
+    if settle:
+        values = ", ".join(
+            "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
+                *(f"%({name})s" for name in settle_names(n))
+            )
+            for n in range(settle)
+        )
+        parts.append(STATEMENTS["settled"].strip().replace("{values}", values))
+    if claim:
+        busy = "ARRAY(SELECT id FROM settled)" if settle else "'{{}}'::bigint[]"
+        parts += [
+            STATEMENTS[name].strip().replace("{busy}", busy) for name in ("expire", "due", "take")
+        ]
+    released = (
+        "(SELECT count(pg_notify(%(channel)s, ''))"
+        " FROM (SELECT FROM settled WHERE kind = 'release' LIMIT 1) AS one)"
+    )
+    columns = [
+        "(SELECT json_agg(json_build_array(id, token, kind)) FROM settled)" if settle else "NULL",
+        released if settle else "0",
+        "(SELECT count(*) FROM cancelled)" if claim else "0",
+        "(SELECT json_agg(json_build_array(id, attempts)) FROM spent)" if claim else "NULL",
+    ]
+    body = f"SELECT {', '.join(columns)}"
+    if claim:
+        body += ", t.* FROM (SELECT) AS one LEFT JOIN taken AS t ON true"
+    return "WITH " + ",\n".join(parts) + "\n" + body

@@ -158,8 +158,9 @@ class Worker:
             second force the exit; `start` and `stop` must then run in the main thread.
         exit_when_empty: request a stop once no job is due or running anywhere.
         name: the lease owner name (default ``worker-<pid>-<n>``).
-        clock: the store's clock, for the run time of a retry (the same clock as the
-            store's; `time.time` for every store by default).
+        clock: the clock of the run time of a retry and of the worker's row; by default
+            the store's own, ``store.clock`` (the database's on PostgreSQL), so due times
+            and leases are judged by one clock. Pass another only in tests.
         step_hook: for fault-injection tests: called at every `Step` of each job's life,
             in the thread that is there. None (the default): a no-op.
 
@@ -193,7 +194,7 @@ class Worker:
         exit_when_empty: bool = False,
         store_outage_limit: float = 60.0,
         name: str | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
         options.check_counts(concurrency, prefetch)
@@ -205,6 +206,8 @@ class Worker:
             heartbeat_interval=heartbeat_interval,
             store_outage_limit=store_outage_limit,
         )
+        if clock is None:  # the store's (a store of one's own may lack it: the local time)
+            clock = getattr(store, "clock", time.time)
         self.name = name = name or f"worker-{os.getpid()}-{next(_names)}"
         self._store, self._tasks, self._concurrency = store, tasks, concurrency
         self.stop_timeout, self._cancel_timeout = stop_timeout, cancel_timeout

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -80,3 +80,40 @@ async def naive_run_blocking(fn: Callable[[], T]) -> T:
     default executor, nobody tells it to stop, and `asyncio.run` waits for it at exit.
     """
     return await asyncio.to_thread(fn)
+
+
+async def naive_shielded_cleanup(cleanup: Awaitable[T]) -> T:
+    """Broken on purpose: `asyncio.shield` alone around a cleanup (A10, A11).
+
+    When the caller is cancelled, the await raises at once: the caller leaves while the
+    cleanup still runs, nothing waits for it, `asyncio.run` cancels it at exit, and its
+    exception reaches nobody ("Task exception was never retrieved" once it is freed).
+    """
+    return await asyncio.shield(cleanup)
+
+
+async def naive_run_group(coros: Iterable[Coroutine[Any, Any, object]], timeout: float) -> None:
+    """Broken on purpose: `asyncio.timeout` around a TaskGroup as its deadline (A12).
+
+    At the deadline the group cancels its children and waits for them. A child that
+    catches its cancel and goes on keeps it waiting, and the group catches every further
+    cancel of this task while it waits: the deadline never ends anything.
+    """
+    async with asyncio.timeout(timeout), asyncio.TaskGroup() as group:
+        for coro in coros:
+            group.create_task(coro)
+
+
+async def naive_run_group_logging_failures(coros: Iterable[Coroutine[Any, Any, object]]) -> None:
+    """Broken on purpose on 3.11 and 3.12: ``except*`` around a TaskGroup can eat a stop (A13).
+
+    If this task is cancelled while a child fails (a cleanup that raises), the group raises
+    its `ExceptionGroup` instead of the `CancelledError`; 3.11 and 3.12 do not re-arm the
+    cancel, so once the failures are logged the task goes on as if nobody had asked.
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            for coro in coros:
+                group.create_task(coro)
+    except* Exception as failures:
+        logger.exception("%d task(s) failed", len(failures.exceptions))

@@ -68,10 +68,14 @@ def named(dsn: str, application_name: str) -> str:
 
 
 def kill_connections(dsn: str, application_name: str) -> int:
-    """Terminate every server session with this application_name; return how many."""
+    """Terminate every server session with this application_name; return how many.
+
+    Each is gone when this returns (the 10 s wait of ``pg_terminate_backend``): a store
+    finds its session closed before it sends its next statement, and reconnects.
+    """
     rows = admin_execute(
         dsn,
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity"
         " WHERE application_name = %s AND pid <> pg_backend_pid()",
         (application_name,),
     )

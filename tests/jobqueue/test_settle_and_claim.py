@@ -46,6 +46,48 @@ def _breaking(kind: type[Any]) -> type[Any]:
     return Breaking
 
 
+class _BreakingPostgres(PostgresStore):
+    """A PostgreSQL store whose claim fails in the database once ``broken``.
+
+    Its claim is a part of the same statement as the outcomes, so the failure is made
+    there: a trigger refuses a claim by ``w2``, after the outcomes' part has run.
+    """
+
+    _broken = False
+
+    @property
+    def broken(self) -> bool:
+        return self._broken
+
+    @broken.setter
+    def broken(self, value: bool) -> None:
+        self._broken = value
+        dsn = self._dsn_for_tests
+        jobs = f'"{self.schema}".jobs'
+        if value:
+            admin_execute(
+                dsn,
+                f'CREATE FUNCTION "{self.schema}".refuse() RETURNS trigger LANGUAGE plpgsql'
+                " AS $$ BEGIN RAISE EXCEPTION 'claim breaks'; END $$",
+            )
+            admin_execute(
+                dsn,
+                f"CREATE TRIGGER refuse BEFORE UPDATE ON {jobs} FOR EACH ROW"
+                " WHEN (starts_with(NEW.lease_owner, 'w2:')) EXECUTE FUNCTION"
+                f' "{self.schema}".refuse()',
+            )
+        else:
+            admin_execute(dsn, f"DROP TRIGGER refuse ON {jobs}")
+
+    def settle_and_claim(self, *args: Any, **kwargs: Any) -> Any:
+        import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+
+        try:
+            return super().settle_and_claim(*args, **kwargs)
+        except psycopg.errors.RaiseException as exc:
+            raise ClaimBreaks("the claim part of the shared statement failed") from exc
+
+
 Maker = Callable[[], Any]
 
 
@@ -64,9 +106,8 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[F
         else:
             dsn = request.getfixturevalue("pg_dsn")
             schemas.append(f"t_{uuid.uuid4().hex[:16]}")
-            store = _breaking(PostgresStore)(
-                dsn, schema=schemas[-1], clock=clock, max_payload_bytes=1000
-            )
+            store = _BreakingPostgres(dsn, schema=schemas[-1], clock=clock, max_payload_bytes=1000)
+            store._dsn_for_tests = dsn
         made.append(store)
         return store
 
@@ -224,30 +265,35 @@ def test_sqlite_the_shared_transaction_is_one_begin_and_one_commit(tmp_path: Pat
         store.close()
 
 
-def test_postgres_the_shared_transaction_is_one_commit(
+def test_postgres_the_shared_transaction_is_one_statement(
     pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Outcomes of four jobs and a claim of four: one COMMIT."""
+    """Outcomes of four jobs and a claim of four: one statement, no BEGIN or COMMIT."""
     import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
 
     store = PostgresStore(pg_dsn, schema=pg_schema, clock=FakeClock())
     try:
         store.enqueue_many([{"task": "t"}] * 8)
         claims = store.claim("w", lease=LEASE, limit=4)
-        commits: list[int] = []
-        real_commit = psycopg.Connection.commit
+        calls: list[str] = []
+        real_execute, real_commit = psycopg.Connection.execute, psycopg.Connection.commit
+
+        def execute(conn: psycopg.Connection[Any], *args: Any, **kw: Any) -> Any:
+            calls.append("execute")
+            return real_execute(conn, *args, **kw)
 
         def commit(conn: psycopg.Connection[Any]) -> None:
-            commits.append(1)
+            calls.append("commit")
             real_commit(conn)
 
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
         monkeypatch.setattr(psycopg.Connection, "commit", commit)
         items = [Settlement(Settle.COMPLETE, claim) for claim in claims]
         done, again = store.settle_and_claim(items, "w", lease=LEASE, limit=4)
         monkeypatch.undo()
         assert done == [True] * 4
         assert len(again) == 4
-        assert commits == [1]
+        assert calls == ["execute"]  # one statement in autocommit: its own COMMIT
     finally:
         store.close()
 

@@ -452,37 +452,32 @@ def job_ids(params: object) -> set[int]:
     return {v for k, v in params.items() if k.rstrip("0123456789") == "id"}
 
 
-def test_postgres_a_connection_broken_during_commit_is_commit_unknown(
+def test_postgres_a_connection_broken_while_the_batch_statement_runs_is_commit_unknown(
     pg_dsn: str, pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The session dies as the batch's COMMIT is sent: CommitUnknown, none applied, usable."""
+    """The session dies as the batch's one statement (its own commit) is sent: CommitUnknown."""
     import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
 
     pg_store.enqueue_many([{"task": "t"}] * 3)
     claims = claim_all(pg_store, 3)
-    real_execute, real_commit = psycopg.Connection.execute, psycopg.Connection.commit
+    real_execute = psycopg.Connection.execute
     pid = backend_pid(pg_store)
     doomed = claims[2].job.id
-    written: set[int] = set()
-    commits: list[int] = []
+    sent: list[int] = []
 
-    def execute(conn: psycopg.Connection[Any], query: Any, params: Any = None, **kw: Any) -> Any:
-        written.update(job_ids(params))
+    def execute_on_a_dead_session(
+        conn: psycopg.Connection[Any], query: Any, params: Any = None, **kw: Any
+    ) -> Any:
+        if conn.info.backend_pid == pid and doomed in job_ids(params):
+            sent.append(pid)
+            terminate(pg_dsn, pid)  # gone before the statement reaches it
         return real_execute(conn, query, params, **kw)
 
-    def commit_on_a_dead_session(conn: psycopg.Connection[Any]) -> None:
-        if conn.info.backend_pid == pid and doomed in written:
-            commits.append(pid)
-            terminate(pg_dsn, pid)  # the server rolls the open transaction back
-        written.clear()
-        real_commit(conn)
-
-    monkeypatch.setattr(psycopg.Connection, "execute", execute)
-    monkeypatch.setattr(psycopg.Connection, "commit", commit_on_a_dead_session)
-    with pytest.raises(CommitUnknown, match="during COMMIT"):
+    monkeypatch.setattr(psycopg.Connection, "execute", execute_on_a_dead_session)
+    with pytest.raises(CommitUnknown, match="while its statement ran"):
         pg_store.settle_many([Settlement(Settle.COMPLETE, c, result=1) for c in claims])
     monkeypatch.undo()
-    assert commits == [pid]  # no retry after a COMMIT that may have applied
+    assert sent == [pid]  # no retry after a statement that may have applied
     assert [must_get(pg_store, c.job.id).state for c in claims] == [JobState.RUNNING] * 3
     assert pg_store.settle_many([Settlement(Settle.COMPLETE, c) for c in claims]) == [True] * 3
 
@@ -588,21 +583,18 @@ if phase == "inside" and not where.startswith("postgresql://"):
 
     store._conn.set_trace_callback(trace)
 elif phase == "inside":
-    real_execute, real_commit = psycopg.Connection.execute, psycopg.Connection.commit
-    written = set()
+    # The batch is one statement in autocommit, its own transaction: the last moment the
+    # client holds it is just before it is sent.
+    real_execute = psycopg.Connection.execute
 
     def execute(conn, query, params=None, **kwargs):
-        if isinstance(params, dict):  # "id" for a single outcome, "id0", "id1"... for a batch
-            written.update(v for k, v in params.items() if k.rstrip("0123456789") == "id")
+        if isinstance(params, dict):  # "id0", "id1"... for a batch
+            written = {v for k, v in params.items() if k.rstrip("0123456789") == "id"}
+            if {c.job.id for c in claims} <= written:
+                pause("inside the transaction")
         return real_execute(conn, query, params, **kwargs)
 
-    def commit(conn):
-        if {c.job.id for c in claims} <= written:
-            pause("inside the transaction")
-        written.clear()
-        real_commit(conn)
-
-    psycopg.Connection.execute, psycopg.Connection.commit = execute, commit
+    psycopg.Connection.execute = execute
 done = store.settle_many([Settlement(Settle.COMPLETE, c, result=c.job.id) for c in claims])
 pause(f"committed {done}")
 """
@@ -715,7 +707,7 @@ def test_sqlite_a_claim_of_many_jobs_is_one_transaction(tmp_path: Path) -> None:
 def test_postgres_a_claim_of_many_jobs_takes_the_same_few_statements_however_many(
     pg_dsn: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """claim(limit=16) failing 10 spent leases: one transaction, five statements, not one a job."""
+    """claim(limit=16) failing 10 spent leases: one statement, its own transaction."""
     import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
 
     clock = FakeClock()
@@ -740,8 +732,8 @@ def test_postgres_a_claim_of_many_jobs_takes_the_same_few_statements_however_man
         monkeypatch.setattr(psycopg.Connection, "commit", commit)
         assert len(store.claim("w", lease=LEASE, limit=16)) == 16
         monkeypatch.undo()
-        # expired-and-cancelled, spent (select, then fail them all), due, take; one COMMIT
-        assert calls == ["execute"] * 5 + ["commit"]
+        # expired-and-cancelled, spent, due and take in one statement, autocommit: no COMMIT
+        assert calls == ["execute"]
         assert store.counts()["failed"] == 10
     finally:
         store.close()

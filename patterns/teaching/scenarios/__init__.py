@@ -29,6 +29,7 @@ from patterns.teaching.scenarios import (
     exit_hooks,
     poison_pill,
     process_shutdown,
+    server_shutdown,
     supervisor,
     thread_exceptions,
 )
@@ -50,6 +51,7 @@ SCENARIOS: dict[str, Scenario] = {
     "async_queue.a1": async_queue.A1,
     "asyncio_shutdown.a7": asyncio_shutdown.A7,
     "process_shutdown.m3": process_shutdown.M3,
+    "server_shutdown.w2": server_shutdown.W2,
 }
 
 

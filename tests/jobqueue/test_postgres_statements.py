@@ -1,0 +1,221 @@
+"""PostgresStore's round trips, its place in the package, its outbox and its clock.
+
+The statements are counted at the connection layer, as ``log_statement = all`` would
+log them: each ``execute`` is one statement, a ``BEGIN`` goes before the first
+statement of a transaction, and each ``commit`` of an open transaction is a ``COMMIT``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from patterns.jobqueue.postgres import PostgresStore
+from patterns.jobqueue.tasks import TaskRegistry
+from patterns.jobqueue.worker import Worker
+from tests.support import MUST_HAPPEN, spawn_python
+
+JOBS = 200  # enough that the worker's fixed calls (its row, LISTEN) weigh little
+STATEMENTS_PER_JOB = 1.5  # the bound at the worker's defaults
+
+
+class StatementCounter:
+    """Counts what the store's connections send, as the server's statement log would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+
+        self.count = 0
+        self.log: list[str] = []
+        # Guards count and log: the worker's threads share the connection under the
+        # store's lock, but the listener's connection is its own.
+        self._lock = threading.Lock()
+        idle = psycopg.pq.TransactionStatus.IDLE
+        real_execute, real_commit = psycopg.Connection.execute, psycopg.Connection.commit
+
+        def execute(conn: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any) -> Any:
+            begins = not conn.autocommit and conn.info.transaction_status == idle
+            with self._lock:
+                self.count += 2 if begins else 1
+                self.log += ["BEGIN"] * begins + [str(query)[:60]]
+            return real_execute(conn, query, *args, **kw)
+
+        def commit(conn: psycopg.Connection[Any]) -> None:
+            if conn.info.transaction_status != idle:
+                with self._lock:
+                    self.count += 1
+                    self.log.append("COMMIT")
+            real_commit(conn)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        monkeypatch.setattr(psycopg.Connection, "commit", commit)
+
+    def take(self) -> int:
+        """The count so far, reset to zero."""
+        with self._lock:
+            count, self.count = self.count, 0
+            self.log.clear()
+            return count
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    """A store on a new schema (the database's clock), closed afterwards."""
+    made = PostgresStore(pg_dsn, schema=pg_schema)
+    yield made
+    made.close()
+
+
+def test_an_enqueue_is_one_statement_and_enqueue_many_one_for_the_whole_batch(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No BEGIN, no COMMIT, no separate NOTIFY: one statement per call, however many jobs."""
+    counter = StatementCounter(monkeypatch)
+    store.enqueue("t", {"n": 1})
+    assert counter.take() == 1
+    store.enqueue_many([{"task": "t", "payload": n} for n in range(50)])
+    assert counter.take() == 1
+    assert store.counts()["queued"] == 51
+
+
+def test_a_worker_at_its_defaults_sends_at_most_one_and_a_half_statements_per_drained_job(
+    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims and outcomes share statements: the count per job stays under the bound."""
+    store.enqueue_many([{"task": "noop"}] * JOBS)
+    done = threading.Event()
+    finished: list[int] = []
+    lock = threading.Lock()
+
+    def on_complete(job: Any, result: Any) -> None:
+        with lock:
+            finished.append(job.id)
+            if len(finished) == JOBS:
+                done.set()
+
+    tasks = TaskRegistry(on_complete=on_complete)
+    tasks.task(name="noop")(lambda payload, ctx: None)
+    counter = StatementCounter(monkeypatch)
+    worker = Worker(store, tasks)  # the defaults: 4 threads, no prefetch
+    with worker:
+        assert done.wait(MUST_HAPPEN * 6), f"{len(finished)} of {JOBS} done"
+    sent = counter.take()
+    monkeypatch.undo()
+    assert store.counts()["done"] == JOBS
+    per_job = sent / JOBS
+    assert per_job <= STATEMENTS_PER_JOB, f"{sent} statements for {JOBS} jobs: {per_job:.2f}"
+
+
+def test_enqueue_in_joins_the_callers_transaction_and_a_rollback_leaves_no_job_and_no_wake_up(
+    pg_dsn: str, store: PostgresStore
+) -> None:
+    """The outbox: the job and its NOTIFY commit with the caller's writes, or neither does."""
+    import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+
+    assert store.wait_for_notify(MUST_HAPPEN)  # the first return: listening now
+    with psycopg.connect(pg_dsn) as conn:
+        job_id = store.enqueue_in(conn, "t", {"order": 1})
+        assert store.get(job_id) is None  # not committed yet: invisible to the store
+        conn.rollback()
+        assert store.get(job_id) is None
+        assert not store.wait_for_notify(0.5)  # a rolled-back NOTIFY is never delivered
+        kept = store.enqueue_in(conn, "t", {"order": 2}, delay=0.0)
+        conn.commit()
+    job = store.get(kept)
+    assert job is not None
+    assert job.payload == {"order": 2}
+    assert store.wait_for_notify(MUST_HAPPEN)
+    assert store.counts()["queued"] == 1
+
+
+def test_a_worker_on_a_postgres_store_takes_the_database_clock_by_default(
+    store: PostgresStore,
+) -> None:
+    """Worker(store, tasks) with no clock: a retry's run time is on the store's clock."""
+    tasks = TaskRegistry()
+    worker = Worker(store, tasks)
+    assert worker._settler._fallback._clock == store.clock
+    runner_clock = worker._handlers._runner._clock
+    assert runner_clock == store.clock
+    other = Worker(store, tasks, clock=lambda: 0.0)
+    assert other._handlers._runner._clock != store.clock
+
+
+def test_postgres_store_is_exported_and_needs_the_postgres_extra_only_when_made() -> None:
+    """``from patterns.jobqueue import PostgresStore`` works without psycopg; making one fails."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["psycopg"] = None  # as if it were not installed
+        from patterns.jobqueue import PostgresStore
+        import patterns.jobqueue
+        assert "PostgresStore" in patterns.jobqueue.__all__
+        assert PostgresStore is sys.modules["patterns.jobqueue.postgres"].PostgresStore
+        try:
+            PostgresStore("postgresql://nobody@127.0.0.1:1/none")
+        except ImportError as exc:
+            print("ImportError:", exc)
+    """)
+    child = spawn_python(code)
+    try:
+        out, err = child.communicate(timeout=MUST_HAPPEN)
+    finally:
+        child.kill()
+        child.wait(MUST_HAPPEN)
+    assert child.returncode == 0, err
+    assert "ImportError: PostgresStore needs psycopg 3" in out
+    assert "pip install 'shutdown-patterns[postgres]'" in out
+
+
+def test_the_worker_default_clock_is_the_store_clock_for_every_store() -> None:
+    """A store's own clock is the worker's default: a test clock given to the store applies."""
+    from patterns.jobqueue.memory import MemoryStore  # noqa: PLC0415
+
+    store = MemoryStore(clock=lambda: 42.0)
+    worker = Worker(store, TaskRegistry())
+    assert worker._handlers._runner._clock() == 42.0
+
+
+def test_jobs_claimed_by_an_outcomes_statement_while_a_stop_begins_are_released_unchanged(
+    store: PostgresStore,
+) -> None:
+    """The stop begins between the refill's decision and its statement: its claims go back.
+
+    The only job in hand ends, so its handler thread commits its outcome and claims the next
+    job in one statement; the stop is requested just before that statement is sent. What
+    it claimed is released at once, attempt given back, and never started.
+    """
+    from patterns.jobqueue.states import Step  # noqa: PLC0415
+
+    ids = store.enqueue_many([{"task": "noop"}] * 3)
+    started: list[int] = []
+    tasks = TaskRegistry()
+    tasks.task(name="noop")(lambda payload, ctx: started.append(ctx.job_id))
+    stopped = threading.Event()
+    holder: list[Worker] = []
+
+    def step_hook(step: Step, claim: Any, phase: Any) -> None:
+        if step is Step.BEFORE_COMMIT and not stopped.is_set():
+            stopped.set()
+            holder[0].request_stop("stop during the combined statement")
+
+    worker = Worker(store, tasks, concurrency=1, step_hook=step_hook)
+    holder.append(worker)
+    with worker:
+        assert stopped.wait(MUST_HAPPEN)
+        assert worker.wait_stop_requested(MUST_HAPPEN)
+    report = worker.stop()
+    assert report.terminated
+    assert started == [ids[0]]  # the refill's claim never ran
+    first, *rest = (store.get(i) for i in ids)
+    assert first is not None
+    assert first.state == "done"
+    second, third = rest
+    assert second is not None
+    assert third is not None
+    assert [(j.state, j.attempts) for j in rest] == [("queued", 0)] * 2
+    assert second.updated_at > second.created_at  # claimed by that statement, then released
+    assert third.updated_at == third.created_at  # never claimed
