@@ -13,12 +13,13 @@ the knobs; ``--quick`` is a small smoke run. It works against any server named b
 creating a database per measurement and dropping it afterwards.
 
 Rows: this project, one row per ``--ours`` setting (default ``threads=4``,
-``threads=4,prefetch=4`` and the documented throughput setting ``threads=4,prefetch=16``: comma-separated keywords of ``Worker`` or of ``PostgresStore``,
-values as Python literals, ``threads`` meaning ``concurrency``), so that any setting can
-be measured without editing this file; procrastinate (``concurrency=4``, psycopg pool);
-pgqueuer on asyncpg with at most 4 jobs picked at once (``batch_size=2,
-max_concurrent_tasks=4``; pgqueuer wants the cap at least twice the batch), and pgqueuer
-at its defaults (``batch_size=10``, no cap), as its README runs it.
+``threads=4,prefetch=4`` and the documented throughput setting ``threads=4,prefetch=16``:
+comma-separated keywords of ``Worker`` or of ``PostgresStore``, values as Python literals,
+``threads`` meaning ``concurrency``), so that any setting can be measured without editing
+this file; procrastinate (``concurrency=4``, psycopg pool); pgqueuer on asyncpg with at most
+4 jobs picked at once (``batch_size=2, max_concurrent_tasks=4``; pgqueuer wants the cap at
+least twice the batch), and pgqueuer at its defaults (``batch_size=10``, no cap), as its
+README runs it.
 
 * drain: ``--jobs`` no-op jobs (5,000) are enqueued in bulk, then a consumer drains them,
   in a fresh interpreter on a fresh database, ``--rounds`` interleaved rounds (3). jobs/s
