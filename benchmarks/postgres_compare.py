@@ -12,13 +12,14 @@ the knobs; ``--quick`` is a small smoke run. It works against any server named b
 ``PATTERNS_PG_DSN`` (a ``postgresql://`` URL of a user allowed to create databases),
 creating a database per measurement and dropping it afterwards.
 
-Rows: this project, one row per ``--ours`` setting (default ``threads=4`` and
-``threads=4,prefetch=4``: comma-separated keywords of ``Worker`` or of ``PostgresStore``,
-values as Python literals, ``threads`` meaning ``concurrency``), so that any setting can
-be measured without editing this file; procrastinate (``concurrency=4``, psycopg pool);
-pgqueuer on asyncpg with at most 4 jobs picked at once (``batch_size=2,
-max_concurrent_tasks=4``; pgqueuer wants the cap at least twice the batch), and pgqueuer
-at its defaults (``batch_size=10``, no cap), as its README runs it.
+Rows: this project, one row per ``--ours`` setting (default ``threads=4``,
+``threads=4,prefetch=4`` and the documented throughput setting ``threads=4,prefetch=16``:
+comma-separated keywords of ``Worker`` or of ``PostgresStore``, values as Python literals,
+``threads`` meaning ``concurrency``), so that any setting can be measured without editing
+this file; procrastinate (``concurrency=4``, psycopg pool); pgqueuer on asyncpg with at most
+4 jobs picked at once (``batch_size=2, max_concurrent_tasks=4``; pgqueuer wants the cap at
+least twice the batch), and pgqueuer at its defaults (``batch_size=10``, no cap), as its
+README runs it.
 
 * drain: ``--jobs`` no-op jobs (5,000) are enqueued in bulk, then a consumer drains them,
   in a fresh interpreter on a fresh database, ``--rounds`` interleaved rounds (3). jobs/s
@@ -94,7 +95,7 @@ from benchmarks._tables import (
 
 MODULE = "postgres_compare"
 DSN_VARIABLE = "PATTERNS_PG_DSN"
-DEFAULT_OURS = ("threads=4", "threads=4,prefetch=4")
+DEFAULT_OURS = ("threads=4", "threads=4,prefetch=4", "threads=4,prefetch=16")
 FILL_BATCH = 1_000  # jobs per bulk enqueue while filling a queue
 DRAIN_TIMEOUT = 240.0  # seconds one drain may take before the child gives up
 PROCRASTINATE = "procrastinate"
