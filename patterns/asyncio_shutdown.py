@@ -373,7 +373,12 @@ async def shielded(cleanup: Awaitable[T], timeout: float, *, name: str = "cleanu
     cancelled). At the deadline the cleanup is cancelled and left referenced until it ends;
     the caller gets its cancellation back, or `TimeoutError` if it had none.
     """
-    budget = _seconds(timeout, "timeout")
+    try:
+        budget = _seconds(timeout, "timeout")
+    except ValueError:
+        if isinstance(cleanup, Coroutine):  # refused before it started: closed, not left unawaited
+            cleanup.close()
+        raise
     loop = asyncio.get_running_loop()
     inner = asyncio.ensure_future(cleanup)  # the strong reference, for as long as we wait
     deadline = loop.time() + budget

@@ -16,12 +16,14 @@ code written against it behaves the same once the back-port is deleted.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import queue
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -383,6 +385,25 @@ def _process_pool(**options: Any) -> Callable[[Any], None]:
     return call
 
 
+def _mp_pool(**options: Any) -> Callable[[Any], None]:
+    def call(value: Any) -> None:
+        import multiprocessing  # noqa: PLC0415
+
+        from patterns.process_shutdown import shutdown_mp_pool  # noqa: PLC0415
+
+        (arg,) = options
+        pool = multiprocessing.get_context("spawn").Pool(1)
+        assert pool.apply_async(abs, (-2,)).get(MUST_HAPPEN * 3) == 2
+        kwargs = {"timeout": 5.0, "force_timeout": 1.0, arg: value}
+        try:
+            _expect(shutdown_mp_pool(pool, **kwargs).terminated, value)
+        except ValueError:
+            shutdown_mp_pool(pool, 5.0, force_timeout=1.0)
+            raise
+
+    return call
+
+
 def _collect(value: Any) -> None:
     from concurrent.futures import Future  # noqa: PLC0415
 
@@ -433,6 +454,26 @@ def _task_set(**options: Any) -> Callable[[Any], None]:
         _expect(asyncio.run(main()).terminated, value)
 
     return call
+
+
+def _shielded(value: Any) -> None:
+    from patterns.asyncio_shutdown import shielded  # noqa: PLC0415
+
+    async def main() -> None:
+        async def cleanup() -> str:
+            return "saved"
+
+        try:
+            assert await shielded(cleanup(), value) == "saved"
+        except TimeoutError:  # a zero budget may end before the cleanup's first step
+            assert value == 0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # "coroutine was never awaited"
+        try:
+            asyncio.run(main())
+        finally:
+            gc.collect()  # a refused cleanup coroutine is collected now, in this test
 
 
 def _retry_forever(value: Any) -> None:
@@ -540,11 +581,14 @@ ENTRIES = [
     Entry("force_exit", "flush_timeout", _force_exit),
     Entry("shutdown_process_pool", "timeout", _process_pool(timeout=None)),
     Entry("shutdown_process_pool", "force_timeout", _process_pool(force_timeout=None)),
+    Entry("shutdown_mp_pool", "timeout", _mp_pool(timeout=None)),
+    Entry("shutdown_mp_pool", "force_timeout", _mp_pool(force_timeout=None)),
     Entry("collect", "timeout", _collect),
     Entry("StopSignal.wait", "timeout", _stop_signal_wait),
     Entry("shutdown_tasks", "timeout", _shutdown_tasks),
     Entry("TaskSet", "stop_timeout", _task_set(stop_timeout=None)),
     Entry("TaskSet.stop", "timeout", _task_set(timeout=None)),
+    Entry("shielded", "timeout", _shielded),
     Entry("retry_forever", "delay", _retry_forever),
     Entry("run_in_thread_with", "cancel_timeout", _run_in_thread_with),
     Entry("AsyncSignalHandlers.stop", "timeout", _async_signal_handlers_stop),
