@@ -307,6 +307,24 @@ class PostgresStore(PostgresAdmin):
 
     # --- the Store protocol ----------------------------------------------------------------
 
+    def _insert_statement(
+        self, prepared: list[tuple[NewJob, bool]], clock: float | None
+    ) -> tuple[Any, Params]:
+        """The insert statement for these jobs, and its parameters (one job: no arrays)."""
+        if len(prepared) == 1:
+            ((new, absolute),) = prepared
+            return self._statements["insert_one"], {
+                "clock": clock,
+                "channel": self._channel,
+                "task": new.task,
+                "payload": new.payload_json,
+                "run_at": new.run_at if absolute else None,
+                "delay": None if absolute else new.run_at,
+                "max_attempts": new.max_attempts,
+                "timeout": new.timeout,
+            }
+        return self._statements["insert"], self._insert_params(prepared, clock)
+
     def _insert_params(self, prepared: list[tuple[NewJob, bool]], clock: float | None) -> Params:
         return {
             "clock": clock,
@@ -326,9 +344,7 @@ class PostgresStore(PostgresAdmin):
             return []
 
         def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
-            row = conn.execute(
-                self._statements["insert"], self._insert_params(prepared, clock)
-            ).fetchone()
+            row = conn.execute(*self._insert_statement(prepared, clock)).fetchone()
             # Ids come from the identity sequence in insertion order, which follows the
             # input order (ORDER BY t.n): sorted ids are the jobs in the order given.
             return [] if row is None or row[0] is None else [int(i) for i in row[0]]
@@ -391,9 +407,7 @@ class PostgresStore(PostgresAdmin):
         prepared = [self._prepare_job(spec)]
         self._check_open()
         clock = None if self._test_clock is None else self._test_clock()
-        row = conn.execute(
-            self._statements["insert"], self._insert_params(prepared, clock)
-        ).fetchone()
+        row = conn.execute(*self._insert_statement(prepared, clock)).fetchone()
         assert row is not None  # one row in, one id out
         assert row[0] is not None
         return int(row[0][0])

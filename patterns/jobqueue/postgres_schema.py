@@ -155,6 +155,19 @@ STATEMENTS = {
                (SELECT count(pg_notify(%(channel)s, '')) FROM (SELECT FROM j LIMIT 1) AS one)
           FROM j
     """,
+    # The same for one job, with plain parameters: no arrays to encode, the common case.
+    "insert_one": """
+        WITH j AS (
+            INSERT INTO {jobs} (task, payload, state, run_at, attempts, max_attempts,
+                                created_at, updated_at, timeout)
+            VALUES (%(task)s::text, %(payload)s::text::json, 'queued',
+                    COALESCE(to_timestamp(%(run_at)s::float8),
+                             {now} + make_interval(secs => %(delay)s::float8)),
+                    0, %(max_attempts)s::integer, {now}, {now}, %(timeout)s::float8)
+            RETURNING id
+        )
+        SELECT ARRAY[j.id], pg_notify(%(channel)s, '') FROM j
+    """,
     "notify": "SELECT pg_notify(%(channel)s, '')",
     # The outcomes of a settle_many, each fenced alone: a row is updated only while its
     # item's token holds the lease, and each kind does what its single-job method does.
