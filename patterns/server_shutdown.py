@@ -548,9 +548,6 @@ class GracefulServer:
         )
 
 
-# --- an example: python -m patterns.server_shutdown ------------------------------------
-
-
 # --- asyncio servers -------------------------------------------------------------------
 
 
@@ -878,6 +875,9 @@ class AsyncGracefulServer:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+# --- an example: python -m patterns.server_shutdown ------------------------------------
 
 
 class _SlowHandler(http.server.BaseHTTPRequestHandler):
