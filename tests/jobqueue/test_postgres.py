@@ -117,12 +117,17 @@ class Calls:
 
 
 def test_the_job_queue_imports_without_psycopg_and_the_store_names_the_extra_to_install() -> None:
-    """Without psycopg, the package and the CLI import; making a store says what to install."""
+    """Without psycopg, the package and the CLI import; making a store says what to install.
+
+    ``from patterns.jobqueue import PostgresStore`` works too: the package exports it.
+    """
     code = textwrap.dedent("""
         import sys
         sys.modules["psycopg"] = None  # as if it were not installed
         import patterns.jobqueue, patterns.jobqueue.cli
-        from patterns.jobqueue.postgres import PostgresStore
+        from patterns.jobqueue import PostgresStore
+        assert "PostgresStore" in patterns.jobqueue.__all__
+        assert PostgresStore is sys.modules["patterns.jobqueue.postgres"].PostgresStore
         try:
             PostgresStore("postgresql://nobody@127.0.0.1:1/none")
         except ImportError as exc:

@@ -7,7 +7,6 @@ statement of a transaction, and each ``commit`` of an open transaction is a ``CO
 
 from __future__ import annotations
 
-import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker import Worker
-from tests.support import MUST_HAPPEN, spawn_python
+from tests.support import MUST_HAPPEN
 
 JOBS = 200  # enough that the worker's fixed calls (its row, LISTEN) weigh little
 STATEMENTS_PER_JOB = 1.5  # the bound at the worker's defaults
@@ -143,31 +142,6 @@ def test_a_worker_on_a_postgres_store_takes_the_database_clock_by_default(
     assert runner_clock == store.clock
     other = Worker(store, tasks, clock=lambda: 0.0)
     assert other._handlers._runner._clock != store.clock
-
-
-def test_postgres_store_is_exported_and_needs_the_postgres_extra_only_when_made() -> None:
-    """``from patterns.jobqueue import PostgresStore`` works without psycopg; making one fails."""
-    code = textwrap.dedent("""
-        import sys
-        sys.modules["psycopg"] = None  # as if it were not installed
-        from patterns.jobqueue import PostgresStore
-        import patterns.jobqueue
-        assert "PostgresStore" in patterns.jobqueue.__all__
-        assert PostgresStore is sys.modules["patterns.jobqueue.postgres"].PostgresStore
-        try:
-            PostgresStore("postgresql://nobody@127.0.0.1:1/none")
-        except ImportError as exc:
-            print("ImportError:", exc)
-    """)
-    child = spawn_python(code)
-    try:
-        out, err = child.communicate(timeout=MUST_HAPPEN)
-    finally:
-        child.kill()
-        child.wait(MUST_HAPPEN)
-    assert child.returncode == 0, err
-    assert "ImportError: PostgresStore needs psycopg 3" in out
-    assert "pip install 'shutdown-patterns[postgres]'" in out
 
 
 def test_the_worker_default_clock_is_the_store_clock_for_every_store() -> None:
