@@ -101,7 +101,8 @@ DEFAULT_CANCEL_TIMEOUT = 5.0
 _FORCE_FLUSH_TIMEOUT = 0.5
 
 
-# The same code is in exit_hooks.py (each module is copied alone); pinned by tests/test_copies.py.
+# The same code is in exit_hooks.py and server_shutdown.py (each module is copied alone); pinned by
+# tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
     if value is None and allow_none:

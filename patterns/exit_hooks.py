@@ -99,7 +99,7 @@ class SignalHandlersReport:
             )
 
 
-# The same code is in asyncio_shutdown.py; pinned by tests/test_copies.py.
+# The same code is in asyncio_shutdown.py and server_shutdown.py; pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
     if value is None and allow_none:

@@ -309,7 +309,7 @@ for line in sys.stdin:
         print("stopping", flush=True)
     elif line.strip() == "go":
         release.set()
-        stopper.join()
+        stopper.join(30)  # bounded: the test reads "main ends" or fails on its own timeout
         break
 print("main ends", flush=True)
 """
