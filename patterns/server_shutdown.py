@@ -651,6 +651,7 @@ class AsyncGracefulServer:
         self._host, self._port, self._backlog = host, port, backlog
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sock: socket.socket | None = None
+        self._start_called = False  # set by start(), even by one that failed
         self._address: tuple[str, int] | None = None
         self._serving: asyncio.Task[asyncio.Server] | None = None  # start_server, in the loop
         # Every connection whose handler has not ended, by its task (the loop keeps only
@@ -685,12 +686,14 @@ class AsyncGracefulServer:
     def start(self) -> Self:
         """Bind, listen, and serve from the loop's next turn; all or nothing.
 
-        Raises `RuntimeError` outside a running loop, when started twice or after `stop`,
-        and `OSError` when the address cannot be bound (nothing is left open then).
+        Raises `RuntimeError` outside a running loop, when called a second time (after a
+        start that failed too) or after `stop`, and `OSError` when the address cannot be
+        bound (nothing is left open then).
         """
         loop = asyncio.get_running_loop()
-        if self._loop is not None or self._stopping_flag:
+        if self._start_called or self._stopping_flag:
             raise RuntimeError(f"server {self.name!r}: start() can be called once, before stop()")
+        self._start_called = True  # a start that fails here still counts: no second try
         sock = socket.create_server((self._host, self._port), backlog=self._backlog)
         try:
             sock.setblocking(False)

@@ -571,6 +571,23 @@ def test_start_needs_a_running_loop_and_a_free_port() -> None:
     asyncio.run(main())
 
 
+def test_start_after_a_failed_start_raises_even_once_the_port_is_free() -> None:
+    """A start() after a start() that failed raises RuntimeError, as the contract says."""
+
+    async def main() -> ServerStopReport:
+        async with asyncio.timeout(MUST_HAPPEN):
+            first = AsyncGracefulServer(Lines().graceful).start()
+            taken = AsyncGracefulServer(Lines().graceful, port=first.address[1])
+            with pytest.raises(OSError, match="in use"):
+                taken.start()
+            await first.stop()
+            with pytest.raises(RuntimeError, match="start"):
+                taken.start()  # the port is free now: the failed start still counts
+            return await taken.stop()
+
+    assert asyncio.run(main()).terminated is True
+
+
 def test_asyncio_logs_a_cancelled_connection_task_as_an_error_before_313(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
