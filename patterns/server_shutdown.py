@@ -10,7 +10,8 @@ returns a `ServerStopReport` within the budget: the readiness check fails first,
 once, requests in flight may finish until the drain deadline, the rest are closed by force.
 For asyncio, ``async with AsyncGracefulServer(handle, port=8080) as server:`` serves each
 connection with ``await handle(conn)`` (the handler wraps each request in ``with
-conn.request("GET /"):``) and ``await server.stop(timeout)`` does the same stop.
+conn.request("GET /"):``, which raises `ServerStopping` once the stop began) and ``await
+server.stop(timeout)`` does the same stop.
 
 Guarantees:
     * ``stop()`` returns within its budget and never raises for unfinished work; a second
@@ -19,7 +20,9 @@ Guarantees:
     * Once the stop began, nothing new is served: ``GracefulServer.ready`` is false and
       ``readiness_path`` answers 503, every HTTP response carries ``Connection: close``,
       idle connections are closed; once the listener is closed the kernel refuses new
-      connections.
+      connections. asyncio: ``conn.request()`` raises `ServerStopping`, so a request read
+      after the stop began (a pipelined one, already buffered) never starts; it is counted
+      in ``refused``.
     * Each connection with a request in flight is named in ``completed`` or
       ``interrupted``. Handler threads are not daemons: each is tracked and waited for on
       the deadline; a handler (thread or task) still running is named in
@@ -62,7 +65,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["AsyncConnection", "AsyncGracefulServer", "GracefulServer", "ServerStopReport", "main"]
+__all__ = [
+    "AsyncConnection",
+    "AsyncGracefulServer",
+    "GracefulServer",
+    "ServerStopReport",
+    "ServerStopping",
+    "main",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +118,9 @@ class ServerStopReport:
             flight (or half read), by name.
         idle_closed: idle keep-alive connections the stop closed (no request in flight).
         refused: connections accepted after the stop began and closed unanswered (or
-            answered 503); connections the kernel refused after the listener closed are not
-            seen and not counted.
+            answered 503), and (asyncio) requests that `AsyncConnection.request` refused
+            because the stop had begun; connections the kernel refused after the listener
+            closed are not seen and not counted.
         elapsed: seconds the stop took.
     """
 
@@ -556,6 +567,15 @@ def _a_wait_timeout(seconds: float) -> float | None:
     return None if seconds == math.inf else max(seconds, 0.0)
 
 
+class ServerStopping(Exception):
+    """Raised by `AsyncConnection.request` once the server's stop has begun.
+
+    The request is not served and nothing of it has run. Let it propagate out of the
+    handler: the server ends the connection without logging an error and counts the request
+    in ``refused``. A handler's connection loop needs nothing else to end on it.
+    """
+
+
 class AsyncConnection:
     """One client connection, as its handler sees it.
 
@@ -563,7 +583,8 @@ class AsyncConnection:
     work on each request in ``with conn.request("GET /x"):``: inside, the connection is
     busy and a stop lets it finish until the drain deadline; outside, it is idle and a stop
     closes it and cancels the handler at its next ``await``. Write and drain the response
-    inside the block.
+    inside the block. Once the stop began, ``request()`` raises `ServerStopping` instead:
+    a request read then (a pipelined one is read without waiting) never starts.
     """
 
     def __init__(
@@ -599,9 +620,15 @@ class AsyncConnection:
 
     @contextmanager
     def request(self, what: str = "request") -> Iterator[None]:
-        """Mark the connection busy while the block runs; ``what`` names the request."""
+        """Mark the connection busy while the block runs; ``what`` names the request.
+
+        Raises `ServerStopping` (before the block runs) once the server's stop has begun.
+        """
         if self._request is not None:
             raise RuntimeError(f"{self.name}: request() blocks do not nest")
+        if self._server.stopping:
+            self._server._refused += 1
+            raise ServerStopping(f"{self.peer}: {what!r} not served: the server is stopping")
         self._request = what or "request"
         try:
             yield
@@ -723,6 +750,8 @@ class AsyncGracefulServer:
         task.add_done_callback(self._connections.pop)
         try:
             await self._handler(conn)
+        except ServerStopping:
+            pass  # counted by request(); the connection ends here
         except asyncio.CancelledError:
             # The stop's (or the loop's) way to end this connection. Ending normally instead
             # of cancelled: on 3.11 and 3.12 asyncio's own done callback on this task calls
