@@ -18,11 +18,11 @@ Guarantees:
       call returns the first report. From a handler (or the serve thread, or a signal
       handler interrupting a ``stop()``), it is a request that returns at once.
     * Once the stop began, nothing new is served: ``GracefulServer.ready`` is false and
-      ``readiness_path`` answers 503, every HTTP response carries ``Connection: close``,
-      idle connections are closed; once the listener is closed the kernel refuses new
-      connections. asyncio: ``conn.request()`` raises `ServerStopping`, so a request read
-      after the stop began (a pipelined one, already buffered) never starts; it is counted
-      in ``refused``.
+      ``readiness_path`` answers 503, every final HTTP response (the one after a ``100
+      Continue`` too) carries ``Connection: close``, idle connections are closed; once
+      the listener is closed the kernel refuses new connections. asyncio:
+      ``conn.request()`` raises `ServerStopping`, so a request read after the stop began
+      (a pipelined one, already buffered) never starts; it is counted in ``refused``.
     * Each connection with a request in flight is named in ``completed`` or
       ``interrupted``. Handler threads are not daemons: each is tracked and waited for on
       the deadline; a handler (thread or task) still running is named in
@@ -168,8 +168,10 @@ def _tracked_http_handler(base: type[Any], owner: GracefulServer) -> type[Any]:
     """``base`` with each request reported to ``owner`` and the readiness path answered."""
 
     class Tracked(base):  # type: ignore[misc]
+        _status = 0  # the status of the response being sent
+        _connection_said = False  # whether that response has a Connection header yet
+
         def parse_request(self) -> bool:
-            self._connection_said = False
             return bool(super().parse_request()) and owner._request_begins(self)
 
         def handle_one_request(self) -> None:
@@ -178,16 +180,23 @@ def _tracked_http_handler(base: type[Any], owner: GracefulServer) -> type[Any]:
             finally:
                 owner._request_ends(self)
 
+        def send_response_only(self, code: int, message: str | None = None) -> None:
+            # Each response says its own: a "100 Continue" sent for "Expect: 100-continue"
+            # comes before the final response of the same request.
+            self._status, self._connection_said = code, False
+            super().send_response_only(code, message)
+
         def send_header(self, keyword: str, value: str) -> None:
             if keyword.lower() == "connection":
                 self._connection_said = True
-                if owner.stopping:
+                if owner.stopping and self._status >= 200:
                     value = "close"
             super().send_header(keyword, value)
 
         def end_headers(self) -> None:
-            # Once the stop began, no response invites the client to send another request.
-            if owner.stopping and not self._connection_said:
+            # Once the stop began, no final response invites the client to send another
+            # request (an interim 1xx is not the answer; the final one after it says it).
+            if owner.stopping and self._status >= 200 and not self._connection_said:
                 self.send_header("Connection", "close")
             super().end_headers()
 

@@ -767,3 +767,59 @@ def test_sigterm_with_a_budget_too_short_interrupts_and_names_the_request() -> N
     assert "interrupted=('127.0.0.1:" in report
     assert "GET /slow?seconds=60'" in report
     assert "terminated=True" in report
+
+
+# --- what the report counts ------------------------------------------------------------------
+
+
+def _read_until(sock: socket.socket, end: bytes) -> bytes:
+    """Bytes from ``sock`` until ``end`` has arrived, or the connection ended."""
+    data = b""
+    while end not in data and (chunk := sock.recv(4096)):
+        data += chunk
+    return data
+
+
+def test_the_final_response_after_100_continue_during_the_stop_says_connection_close() -> None:
+    """With ``Expect: 100-continue`` during the stop, the final response says Connection: close.
+
+    The interim ``100 Continue`` is not the answer; the ``200`` after it is, and it is the
+    one that tells the client not to send another request.
+    """
+
+    class Upload(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upload)
+    server = GracefulServer(httpd, grace=MUST_HAPPEN * 3).start()
+    stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN * 4), "stopper")
+    try:
+        wait_until(lambda: not server.ready, "the stop began")
+        with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+            sock.sendall(
+                b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            interim = _read_until(sock, b"\r\n\r\n")
+            sock.sendall(b"hello")
+            final = _read_until(sock, b"hello")
+    finally:
+        second = server.stop(MUST_HAPPEN)  # cuts the grace short
+        join_or_fail(stopper)
+    assert interim.startswith(b"HTTP/1.1 100 ")
+    head, _, body = final.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"\r\nConnection: close" in head
+    assert body == b"hello"
+    assert second is result["result"]
+    assert [name.split(" ", 1)[1] for name in second.completed] == ["POST /upload"]
