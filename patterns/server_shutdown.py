@@ -23,8 +23,9 @@ Guarantees:
       the listener is closed the kernel refuses new connections. asyncio:
       ``conn.request()`` raises `ServerStopping`, so a request read after the stop began
       (a pipelined one, already buffered) never starts; it is counted in ``refused``.
-    * Each connection with a request in flight is named in ``completed`` or
-      ``interrupted``. Handler threads are not daemons: each is tracked and waited for on
+    * Each connection with a request in flight is named in ``completed``, ``failed``
+      or ``interrupted``; a handler that raises is logged at ERROR with its traceback,
+      during a stop as before it. Handler threads are not daemons: each is tracked and waited for on
       the deadline; a handler (thread or task) still running is named in
       ``still_running``, never abandoned silently.
     * asyncio: a response written before its ``request()`` block ends is flushed before the
@@ -114,6 +115,9 @@ class ServerStopReport:
             close or the cancellation), by name.
         completed: requests in flight when the stop began that finished within the drain,
             by name.
+        failed: requests that ended after the stop began because their handler raised, by
+            name; each is logged at ERROR with its traceback. Their clients got no answer,
+            or part of one.
         interrupted: connections closed by force at the drain deadline with a request in
             flight (or half read), by name.
         idle_closed: idle keep-alive connections the stop closed (no request in flight).
@@ -127,6 +131,7 @@ class ServerStopReport:
     terminated: bool
     still_running: tuple[str, ...]
     completed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
     interrupted: tuple[str, ...] = ()
     idle_closed: int = 0
     refused: int = 0
@@ -151,6 +156,7 @@ class _Connection:
         self.state = "idle" if http else "busy"
         self.request = ""  # "GET /slow" while an HTTP request is in flight
         self.forced = False  # the stop shut its socket down while a request was in flight
+        self.failed = ""  # the name of the request whose handler raised, once one has
         self.thread: threading.Thread | None = None
 
     @property
@@ -175,10 +181,12 @@ def _tracked_http_handler(base: type[Any], owner: GracefulServer) -> type[Any]:
             return bool(super().parse_request()) and owner._request_begins(self)
 
         def handle_one_request(self) -> None:
+            failed = True
             try:
                 super().handle_one_request()
+                failed = False
             finally:
-                owner._request_ends(self)
+                owner._request_ends(self, failed=failed)
 
         def send_response_only(self, code: int, message: str | None = None) -> None:
             # Each response says its own: a "100 Continue" sent for "Expect: 100-continue"
@@ -216,6 +224,10 @@ class GracefulServer:
         readiness_path: the path an HTTP server answers itself: 200 while ready, 503 once
             the stop began (None: not served; read ``ready`` instead).
         name: the prefix of this object's thread names.
+
+    A handler that raises is logged at ERROR with its traceback, under this module's
+    logger; then ``server.handle_error`` is called if the server's class overrides it
+    (``BaseServer``'s own would print the traceback a second time).
     """
 
     def __init__(
@@ -259,6 +271,7 @@ class GracefulServer:
         self._stopping_in: threading.Thread | None = None  # the thread inside _stop_once
         self._report: ServerStopReport | None = None
         self._completed: list[str] = []
+        self._failed: list[str] = []
         self._interrupted: list[str] = []
         self._idle_closed = 0
         self._refused = 0
@@ -388,22 +401,31 @@ class GracefulServer:
     # --- one handler thread per connection ----------------------------------------------
 
     def _handle(self, connection: _Connection) -> None:
+        failed = False
         try:
             try:
                 self.server.finish_request(connection.sock, connection.address)
-            except Exception:  # noqa: BLE001 (as socketserver does: handle_error reports it)
-                if connection.forced or connection.state == "closed":
+            except Exception:  # noqa: BLE001 (as socketserver does: it is reported here)
+                if connection.forced or (connection.state == "closed" and not connection.failed):
                     logger.debug("%s: %s ended by the close", self.name, connection.name)
                 else:
-                    self.server.handle_error(connection.sock, connection.address)
+                    failed = True
+                    self._report_failure(connection)
             finally:
                 self.server.shutdown_request(connection.sock)
         finally:
             with self._lock:
                 if not connection.http and self.stopping and not connection.forced:
-                    self._completed.append(connection.name)
+                    (self._failed if failed else self._completed).append(connection.name)
                 del self._connections[threading.current_thread()]
                 self._changed.notify_all()
+
+    def _report_failure(self, connection: _Connection) -> None:
+        """Log the handler's exception (being handled) at ERROR; the server's hook if it has one."""
+        name = connection.failed or connection.name
+        logger.error("%s: request %s failed", self.name, name, exc_info=True)
+        if type(self.server).handle_error is not socketserver.BaseServer.handle_error:
+            self.server.handle_error(connection.sock, connection.address)
 
     def _request_begins(self, handler: Any) -> bool:
         """Called by an HTTP handler with the request read: False if it is not to be served."""
@@ -419,13 +441,15 @@ class GracefulServer:
             connection.request = f"{handler.command} {handler.path}"
             return True
 
-    def _request_ends(self, handler: Any) -> None:
+    def _request_ends(self, handler: Any, *, failed: bool) -> None:
         with self._lock:
             connection = self._connections.get(threading.current_thread())
             if connection is None or connection.state != "busy":
                 return
+            if failed and not connection.forced:
+                connection.failed = connection.name  # _handle logs the exception by it
             if self.stopping and not connection.forced:
-                self._completed.append(connection.name)
+                (self._failed if failed else self._completed).append(connection.name)
             if not connection.forced:
                 connection.state = "closed" if self._closing else "idle"
                 connection.request = ""
@@ -546,6 +570,7 @@ class GracefulServer:
             terminated=not still,
             still_running=still,
             completed=tuple(self._completed),
+            failed=tuple(self._failed),
             interrupted=tuple(self._interrupted),
             idle_closed=self._idle_closed,
             refused=self._refused,
@@ -561,6 +586,7 @@ class GracefulServer:
             terminated=False,
             still_running=still or (f"{self.name}-stop",),
             completed=tuple(self._completed),
+            failed=tuple(self._failed),
             interrupted=tuple(self._interrupted),
             idle_closed=self._idle_closed,
             refused=self._refused,
@@ -610,7 +636,7 @@ class AsyncConnection:
         self._request: str | None = None  # what is in flight; None while idle
         self._closed = False  # set once the stop has closed (or aborted) the transport
         self._interrupted = False  # set when the stop cut the request in flight
-        self._failed: str | None = None  # the name of the request that raised, if one did
+        self._logged: BaseException | None = None  # the failure request() has logged
 
     @property
     def name(self) -> str:
@@ -639,15 +665,19 @@ class AsyncConnection:
             self._server._refused += 1
             raise ServerStopping(f"{self.peer}: {what!r} not served: the server is stopping")
         self._request = what or "request"
+        failed = False
         try:
             yield
-        except BaseException:
-            self._failed = self.name  # the handler's failure is logged under this name
+        except Exception as exc:
+            if not self._interrupted:  # not a consequence of the stop's abort
+                failed = True
+                logger.exception("%s: request %s failed", self._server.name, self.name)
+                self._logged = exc
             raise
         finally:
             name = self.name
             self._request = None
-            self._server._a_request_ended(self, name)
+            self._server._a_request_ended(self, name, failed=failed)
 
     def _close(self, *, abort: bool) -> None:
         """Close the transport (flushing what was written) or abort it (dropping it)."""
@@ -698,6 +728,7 @@ class AsyncGracefulServer:
         self._drained: asyncio.Event | None = None
         self._in_flight: dict[AsyncConnection, str] = {}  # busy when the stop began
         self._completed: list[str] = []
+        self._failed: list[str] = []
         self._refused = 0
         self._stop_task: asyncio.Task[ServerStopReport] | None = None
         self._report: ServerStopReport | None = None
@@ -766,18 +797,19 @@ class AsyncGracefulServer:
             # of cancelled: on 3.11 and 3.12 asyncio's own done callback on this task calls
             # task.exception() and logs a cancelled task as "Exception in callback".
             pass
-        except Exception:
-            logger.exception("handler for %s failed", conn._failed or conn.name)
+        except Exception as exc:
+            if exc is not conn._logged:  # request() logged its own
+                logger.exception("%s: handler for %s failed", self.name, conn.name)
         finally:
             writer.close()  # no await here: a pending cancel must not interrupt the cleanup
 
-    def _a_request_ended(self, conn: AsyncConnection, name: str) -> None:
+    def _a_request_ended(self, conn: AsyncConnection, name: str, *, failed: bool) -> None:
         """A `request` block ended: count it, and close the connection if stopping."""
         if not self._stopping_flag:
             return
         if conn in self._in_flight and not conn._interrupted:
             del self._in_flight[conn]
-            self._completed.append(name)
+            (self._failed if failed else self._completed).append(name)
         if not conn._closed:
             conn._closed = True
             # After the handler's current step, so the close and the cancel find it
@@ -878,6 +910,7 @@ class AsyncGracefulServer:
             terminated=not still_running,
             still_running=still_running,
             completed=tuple(self._completed),
+            failed=tuple(self._failed),
             interrupted=tuple(interrupted),
             idle_closed=idle_closed,
             refused=self._refused,

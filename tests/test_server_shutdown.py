@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import logging
 import signal
 import socket
 import socketserver
@@ -823,3 +824,79 @@ def test_the_final_response_after_100_continue_during_the_stop_says_connection_c
     assert body == b"hello"
     assert second is result["result"]
     assert [name.split(" ", 1)[1] for name in second.completed] == ["POST /upload"]
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "patterns.server_shutdown" and r.levelno >= logging.ERROR
+    ]
+
+
+def test_an_http_request_that_raises_during_the_drain_is_failed_and_logged_at_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request in flight at the stop whose handler raises is in failed, with its traceback.
+
+    The client gets no response (RemoteDisconnected); the report must not call it completed.
+    """
+    entered, release = threading.Event(), threading.Event()
+
+    class Boom(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            entered.set()
+            release.wait(MUST_HAPPEN)
+            raise ValueError("boom")
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Boom)).start()
+    with client(server.address, "/boom") as outcome:
+        assert entered.wait(MUST_HAPPEN)
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
+        wait_until(lambda: server.stopping, "the stop began")
+        release.set()
+        join_or_fail(stopper)
+    report: ServerStopReport = result["result"]
+    assert isinstance(outcome["error"], http.client.RemoteDisconnected)
+    assert report.completed == ()
+    assert [name.split(" ", 1)[1] for name in report.failed] == ["GET /boom"]
+    assert report.terminated is True
+    (error,) = _errors(caplog)
+    assert error.getMessage() == f"server: request {report.failed[0]} failed"
+    assert error.exc_info is not None
+    assert error.exc_info[0] is ValueError
+
+
+def test_a_plain_tcp_handler_that_raises_during_the_drain_is_failed_and_logged_at_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A socketserver handler that raises after the stop began is in failed, logged at ERROR."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Boom(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            entered.set()
+            release.wait(MUST_HAPPEN)
+            raise ValueError("boom")
+
+    server = GracefulServer(socketserver.ThreadingTCPServer(("127.0.0.1", 0), Boom)).start()
+    with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+        assert entered.wait(MUST_HAPPEN)
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
+        wait_until(lambda: server.stopping, "the stop began")
+        release.set()
+        join_or_fail(stopper)
+        assert sock.recv(10) == b""
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"
+    report: ServerStopReport = result["result"]
+    assert report.completed == ()
+    assert (report.failed, report.terminated) == ((peer,), True)
+    (error,) = _errors(caplog)
+    assert error.getMessage() == f"server: request {peer} failed"
+    assert error.exc_info is not None
+    assert error.exc_info[0] is ValueError

@@ -747,3 +747,43 @@ def test_a_request_read_after_the_stop_began_is_refused_and_never_starts() -> No
     assert answers == b"done req-1\n"
     assert (report.completed, report.interrupted, report.refused) == ((name,), (), 1)
     assert report.terminated is True
+
+
+def test_a_request_that_raises_during_the_drain_is_failed_and_logged_not_completed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request in flight at the stop whose block raises is in failed, logged at ERROR."""
+
+    async def main() -> tuple[ServerStopReport, str]:
+        in_flight, release = asyncio.Event(), asyncio.Event()
+
+        async def handle(conn: AsyncConnection) -> None:
+            line = await conn.reader.readline()
+            with conn.request(line.decode().strip()):
+                in_flight.set()
+                await release.wait()
+                raise ValueError("boom")
+
+        async with asyncio.timeout(MUST_HAPPEN):
+            server = AsyncGracefulServer(handle).start()
+            client = await _connect(server.address)
+            await _send(client, b"GET /boom\n")
+            await in_flight.wait()
+            stopping = asyncio.create_task(server.stop(MUST_HAPPEN))
+            while not server.stopping:
+                await asyncio.sleep(0)  # a turn of the loop: the stop task has begun
+            release.set()
+            assert await _rest(client) == b""
+            report = await stopping
+            name = f"127.0.0.1:{client[1].get_extra_info('sockname')[1]} GET /boom"
+            await _hang_up(client)
+            return report, name
+
+    with caplog.at_level(logging.DEBUG):
+        report, name = asyncio.run(main())
+    assert report.completed == ()
+    assert (report.failed, report.interrupted, report.terminated) == ((name,), (), True)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == [f"server: request {name} failed"]
+    assert errors[0].exc_info is not None
+    assert errors[0].exc_info[0] is ValueError
