@@ -113,18 +113,24 @@ class ServerStopReport:
             the deadline.
         still_running: handlers still running when the stop returned (they ignored the
             close or the cancellation), by name.
-        completed: requests in flight when the stop began that finished within the drain,
-            by name.
+        completed: requests that ended after the stop began with their handler returning,
+            by name: those in flight or half read when it began (HTTP: a request whose
+            first byte had arrived), and, over HTTP, those begun during the ``grace``.
+            asyncio starts none after the stop began (see ``refused``).
         failed: requests that ended after the stop began because their handler raised, by
             name; each is logged at ERROR with its traceback. Their clients got no answer,
             or part of one.
         interrupted: connections closed by force at the drain deadline with a request in
-            flight (or half read), by name.
-        idle_closed: idle keep-alive connections the stop closed (no request in flight).
-        refused: connections accepted after the stop began and closed unanswered (or
-            answered 503), and (asyncio) requests that `AsyncConnection.request` refused
-            because the stop had begun; connections the kernel refused after the listener
-            closed are not seen and not counted.
+            flight or half read (HTTP: its request line, once read, names it), by name.
+        idle_closed: idle keep-alive connections the stop closed: no byte of a next
+            request had arrived. asyncio sees only `AsyncConnection.request` blocks: a
+            connection outside one is idle, whatever its handler was reading.
+        refused: connections accepted after the stop began and closed unanswered, and
+            (asyncio) requests that `AsyncConnection.request` refused because the stop
+            had begun; connections the kernel refused after the listener closed are not
+            seen and not counted.
+        not_ready: readiness checks (``readiness_path``) answered 503 after the stop
+            began. With a ``grace``, none means no load balancer asked in time.
         elapsed: seconds the stop took.
     """
 
@@ -135,6 +141,7 @@ class ServerStopReport:
     interrupted: tuple[str, ...] = ()
     idle_closed: int = 0
     refused: int = 0
+    not_ready: int = 0
     elapsed: float = 0.0
 
     def __post_init__(self) -> None:
@@ -144,8 +151,10 @@ class ServerStopReport:
 class _Connection:
     """One accepted connection and the handler thread that serves it.
 
-    ``state`` is "idle" (waiting for a request line), "busy" (a request in flight) or
-    "closed" (the stop closed it); it changes only under the server's lock.
+    ``state`` is "idle" (waiting for a next request), "reading" (a request's first byte
+    has arrived, the request is not yet whole), "busy" (a request in flight) or "closed"
+    (the stop closed it); it changes only under the server's lock. The stop drains a
+    "reading" connection as it drains a "busy" one.
     """
 
     def __init__(self, sock: Any, address: Any, http: bool) -> None:
@@ -154,7 +163,7 @@ class _Connection:
         self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
         self.http = http
         self.state = "idle" if http else "busy"
-        self.request = ""  # "GET /slow" while an HTTP request is in flight
+        self.request = ""  # "GET /slow" while an HTTP request is read or in flight
         self.forced = False  # the stop shut its socket down while a request was in flight
         self.failed = ""  # the name of the request whose handler raised, once one has
         self.thread: threading.Thread | None = None
@@ -170,6 +179,11 @@ class _Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
 
 
+# What the stop closes as "idle" and what it drains, then forces, as "busy": a request half
+# read is in flight.
+_STATES = {"idle": ("idle",), "busy": ("busy", "reading")}
+
+
 def _tracked_http_handler(base: type[Any], owner: GracefulServer) -> type[Any]:
     """``base`` with each request reported to ``owner`` and the readiness path answered."""
 
@@ -178,15 +192,30 @@ def _tracked_http_handler(base: type[Any], owner: GracefulServer) -> type[Any]:
         _connection_said = False  # whether that response has a Connection header yet
 
         def parse_request(self) -> bool:
+            line = self.raw_requestline.decode("iso-8859-1").split()[:2]
+            owner._request_arrives(" ".join(line)[:200])  # the headers may be slow to come
             return bool(super().parse_request()) and owner._request_begins(self)
 
         def handle_one_request(self) -> None:
             failed = True
             try:
-                super().handle_one_request()
+                if self._await_request():
+                    super().handle_one_request()
                 failed = False
             finally:
                 owner._request_ends(self, failed=failed)
+
+        def _await_request(self) -> bool:
+            """Wait for the next request's first byte, so a stop sees it half read."""
+            peek = getattr(self.rfile, "peek", None)  # None if the handler reads unbuffered
+            try:
+                if peek is not None and peek(1):
+                    owner._request_arrives("")
+            except TimeoutError as exc:  # as handle_one_request would say it
+                self.log_error("Request timed out: %r", exc)
+                self.close_connection = True
+                return False
+            return True
 
         def send_response_only(self, code: int, message: str | None = None) -> None:
             # Each response says its own: a "100 Continue" sent for "Expect: 100-continue"
@@ -275,6 +304,7 @@ class GracefulServer:
         self._interrupted: list[str] = []
         self._idle_closed = 0
         self._refused = 0
+        self._not_ready = 0  # readiness checks answered 503
         self._count = 0
 
     @property
@@ -427,6 +457,14 @@ class GracefulServer:
         if type(self.server).handle_error is not socketserver.BaseServer.handle_error:
             self.server.handle_error(connection.sock, connection.address)
 
+    def _request_arrives(self, what: str) -> None:
+        """Called by an HTTP handler as a request arrives; ``what`` is its line once read."""
+        with self._lock:
+            connection = self._connections.get(threading.current_thread())
+            if connection is not None and connection.state in ("idle", "reading"):
+                connection.state = "reading"
+                connection.request = what
+
     def _request_begins(self, handler: Any) -> bool:
         """Called by an HTTP handler with the request read: False if it is not to be served."""
         if self.readiness_path is not None and handler.path == self.readiness_path:
@@ -434,7 +472,7 @@ class GracefulServer:
             return False
         with self._lock:
             connection = self._connections.get(threading.current_thread())
-            if connection is None or connection.state == "closed":
+            if connection is None or connection.state == "closed" or connection.forced:
                 handler.close_connection = True  # the stop closed it as the request arrived
                 return False
             connection.state = "busy"
@@ -444,11 +482,11 @@ class GracefulServer:
     def _request_ends(self, handler: Any, *, failed: bool) -> None:
         with self._lock:
             connection = self._connections.get(threading.current_thread())
-            if connection is None or connection.state != "busy":
+            if connection is None or connection.state not in ("busy", "reading"):
                 return
-            if failed and not connection.forced:
+            if connection.state == "busy" and failed and not connection.forced:
                 connection.failed = connection.name  # _handle logs the exception by it
-            if self.stopping and not connection.forced:
+            if connection.state == "busy" and self.stopping and not connection.forced:
                 (self._failed if failed else self._completed).append(connection.name)
             if not connection.forced:
                 connection.state = "closed" if self._closing else "idle"
@@ -459,6 +497,9 @@ class GracefulServer:
 
     def _answer_readiness(self, handler: Any) -> None:
         ready = self.ready
+        if not ready:
+            with self._lock:
+                self._not_ready += 1
         body = b"ready\n" if ready else b"stopping\n"
         handler.send_response(200 if ready else 503)
         handler.send_header("Content-Type", "text/plain")
@@ -546,9 +587,9 @@ class GracefulServer:
                 self._wake_w.send(b"x")
 
     def _close_connections(self, state: str) -> None:
-        """Shut down the sockets of the connections in ``state``: "idle" or "busy"."""
+        """Shut down the sockets of the "idle" connections, or the "busy" (and "reading") ones."""
         for connection in self._connections.values():
-            if connection.state != state or connection.forced:
+            if connection.forced or connection.state not in _STATES[state]:
                 continue
             if state == "idle":
                 connection.state = "closed"
@@ -560,7 +601,7 @@ class GracefulServer:
             connection.shut()
 
     def _busy(self) -> bool:
-        return any(c.state == "busy" and not c.forced for c in self._connections.values())
+        return any(c.state in _STATES["busy"] and not c.forced for c in self._connections.values())
 
     def _make_report(self, elapsed: float) -> ServerStopReport:
         still = tuple(c.name for c in self._connections.values())
@@ -574,6 +615,7 @@ class GracefulServer:
             interrupted=tuple(self._interrupted),
             idle_closed=self._idle_closed,
             refused=self._refused,
+            not_ready=self._not_ready,
             elapsed=elapsed,
         )
 
@@ -590,6 +632,7 @@ class GracefulServer:
             interrupted=tuple(self._interrupted),
             idle_closed=self._idle_closed,
             refused=self._refused,
+            not_ready=self._not_ready,
             elapsed=time.monotonic() - (self._stop_began or time.monotonic()),
         )
 

@@ -773,6 +773,13 @@ def test_sigterm_with_a_budget_too_short_interrupts_and_names_the_request() -> N
 # --- what the report counts ------------------------------------------------------------------
 
 
+def _conn_thread(server: GracefulServer, n: int = 1) -> threading.Thread:
+    """The handler thread of the server's ``n``-th connection, once it is running."""
+    name = f"{server.name}-conn-{n}"
+    wait_until(lambda: any(t.name == name for t in threading.enumerate()), "a handler thread")
+    return next(t for t in threading.enumerate() if t.name == name)
+
+
 def _read_until(sock: socket.socket, end: bytes) -> bytes:
     """Bytes from ``sock`` until ``end`` has arrived, or the connection ended."""
     data = b""
@@ -900,3 +907,76 @@ def test_a_plain_tcp_handler_that_raises_during_the_drain_is_failed_and_logged_a
     assert error.getMessage() == f"server: request {peer} failed"
     assert error.exc_info is not None
     assert error.exc_info[0] is ValueError
+
+
+def test_a_request_half_read_at_the_stop_is_drained_then_interrupted_not_idle_closed() -> None:
+    """A request whose headers are still arriving when the stop began is in flight, not idle.
+
+    The drain waits for it; its headers never end, so the forced close cuts it at the drain
+    deadline and names it in interrupted.
+    """
+    slow = Slow()
+    server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), slow.handler()))
+    server.start()
+    with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+        sock.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")  # the headers' end never comes
+        wait_until_blocked_in(_conn_thread(server), "parse_headers")
+        report = server.stop(1.0)
+        assert sock.recv(100) == b""
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"
+    assert report.idle_closed == 0
+    assert report.interrupted == (f"{peer} GET /half",)
+    assert report.terminated is True
+
+
+def test_a_half_read_request_whose_rest_arrives_in_the_drain_is_served_and_completed() -> None:
+    """A half-read request whose headers end during the drain is answered, then completed.
+
+    An idle client read the end of its connection first: the stop has closed the idle ones
+    and is draining. The answer says Connection: close.
+    """
+    slow = Slow()
+    server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), slow.handler()))
+    server.start()
+    with (
+        socket.create_connection(server.address, timeout=MUST_HAPPEN) as half,
+        contextlib.closing(connect(server.address)) as idle,
+    ):
+        half.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")
+        wait_until_blocked_in(_conn_thread(server), "parse_headers")
+        assert get(idle, "/first")[:2] == (200, "done /first\n")
+        wait_until_blocked_in(_conn_thread(server, 2), "_await_request")  # idle: answered
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
+        assert idle.sock is not None
+        assert idle.sock.recv(10) == b""  # the idle client was closed: the drain is on
+        half.sendall(b"\r\n")
+        answer = _read_until(half, b"done /half\n")
+        join_or_fail(stopper)
+        peer = f"127.0.0.1:{half.getsockname()[1]}"
+    report: ServerStopReport = result["result"]
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert b"\r\nConnection: close" in answer
+    assert (report.completed, report.idle_closed, report.interrupted) == (
+        (f"{peer} GET /half",),
+        1,
+        (),
+    )
+
+
+def test_readiness_answers_during_the_stop_are_counted_in_not_ready_not_refused() -> None:
+    """Each readiness check answered 503 after the stop began is counted in not_ready.
+
+    They are not refused work, nor requests completed: they are the load balancer asking.
+    """
+    slow = Slow()
+    with graceful(slow, grace=MUST_HAPPEN * 3) as server:
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN * 4), "stopper")
+        wait_until(lambda: not server.ready, "the stop began")
+        for _ in range(2):
+            with contextlib.closing(connect(server.address)) as probe:
+                assert get(probe, "/ready") == (503, "stopping\n", "close")
+        second = server.stop(MUST_HAPPEN)  # cuts the grace short
+        join_or_fail(stopper)
+    assert second is result["result"]
+    assert (second.refused, second.completed, second.interrupted) == (0, (), ())
+    assert second.not_ready == 2
