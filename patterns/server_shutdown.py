@@ -17,16 +17,17 @@ Guarantees:
     * ``stop()`` returns within its budget and never raises for unfinished work; a second
       call returns the first report. From a handler (or the serve thread, or a signal
       handler interrupting a ``stop()``), it is a request that returns at once.
-    * Once the stop began, nothing new is served: ``GracefulServer.ready`` is false and
-      ``readiness_path`` answers 503, every final HTTP response (the one after a ``100
-      Continue`` too) carries ``Connection: close``, idle connections are closed; once
-      the listener is closed the kernel refuses new connections. asyncio:
-      ``conn.request()`` raises `ServerStopping`, so a request read after the stop began
-      (a pipelined one, already buffered) never starts; it is counted in ``refused``.
+    * Once the stop began, ``GracefulServer.ready`` is false, ``readiness_path`` answers
+      503 and every final HTTP response (the one after a ``100 Continue`` too) carries
+      ``Connection: close``; once the ``grace`` is over, nothing new is served: the
+      listener closes (then the kernel refuses new connections) and idle connections are
+      closed. asyncio has no grace: ``conn.request()`` raises `ServerStopping` once the
+      stop began, so a request read then (a pipelined one, already buffered) never
+      starts; it is counted in ``refused``.
     * Each connection with a request in flight is named in ``completed``, ``failed``
       or ``interrupted``; a handler that raises is logged at ERROR with its traceback,
-      during a stop as before it. Handler threads are not daemons: each is tracked and waited for on
-      the deadline; a handler (thread or task) still running is named in
+      during a stop as before it. Handler threads are not daemons: each is tracked and
+      waited for on the deadline; a handler (thread or task) still running is named in
       ``still_running``, never abandoned silently.
     * asyncio: a response written before its ``request()`` block ends is flushed before the
       connection closes; a connection interrupted at the deadline is aborted.
@@ -482,11 +483,13 @@ class GracefulServer:
     def _request_ends(self, handler: Any, *, failed: bool) -> None:
         with self._lock:
             connection = self._connections.get(threading.current_thread())
-            if connection is None or connection.state not in ("busy", "reading"):
+            if connection is None or connection.state not in _STATES["busy"]:
                 return
-            if connection.state == "busy" and failed and not connection.forced:
+            if failed and not connection.forced:
                 connection.failed = connection.name  # _handle logs the exception by it
-            if connection.state == "busy" and self.stopping and not connection.forced:
+            # A request half read and not served (a readiness check, a 400) is not counted.
+            counted = connection.state == "busy" or failed
+            if counted and self.stopping and not connection.forced:
                 (self._failed if failed else self._completed).append(connection.name)
             if not connection.forced:
                 connection.state = "closed" if self._closing else "idle"
