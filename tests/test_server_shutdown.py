@@ -918,12 +918,15 @@ def test_a_request_half_read_at_the_stop_is_drained_then_interrupted_not_idle_cl
     slow = Slow()
     server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), slow.handler()))
     server.start()
-    with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
-        sock.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")  # the headers' end never comes
-        wait_until_blocked_in(_conn_thread(server), "parse_headers")
-        report = server.stop(1.0)
-        assert sock.recv(100) == b""
-        peer = f"127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+            sock.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")  # the headers' end never comes
+            wait_until_blocked_in(_conn_thread(server), "parse_headers")
+            report = server.stop(1.0)
+            assert sock.recv(100) == b""
+            peer = f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.stop(MUST_HAPPEN)
     assert report.idle_closed == 0
     assert report.interrupted == (f"{peer} GET /half",)
     assert report.terminated is True
@@ -939,13 +942,16 @@ def test_a_half_read_request_whose_rest_arrives_in_the_drain_is_served_and_compl
     server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), slow.handler()))
     server.start()
     with (
+        contextlib.ExitStack() as stack,
         socket.create_connection(server.address, timeout=MUST_HAPPEN) as half,
         contextlib.closing(connect(server.address)) as idle,
     ):
+        stack.callback(server.stop, MUST_HAPPEN)
         half.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")
         wait_until_blocked_in(_conn_thread(server), "parse_headers")
         assert get(idle, "/first")[:2] == (200, "done /first\n")
-        wait_until_blocked_in(_conn_thread(server, 2), "_await_request")  # idle: answered
+        # Answered, and reading for the next request: idle (socket.SocketIO.readinto).
+        wait_until_blocked_in(_conn_thread(server, 2), "readinto")
         stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
         assert idle.sock is not None
         assert idle.sock.recv(10) == b""  # the idle client was closed: the drain is on
