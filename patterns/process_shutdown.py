@@ -295,9 +295,9 @@ def shutdown_process_pool(
     Forcing cancels every task that has not started, sends SIGTERM to the live workers,
     SIGKILL to those still alive half-way through ``force_timeout``, and reaps them all.
     Call it before any other ``shutdown()``: that one forgets the worker processes.
-    A `KeyboardInterrupt` in the wait or the forcing kills the workers at once, reaps
-    them within ``force_timeout`` and is re-raised. Either budget may be ``math.inf`` (as long as it
-    takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
+    A `KeyboardInterrupt` in the wait or the forcing kills the workers at once, reaps them
+    within ``force_timeout`` and is re-raised. Either budget may be ``math.inf`` (as long as
+    it takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
     a `ValueError`, never a stuck task.
     """
     timeout = _seconds(timeout, "timeout")
