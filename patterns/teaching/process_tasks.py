@@ -49,6 +49,20 @@ def deaf_then_sleep(path: str, seconds: float) -> None:
     mark_then_sleep(path, seconds)
 
 
+def deaf_noting_sigterm(path: str, seconds: float) -> None:
+    """A stuck task deaf to SIGTERM that says it got one: a line in ``path`` + ".term".
+
+    It writes its pid to ``path`` (we are running now) and sleeps; a SIGTERM appends its
+    pid to ``path`` + ".term" and the sleep goes on. Only SIGKILL ends it.
+    """
+
+    def noted(signum: int, frame: object) -> None:
+        append(path + ".term", str(os.getpid()))
+
+    signal.signal(signal.SIGTERM, noted)
+    mark_then_sleep(path, seconds)
+
+
 def careful(stop: StopSignal, ready: Event, path: str) -> None:
     """A child with cleanup to do: waits for ``stop``; its finally and atexit write lines."""
     atexit.register(append, path, "atexit")
