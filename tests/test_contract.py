@@ -6,8 +6,9 @@ or nothing and refuses a second call; ``stop(timeout=None)`` uses the object's
 every time; a report starts with ``terminated: bool`` and ``still_running: tuple[str, ...]``;
 ``with`` starts and stops, and entering a started object returns it. The paths users take
 are checked too: ``with x.start()`` and the program exits; a Ctrl-C during ``stop()``; a
-``stop()`` from a signal handler, from another thread, from the object's own thread; any
-budget. A new stoppable class joins `CASES` and is held to all of it.
+``stop()`` from a signal handler (on a thread running a stop, or waiting for another
+thread's), from another thread, from the object's own thread; any budget. A new
+stoppable class joins `CASES` and is held to all of it.
 """
 
 from __future__ import annotations
