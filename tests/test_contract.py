@@ -787,7 +787,7 @@ def test_stop_from_a_signal_handler_during_stop_returns_at_once(case: Case) -> N
     assert thing.stop() is outer
 
 
-@each_busy_case
+@each_case
 def test_stop_from_a_signal_handler_while_waiting_for_another_threads_stop_returns_at_once(
     case: Case,
 ) -> None:
@@ -798,6 +798,11 @@ def test_stop_from_a_signal_handler_while_waiting_for_another_threads_stop_retur
     provisional report at once, and the main thread's stop() still keeps its own budget of
     1 s: it must not sit under a handler that waits out a budget of its own.
     """
+    if case.busy is None:
+        pytest.skip(
+            f"{case}.stop() is a coroutine: a stop that waits for another is a suspended"
+            " task, and a signal handler cannot await a stop on top of it"
+        )
     inner: dict[str, Any] = {}
 
     def handler(signum: int, frame: object) -> None:
