@@ -299,6 +299,11 @@ class GracefulServer:
         self._wake_w: socket.socket | None = None
         self._stopper: threading.Thread | None = None  # runs a stop asked from inside
         self._stopping_in: threading.Thread | None = None  # the thread inside _stop_once
+        # Idents of the threads inside stop(), running it or waiting for another's: a stop()
+        # that finds its own thread here is a signal handler on top of that call, which
+        # cannot go on until it returns, so it returns at once. A set: add and discard are
+        # atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._report: ServerStopReport | None = None
         self._completed: list[str] = []
         self._failed: list[str] = []
@@ -515,6 +520,16 @@ class GracefulServer:
 
     def stop(self, timeout: float | None = None) -> ServerStopReport:
         """Stop within ``timeout`` (None: ``stop_timeout``) and report; idempotent."""
+        me = threading.get_ident()
+        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
+            return self._stop(timeout, nested=True)
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
+            return self._stop(timeout, nested=False)
+        finally:
+            self._in_stop.discard(me)
+
+    def _stop(self, timeout: float | None, *, nested: bool) -> ServerStopReport:
         budget = _seconds(self.stop_timeout if timeout is None else timeout, "timeout")
         deadline = time.monotonic() + budget
         me = threading.current_thread()
@@ -527,9 +542,10 @@ class GracefulServer:
             self._cut_grace = self._stopping_in is not None  # a second stop cuts the grace
             self._changed.notify_all()
             inside = me in self._connections or me is self._serve_thread
-            if inside or self._stopping_in is me or self._stopper is me:
-                # A handler, the serve thread, or a signal handler on the thread already
-                # inside stop(): it cannot wait for itself. Start the stop, return.
+            if inside or nested or self._stopping_in is me or self._stopper is me:
+                # A handler, the serve thread, or a signal handler on a thread already
+                # inside stop() (running it or waiting for another thread's): it cannot
+                # wait for itself. Start the stop, return.
                 if inside and self._stopping_in is None and self._stopper is None:
                     self._stopper = threading.Thread(
                         target=self._stop_once, args=(self.stop_timeout,), name=f"{self.name}-stop"
