@@ -188,9 +188,7 @@ class _Jobs:
 
     def renew(self) -> None:
         """The heartbeat's beat: renew each running job's lease; cancel one whose lease is lost."""
-        with self.lock:
-            running = list(self.running.values())
-        for job, token in running:
+        for job, token in list(self.running.values()):  # one C-level copy: no lock needed
             if not self.store.write(job, "renew"):  # another claim took it: stop the handler
                 token.cancel("lease lost")
 
@@ -253,6 +251,8 @@ class Worker:
             self._pool.start()
             for _ in range(self._concurrency):
                 self._pool.submit(self._consume)
+            if len(self._pool.worker_threads()) < self._concurrency:  # the pool would just log it
+                raise RuntimeError("a handler thread did not start")  # noqa: TRY301
             self._claimer.start()
         except BaseException:
             self.stop()  # what started is stopped, and the caller gets the error
