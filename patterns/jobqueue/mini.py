@@ -318,9 +318,9 @@ class Worker:
         """The stop: shut the gate, drain, cancel, release what outlived the budget, report."""
         deadline = time.monotonic() + budget
         self.request_stop()
-        drain = budget if math.isinf(budget) else budget * 0.75
+        drain, force = (budget, budget) if math.isinf(budget) else (budget * 0.75, budget / 4)
         cancel = self._jobs.root.cancel
-        pool = shutdown_and_await(self._pool, drain, force_timeout=budget - drain, on_force=cancel)
+        pool = shutdown_and_await(self._pool, drain, force_timeout=force, on_force=cancel)
         claimer = self._claimer.stop(max(0.0, deadline - time.monotonic()))
         with self._jobs.lock:
             left = [job for job, _ in self._jobs.running.values()]

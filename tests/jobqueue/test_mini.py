@@ -444,6 +444,13 @@ def test_a_budget_that_is_not_a_number_of_seconds_is_refused_by_name(
     worker.store.close()
 
 
+def test_an_endless_budget_means_as_long_as_it_takes(tmp_path: Path) -> None:
+    """``stop(math.inf)`` waits for the jobs as long as they take, and never overflows."""
+    worker = make_worker(tmp_path).start()
+    assert worker.stop(float("inf")).terminated
+    worker.store.close()
+
+
 def test_a_job_whose_worker_died_on_its_last_attempt_ends_failed(tmp_path: Path) -> None:
     """A job that kills its worker every time fails once its attempts are spent, never loops."""
     store = MiniStore(tmp_path / "jobs.sqlite3", lease=60.0)
