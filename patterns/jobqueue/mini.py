@@ -88,7 +88,7 @@ class MiniStore:
                  clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.lease, self._clock = lease, clock
         self._lock = threading.Lock()  # lends the connection to one thread, for one statement
-        self._conn = sqlite3.connect(path, 5.0, isolation_level=None, check_same_thread=False)
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.executescript(f"PRAGMA journal_mode=WAL; {_SCHEMA}")
 
     def _run(self, sql: str, **params: object) -> list[Any]:

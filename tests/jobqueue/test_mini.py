@@ -435,9 +435,9 @@ def test_a_budget_that_is_not_a_number_of_seconds_is_refused_by_name(
     tmp_path: Path, bad: Any
 ) -> None:
     """nan, a negative, a bool or a str as a budget is a ValueError naming the argument."""
-    with pytest.raises(ValueError, match="stop_timeout"):
-        make_worker(tmp_path, stop_timeout=bad)
     worker = make_worker(tmp_path)
+    with pytest.raises(ValueError, match="stop_timeout"):
+        mini.Worker(worker.store, {}, stop_timeout=bad)
     with pytest.raises(ValueError, match="timeout"):
         worker.stop(bad)
     worker.stop()
