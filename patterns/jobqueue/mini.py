@@ -127,19 +127,18 @@ class MiniStore:
 Handler = Callable[[Any, CancelToken], Any]  # handler(payload, token) -> a JSON result
 
 
-def _unknown(payload: Any, token: CancelToken) -> Any:  # a task's job is never dropped
+def _unknown(payload: Any, token: CancelToken) -> Any:  # no handler: fail, never drop the job
     raise LookupError("no handler is registered for this job's task")
 
 
 class _Jobs:
     """The jobs a worker holds, behind one lock; every outcome goes to the store fenced."""
 
-    def __init__(self, store: MiniStore, handlers: Mapping[str, Handler], backoff: float,
-                 concurrency: int) -> None:  # fmt: skip
-        self.store, self._handlers, self._backoff = store, dict(handlers), backoff
+    def __init__(self, store: MiniStore, tasks: dict[str, Handler], backoff: float, n: int) -> None:
+        self.store, self._handlers, self._backoff = store, tasks, backoff
         self.root = CancelToken()  # every job's token is a child; cancelled to force a stop
         self.lock = threading.RLock()  # guards the fields below; never held during a call
-        self.slots = threading.Semaphore(concurrency)  # free handler threads; the claimer waits
+        self.slots = threading.Semaphore(n)  # free handler threads (n); the claimer waits for one
         self.stopping = threading.Event()  # the gate: set by request_stop, then no job starts
         self.running: dict[int, tuple[MiniJob, CancelToken]] = {}
         self.released: list[int] = []
@@ -148,8 +147,7 @@ class _Jobs:
         """Run one job under its own token if the gate is open, else give it back unrun."""
         token = self.root.child()
         with self.lock:
-            started = not self.stopping.is_set()
-            if started:
+            if started := not self.stopping.is_set():
                 self.running[job.id] = (job, token)
         try:
             if started:
@@ -212,6 +210,10 @@ class MiniReport:
     still_running_ids: tuple[int, ...]  # those jobs: released all the same, the fence refuses
     released: tuple[int, ...]  # every job it gave back to the queue, attempt unchanged
 
+    def __post_init__(self) -> None:
+        if self.terminated and self.still_running:
+            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
+
 
 class Worker:
     """Runs a `MiniStore`'s jobs with ``handlers[task](payload, token)`` on threads."""
@@ -221,7 +223,7 @@ class Worker:
                  exit_when_empty: bool = False,
                  install_signal_handlers: bool = False) -> None:  # fmt: skip
         self.store, self._concurrency = store, concurrency
-        self._jobs = _Jobs(store, handlers, backoff, concurrency)
+        self._jobs = _Jobs(store, dict(handlers), backoff, concurrency)
         self.stop_timeout = budget = _seconds(stop_timeout, "stop_timeout")
         self._poll = min(_seconds(poll_interval, "poll_interval"), threading.TIMEOUT_MAX)
         self._exit_when_empty, self._own_process = exit_when_empty, install_signal_handlers
@@ -287,8 +289,7 @@ class Worker:
                 self._jobs.settle(job, "release")
 
     def _empty(self) -> bool:
-        counts = self.store.counts()
-        return counts["queued"] + counts["running"] == 0
+        return sum(n for s, n in self.store.counts().items() if s in ("queued", "running")) == 0
 
     def _consume(self) -> None:
         """A handler thread: run claims until the hand-off is shut and empty."""
@@ -302,9 +303,8 @@ class Worker:
     def stop(self, timeout: float | None = None) -> MiniReport:
         """Drain, then cancel, within ``timeout`` (None: ``stop_timeout``); say what was left."""
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        me = threading.current_thread()
-        if me in self._pool.worker_threads():  # a handler cannot wait for itself: a request
-            self.request_stop()
+        if (me := threading.current_thread()) in self._pool.worker_threads():
+            self.request_stop()  # a handler cannot wait for itself: this is a request
             return self._report_now((me.name,))
         if not self._stop_lock.acquire(timeout=min(budget, threading.TIMEOUT_MAX)):
             return self._report_now(tuple(self._pool.still_running()))  # provisional
