@@ -44,6 +44,8 @@ nb_execution_mode = "force"
 nb_execution_raise_on_error = True
 nb_execution_timeout = 120
 nb_execution_show_tb = True
+# A cell's printed lines and log lines in one output box, not one box per write.
+nb_merge_streams = True
 
 exclude_patterns = ["_build", "_ext", "jupyter_execute", "**/.ipynb_checkpoints"]
 
