@@ -134,4 +134,6 @@ html_theme = "furo"
 html_title = "shutdown-patterns"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+# A link under a diagram wider than a phone's screen, to open it on its own.
+html_js_files = ["diagram-links.js"]
 html_favicon = "_static/favicon.svg"
