@@ -52,6 +52,7 @@ SCENARIOS: dict[str, Scenario] = {
     "asyncio_shutdown.a7": asyncio_shutdown.A7,
     "asyncio_shutdown.a10": asyncio_shutdown.A10,
     "process_shutdown.m3": process_shutdown.M3,
+    "process_shutdown.m8": process_shutdown.M8,
     "server_shutdown.w2": server_shutdown.W2,
 }
 
