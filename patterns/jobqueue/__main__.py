@@ -2,7 +2,9 @@
 
 The signal handlers come first, before the command line's imports (0.1 s): see
 `patterns.jobqueue.signal_guard`. SIGQUIT prints every thread's stack to stderr, and the
-process goes on, for every command.
+process goes on, for every command. Once ``main`` has returned, the signals the guard
+still holds (the worker's) are ignored until the process exits: see
+`SignalGuard.ignore_until_exit`.
 """
 
 import faulthandler
@@ -16,4 +18,8 @@ faulthandler.register(signal.SIGQUIT, all_threads=True, chain=False)
 
 from patterns.jobqueue.cli import main  # noqa: E402 - after the handlers, on purpose
 
-sys.exit(main(guard=guard))
+try:
+    status = main(guard=guard)
+finally:
+    guard.ignore_until_exit()  # the interpreter's exit would make a stop signal kill
+sys.exit(status)

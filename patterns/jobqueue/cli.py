@@ -76,8 +76,9 @@ SIGTERM, SIGINT the first starts the graceful stop (DRAINING, then CANCELLING, w
 or SIGHUP       ``--stop-timeout``), a second forces the exit (above). From the first line
                 of ``__main__`` (before the imports) until the worker starts, the first is
                 recorded and the worker stops before it claims anything: exit 0. After the
-                stop, until the process exits, each is ignored with one line: the status
-                stays the report's
+                stop (the worker's ``-> STOPPED`` line), until the process exits, each is
+                ignored, with one line until the command returns, silently (SIG_IGN)
+                while the interpreter exits: the status stays the report's
 SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on
 SIGUSR1         one log line: the worker's state, its running job ids and its counters
 SIGKILL         the process dies; its running jobs keep their lease and run again once it
