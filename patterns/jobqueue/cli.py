@@ -51,9 +51,10 @@ Exit status:
        late outcome refused), or, if its release failed, keeps its lease and runs again
        once that expires; the process exits at once with `os._exit`, because the
        interpreter would otherwise wait for their non-daemon threads forever
-4      the output could not be written (a full disk, an I/O error; for a command that
-       changes the queue, a closed pipe too): what the command changed stays changed,
-       and the line says so ("job 31 was enqueued, but its id could not be printed: ...")
+4      the output could not be written (a full disk, an I/O error, a standard output
+       closed at start-up, ``>&-``; for a command that changes the queue, a closed pipe
+       too): what the command changed stays changed, and the line says so ("job 31 was
+       enqueued, but its id could not be printed: ..."); ``--help`` too
 5      ``worker``: the store did not answer within the shutdown budget (a file or table
        locked by another connection, say): the stop gave up on it at the deadline (the
        report's ``store_gave_up``); the jobs whose outcome or release it could not write
@@ -62,7 +63,7 @@ Exit status:
        start-up; the jobs it was running keep their lease and run again once it expires
 130    a second SIGINT forced the exit (128 + 2), as for 129; or a command other than
        ``worker`` got a SIGINT: what had started was stopped, and one line says "interrupted"
-141    a command that only reads (or ``demo``) found its output pipe closed
+141    a command that only reads (or ``demo``, or ``--help``) found its output pipe closed
        (``list | head -1``): it stops quietly, as a process killed by SIGPIPE would (128 + 13)
 143    a second SIGTERM forced the exit (128 + 15), as for 129
 128+n  killed by signal n (Python's ``subprocess`` says -n): SIGKILL; for other commands
@@ -92,7 +93,8 @@ and one that came during start-up is delivered then. A signal in the interpreter
 start-up, before ``__main__``'s first line (20 ms or more, with ``site``), meets
 Python's defaults: it kills, or SIGINT prints a ``KeyboardInterrupt`` traceback.
 
-Every error is one line on stderr, never a traceback; a command other than ``worker``
+Every error is one line on stderr, never a traceback (a stderr closed at start-up,
+``2>&-``, loses the lines and the worker's logs, never the work); a command other than ``worker``
 does not print the store's retries, only the error that ends them (for a locked SQLite
 file, with how long it waited). This module and
 `patterns.jobqueue.demo` print: they are the user interface. The library logs.
@@ -106,6 +108,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import errno
 import importlib
 import json
 import logging
@@ -117,7 +120,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from patterns.exit_hooks import force_exit
 from patterns.jobqueue import demo
@@ -215,11 +218,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
     def print_help(self, file: Any = None) -> None:  # Any: typeshed's private SupportsWrite
-        """Print the help, flushed: a closed pipe raises here, not at the interpreter's exit."""
+        """Print the help, flushed: a closed pipe raises here, not at the interpreter's exit.
+
+        Written here, not by argparse, which swallows a failed write (``python -u``, or a
+        help longer than the buffer, would exit 0 with nothing printed).
+        """
+        stream = _stdout() if file is None else file
         try:
-            super().print_help(file)
-            if file is None:
-                sys.stdout.flush()
+            stream.write(self.format_help())
+            stream.flush()
         except OSError as exc:
             raise OutputLost(exc) from exc
 
@@ -490,7 +497,7 @@ def main(argv: Sequence[str] | None = None, *, guard: SignalGuard | None = None)
             guard.release()  # a SIGINT it held raises KeyboardInterrupt here: "interrupted"
         if args.command == "demo":
             try:
-                return demo.run()
+                return demo.run(_stdout())
             except demo.DemoOutputLost as exc:
                 raise OutputLost(exc.cause) from exc
         args.db = _queue_name(args)
@@ -505,7 +512,7 @@ def main(argv: Sequence[str] | None = None, *, guard: SignalGuard | None = None)
     except KeyboardInterrupt:
         # Ctrl-C during a command other than ``worker`` (whose handlers hold SIGINT from
         # start-up to exit): whatever had started was stopped on the way out. One line.
-        print(f"{PROG}: interrupted", file=sys.stderr)  # noqa: T201 - the CLI's output
+        _say(f"{PROG}: interrupted")
         return EXIT_INTERRUPTED
 
 
@@ -517,27 +524,47 @@ def _one_shot(args: argparse.Namespace) -> int:
     return status
 
 
+def _say(line: str) -> None:
+    """Print ``line`` on stderr; nothing if it was closed at start-up (``2>&-``).
+
+    The line is lost then, never the work; and never printed to stdout instead, where
+    ``print(file=None)`` would send it.
+    """
+    if sys.stderr is not None:
+        print(line, file=sys.stderr)  # noqa: T201 - the CLI's output
+
+
 def _error(text: str) -> None:
     message = " ".join(text.split())  # one line, whatever the cause said
-    print(f"{PROG}: error: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
+    _say(f"{PROG}: error: {message}")
 
 
 def _warn(text: str) -> None:
     message = " ".join(text.split())
-    print(f"{PROG}: warning: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
+    _say(f"{PROG}: warning: {message}")
+
+
+def _stdout() -> TextIO:
+    """``sys.stdout``; `OutputLost` if standard output was closed at start-up (``>&-``).
+
+    Python sets ``sys.stdout`` to None then, and ``print`` writes nothing, silently.
+    """
+    if sys.stdout is None:
+        raise OutputLost(OSError(errno.EBADF, "standard output is closed"))
+    return sys.stdout
 
 
 def _out(text: str = "") -> None:
     """Print a line of output (flushed by `main` once the command is done)."""
     try:
-        print(text)  # noqa: T201 - the CLI's output
+        print(text, file=_stdout())
     except OSError as exc:
         raise OutputLost(exc) from exc
 
 
 def _flush() -> None:
     try:
-        sys.stdout.flush()
+        _stdout().flush()
     except OSError as exc:
         raise OutputLost(exc) from exc
 
@@ -699,6 +726,8 @@ def _read_payload(args: argparse.Namespace) -> tuple[str, str]:
             raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from exc
     elif args.payload == "-":
         where = "stdin"
+        if sys.stdin is None:  # closed at start-up (<&-)
+            raise UsageError("cannot read the payload from stdin: standard input is closed")
         stream = getattr(sys.stdin, "buffer", None)
         try:
             data = (
@@ -1049,8 +1078,10 @@ def _worker(args: argparse.Namespace, guard: SignalGuard | None) -> int:
 
 def _guarded_worker(args: argparse.Namespace, guard: SignalGuard) -> int:
     registry = _load_registry(args.tasks)
+    # With stderr closed at start-up (2>&-) the logs are lost, not the work.
+    handler = logging.NullHandler() if sys.stderr is None else logging.StreamHandler(sys.stderr)
     logging.basicConfig(
-        stream=sys.stderr,
+        handlers=[handler],
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
