@@ -42,10 +42,11 @@ Exit status:
        end within the budget while no job was running, or the store failed every claim
        for ``--store-outage-limit`` seconds (the report's ``failure``, logged)
 2      the command did nothing: bad command-line input, an unimportable ``--tasks``, no
-       such queue or job, a file that is not a store, a store that cannot be used (a
-       read-only file, an unreachable server, a file whose write lock another connection
-       held through the store's retries, about 26 s), or a refused request (``requeue``
-       of a job that is not failed, ``cancel`` of a finished job)
+       such queue or job, a file that is not a store (a FIFO, a socket or a device is
+       refused unread), a store that cannot be used (a read-only file, an unreachable
+       server, a file whose write lock another connection held through the store's
+       retries, about 26 s), or a refused request (``requeue`` of a job that is not
+       failed, ``cancel`` of a finished job)
 3      ``worker``: the shutdown budget ran out with jobs still running (the report's
        ``still_running``): each was released at the deadline (attempt given back, its
        late outcome refused), or, if its release failed, keeps its lease and runs again

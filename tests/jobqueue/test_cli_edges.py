@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -188,6 +189,49 @@ def test_a_queue_that_does_not_exist_is_not_created_by_commands_that_only_inspec
     link.symlink_to(tmp_path / "target.db")
     assert_refused(run_cli(capsys, "--db", str(link), *args), "no such queue")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.db"]
+
+
+@contextmanager
+def not_a_file(kind: str, path: Path) -> Iterator[None]:
+    """``path`` made a FIFO, a listening Unix socket, or a symlink to a character device."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        yield
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(path))
+            server.listen()
+            yield
+    else:
+        path.symlink_to(os.devnull)
+        yield
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["enqueue", "t"], ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"]],
+    ids=lambda args: args[0],
+)
+def test_a_db_that_is_a_fifo_socket_or_device_is_refused_without_blocking(
+    tmp_path: Path, kind: str, args: list[str]
+) -> None:
+    """Not a queue file: one line, exit 2, at once; a FIFO is never opened for reading."""
+    db = tmp_path / "q.db"
+    with not_a_file(kind, db):
+        result = subprocess.run(
+            [sys.executable, "-m", "patterns.jobqueue", "--db", str(db), *args],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=MUST_HAPPEN,  # it used to block in open() for ever
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (cli.EXIT_USAGE, "")
+    name = {"fifo": "a FIFO", "socket": "a socket", "device": "a character device"}[kind]
+    assert result.stderr == f"{ERROR}{db}: not a queue file: it is {name}\n"
 
 
 @pytest.mark.parametrize("db", [":memory:", "file::memory:", "file:q?mode=memory", "file:q.db"])
