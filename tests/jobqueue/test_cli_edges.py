@@ -86,6 +86,24 @@ HUGE = "100000000000000000000"
         (["worker", "--tasks", "m:t", "--poll-interval", "1e15"], "poll-interval must be at most"),
         (["worker", "--tasks", "m:t", "--watch-interval", "-1"], "watch-interval must be >= 0"),
         (
+            ["worker", "--tasks", "m:t", "--poll-interval", "1e-9"],
+            (
+                "poll-interval must be at least 0.01 seconds (less keeps an idle worker's CPU "
+                "busy), got 1e-9"
+            ),
+        ),
+        (
+            ["worker", "--tasks", "m:t", "--poll-interval", "0.0099"],
+            "poll-interval must be at least 0.01 seconds",
+        ),
+        (
+            ["worker", "--tasks", "m:t", "--watch-interval", "1e-9"],
+            (
+                "watch-interval must be 0 (off) or at least 0.001 seconds (less keeps an idle "
+                "worker's CPU busy), got 1e-9"
+            ),
+        ),
+        (
             ["worker", "--tasks", "m:t", "--watch-interval", "nan"],
             "watch-interval must be a finite",
         ),
@@ -514,7 +532,10 @@ def test_the_demo_handlers_accept_the_default_null_payload() -> None:
         demo_tasks.slow([1], ctx)
 
 
-@pytest.mark.parametrize(("given", "expected"), [([], None), (["--watch-interval", "0"], 0.0)])
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [([], None), (["--watch-interval", "0"], 0.0), (["--watch-interval", "0.001"], 0.001)],
+)
 def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -538,6 +559,20 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)
     assert code == 0, err
     assert seen == [WATCH_INTERVAL if expected is None else expected]
+
+
+def test_the_idle_intervals_accept_their_floor_and_the_help_names_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The floors are the smallest values accepted, and the help says what they are."""
+    worker = ["--db", "q.db", "worker", "--tasks", "m:t"]
+    args = cli._parser().parse_args([*worker, "--poll-interval", "0.01"])
+    assert args.poll_interval == 0.01
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "looks for due jobs again, at least 0.01 (default: 1)" in text
+    assert "0 turns it off, else at least 0.001 (default: 0.015;" in text
 
 
 def test_the_watch_interval_help_names_the_back_off(capsys: pytest.CaptureFixture[str]) -> None:
