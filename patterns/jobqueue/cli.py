@@ -767,8 +767,12 @@ def _read_payload(args: argparse.Namespace) -> tuple[str, str]:
             )
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read the payload from stdin: {exc}") from exc
+    elif args.payload is None:
+        return "null", "the command line"
     else:
-        return ("null" if args.payload is None else args.payload), "the command line"
+        # An argument that is not UTF-8 arrives as surrogate escapes (PEP 383): its bytes
+        # are refused as the same bytes from stdin or a file are, not stored escaped.
+        where, data = "the command line", os.fsencode(args.payload)
     if len(data) > _MAX_PAYLOAD_INPUT:
         raise UsageError(f"the payload from {where} is over {_MAX_PAYLOAD_INPUT} bytes")
     try:

@@ -383,6 +383,41 @@ def test_the_payload_comes_from_stdin_or_a_file_and_bad_json_names_where_it_came
     assert json.loads(out)["queued"] == 2  # nothing refused was written
 
 
+@pytest.mark.parametrize("source", ["argument", "stdin", "file"])
+def test_a_payload_that_is_not_utf8_is_refused_wherever_it_comes_from(
+    tmp_path: Path, source: str
+) -> None:
+    """The same bytes on the command line, on stdin or in a file: one line, exit 2, no job.
+
+    Python hands an argument that is not UTF-8 over as surrogate escapes, which used to
+    be stored as they were.
+    """
+    data = b'"caf\xe9"'  # Latin-1, not UTF-8
+    (tmp_path / "p.json").write_bytes(data)
+    sources: dict[str, list[str | bytes]] = {
+        "argument": [data],
+        "stdin": ["-"],
+        "file": ["--payload-file", "p.json"],
+    }
+    payload = sources[source]
+    where = {"argument": "the command line", "stdin": "stdin", "file": "--payload-file p.json"}
+    result = subprocess.run(
+        [sys.executable, "-m", "patterns.jobqueue", "--db", "q.db", "enqueue", "t", *payload],
+        cwd=tmp_path,
+        input=data,
+        capture_output=True,
+        env=child_env(),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (cli.EXIT_USAGE, b"")
+    assert result.stderr.decode() == (
+        f"{ERROR}the payload from {where[source]} is not UTF-8 text: 'utf-8' codec can't "
+        "decode byte 0xe9 in position 4: invalid continuation byte\n"
+    )
+    assert not (tmp_path / "q.db").exists()
+
+
 def test_the_payload_limit_counts_the_utf8_bytes_wc_counts_in_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
