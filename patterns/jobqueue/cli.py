@@ -5,7 +5,7 @@ Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``):
     python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD | -] [--payload-file F]
         [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
-        [--stop-timeout S] [--poll-interval S] [--watch-interval S] [--lease S]
+        [--prefetch N] [--stop-timeout S] [--poll-interval S] [--watch-interval S] [--lease S]
         [--store-outage-limit S] [--exit-when-empty]
     python -m patterns.jobqueue --db PATH status [--json]
     python -m patterns.jobqueue --db PATH show ID [--json]
@@ -405,6 +405,16 @@ def _worker_arguments(worker: argparse.ArgumentParser) -> None:
         type=_whole("concurrency", maximum=_MAX_CONCURRENCY),
         default=4,
         help=f"handler threads, 1 to {_MAX_CONCURRENCY} (default: 4)",
+    )
+    worker.add_argument(
+        "--prefetch",
+        metavar="N",
+        type=_whole("prefetch", minimum=0, maximum=_MAX_CONCURRENCY),
+        default=0,
+        help=f"claims held beyond --concurrency, waiting for a free handler thread, 0 to "
+        f"{_MAX_CONCURRENCY}: a freed thread finds its next job at once, but a prefetched job "
+        "holds its lease and has used an attempt before it starts, so if the process is "
+        "killed it waits for its lease to expire (default: 0)",
     )
     worker.add_argument(
         "--stop-timeout",
@@ -1143,6 +1153,7 @@ def _run_worker(
             store,
             registry,
             concurrency=args.concurrency,
+            prefetch=args.prefetch,
             poll_interval=args.poll_interval,
             stop_timeout=args.stop_timeout,
             lease=args.lease,

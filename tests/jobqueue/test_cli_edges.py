@@ -27,7 +27,7 @@ from patterns.jobqueue import cli, demo_tasks
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import DEFAULT_MAX_PAYLOAD_BYTES, Job
 from patterns.jobqueue.tasks import JobContext
-from patterns.jobqueue.worker import WorkerReport
+from patterns.jobqueue.worker import Worker, WorkerReport
 from tests.support import MUST_HAPPEN, child_env
 
 ERROR = "python -m patterns.jobqueue: error: "
@@ -110,6 +110,8 @@ HUGE = "100000000000000000000"
         (["worker", "--tasks", "m:t", "--stop-timeout", "1e15"], "stop-timeout must be at most"),
         (["worker", "--tasks", "m:t", "--stop-timeout", "nan"], "stop-timeout must be a finite"),
         (["worker", "--tasks", "m:t", "--concurrency", "100000"], "concurrency must be at most"),
+        (["worker", "--tasks", "m:t", "--prefetch", "-1"], "prefetch must be at least 0, got -1"),
+        (["worker", "--tasks", "m:t", "--prefetch", "1001"], "prefetch must be at most 1000"),
         (["show", str(2**63)], f"job id must be at most {2**63 - 1}"),
         (["cancel", "0"], "job id must be at least 1, got 0"),
         (["list", "--limit", "0"], "limit must be at least 1"),
@@ -608,6 +610,30 @@ def test_the_idle_intervals_accept_their_floor_and_the_help_names_it(
     text = " ".join(capsys.readouterr().out.split())
     assert "looks for due jobs again, at least 0.01 (default: 1)" in text
     assert "0 turns it off, else at least 0.001 (default: 0.015;" in text
+
+
+@pytest.mark.parametrize(("given", "expected"), [([], 0), (["--prefetch", "3"], 3)])
+def test_the_worker_gives_its_prefetch_to_the_worker(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    given: list[str],
+    expected: int,
+) -> None:
+    """``--prefetch`` reaches `Worker` (default 0, the API's), which runs with it."""
+    seen: list[object] = []
+
+    class Spy(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            seen.append(kwargs.get("prefetch"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "Worker", Spy)
+    db = str(tmp_path / "q.db")
+    worker = ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks", "--exit-when-empty"]
+    code, _, err = run_cli(capsys, "--db", db, *worker, *given)
+    assert code == 0, err
+    assert seen == [expected]
 
 
 def test_the_watch_interval_help_names_the_back_off(capsys: pytest.CaptureFixture[str]) -> None:
