@@ -346,26 +346,36 @@ def test_a_signal_storm_while_the_worker_exits_never_changes_its_status(
 ) -> None:
     """Signals sent without pause from the worker's STOPPED line to the exit: still status 0.
 
-    A stop signal stops the worker first; SIGUSR1, which stops nothing, storms a worker
-    that stops once the queue is empty. The interpreter's finalization puts back the
-    default action of every signal with a Python-level handler before the process ends,
-    so a signal in those last milliseconds used to kill it.
+    The interpreter's finalization puts back the default action of every signal with a
+    Python-level handler before the process ends, so a signal in those last milliseconds
+    used to kill it.
+    """
+    for _ in range(STORM_TRIES):
+        assert storm_until_exit(WORKER, workdir, sig) == 0
+
+
+def storm_until_exit(worker: list[str], workdir: Path, sig: signal.Signals) -> int:
+    """The exit status of ``worker`` stormed with ``sig`` from its STOPPED line to its exit.
+
+    A stop signal stops it first; a worker stormed with SIGUSR1 stops by itself
+    (``--exit-when-empty``). Then ``sig`` goes every `STORM_PERIOD` until the exit.
     """
     stops = sig is not signal.SIGUSR1
-    for _ in range(STORM_TRIES):
-        child = Child(WORKER if stops else [*WORKER, "--exit-when-empty"], workdir)
-        try:
-            child.expect("err", "NEW -> RUNNING")
-            if stops:
-                child.proc.send_signal(sig)  # the first: a clean stop, nothing running
-            child.expect("err", "-> STOPPED")  # the report is final from this line on
-            deadline = time.monotonic() + MUST_HAPPEN
-            while child.proc.poll() is None and time.monotonic() < deadline:
-                child.proc.send_signal(sig)
-                time.sleep(STORM_PERIOD)  # the storm's pace, not a synchronisation
-            assert child.wait() == 0, child.rest("err")[-5:]
-        finally:
-            child.close()
+    child = Child(worker if stops else [*worker, "--exit-when-empty"], workdir)
+    try:
+        child.expect("err", "NEW -> RUNNING")
+        if stops:
+            child.proc.send_signal(sig)  # the first: a clean stop, nothing running
+        child.expect("err", "-> STOPPED")  # the report is final from this line on
+        deadline = time.monotonic() + MUST_HAPPEN
+        while child.proc.poll() is None and time.monotonic() < deadline:
+            child.proc.send_signal(sig)
+            time.sleep(STORM_PERIOD)  # the storm's pace, not a synchronisation
+        status = child.wait()
+        assert status == 0, child.rest("err")[-5:]
+        return status
+    finally:
+        child.close()
 
 
 # --- the package --------------------------------------------------------------------------------
