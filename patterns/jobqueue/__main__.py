@@ -34,6 +34,9 @@ def _fill_closed_standard_fds() -> None:
 
 _fill_closed_standard_fds()
 guard = SignalGuard("python -m patterns.jobqueue").install()
+# faulthandler puts back at the interpreter's exit the disposition it found: SIG_IGN, so
+# that a SIGQUIT in the process's last milliseconds does not dump core (SIG_DFL would).
+signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 # With stderr closed, the stacks go to /dev/null: SIGQUIT still does not end the process.
 faulthandler.register(
     signal.SIGQUIT, file=sys.stderr if sys.stderr is not None else 2, all_threads=True, chain=False

@@ -338,7 +338,7 @@ STORM_PERIOD = 0.0005  # seconds between two signals of the storm
 
 @pytest.mark.parametrize(
     "sig",
-    [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1],
+    [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGQUIT],
     ids=lambda sig: sig.name,
 )
 def test_a_signal_storm_while_the_worker_exits_never_changes_its_status(
@@ -357,10 +357,10 @@ def test_a_signal_storm_while_the_worker_exits_never_changes_its_status(
 def storm_until_exit(worker: list[str], workdir: Path, sig: signal.Signals) -> int:
     """The exit status of ``worker`` stormed with ``sig`` from its STOPPED line to its exit.
 
-    A stop signal stops it first; a worker stormed with SIGUSR1 stops by itself
-    (``--exit-when-empty``). Then ``sig`` goes every `STORM_PERIOD` until the exit.
+    A stop signal stops it first; a worker stormed with SIGUSR1 or SIGQUIT stops by
+    itself (``--exit-when-empty``). Then ``sig`` goes every `STORM_PERIOD` until the exit.
     """
-    stops = sig is not signal.SIGUSR1
+    stops = sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     child = Child(worker if stops else [*worker, "--exit-when-empty"], workdir)
     try:
         child.expect("err", "NEW -> RUNNING")
