@@ -95,10 +95,10 @@ start-up, before ``__main__``'s first line (20 ms or more, with ``site``), meets
 Python's defaults: it kills, or SIGINT prints a ``KeyboardInterrupt`` traceback.
 
 Every error is one line on stderr, never a traceback (a stderr closed at start-up,
-``2>&-``, loses the lines and the worker's logs, never the work); a command other than ``worker``
-does not print the store's retries, only the error that ends them (for a locked SQLite
-file, with how long it waited). This module and
-`patterns.jobqueue.demo` print: they are the user interface. The library logs.
+``2>&-``, loses the lines and the worker's logs, never the work); a command other than
+``worker`` does not print the store's retries, only the error that ends them (for a
+locked SQLite file, with how long it waited). This module and `patterns.jobqueue.demo`
+print: they are the user interface. The library logs.
 
 Docs: docs/jobqueue/operations.md
 """
