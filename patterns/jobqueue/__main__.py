@@ -2,8 +2,8 @@
 
 The signal handlers come first, before the command line's imports (0.1 s): see
 `patterns.jobqueue.signal_guard`. SIGQUIT prints every thread's stack to stderr, and the
-process goes on, for every command. Once ``main`` has returned, the signals the guard
-still holds (the worker's) are ignored until the process exits: see
+process goes on, for every command. Once ``main`` has returned, SIGQUIT and the signals
+the guard still holds (the worker's) are ignored until the process exits: see
 `SignalGuard.ignore_until_exit`.
 """
 
@@ -34,8 +34,8 @@ def _fill_closed_standard_fds() -> None:
 
 _fill_closed_standard_fds()
 guard = SignalGuard("python -m patterns.jobqueue").install()
-# faulthandler puts back at the interpreter's exit the disposition it found: SIG_IGN, so
-# that a SIGQUIT in the process's last milliseconds does not dump core (SIG_DFL would).
+# faulthandler puts back the disposition it found (at unregister(), or at the interpreter's
+# exit): SIG_IGN, so that a SIGQUIT in the process's last milliseconds does not dump core.
 signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 # With stderr closed, the stacks go to /dev/null: SIGQUIT still does not end the process.
 faulthandler.register(
@@ -48,4 +48,7 @@ try:
     status = main(guard=guard)
 finally:
     guard.ignore_until_exit()  # the interpreter's exit would make a stop signal kill
+    # A stack dump while the interpreter is torn down can crash it (SIGSEGV on 3.13):
+    # from here on SIGQUIT gets what faulthandler found, SIG_IGN.
+    faulthandler.unregister(signal.SIGQUIT)
 sys.exit(status)

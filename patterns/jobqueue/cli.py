@@ -81,7 +81,8 @@ or SIGHUP       ``--stop-timeout``), a second forces the exit (above). From the 
                 stop (the worker's ``-> STOPPED`` line), until the process exits, each is
                 ignored, with one line until the command returns, silently (SIG_IGN)
                 while the interpreter exits: the status stays the report's
-SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on
+SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on.
+                Once the command has returned: ignored, silently
 SIGUSR1         one log line: the worker's state, its running job ids and its counters
 SIGKILL         the process dies; its running jobs keep their lease and run again once it
                 expires
