@@ -181,6 +181,8 @@ class Doctor:
         text = diagnose(self, headline)
         if self.kill:
             text += f"exit-doctor: ending the process with status {KILL_STATUS} (kill=True)\n"
+        else:
+            text += "exit-doctor: leaving the process as it is (kill=False)\n"
         stream = self.stream or sys.stderr or sys.__stderr__
         try:
             if stream is not None:
@@ -481,7 +483,11 @@ def _after_seconds(value: object) -> float:
 
 def _program_traceback(tb: TracebackType | None) -> TracebackType | None:
     """``tb`` without the doctor's and runpy's frames: the traceback the program would show."""
-    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+    while tb is not None and tb.tb_frame.f_code.co_filename in (
+        __file__,
+        runpy.__file__,
+        "<frozen runpy>",
+    ):
         tb = tb.tb_next
     return tb
 
@@ -522,7 +528,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException as exc:  # noqa: BLE001 - shown as the program's own traceback
-        sys.excepthook(type(exc), exc, _program_traceback(exc.__traceback__))
+        program_tb = _program_traceback(exc.__traceback__)  # the hook may read either one
+        sys.excepthook(type(exc), exc.with_traceback(program_tb), program_tb)
         raise SystemExit(1) from None
     finally:
         doctor.main_returned()
