@@ -71,7 +71,8 @@ from typing import Any, TextIO
 
 __all__ = ["KILL_STATUS", "Doctor", "diagnose", "install", "main"]
 
-KILL_STATUS = 3  # the exit status of a process the doctor ended (``kill=True``, ``--kill``)
+#: The exit status of a process the doctor ended (``kill=True``, ``--kill``).
+KILL_STATUS = 3
 
 _WATCHED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _STDLIB = tuple(
@@ -178,7 +179,10 @@ class Doctor:
                 reported = reported and bool(armed)
 
     def _report(self, headline: str) -> None:
-        text = diagnose(self, headline)
+        try:
+            text = diagnose(self, headline)
+        except Exception as exc:  # noqa: BLE001 - a failed report must not stop the kill
+            text = f"exit-doctor: {headline}; the report failed: {exc!r}\n"
         if self.kill:
             text += f"exit-doctor: ending the process with status {KILL_STATUS} (kill=True)\n"
         else:
@@ -289,9 +293,10 @@ def _patch_popen(doctor: Doctor) -> None:
     real_init = subprocess.Popen.__init__
 
     def __init__(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        doctor._started_at[self] = _origin(sys._getframe(1))
-        doctor._popens.add(self)
+        where = _origin(sys._getframe(1))
         real_init(self, *args, **kwargs)
+        doctor._started_at[self] = where  # only a child that started is worth a line
+        doctor._popens.add(self)
 
     _replace(doctor, subprocess.Popen, "__init__", __init__)
 

@@ -9,6 +9,7 @@ test failure instead of a hang.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -471,3 +472,20 @@ def test_a_missing_script_is_one_line_and_status_2() -> None:
     assert run.returncode == 2
     assert "can't open file 'no_such_program.py'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the page's reports come from 3.11")
+def test_the_reports_on_the_docs_page_are_what_the_doctor_prints_today() -> None:
+    """The page shows real runs: each kept report equals a fresh run of its hazard."""
+    spec = importlib.util.spec_from_file_location(
+        "exit_doctor_reports", ROOT / "scripts" / "exit_doctor_reports.py"
+    )
+    assert spec
+    assert spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.names() == sorted(p.stem for p in HAZARDS.glob("*.py"))
+    assert len(script.names()) == 6
+    for name in script.names():
+        kept = (script.REPORTS / f"{name}.txt").read_text(encoding="utf-8")
+        assert kept == script.report(name), f"run python scripts/exit_doctor_reports.py ({name})"
