@@ -398,6 +398,35 @@ def test_the_use_it_example_ends_with_status_3_and_names_the_forgotten_thread() 
     assert f'File "{example}", line {line_of(example, "uploads_done.wait()")}' in run.stderr
 
 
+INSTALL_THEN_POOL = """
+from patterns import exit_doctor
+
+exit_doctor.install(after=1, kill=True)
+
+import threading  # imported after install: their exit hooks are registered after the doctor's
+from concurrent.futures import ThreadPoolExecutor
+
+entered = threading.Event()
+pool = ThreadPoolExecutor(thread_name_prefix="late")
+pool.submit(lambda: (entered.set(), threading.Event().wait()))
+entered.wait()
+print("main done", flush=True)
+"""
+
+
+def test_install_counts_from_the_end_of_main_even_with_executors_imported_after_it() -> None:
+    """The doctor's exit hook runs before concurrent.futures' join, whatever the import order.
+
+    Hooks registered with ``threading._register_atexit`` run newest first: had the doctor
+    registered its hook before ``concurrent.futures.thread`` was imported, the pool's join
+    would run first and the doctor would never start counting. ``install()`` imports it first.
+    """
+    run = run_python(INSTALL_THEN_POOL, timeout=DEADLINE)
+    assert_killed_after_report(run)
+    assert "not exited 1 s after the main thread finished" in run.stderr
+    assert "executor worker 'late_0': running <lambda> (<string>:" in run.stderr
+
+
 def test_a_subprocess_a_thread_waits_for_is_listed_with_where_it_was_made(tmp_path: Path) -> None:
     """Popen objects made after install are tracked: pid, arguments, the line that made them."""
     program = tmp_path / "waits_for_child.py"
