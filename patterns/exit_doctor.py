@@ -416,6 +416,8 @@ def _main_thread_story(doctor: Doctor | None, frame: FrameType) -> str:  # noqa:
             "is running multiprocessing's atexit handler, which joins queue feeder threads "
             "and non-daemon child processes"
         )
+    if doctor is None:  # no record of whether the main code has finished
+        return "is running"
     return f"is running {root.f_code.co_qualname} at exit (an atexit handler or a finalizer)"
 
 
@@ -446,8 +448,13 @@ def _executor_lines(frames: dict[int, FrameType]) -> list[str]:
     return lines
 
 
-def diagnose(doctor: Doctor | None = None, headline: str = "what holds the exit now") -> str:
-    """The report: the main thread's place in the exit sequence, then what it waits for."""
+def diagnose(doctor: Doctor | None = None, headline: str = "a report asked for") -> str:
+    """The report: the main thread's place in the exit sequence, then what it waits for.
+
+    ``doctor`` (default: the installed one, if any) adds where threads were started and
+    which atexit handler runs; without one the report still lists threads and stacks.
+    """
+    doctor = doctor if doctor is not None else _installed
     frames = sys._current_frames()
     main = threading.main_thread()
     out = [f"exit-doctor: {headline}; what holds the exit:\n"]

@@ -518,3 +518,27 @@ def test_the_reports_on_the_docs_page_are_what_the_doctor_prints_today() -> None
     for name in script.names():
         kept = (script.REPORTS / f"{name}.txt").read_text(encoding="utf-8")
         assert kept == script.report(name), f"run python scripts/exit_doctor_reports.py ({name})"
+
+
+ON_DEMAND = """
+import threading
+from patterns import exit_doctor
+
+doctor = exit_doctor.install(after=60)
+release = threading.Event()
+worker = threading.Thread(target=release.wait, name="busy")
+worker.start()
+print(exit_doctor.diagnose())
+release.set()
+worker.join()
+doctor.uninstall()
+"""
+
+
+def test_diagnose_on_demand_shows_the_running_program_and_its_threads() -> None:
+    """``diagnose()`` is the same report at any time: main still running, the thread's start."""
+    run = run_python(ON_DEMAND)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("exit-doctor: a report asked for; what holds the exit:\n")
+    assert "main thread is still running the program:\n" in run.stdout
+    assert "non-daemon thread 'busy' (started at <string>:8 in <module>):\n" in run.stdout

@@ -191,7 +191,7 @@ PATTERNS = [
         "executor task, a `multiprocessing.Queue` feeder, a blocking `atexit` handler or "
         "`asyncio.run` waiting for its default executor, named with its stack and where it "
         "was started",
-        extra_module="(Use it: `examples/exit_doctor_use.py`; the hazards: `examples/exit_doctor/`)",
+        extra_module="(`examples/exit_doctor_use.py`; the hazards: `examples/exit_doctor/`)",
     ),
 ]
 
