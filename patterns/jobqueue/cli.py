@@ -57,7 +57,9 @@ Exit status:
 5      ``worker``: the store did not answer within the shutdown budget (a file or table
        locked by another connection, say): the stop gave up on it at the deadline (the
        report's ``store_gave_up``); the jobs whose outcome or release it could not write
-       keep their lease and run again once it expires
+       keep their lease and run again once it expires. Also a stop signal during
+       start-up while the store was being opened (a schema locked by another
+       connection): the opening gave up at the end of the budget, which one line says
 129    ``worker``: a second SIGHUP forced the exit (128 + 1), during the stop or the
        start-up; the jobs it was running keep their lease and run again once it expires
 130    a second SIGINT forced the exit (128 + 2), as for 129; or a command other than
@@ -75,7 +77,8 @@ Signals (``worker``; SIGQUIT for every command):
 SIGTERM, SIGINT the first starts the graceful stop (DRAINING, then CANCELLING, within
 or SIGHUP       ``--stop-timeout``), a second forces the exit (above). From the first line
                 of ``__main__`` (before the imports) until the worker starts, the first is
-                recorded and the worker stops before it claims anything: exit 0. After the
+                recorded and the worker stops before it claims anything: exit 0 (or 5,
+                above, if opening the store still waited at the end of the budget). After the
                 stop, until the process exits, each is ignored with one line: the status
                 stays the report's
 SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on
@@ -120,6 +123,7 @@ from typing import Any, NoReturn, TypeVar
 
 from patterns.exit_hooks import force_exit
 from patterns.jobqueue import demo
+from patterns.jobqueue.deadline import Deadline, StoreTimeout, bounded_by
 from patterns.jobqueue.postgres import (
     PostgresStore,
     StoreSchemaError,
@@ -659,6 +663,8 @@ def _open_store(
         if is_postgres_url(path):
             return PostgresStore(path, create=create)
         return SQLiteStore(path, create=create, watch_interval=watch_interval)
+    except StoreTimeout:
+        raise  # the caller's deadline passed: the caller says what that means
     except _open_errors() as exc:
         raise UsageError(str(exc)) from exc
 
@@ -1053,10 +1059,33 @@ def _guarded_worker(args: argparse.Namespace, guard: SignalGuard) -> int:
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
+    # Opening the store keeps to the stop's budget once a stop signal came: a schema that
+    # another connection holds locked must not hold the start-up past --stop-timeout.
+    start_up = Deadline()  # unset until then
+
+    def stop_start_up() -> None:
+        start_up.set(time.monotonic() + args.stop_timeout)
+
     # Any thread that dies anywhere in the process is logged and makes the status 1.
-    with LoggingExcepthook(chain=False) as hook, WorkerSignals(guard) as signals:
+    with (
+        LoggingExcepthook(chain=False) as hook,
+        WorkerSignals(guard, before_start=stop_start_up) as signals,
+    ):
         if signals.reason() is None:
-            store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
+            try:
+                with bounded_by(start_up):
+                    store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
+            except StoreTimeout as exc:
+                logger.error(  # noqa: TRY400 - one line: the cause is the store's lock, not ours
+                    "%s during start-up: the store did not answer within the shutdown budget "
+                    "(%g s), so the worker never started; no job claimed (%s)",
+                    signals.reason() or "a stop signal",
+                    args.stop_timeout,
+                    " ".join(str(exc).split()),
+                )
+                return EXIT_STORE_BLOCKED
+            finally:
+                start_up.finish()
             try:
                 report = _run_worker(args, registry, store, signals)
                 if report is not None:
