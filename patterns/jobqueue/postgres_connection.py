@@ -197,7 +197,7 @@ class Database:
             old.close()
         left = time_left(time.monotonic())
         extra: dict[str, Any] = {}
-        if left is not None:  # under a stop's deadline; libpq's shortest wait is 2 s
+        if left is not None:  # under a deadline; libpq's shortest wait is 2 s
             extra["connect_timeout"] = max(
                 2, min(int(_CONNECT_DEFAULTS["connect_timeout"]), math.ceil(left))
             )
@@ -340,7 +340,7 @@ class Database:
                 self._rollback_quietly(conn)
                 if committing:
                     raise CommitUnknown(
-                        f"{self.where}: COMMIT cancelled at the stop's deadline ({exc}); "
+                        f"{self.where}: COMMIT cancelled at the deadline ({exc}); "
                         "the transaction may or may not have been applied"
                     ) from exc
                 raise give_up(f"{self.where}: {' '.join(str(exc).split())}") from exc
