@@ -74,6 +74,10 @@ _IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
 
 _IDLE_READS = 3  # reads of an idle session's socket before a statement, at most (_alive)
 
+# The largest statement_timeout and lock_timeout PostgreSQL accepts (milliseconds, an int:
+# about 24.8 days); a longer deadline is as good as none for one statement.
+_MAX_TIMEOUT_MS = 2**31 - 1
+
 
 class _Retry(Exception):
     """One try of a transaction failed in a way a retry can help with (``error``)."""
@@ -396,7 +400,7 @@ class Database:
             return
         if left == 0.0:
             raise give_up(f"{self.where}: not tried")
-        ms = str(max(1, math.ceil(left * 1000)))
+        ms = str(min(_MAX_TIMEOUT_MS, max(1, math.ceil(left * 1000))))
         conn.execute(
             "SELECT set_config('statement_timeout', %s, true),"
             " set_config('lock_timeout', %s, true)",

@@ -299,6 +299,22 @@ def test_wait_bounds_a_write_on_a_locked_sqlite_file_both_ways(
     assert "database is locked" in line, line
 
 
+def test_a_wait_longer_than_postgresql_timeouts_take_is_accepted(queue_url: str) -> None:
+    """--wait of years: PostgreSQL's timeouts are capped at their largest (24.8 days)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "patterns.jobqueue", "--db", queue_url, "status", "--json",
+         "--wait", "1e9"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert '"queued": 1' in result.stdout
+
+
 @pytest.mark.parametrize(
     ("value", "says"),
     [("nan", "finite"), ("-1", ">= 0"), ("soon", "not a number"), ("inf", "finite")],
