@@ -44,6 +44,8 @@ nb_execution_mode = "force"
 nb_execution_raise_on_error = True
 nb_execution_timeout = 120
 nb_execution_show_tb = True
+# A cell's printed lines and log lines in one output box, not one box per write.
+nb_merge_streams = True
 
 exclude_patterns = ["_build", "_ext", "jupyter_execute", "**/.ipynb_checkpoints"]
 
@@ -132,4 +134,6 @@ html_theme = "furo"
 html_title = "shutdown-patterns"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+# A link under a diagram wider than a phone's screen, to open it on its own.
+html_js_files = ["diagram-links.js"]
 html_favicon = "_static/favicon.svg"

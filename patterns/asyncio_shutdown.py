@@ -179,8 +179,14 @@ def _sort(
     *,
     log_failures: bool,
     terminated: bool = True,
+    provisional: bool = False,
 ) -> TaskShutdownReport:
-    """Name each task under its outcome; not ``terminated`` if one still runs or the caller says."""
+    """Name each task under its outcome; not ``terminated`` if one still runs or the caller says.
+
+    A task still running after the caller waited ``budget`` is logged: it swallowed its
+    cancel, or its cleanup is slow. A ``provisional`` report (a stop that cannot wait)
+    says ``terminated=False`` and logs nothing, since nobody has waited yet.
+    """
     finished: list[str] = []
     failed: list[str] = []
     cancelled: list[str] = []
@@ -197,14 +203,14 @@ def _sort(
                 logger.error("task %s failed", name, exc_info=exc)
         else:
             finished.append(name)
-    if still_running:
+    if still_running and not provisional:
         logger.warning(
             "still running %.3gs after cancel (cancellation swallowed?): %s",
             budget,
             ", ".join(still_running),
         )
     return TaskShutdownReport(
-        terminated=terminated and not still_running,
+        terminated=terminated and not provisional and not still_running,
         still_running=tuple(still_running),
         finished=tuple(finished),
         failed=tuple(failed),
@@ -519,9 +525,10 @@ class StoppableTaskGroup:
         """Stop the children and wait at most ``timeout`` for the owner to leave the group.
 
         ``None`` means ``stop_timeout``. The report names the children that were running
-        at the first call; ``terminated`` says the ``async with`` has ended. Never raises
-        for a child that would not stop or that failed: the owner gets those failures.
-        From the owner or one of the children it is a request that returns at once with a
+        at the first call; ``terminated`` says the ``async with`` has ended, and a WARNING
+        names the children still running at the deadline. Never raises for a child that
+        would not stop or that failed: the owner gets those failures. From the owner or
+        one of the children it is a request that returns at once, logging nothing, with a
         provisional report (``terminated=False``); a stop before the group was entered
         keeps it from being entered. Once a stop has returned, later calls return its report.
         """
@@ -543,7 +550,7 @@ class StoppableTaskGroup:
             return self._report
         me = asyncio.current_task()
         if me is self._owner or me in self._children:  # it would wait for itself
-            return _sort(self._stopped_at, budget, started, log_failures=False, terminated=False)
+            return _sort(self._stopped_at, budget, started, log_failures=False, provisional=True)
         assert self._exited is not None
         await asyncio.wait([self._exited], timeout=_timeout(budget))
         exited = self._exited_yet()

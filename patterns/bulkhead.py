@@ -22,7 +22,8 @@ Guarantees:
     * ``stop()`` keeps to its own budget (inf: as long as it takes), names the handlers
       still running from each worker's own "ended" event (never ``Thread.join``), and
       the first call that completes records the report every later call returns. A call
-      from a signal handler during ``stop()``, from another thread while one runs, or
+      from a signal handler during ``stop()`` (one running the stop or waiting for
+      another thread's), from another thread while one runs, or
       from a handler returns a provisional report instead of blocking.
     * ``with`` starts a new bulkhead and enters a running one (``with b.start():``);
       a handler that fails after its caller left is logged.
@@ -443,11 +444,13 @@ class Bulkhead:
         self._not_starting = threading.Event()
         self._not_starting.set()
         # Held for the whole of a stop() call; a stop() from another thread waits for it
-        # within its own budget, then returns a provisional report. Never taken blocking
-        # by the thread that holds it: _stop_owner (its ident) tells a stop() from a
-        # signal handler or callback inside that call to return at once.
+        # within its own budget, then returns a provisional report.
         self._stop_lock = threading.Lock()
-        self._stop_owner: int | None = None
+        # Idents of the threads inside stop(), holding _stop_lock or waiting for it: a
+        # stop() that finds its own thread here is a signal handler or a callback on top
+        # of that call, which cannot go on until it returns, so it returns at once. A set,
+        # not a lock: add and discard are atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._report: BulkheadReport | None = None  # the first completed stop's, kept
 
     def __repr__(self) -> str:
@@ -608,11 +611,11 @@ class Bulkhead:
         as it takes) for them. The first call that completes records its report and
         every later call returns it. A call from another thread while one runs waits for
         it within its own budget, then returns a provisional report (not recorded). A
-        call from inside a stop() (a signal handler on the stopping thread) returns a
-        provisional report at once. From a handler it is a request: the stop begins,
-        the call returns at once a provisional report naming that handler, and the next
-        stop() from outside returns the final one. A `start` in progress in another
-        thread stops starting workers and fails.
+        call from inside a stop() (a signal handler on a thread running a stop() or
+        waiting for another thread's) returns a provisional report at once. From a
+        handler it is a request: the stop begins, the call returns at once a provisional
+        report naming that handler, and the next stop() from outside returns the final
+        one. A `start` in progress in another thread stops starting workers and fails.
 
         Raises:
             ValueError: ``timeout`` is not a number of seconds >= 0.
@@ -623,9 +626,10 @@ class Bulkhead:
         report = self._report
         if report is not None:
             return report
-        if self._stop_owner == threading.get_ident():
-            return self._provisional()  # a signal handler inside our own stop(): no lock
-        if self._lock.owner == threading.get_ident():
+        me = threading.get_ident()
+        if me in self._in_stop:
+            return self._provisional()  # a signal handler inside this thread's stop(): no lock
+        if self._lock.owner == me:
             # A signal handler on a thread that holds _lock (inside call(), say): it
             # cannot take the lock, so a thread of ours does the stop.
             threading.Thread(
@@ -642,17 +646,19 @@ class Bulkhead:
                 logger.warning("%s: %r from a token callback in a worker", self.name, exc)
             return self._provisional()
         deadline = _deadline(limit)
-        if not _acquire(self._stop_lock, deadline):
-            return self._provisional()  # the first stop is still running: its truth now
-        self._stop_owner = threading.get_ident()
         exits = []
-        try:
-            if self._report is None:
-                self._report = self._stop(deadline, limit, cancel_running, exits)
-            report = self._report
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
+            if not _acquire(self._stop_lock, deadline):
+                return self._provisional()  # the first stop is still running: its truth now
+            try:
+                if self._report is None:
+                    self._report = self._stop(deadline, limit, cancel_running, exits)
+                report = self._report
+            finally:
+                self._stop_lock.release()
         finally:
-            self._stop_owner = None
-            self._stop_lock.release()
+            self._in_stop.discard(me)
         if exits:
             raise exits[0]
         return report

@@ -494,8 +494,8 @@ class ConsumerPool(Generic[T]):
         me = threading.get_ident()
         if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
             return self._snapshot(start)
-        self._in_stop.add(me)
-        try:
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
             return self._stop(budget, start, immediate=immediate)
         finally:
             self._in_stop.discard(me)

@@ -20,8 +20,9 @@ Guarantees:
       thread's own end signal is set (never judged by ``join()``, which a Ctrl-C can
       fool before 3.13), and then every ``finally`` of the work has run.
     * A ``stop()`` from the service's own thread, or from a signal handler that
-      interrupted this service's ``start()``/``stop()``, is a request: it sets the stop
-      event and returns a provisional report at once, without deadlocking.
+      interrupted this service's ``start()``/``stop()`` (running it, or waiting for
+      another thread's), is a request: it sets the stop event and returns a provisional
+      report at once, without deadlocking.
     * An exception from the work is logged at ERROR when it happens and kept in
       ``report.error``.
     * A `HousekeepingDaemon` never keeps the process alive and delays interpreter exit by
@@ -190,10 +191,13 @@ class _ThreadService:
         # Set by start() once Thread.start has returned or raised; waited on (within its
         # budget) by a stop() that raced start(), since until then the thread is not known.
         self._start_settled = threading.Event()
-        # Tried (never waited on) by stop(): its holder builds the report; _stopper is the
-        # holder's ident, so a stop from a signal handler on that thread returns at once.
+        # Tried (never waited on) by stop(): its holder builds the report.
         self._stop_lock = threading.Lock()
-        self._stopper: int | None = None
+        # Idents of the threads inside stop(), running it or waiting for another's: a stop()
+        # that finds its own thread here is a signal handler (or a callback) on top of that
+        # call, which cannot go on until it returns, so it returns at once. A set, not a
+        # lock: add and discard are atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._report: StopReport | None = None
         self._reported = threading.Event()  # set once _report is recorded; others wait on it
         self._error: BaseException | None = None  # written by the thread before it ends
@@ -234,22 +238,26 @@ class _ThreadService:
         if own or (self._starter == me and not self._start_settled.is_set()):
             self._stopping.set()  # a request: the thread cannot wait for itself
             return self._provisional(began)
-        if self._stop_lock.acquire(blocking=False):
-            try:
-                self._stopper = me
-                if self._report is None:
-                    self._report = self._stop_once(began, deadline)
-                    self._reported.set()
+        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
+            self._stopping.set()  # a request, as the stop it interrupted is
+            return self._provisional(began)
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
+            if self._stop_lock.acquire(blocking=False):
+                try:
+                    if self._report is None:
+                        self._report = self._stop_once(began, deadline)
+                        self._reported.set()
+                    return self._report
+                finally:
+                    self._stop_lock.release()
+            # Another stop() builds the report: wait for it within our own budget.
+            if _wait(self._reported, deadline) and self._report is not None:
                 return self._report
-            finally:
-                self._stopper = None
-                self._stop_lock.release()
-        # Another stop() builds the report: wait for it within our own budget, unless
-        # that stop() is this thread's own (we are a signal handler interrupting it).
-        if self._stopper != me and _wait(self._reported, deadline) and self._report is not None:
-            return self._report
-        self._stopping.set()
-        return self._provisional(began)
+            self._stopping.set()
+            return self._provisional(began)
+        finally:
+            self._in_stop.discard(me)
 
     def _provisional(self, began: float) -> StopReport:
         # The current truth, not recorded: a later stop() may still report the end.

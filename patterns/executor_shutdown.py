@@ -16,8 +16,9 @@ Guarantees:
       one of the pool's own tasks, ``stop()`` is a request that returns at once and
       `shutdown_and_await` raises `RuntimeError` instead of waiting for itself.
     * The first ``stop()`` that completes records the report every later call returns; a
-      ``stop()`` from ``on_force`` or a signal handler during a stop, or from another
-      thread past its own budget, returns a provisional report instead of blocking.
+      ``stop()`` from ``on_force`` or a signal handler during a stop (on a thread running
+      it or waiting for another thread's), or from another thread past its own budget,
+      returns a provisional report instead of blocking.
     * A callable in ``report.never_started`` never ran and never will; every other
       accepted callable ran, or the thread running it is named in
       ``report.still_running``. "Ran" is the executor's own per-task accounting, not
@@ -203,11 +204,13 @@ class TrackingExecutor(ThreadPoolExecutor):
         self._shutdown_requested = False
         self._started = False
         # Held for the whole of a stop(); a stop() from another thread waits for it
-        # within its own budget, then returns a provisional report. _stop_owner (the
-        # holder's ident) tells a stop() from on_force or a signal handler inside that
-        # call to return at once instead of waiting for itself.
+        # within its own budget, then returns a provisional report.
         self._stop_lock = threading.Lock()
-        self._stop_owner: int | None = None
+        # Idents of the threads inside stop(), holding _stop_lock or waiting for it: a
+        # stop() that finds its own thread here is on_force or a signal handler on top of
+        # that call, which cannot go on until it returns, so it returns at once. A set,
+        # not a lock: add and discard are atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._report: ShutdownReport | None = None  # the first completed stop's, kept
         self._on_force_ran = False  # set before on_force is called: at most once, ever
 
@@ -241,7 +244,7 @@ class TrackingExecutor(ThreadPoolExecutor):
         if report is not None:
             return report
         me = threading.get_ident()
-        if self._stop_owner == me:  # on_force, or a signal handler, inside our stop()
+        if me in self._in_stop:  # on_force, or a signal handler, inside this thread's stop()
             return self._provisional()
         if self._tracking_lock.owner == me:
             # A signal handler on a thread interrupted inside submit(): the lock it holds
@@ -253,20 +256,22 @@ class TrackingExecutor(ThreadPoolExecutor):
             self.shutdown(wait=False)
             return self._provisional()
         deadline = time.monotonic() + budget
-        while not self._stop_lock.acquire(timeout=_left(deadline)):
-            if time.monotonic() >= deadline:
-                return self._provisional()  # the stop in progress: its truth, now
-        self._stop_owner = me
         exits: list[BaseException] = []
-        try:
-            if self._report is None:
-                force = budget * _FORCE_SHARE
-                graceful = budget if math.isinf(budget) else budget - force
-                self._report = _shutdown_and_await(self, graceful, force, self._on_force, exits)
-            report = self._report
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
+            while not self._stop_lock.acquire(timeout=_left(deadline)):
+                if time.monotonic() >= deadline:
+                    return self._provisional()  # the stop in progress: its truth, now
+            try:
+                if self._report is None:
+                    force = budget * _FORCE_SHARE
+                    graceful = budget if math.isinf(budget) else budget - force
+                    self._report = _shutdown_and_await(self, graceful, force, self._on_force, exits)
+                report = self._report
+            finally:
+                self._stop_lock.release()
         finally:
-            self._stop_owner = None
-            self._stop_lock.release()
+            self._in_stop.discard(me)
         if exits:
             raise exits[0]
         return report

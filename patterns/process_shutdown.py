@@ -21,6 +21,9 @@ Guarantees:
       worker was killed mid-task (its task is reported lost, not waited for), ignores
       SIGTERM or died holding a queue lock, and reaps every worker the pool had while it
       watched, replacements too.
+    * A `KeyboardInterrupt` anywhere in either function, in the graceful wait or in the
+      forcing, sends SIGKILL to the workers at once and reaps them before it propagates:
+      no worker outlives the program, not even one that ignores SIGTERM.
     * `StoppableProcess.stop` returns within its budget; the first stop that completes
       is recorded and every later call returns it, even if the child was killed behind
       its back. With every start method (``fork``, ``forkserver``, ``spawn``) the child's
@@ -292,9 +295,9 @@ def shutdown_process_pool(
     Forcing cancels every task that has not started, sends SIGTERM to the live workers,
     SIGKILL to those still alive half-way through ``force_timeout``, and reaps them all.
     Call it before any other ``shutdown()``: that one forgets the worker processes.
-    A `KeyboardInterrupt` while it waits kills the workers at once, reaps them within
-    ``force_timeout`` and is re-raised. Either budget may be ``math.inf`` (as long as it
-    takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
+    A `KeyboardInterrupt` in the wait or the forcing kills the workers at once, reaps them
+    within ``force_timeout`` and is re-raised. Either budget may be ``math.inf`` (as long as
+    it takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
     a `ValueError`, never a stuck task.
     """
     timeout = _seconds(timeout, "timeout")
@@ -311,8 +314,8 @@ def shutdown_process_pool(
     try:
         forced, never_started, killed = _wait_then_force(pool, start + timeout, force_timeout)
     except KeyboardInterrupt:
-        # Ctrl-C while waiting: the caller wants out now, so kill rather than wait, reap
-        # within force_timeout, and let the interrupt go on.
+        # Ctrl-C while waiting or forcing: the caller wants out now, so kill rather than
+        # wait, reap within force_timeout, and let the interrupt go on.
         _kill_now(pool, force_timeout)
         raise
 
@@ -456,14 +459,14 @@ def _wait_for_pool(
 def _force_mp(
     pool: multiprocessing.pool.Pool,
     seen: dict[int, BaseProcess],
+    terminator: threading.Thread,
     kill_at: float,
     deadline: float,
-) -> tuple[list[int], threading.Thread]:
+) -> list[int]:
     # Pool.terminate() stops the worker handler (no more replacements), sends SIGTERM
     # and then joins each worker with no timeout: a worker that ignores SIGTERM holds it
     # for ever (M11). So it runs in a thread of its own, and SIGKILL ends what is left.
     killed = [p.pid or 0 for p in _alive(seen.values())]
-    terminator = threading.Thread(target=pool.terminate, name="Pool.terminate", daemon=True)
     terminator.start()
     _join_thread(terminator, kill_at)
     _mp_watch(pool, seen)
@@ -476,7 +479,36 @@ def _force_mp(
     if terminator.is_alive() and _all_workers_gone(pool, seen):
         _free_dead_workers_locks(pool)
     _join_thread(terminator, deadline)
-    return killed, terminator
+    return killed
+
+
+def _kill_mp_now(
+    pool: multiprocessing.pool.Pool,
+    seen: dict[int, BaseProcess],
+    terminator: threading.Thread,
+    reap: float,
+) -> None:
+    # A Ctrl-C: SIGKILL, no SIGTERM and no wait. terminate() (started here unless the
+    # forced phase started it) ends the worker handler, so a worker killed before that
+    # may still be replaced: kill until the handler has ended and no worker is left.
+    deadline = time.monotonic() + reap
+    if terminator.ident is None:  # not started
+        terminator.start()
+    killed: list[int] = []
+    while True:
+        _mp_watch(pool, seen)
+        alive = _alive(seen.values())
+        for process in alive:
+            process.kill()
+        killed += [p.pid or 0 for p in alive if p.pid not in killed]
+        _join_all(alive, deadline)
+        if _all_workers_gone(pool, seen) or time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))  # for the handler to end
+    if terminator.is_alive() and _all_workers_gone(pool, seen):
+        _free_dead_workers_locks(pool)
+    _join_thread(terminator, deadline)
+    logger.warning("interrupted: killed worker pids %s", killed)
 
 
 def _all_workers_gone(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> bool:
@@ -520,8 +552,9 @@ def shutdown_mp_pool(
     lock a dead worker held released (else ``terminate()`` waits for it). Pass the
     results you hold, by name: those not ready at the end are ``lost`` (a Pool cannot
     tell a task that never started from one killed while running, so ``never_started``
-    stays empty). A `KeyboardInterrupt` while it waits kills the workers at once and
-    is re-raised. Budgets are checked as `shutdown_process_pool` checks them.
+    stays empty). A `KeyboardInterrupt` anywhere in the wait or the forcing sends
+    SIGKILL to every worker at once, reaps them within ``force_timeout`` and is
+    re-raised. Budgets are checked as `shutdown_process_pool` checks them.
     """
     timeout = _seconds(timeout, "timeout")
     force_timeout = _seconds(force_timeout, "force_timeout")
@@ -529,16 +562,17 @@ def shutdown_mp_pool(
     seen: dict[int, BaseProcess] = {}
     _mp_watch(pool, seen)
     pool.close()
+    terminator = threading.Thread(target=pool.terminate, name="Pool.terminate", daemon=True)
     try:
         drained = _wait_for_pool(pool, seen, start + timeout)
+        force_start = time.monotonic()
+        kill_at = force_start + force_timeout * (1.0 if drained else _TERM_SHARE)
+        killed = _force_mp(pool, seen, terminator, kill_at, force_start + force_timeout)
     except KeyboardInterrupt:
-        now = time.monotonic()
-        _force_mp(pool, seen, now, now + force_timeout)
-        logger.warning("interrupted: killed the pool's workers")
+        # Ctrl-C while waiting or forcing: the caller wants out now, so kill rather than
+        # wait (a worker may ignore SIGTERM), reap within force_timeout, and go on.
+        _kill_mp_now(pool, seen, terminator, force_timeout)
         raise
-    force_start = time.monotonic()
-    kill_at = force_start + force_timeout * (1.0 if drained else _TERM_SHARE)
-    killed, terminator = _force_mp(pool, seen, kill_at, force_start + force_timeout)
     lost = [name for name, result in (results or {}).items() if not result.ready()]
     still = [_proc_name(p) for p in _alive(seen.values())]
     still += [t.name for t in (*_mp_threads(pool), terminator) if t.is_alive()]

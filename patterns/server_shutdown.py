@@ -10,19 +10,24 @@ returns a `ServerStopReport` within the budget: the readiness check fails first,
 once, requests in flight may finish until the drain deadline, the rest are closed by force.
 For asyncio, ``async with AsyncGracefulServer(handle, port=8080) as server:`` serves each
 connection with ``await handle(conn)`` (the handler wraps each request in ``with
-conn.request("GET /"):``) and ``await server.stop(timeout)`` does the same stop.
+conn.request("GET /"):``, which raises `ServerStopping` once the stop began) and ``await
+server.stop(timeout)`` does the same stop.
 
 Guarantees:
     * ``stop()`` returns within its budget and never raises for unfinished work; a second
       call returns the first report. From a handler (or the serve thread, or a signal
       handler interrupting a ``stop()``), it is a request that returns at once.
-    * Once the stop began, nothing new is served: ``GracefulServer.ready`` is false and
-      ``readiness_path`` answers 503, every HTTP response carries ``Connection: close``,
-      idle connections are closed; once the listener is closed the kernel refuses new
-      connections.
-    * Each connection with a request in flight is named in ``completed`` or
-      ``interrupted``. Handler threads are not daemons: each is tracked and waited for on
-      the deadline; a handler (thread or task) still running is named in
+    * Once the stop began, ``GracefulServer.ready`` is false, ``readiness_path`` answers
+      503 and every final HTTP response (the one after a ``100 Continue`` too) carries
+      ``Connection: close``; once the ``grace`` is over, nothing new is served: the
+      listener closes (then the kernel refuses new connections) and idle connections are
+      closed. asyncio has no grace: ``conn.request()`` raises `ServerStopping` once the
+      stop began, so a request read then (a pipelined one, already buffered) never
+      starts; it is counted in ``refused``.
+    * Each connection with a request in flight is named in ``completed``, ``failed``
+      or ``interrupted``; a handler that raises is logged at ERROR with its traceback,
+      during a stop as before it. Handler threads are not daemons: each is tracked and
+      waited for on the deadline; a handler (thread or task) still running is named in
       ``still_running``, never abandoned silently.
     * asyncio: a response written before its ``request()`` block ends is flushed before the
       connection closes; a connection interrupted at the deadline is aborted.
@@ -62,7 +67,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["AsyncConnection", "AsyncGracefulServer", "GracefulServer", "ServerStopReport", "main"]
+__all__ = [
+    "AsyncConnection",
+    "AsyncGracefulServer",
+    "GracefulServer",
+    "ServerStopReport",
+    "ServerStopping",
+    "main",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -102,23 +114,35 @@ class ServerStopReport:
             the deadline.
         still_running: handlers still running when the stop returned (they ignored the
             close or the cancellation), by name.
-        completed: requests in flight when the stop began that finished within the drain,
-            by name.
+        completed: requests that ended after the stop began with their handler returning,
+            by name: those in flight or half read when it began (HTTP: a request whose
+            first byte had arrived), and, over HTTP, those begun during the ``grace``.
+            asyncio starts none after the stop began (see ``refused``).
+        failed: requests that ended after the stop began because their handler raised, by
+            name; each is logged at ERROR with its traceback. Their clients got no answer,
+            or part of one.
         interrupted: connections closed by force at the drain deadline with a request in
-            flight (or half read), by name.
-        idle_closed: idle keep-alive connections the stop closed (no request in flight).
-        refused: connections accepted after the stop began and closed unanswered (or
-            answered 503); connections the kernel refused after the listener closed are not
+            flight or half read (HTTP: its request line, once read, names it), by name.
+        idle_closed: idle keep-alive connections the stop closed: no byte of a next
+            request had arrived. asyncio sees only `AsyncConnection.request` blocks: a
+            connection outside one is idle, whatever its handler was reading.
+        refused: connections accepted after the stop began and closed unanswered, and
+            (asyncio) requests that `AsyncConnection.request` refused because the stop
+            had begun; connections the kernel refused after the listener closed are not
             seen and not counted.
+        not_ready: readiness checks (``readiness_path``) answered 503 after the stop
+            began. With a ``grace``, none means no load balancer asked in time.
         elapsed: seconds the stop took.
     """
 
     terminated: bool
     still_running: tuple[str, ...]
     completed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
     interrupted: tuple[str, ...] = ()
     idle_closed: int = 0
     refused: int = 0
+    not_ready: int = 0
     elapsed: float = 0.0
 
     def __post_init__(self) -> None:
@@ -128,8 +152,10 @@ class ServerStopReport:
 class _Connection:
     """One accepted connection and the handler thread that serves it.
 
-    ``state`` is "idle" (waiting for a request line), "busy" (a request in flight) or
-    "closed" (the stop closed it); it changes only under the server's lock.
+    ``state`` is "idle" (waiting for a next request), "reading" (a request's first byte
+    has arrived, the request is not yet whole), "busy" (a request in flight) or "closed"
+    (the stop closed it); it changes only under the server's lock. The stop drains a
+    "reading" connection as it drains a "busy" one.
     """
 
     def __init__(self, sock: Any, address: Any, http: bool) -> None:
@@ -138,8 +164,9 @@ class _Connection:
         self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
         self.http = http
         self.state = "idle" if http else "busy"
-        self.request = ""  # "GET /slow" while an HTTP request is in flight
+        self.request = ""  # "GET /slow" while an HTTP request is read or in flight
         self.forced = False  # the stop shut its socket down while a request was in flight
+        self.failed = ""  # the name of the request whose handler raised, once one has
         self.thread: threading.Thread | None = None
 
     @property
@@ -153,30 +180,61 @@ class _Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
 
 
+# What the stop closes as "idle" and what it drains, then forces, as "busy": a request half
+# read is in flight.
+_STATES = {"idle": ("idle",), "busy": ("busy", "reading")}
+
+
 def _tracked_http_handler(base: type[Any], owner: GracefulServer) -> type[Any]:
     """``base`` with each request reported to ``owner`` and the readiness path answered."""
 
     class Tracked(base):  # type: ignore[misc]
+        _status = 0  # the status of the response being sent
+        _connection_said = False  # whether that response has a Connection header yet
+
         def parse_request(self) -> bool:
-            self._connection_said = False
+            line = self.raw_requestline.decode("iso-8859-1").split()[:2]
+            owner._request_arrives(" ".join(line)[:200])  # the headers may be slow to come
             return bool(super().parse_request()) and owner._request_begins(self)
 
         def handle_one_request(self) -> None:
+            failed = True
             try:
-                super().handle_one_request()
+                if self._await_request():
+                    super().handle_one_request()
+                failed = False
             finally:
-                owner._request_ends(self)
+                owner._request_ends(self, failed=failed)
+
+        def _await_request(self) -> bool:
+            """Wait for the next request's first byte, so a stop sees it half read."""
+            peek = getattr(self.rfile, "peek", None)  # None if the handler reads unbuffered
+            try:
+                if peek is not None and peek(1):
+                    owner._request_arrives("")
+            except TimeoutError as exc:  # as handle_one_request would say it
+                self.log_error("Request timed out: %r", exc)
+                self.close_connection = True
+                return False
+            return True
+
+        def send_response_only(self, code: int, message: str | None = None) -> None:
+            # Each response says its own: a "100 Continue" sent for "Expect: 100-continue"
+            # comes before the final response of the same request.
+            self._status, self._connection_said = code, False
+            super().send_response_only(code, message)
 
         def send_header(self, keyword: str, value: str) -> None:
             if keyword.lower() == "connection":
                 self._connection_said = True
-                if owner.stopping:
+                if owner.stopping and self._status >= 200:
                     value = "close"
             super().send_header(keyword, value)
 
         def end_headers(self) -> None:
-            # Once the stop began, no response invites the client to send another request.
-            if owner.stopping and not self._connection_said:
+            # Once the stop began, no final response invites the client to send another
+            # request (an interim 1xx is not the answer; the final one after it says it).
+            if owner.stopping and self._status >= 200 and not self._connection_said:
                 self.send_header("Connection", "close")
             super().end_headers()
 
@@ -196,6 +254,10 @@ class GracefulServer:
         readiness_path: the path an HTTP server answers itself: 200 while ready, 503 once
             the stop began (None: not served; read ``ready`` instead).
         name: the prefix of this object's thread names.
+
+    A handler that raises is logged at ERROR with its traceback, under this module's
+    logger; then ``server.handle_error`` is called if the server's class overrides it
+    (``BaseServer``'s own would print the traceback a second time).
     """
 
     def __init__(
@@ -237,11 +299,18 @@ class GracefulServer:
         self._wake_w: socket.socket | None = None
         self._stopper: threading.Thread | None = None  # runs a stop asked from inside
         self._stopping_in: threading.Thread | None = None  # the thread inside _stop_once
+        # Idents of the threads inside stop(), running it or waiting for another's: a stop()
+        # that finds its own thread here is a signal handler on top of that call, which
+        # cannot go on until it returns, so it returns at once. A set: add and discard are
+        # atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._report: ServerStopReport | None = None
         self._completed: list[str] = []
+        self._failed: list[str] = []
         self._interrupted: list[str] = []
         self._idle_closed = 0
         self._refused = 0
+        self._not_ready = 0  # readiness checks answered 503
         self._count = 0
 
     @property
@@ -368,22 +437,39 @@ class GracefulServer:
     # --- one handler thread per connection ----------------------------------------------
 
     def _handle(self, connection: _Connection) -> None:
+        failed = False
         try:
             try:
                 self.server.finish_request(connection.sock, connection.address)
-            except Exception:  # noqa: BLE001 (as socketserver does: handle_error reports it)
-                if connection.forced or connection.state == "closed":
+            except Exception:  # noqa: BLE001 (as socketserver does: it is reported here)
+                if connection.forced or (connection.state == "closed" and not connection.failed):
                     logger.debug("%s: %s ended by the close", self.name, connection.name)
                 else:
-                    self.server.handle_error(connection.sock, connection.address)
+                    failed = True
+                    self._report_failure(connection)
             finally:
                 self.server.shutdown_request(connection.sock)
         finally:
             with self._lock:
                 if not connection.http and self.stopping and not connection.forced:
-                    self._completed.append(connection.name)
+                    (self._failed if failed else self._completed).append(connection.name)
                 del self._connections[threading.current_thread()]
                 self._changed.notify_all()
+
+    def _report_failure(self, connection: _Connection) -> None:
+        """Log the handler's exception (being handled) at ERROR; the server's hook if it has one."""
+        name = connection.failed or connection.name
+        logger.error("%s: request %s failed", self.name, name, exc_info=True)
+        if type(self.server).handle_error is not socketserver.BaseServer.handle_error:
+            self.server.handle_error(connection.sock, connection.address)
+
+    def _request_arrives(self, what: str) -> None:
+        """Called by an HTTP handler as a request arrives; ``what`` is its line once read."""
+        with self._lock:
+            connection = self._connections.get(threading.current_thread())
+            if connection is not None and connection.state in ("idle", "reading"):
+                connection.state = "reading"
+                connection.request = what
 
     def _request_begins(self, handler: Any) -> bool:
         """Called by an HTTP handler with the request read: False if it is not to be served."""
@@ -392,20 +478,24 @@ class GracefulServer:
             return False
         with self._lock:
             connection = self._connections.get(threading.current_thread())
-            if connection is None or connection.state == "closed":
+            if connection is None or connection.state == "closed" or connection.forced:
                 handler.close_connection = True  # the stop closed it as the request arrived
                 return False
             connection.state = "busy"
             connection.request = f"{handler.command} {handler.path}"
             return True
 
-    def _request_ends(self, handler: Any) -> None:
+    def _request_ends(self, handler: Any, *, failed: bool) -> None:
         with self._lock:
             connection = self._connections.get(threading.current_thread())
-            if connection is None or connection.state != "busy":
+            if connection is None or connection.state not in _STATES["busy"]:
                 return
-            if self.stopping and not connection.forced:
-                self._completed.append(connection.name)
+            if failed and not connection.forced:
+                connection.failed = connection.name  # _handle logs the exception by it
+            # A request half read and not served (a readiness check, a 400) is not counted.
+            counted = connection.state == "busy" or failed
+            if counted and self.stopping and not connection.forced:
+                (self._failed if failed else self._completed).append(connection.name)
             if not connection.forced:
                 connection.state = "closed" if self._closing else "idle"
                 connection.request = ""
@@ -415,6 +505,9 @@ class GracefulServer:
 
     def _answer_readiness(self, handler: Any) -> None:
         ready = self.ready
+        if not ready:
+            with self._lock:
+                self._not_ready += 1
         body = b"ready\n" if ready else b"stopping\n"
         handler.send_response(200 if ready else 503)
         handler.send_header("Content-Type", "text/plain")
@@ -427,6 +520,16 @@ class GracefulServer:
 
     def stop(self, timeout: float | None = None) -> ServerStopReport:
         """Stop within ``timeout`` (None: ``stop_timeout``) and report; idempotent."""
+        me = threading.get_ident()
+        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
+            return self._stop(timeout, nested=True)
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
+            return self._stop(timeout, nested=False)
+        finally:
+            self._in_stop.discard(me)
+
+    def _stop(self, timeout: float | None, *, nested: bool) -> ServerStopReport:
         budget = _seconds(self.stop_timeout if timeout is None else timeout, "timeout")
         deadline = time.monotonic() + budget
         me = threading.current_thread()
@@ -439,9 +542,10 @@ class GracefulServer:
             self._cut_grace = self._stopping_in is not None  # a second stop cuts the grace
             self._changed.notify_all()
             inside = me in self._connections or me is self._serve_thread
-            if inside or self._stopping_in is me or self._stopper is me:
-                # A handler, the serve thread, or a signal handler on the thread already
-                # inside stop(): it cannot wait for itself. Start the stop, return.
+            if inside or nested or self._stopping_in is me or self._stopper is me:
+                # A handler, the serve thread, or a signal handler on a thread already
+                # inside stop() (running it or waiting for another thread's): it cannot
+                # wait for itself. Start the stop, return.
                 if inside and self._stopping_in is None and self._stopper is None:
                     self._stopper = threading.Thread(
                         target=self._stop_once, args=(self.stop_timeout,), name=f"{self.name}-stop"
@@ -502,9 +606,9 @@ class GracefulServer:
                 self._wake_w.send(b"x")
 
     def _close_connections(self, state: str) -> None:
-        """Shut down the sockets of the connections in ``state``: "idle" or "busy"."""
+        """Shut down the sockets of the "idle" connections, or the "busy" (and "reading") ones."""
         for connection in self._connections.values():
-            if connection.state != state or connection.forced:
+            if connection.forced or connection.state not in _STATES[state]:
                 continue
             if state == "idle":
                 connection.state = "closed"
@@ -516,7 +620,7 @@ class GracefulServer:
             connection.shut()
 
     def _busy(self) -> bool:
-        return any(c.state == "busy" and not c.forced for c in self._connections.values())
+        return any(c.state in _STATES["busy"] and not c.forced for c in self._connections.values())
 
     def _make_report(self, elapsed: float) -> ServerStopReport:
         still = tuple(c.name for c in self._connections.values())
@@ -526,9 +630,11 @@ class GracefulServer:
             terminated=not still,
             still_running=still,
             completed=tuple(self._completed),
+            failed=tuple(self._failed),
             interrupted=tuple(self._interrupted),
             idle_closed=self._idle_closed,
             refused=self._refused,
+            not_ready=self._not_ready,
             elapsed=elapsed,
         )
 
@@ -541,9 +647,11 @@ class GracefulServer:
             terminated=False,
             still_running=still or (f"{self.name}-stop",),
             completed=tuple(self._completed),
+            failed=tuple(self._failed),
             interrupted=tuple(self._interrupted),
             idle_closed=self._idle_closed,
             refused=self._refused,
+            not_ready=self._not_ready,
             elapsed=time.monotonic() - (self._stop_began or time.monotonic()),
         )
 
@@ -556,6 +664,15 @@ def _a_wait_timeout(seconds: float) -> float | None:
     return None if seconds == math.inf else max(seconds, 0.0)
 
 
+class ServerStopping(Exception):
+    """Raised by `AsyncConnection.request` once the server's stop has begun.
+
+    The request is not served and nothing of it has run. Let it propagate out of the
+    handler: the server ends the connection without logging an error and counts the request
+    in ``refused``. A handler's connection loop needs nothing else to end on it.
+    """
+
+
 class AsyncConnection:
     """One client connection, as its handler sees it.
 
@@ -563,7 +680,8 @@ class AsyncConnection:
     work on each request in ``with conn.request("GET /x"):``: inside, the connection is
     busy and a stop lets it finish until the drain deadline; outside, it is idle and a stop
     closes it and cancels the handler at its next ``await``. Write and drain the response
-    inside the block.
+    inside the block. Once the stop began, ``request()`` raises `ServerStopping` instead:
+    a request read then (a pipelined one is read without waiting) never starts.
     """
 
     def __init__(
@@ -580,7 +698,7 @@ class AsyncConnection:
         self._request: str | None = None  # what is in flight; None while idle
         self._closed = False  # set once the stop has closed (or aborted) the transport
         self._interrupted = False  # set when the stop cut the request in flight
-        self._failed: str | None = None  # the name of the request that raised, if one did
+        self._logged: BaseException | None = None  # the failure request() has logged
 
     @property
     def name(self) -> str:
@@ -599,19 +717,29 @@ class AsyncConnection:
 
     @contextmanager
     def request(self, what: str = "request") -> Iterator[None]:
-        """Mark the connection busy while the block runs; ``what`` names the request."""
+        """Mark the connection busy while the block runs; ``what`` names the request.
+
+        Raises `ServerStopping` (before the block runs) once the server's stop has begun.
+        """
         if self._request is not None:
             raise RuntimeError(f"{self.name}: request() blocks do not nest")
+        if self._server.stopping:
+            self._server._refused += 1
+            raise ServerStopping(f"{self.peer}: {what!r} not served: the server is stopping")
         self._request = what or "request"
+        failed = False
         try:
             yield
-        except BaseException:
-            self._failed = self.name  # the handler's failure is logged under this name
+        except Exception as exc:
+            if not self._interrupted:  # not a consequence of the stop's abort
+                failed = True
+                logger.exception("%s: request %s failed", self._server.name, self.name)
+                self._logged = exc
             raise
         finally:
             name = self.name
             self._request = None
-            self._server._a_request_ended(self, name)
+            self._server._a_request_ended(self, name, failed=failed)
 
     def _close(self, *, abort: bool) -> None:
         """Close the transport (flushing what was written) or abort it (dropping it)."""
@@ -651,6 +779,7 @@ class AsyncGracefulServer:
         self._host, self._port, self._backlog = host, port, backlog
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sock: socket.socket | None = None
+        self._start_called = False  # set by start(), even by one that failed
         self._address: tuple[str, int] | None = None
         self._serving: asyncio.Task[asyncio.Server] | None = None  # start_server, in the loop
         # Every connection whose handler has not ended, by its task (the loop keeps only
@@ -661,6 +790,7 @@ class AsyncGracefulServer:
         self._drained: asyncio.Event | None = None
         self._in_flight: dict[AsyncConnection, str] = {}  # busy when the stop began
         self._completed: list[str] = []
+        self._failed: list[str] = []
         self._refused = 0
         self._stop_task: asyncio.Task[ServerStopReport] | None = None
         self._report: ServerStopReport | None = None
@@ -685,12 +815,14 @@ class AsyncGracefulServer:
     def start(self) -> Self:
         """Bind, listen, and serve from the loop's next turn; all or nothing.
 
-        Raises `RuntimeError` outside a running loop, when started twice or after `stop`,
-        and `OSError` when the address cannot be bound (nothing is left open then).
+        Raises `RuntimeError` outside a running loop, when called a second time (after a
+        start that failed too) or after `stop`, and `OSError` when the address cannot be
+        bound (nothing is left open then).
         """
         loop = asyncio.get_running_loop()
-        if self._loop is not None or self._stopping_flag:
+        if self._start_called or self._stopping_flag:
             raise RuntimeError(f"server {self.name!r}: start() can be called once, before stop()")
+        self._start_called = True  # a start that fails here still counts: no second try
         sock = socket.create_server((self._host, self._port), backlog=self._backlog)
         try:
             sock.setblocking(False)
@@ -720,23 +852,26 @@ class AsyncGracefulServer:
         task.add_done_callback(self._connections.pop)
         try:
             await self._handler(conn)
+        except ServerStopping:
+            pass  # counted by request(); the connection ends here
         except asyncio.CancelledError:
             # The stop's (or the loop's) way to end this connection. Ending normally instead
             # of cancelled: on 3.11 and 3.12 asyncio's own done callback on this task calls
             # task.exception() and logs a cancelled task as "Exception in callback".
             pass
-        except Exception:
-            logger.exception("handler for %s failed", conn._failed or conn.name)
+        except Exception as exc:
+            if exc is not conn._logged:  # request() logged its own
+                logger.exception("%s: handler for %s failed", self.name, conn.name)
         finally:
             writer.close()  # no await here: a pending cancel must not interrupt the cleanup
 
-    def _a_request_ended(self, conn: AsyncConnection, name: str) -> None:
+    def _a_request_ended(self, conn: AsyncConnection, name: str, *, failed: bool) -> None:
         """A `request` block ended: count it, and close the connection if stopping."""
         if not self._stopping_flag:
             return
         if conn in self._in_flight and not conn._interrupted:
             del self._in_flight[conn]
-            self._completed.append(name)
+            (self._failed if failed else self._completed).append(name)
         if not conn._closed:
             conn._closed = True
             # After the handler's current step, so the close and the cancel find it
@@ -837,6 +972,7 @@ class AsyncGracefulServer:
             terminated=not still_running,
             still_running=still_running,
             completed=tuple(self._completed),
+            failed=tuple(self._failed),
             interrupted=tuple(interrupted),
             idle_closed=idle_closed,
             refused=self._refused,

@@ -24,7 +24,8 @@ Guarantees:
       `SupervisorReport` that completes is returned to every later call. Reports come
       from each thread's own end signal, never from ``join()`` (:gh:`90882`).
     * ``stop()`` from the worker, a callback, or a signal handler that interrupted this
-      supervisor's ``start()``/``stop()`` is a request: it returns at once, provisionally.
+      supervisor's ``start()``/``stop()`` (running it, or waiting for another thread's)
+      is a request: it returns at once, provisionally.
     * `produce_until_consumer_dies` blocks at most ``check_every`` seconds after its
       consumer is gone, and returns the items it could not deliver.
 
@@ -214,10 +215,13 @@ class Supervisor:
         # Set once both Thread.start calls of start() returned or one raised; a racing
         # stop() waits on it within its budget, because until then the threads are not known.
         self._start_settled = threading.Event()
-        # Tried (never waited on) by stop(): its holder builds the report; _stopper is the
-        # holder's ident, so a stop from a signal handler on that thread returns at once.
+        # Tried (never waited on) by stop(): its holder builds the report.
         self._stop_lock = threading.Lock()
-        self._stopper: int | None = None
+        # Idents of the threads inside stop(), running it or waiting for another's: a stop()
+        # that finds its own thread here is a signal handler (or a callback) on top of that
+        # call, which cannot go on until it returns, so it returns at once. A set, not a
+        # lock: add and discard are atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
         self._report: SupervisorReport | None = None
         self._reported = threading.Event()  # set once _report is recorded; others wait on it
         # Written by start() (both) and by the supervisor's thread (_worker, on restart),
@@ -265,9 +269,10 @@ class Supervisor:
         call racing it waits at most its own ``timeout`` for that report, then returns a
         provisional one (not recorded). From the worker or a callback (the supervisor's
         own threads), or from a signal handler that interrupted this supervisor's
-        ``start()``/``stop()``, it is a request: it sets the stop request and returns a
-        provisional report at once, naming the threads still running (the caller's own
-        included); a later ``stop()`` from outside returns the final report.
+        ``start()`` or a ``stop()`` (running it, or waiting for another thread's), it is a
+        request: it sets the stop request and returns a provisional report at once,
+        naming the threads still running (the caller's own included); a later ``stop()``
+        from outside returns the final report.
         """
         began = time.monotonic()
         deadline = began + (self.stop_timeout if timeout is None else _seconds(timeout, "timeout"))
@@ -283,20 +288,24 @@ class Supervisor:
             if own and caller not in report.still_running:  # it cannot have ended: it asks
                 report = replace(report, still_running=(*report.still_running, caller))
             return report
-        if self._stop_lock.acquire(blocking=False):
-            try:
-                self._stopper = me
-                if self._report is None:
-                    self._report = self._stop_once(began, deadline)
-                    self._reported.set()
+        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
+            self._request_stop()  # a request, as the stop it interrupted is
+            return self._current(began, final=False)
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(me)
+            if self._stop_lock.acquire(blocking=False):
+                try:
+                    if self._report is None:
+                        self._report = self._stop_once(began, deadline)
+                        self._reported.set()
+                    return self._report
+                finally:
+                    self._stop_lock.release()
+            # Another stop() builds the report: wait for it within our own budget.
+            if _wait(self._reported, deadline) and self._report is not None:
                 return self._report
-            finally:
-                self._stopper = None
-                self._stop_lock.release()
-        # Another stop() builds the report: wait for it within our own budget, unless
-        # that stop() is this thread's own (we are a signal handler interrupting it).
-        if self._stopper != me and _wait(self._reported, deadline) and self._report is not None:
-            return self._report
+        finally:
+            self._in_stop.discard(me)
         self._request_stop()
         return self._current(began, final=False)
 

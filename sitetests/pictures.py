@@ -6,8 +6,13 @@ viewBox shrunk to its box counts, and so does any transform). `check_pictures` t
 that into `Problem` records: text under `MIN_TEXT_PX` (at phone widths, in the race
 pictures only: the notebooks' charts still scale down with the column there); a race
 picture (``figure.race-lanes``) whose two halves are drawn at different scales; and, at
-phone widths, halves side by side instead of one above the other. Pictures shown as
-images (graphviz's ``<object>``) are not measured: their text is not in the page.
+phone widths, halves side by side instead of one above the other.
+
+Pictures shown as documents of their own are measured too, at both widths: an SVG in an
+``<object>`` (graphviz's diagrams) is read through its ``contentDocument``, whose text's
+``getScreenCTM`` includes the scale the object is drawn at; an SVG in an ``<img>`` is
+fetched and parsed, and each text's ``font-size`` is scaled by the image's displayed width
+over its viewBox width.
 """
 
 from __future__ import annotations
@@ -33,8 +38,28 @@ _SIZES = (
     "  const m = t.getScreenCTM(); if (!m) continue;"
     "  const size = parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);"
     "  const fig = t.closest('figure');"
-    "  out.push([size, text.slice(0, 40), fig && fig.id ? fig.id : '']); }"
-    " return out; })()"
+    "  out.push([size, text.slice(0, 40), fig && fig.id ? fig.id : '', 'inline']); }"
+    " const where = e => (e.getAttribute('data') || e.getAttribute('src') || '')"
+    "  .split('/').pop();"
+    " for (const o of main.querySelectorAll('object')) {"
+    "  const doc = o.contentDocument; if (!doc) continue;"
+    "  for (const t of doc.querySelectorAll('svg text')) {"
+    "   const text = t.textContent.trim(); const m = t.getScreenCTM();"
+    "   if (!text || !m) continue;"
+    "   const size = parseFloat(doc.defaultView.getComputedStyle(t).fontSize)"
+    "    * Math.hypot(m.a, m.b);"
+    "   out.push([size, text.slice(0, 40), where(o), 'object']); } }"
+    " const imgs = [...main.querySelectorAll('img')].filter(i => /\\.svg($|[?#])/.test(i.src));"
+    " return Promise.all(imgs.map(async i => {"
+    "  const svg = new DOMParser().parseFromString(await (await fetch(i.src)).text(),"
+    "   'image/svg+xml').documentElement;"
+    "  const vb = svg.viewBox && svg.viewBox.baseVal && svg.viewBox.baseVal.width;"
+    "  const scale = i.getBoundingClientRect().width / (vb || i.naturalWidth);"
+    "  for (const t of svg.querySelectorAll('text')) {"
+    "   const text = t.textContent.trim(); const f = t.closest('[font-size]');"
+    "   if (!text) continue;"
+    "   const size = parseFloat(f ? f.getAttribute('font-size') : '16') * scale;"
+    "   out.push([size, text.slice(0, 40), where(i), 'img']); } })).then(() => out); })()"
 )
 
 # For each race picture: its id, each half's SVG scale (displayed width / viewBox width)
@@ -50,16 +75,24 @@ _HALVES = (
 
 @dataclass(frozen=True)
 class TextSize:
-    """One piece of SVG text as displayed: its size in px, its first 40 characters, its figure."""
+    """One piece of SVG text as displayed: its size in px, its first 40 characters, its figure.
+
+    ``source`` says how the SVG is shown: ``inline``, in an ``object``, or as an ``img``;
+    ``figure`` is the id of the inline SVG's figure, or the file name of an object's or image's.
+    """
 
     px: float
     text: str
     figure: str
+    source: str = "inline"
 
 
 def svg_text_sizes(page: Page) -> list[TextSize]:
     """Every visible piece of SVG text in the loaded page's article, with its displayed size."""
-    return [TextSize(float(px), str(text), str(fig)) for px, text, fig in page.evaluate(_SIZES)]
+    return [
+        TextSize(float(px), str(text), str(fig), str(source))
+        for px, text, fig, source in page.evaluate(_SIZES)
+    ]
 
 
 def check_pictures(base: str, pages: Sequence[Path], page: Page, width: int) -> list[Problem]:
@@ -70,7 +103,8 @@ def check_pictures(base: str, pages: Sequence[Path], page: Page, width: int) -> 
         small = [
             t
             for t in svg_text_sizes(page)
-            if t.px < MIN_TEXT_PX - 0.05 and (width > PHONE or t.figure.startswith("race-lanes"))
+            if t.px < MIN_TEXT_PX - 0.05
+            and (width > PHONE or t.figure.startswith("race-lanes") or t.source != "inline")
         ]
         if small:
             least = min(small, key=lambda t: t.px)
@@ -80,7 +114,8 @@ def check_pictures(base: str, pages: Sequence[Path], page: Page, width: int) -> 
                     width,
                     "SVG text too small",
                     f"{len(small)} text(s) under {MIN_TEXT_PX:g} px, the smallest "
-                    f"{least.px:.1f} px: {least.text!r} in #{least.figure or '?'}",
+                    f"{least.px:.1f} px: {least.text!r} in #{least.figure or '?'}"
+                    f" ({least.source})",
                 )
             )
         for figure, halves in page.evaluate(_HALVES):

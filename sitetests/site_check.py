@@ -2,10 +2,11 @@
 
 `check_site` serves the directory on 127.0.0.1, opens each page at each viewport width and
 returns a `Problem` for: a console error or an uncaught script error, a resource answered
-with an HTTP error or not loaded at all, an image that did not load, and (at phone widths)
-a page body wider than the screen. Links and anchors are checked from the HTML files
-themselves: every same-site link must name a file that exists, and its ``#fragment`` an id
-on that page. Nothing leaves the machine: external links are not followed.
+with an HTTP error or not loaded at all, an image that did not load, (at phone widths) a
+page body wider than the screen, and (at desktop widths) a table that scrolls sideways in
+its box. Links and anchors are checked from the HTML files themselves: every same-site link
+must name a file that exists, and its ``#fragment`` an id on that page. Nothing leaves the
+machine: external links are not followed.
 
 The browser is the system's Chromium (Debian's package; ``scripts/need.sh`` installs it),
 driven by Playwright with ``executable_path``, so no browser is downloaded.
@@ -153,6 +154,23 @@ _SPILLS = (
     " return found; })()"
 )
 
+# Tables that scroll sideways inside their box (furo's ``div.table-wrapper``), with how many
+# px are hidden, named by the heading of the section they are in. Folded <details> are opened
+# first, so a table in a fold is measured too.
+_SCROLLING_TABLES = (
+    "(() => { document.querySelectorAll('article details').forEach(d => { d.open = true; });"
+    " const main = document.querySelector('article') || document.body; const found = [];"
+    " for (const t of main.querySelectorAll('table')) {"
+    "  let a = t.parentElement;"
+    "  while (a && a !== main && !['auto', 'scroll'].includes(getComputedStyle(a).overflowX))"
+    "   a = a.parentElement;"
+    "  if (!a || a === main || a.scrollWidth <= a.clientWidth + 1) continue;"
+    "  const s = t.closest('section'); const h = s && s.querySelector('h1, h2, h3, h4');"
+    "  found.push([h ? h.textContent.replace(/[#\\u00b6]/g, '').trim() : '?',"
+    "   a.scrollWidth - a.clientWidth]); }"
+    " return found; })()"
+)
+
 
 def check_pages(
     base: str,
@@ -197,6 +215,16 @@ def check_pages(
         page.goto(f"{base}/{name.as_posix()}", wait_until="load")
         for src in page.evaluate(_BROKEN_IMAGES):
             problems.append(Problem(str(name), width, "image not loaded", src))
+        if width > PHONE:  # on a phone a wide table may scroll in its box; here it must fit
+            for heading, hidden in page.evaluate(_SCROLLING_TABLES):
+                problems.append(
+                    Problem(
+                        str(name),
+                        width,
+                        "table scrolls sideways",
+                        f"{hidden} px hidden, in the section {heading!r}",
+                    )
+                )
         if width <= PHONE:
             overflow = page.evaluate(_OVERFLOW)
             if overflow:

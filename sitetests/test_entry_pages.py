@@ -67,11 +67,15 @@ def test_the_entry_pages_tables_fit_the_article_column(
 def test_the_catalogue_is_grouped_by_page_in_reading_order(
     base: str, tabs: dict[int, Page]
 ) -> None:
-    """One section per page, in the sidebar's order, each with its tests folded away."""
+    """One section per page, in the sidebar's order, each with its tests folded away.
+
+    The sections with a table are the pages'; the page's last section says how it is made.
+    """
     tab = tabs[DESKTOP]
     tab.goto(f"{base}/pitfalls.html", wait_until="load")
     sections = tab.evaluate(
-        "[...document.querySelectorAll('article section section')].map(s => ["
+        "[...document.querySelectorAll('article section section')]"
+        ".filter(s => s.querySelector('.pitfall-catalogue')).map(s => ["
         " s.querySelector('h2').textContent.replace('¶', '').trim(),"
         " s.querySelector('p a.reference.internal').getAttribute('href'),"
         " s.querySelectorAll('table tbody tr').length,"

@@ -42,7 +42,7 @@ def test_screenshots_of_three_race_pictures(tabs: dict[int, Page]) -> None:
                 tab.goto(f"{base}/patterns/{name}.html", wait_until="load")
                 tab.add_style_tag(content=_NO_OVERLAYS)  # furo's bars would cover the figure
                 shot = SCREENSHOTS / f"race-{name}-{width}.png"
-                tab.locator("figure.race-lanes").screenshot(path=str(shot))
+                tab.locator("figure.race-lanes").first.screenshot(path=str(shot))
                 assert shot.stat().st_size > 1000
 
 
@@ -117,3 +117,42 @@ def test_the_checker_catches_shrunken_text_unequal_halves_and_a_pair_that_does_n
     assert ("side.html", "race picture not stacked") in found
     assert not [p for p in desktop + phone if p.page == "good.html"], found
     assert not [p for p in desktop if p.page == "side.html"]  # side by side is fine there
+
+
+def _svg_file(width: int) -> str:
+    """A standalone SVG ``width`` units wide (a graphviz diagram's shape) with 12-unit text."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}pt" height="40pt" '
+        f'viewBox="0 0 {width} 40"><g font-size="12"><text x="4" y="20">node</text></g></svg>'
+    )
+
+
+def test_the_checker_measures_diagrams_in_objects_and_images_at_both_widths(
+    tmp_path: Path, tabs: dict[int, Page]
+) -> None:
+    """A diagram shrunk into a narrow box is too small, as an ``<object>`` and as an ``<img>``."""
+    (tmp_path / "wide.svg").write_text(_svg_file(800))
+    (tmp_path / "narrow.svg").write_text(_svg_file(300))
+    shrunk = 'style="width:360px;max-width:100%"'
+    pages = {
+        # 800 units shown 360 px wide: 12-unit text shows at 5.4 px, at either width.
+        "object.html": f'<figure id="f"><object data="wide.svg" type="image/svg+xml" {shrunk}>'
+        "</object></figure>",
+        "img.html": f'<img src="wide.svg" alt="wide" {shrunk}>',
+        # 300 units shown 300 px wide: 12 px text.
+        "good.html": '<object data="narrow.svg" type="image/svg+xml" style="width:300px">'
+        '</object><img src="narrow.svg" alt="narrow" style="width:300px">',
+    }
+    for name, body in pages.items():
+        (tmp_path / name).write_text(PAGE.format(body))
+    with serving(tmp_path) as base:
+        found = {
+            (p.page, p.width, p.kind)
+            for width in (DESKTOP, PHONE)
+            for p in check_pictures(base, pages_of(tmp_path), tabs[width], width)
+        }
+    assert found == {
+        (page, width, "SVG text too small")
+        for page in ("object.html", "img.html")
+        for width in (DESKTOP, PHONE)
+    }

@@ -84,3 +84,21 @@ def test_a_wide_table_counts_unless_a_box_inside_the_article_scrolls_it(tmp_path
         phone = check_pages(base, pages_of(tmp_path), tabs[PHONE], PHONE)
     assert {p.page for p in phone} == {"spills.html"}, phone
     assert all(p.kind.startswith("wider than the screen") for p in phone), phone
+
+
+def test_at_1280_px_a_table_that_scrolls_in_its_box_is_reported_with_what_it_hides(
+    tmp_path: Path,
+) -> None:
+    """A table wider than its scrolling box hides columns at 1280 px; one that fits does not."""
+    cell = "a_test_function_name_written_into_a_table_cell_and_far_too_long_to_wrap " * 3
+    section = (
+        '<section><h2>Exit statuses</h2><div style="overflow-x: auto; width: 700px">'
+        '<table><tr><td style="white-space: nowrap">{}</td></tr></table></div></section>'
+    )
+    (tmp_path / "scrolls.html").write_text(PAGE.format(title="s", body=section.format(cell)))
+    (tmp_path / "fits.html").write_text(PAGE.format(title="f", body=section.format("short")))
+    with serving(tmp_path) as base, browser_pages() as tabs:
+        desktop = check_pages(base, pages_of(tmp_path), tabs[DESKTOP], DESKTOP)
+    assert [(p.page, p.kind) for p in desktop] == [("scrolls.html", "table scrolls sideways")]
+    assert "in the section 'Exit statuses'" in desktop[0].detail
+    assert int(desktop[0].detail.split(" px hidden")[0]) > 500

@@ -33,6 +33,9 @@ class Entry:
     naive: list[str] = field(default_factory=list)  # "tests/test_x.py::test_naive_y"
     pattern: list[str] = field(default_factory=list)
     lesson: str = ""  # first docstring paragraph of the first pattern test, on one line
+    # each pattern test's first docstring paragraph, by node id (a page whose tests show a
+    # pitfall told on another page gives its own lesson)
+    lessons: dict[str, str] = field(default_factory=dict)
     # naive tests without a ``record_property`` argument: their row in `make races` would
     # say "(nothing recorded)" instead of what they saw
     silent: list[str] = field(default_factory=list)
@@ -107,8 +110,11 @@ def entries(root: Path = ROOT) -> dict[str, Entry]:
                 else:
                     entry.pattern.append(nodeid)
                     doc = ast.get_docstring(function) or ""
-                    if doc and not entry.lesson:
-                        entry.lesson = " ".join(doc.split("\n\n")[0].split())
+                    lesson = " ".join(doc.split("\n\n")[0].split())
+                    if lesson:
+                        entry.lessons[nodeid] = lesson
+                    if lesson and not entry.lesson:
+                        entry.lesson = lesson
     return catalogue
 
 

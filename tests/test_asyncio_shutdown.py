@@ -1495,6 +1495,78 @@ def test_stoppable_task_group_stop_outside_its_lifetime_and_from_inside() -> Non
     asyncio.run(main())
 
 
+SWALLOWED = "cancellation swallowed?"
+
+
+def _swallow_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The messages of the WARNING records that say a cancel was swallowed."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and SWALLOWED in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize("caller", ["owner", "child"])
+def test_stoppable_task_group_stop_from_inside_warns_of_no_swallowed_cancel(
+    caller: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop from the owner or a child returns a provisional report and logs no false warning."""
+
+    async def main() -> tuple[list[TaskShutdownReport], TaskShutdownReport]:
+        group = StoppableTaskGroup(name="workers")
+        provisional: list[TaskShutdownReport] = []
+
+        async def stopper() -> None:
+            provisional.append(await group.stop())  # a request: returns at once
+            await asyncio.Event().wait()  # cancelled here by the stop it asked for
+
+        async with group:
+            group.create_task(asyncio.Event().wait(), name="worker")
+            if caller == "owner":
+                provisional.append(await group.stop())
+            else:
+                group.create_task(stopper(), name="stopper")
+        return provisional, await group.stop()
+
+    with caplog.at_level(logging.WARNING, logger="patterns.asyncio_shutdown"):
+        (report,), final = asyncio.run(main())
+    running = ("worker",) if caller == "owner" else ("worker", "stopper")
+    assert (report.terminated, sorted(report.still_running)) == (False, sorted(running))
+    assert (final.terminated, sorted(final.cancelled)) == (True, sorted(running))
+    assert _swallow_warnings(caplog) == []
+
+
+def test_stoppable_task_group_stop_warns_when_a_child_swallows_its_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A child still running when the budget ends is named in a WARNING: it swallowed its cancel."""
+
+    async def main() -> TaskShutdownReport:
+        caught, release, entered = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        group = StoppableTaskGroup(name="workers")
+
+        async def owner() -> None:
+            async with group:
+                group.create_task(_stubborn_child(caught, release), name="stubborn")
+                entered.set()
+
+        task = asyncio.create_task(owner())
+        await asyncio.wait_for(entered.wait(), MUST_HAPPEN)
+        report = await group.stop(0.1)
+        assert caught.is_set()
+        release.set()
+        await asyncio.wait_for(task, MUST_HAPPEN)
+        return report
+
+    with caplog.at_level(logging.WARNING, logger="patterns.asyncio_shutdown"):
+        report = asyncio.run(main())
+    assert report.still_running == ("stubborn",)
+    assert _swallow_warnings(caplog) == [
+        "still running 0.1s after cancel (cancellation swallowed?): stubborn"
+    ]
+
+
 @pytest.mark.parametrize("bad", [-1, float("nan"), "1", True])
 def test_shielded_and_the_group_refuse_seconds_that_are_not_seconds(bad: Any) -> None:
     """A bad timeout or stop_timeout is a ValueError naming it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from tests import catalogue
@@ -55,3 +57,19 @@ def test_the_id_pattern_skips_lint_codes_and_finds_suffixed_ids(tmp_path: Path) 
     for folder in ("docs", "notebooks", "patterns", "benchmarks", "tests"):
         (tmp_path / folder).mkdir()
     assert catalogue.references(tmp_path) == {"P5b": ["README.md"], "B3": ["README.md"]}
+
+
+def _families(pitfalls: Iterable[str]) -> set[str]:
+    return {re.match(r"[A-Z]+", p).group() for p in pitfalls}  # type: ignore[union-attr]
+
+
+def test_the_catalogue_page_explains_every_family_letter_it_uses_and_no_other() -> None:
+    """Each ID prefix in the tables (P, W, PG ...) is in the page's key; the key has no other."""
+    page = (catalogue.ROOT / "docs" / "pitfalls.md").read_text(encoding="utf-8")
+    # the key is every bold capital prefix written before the tables
+    key = set(re.findall(r"\*\*([A-Z]{1,2})\*\*", page.split("{pitfall-catalogue}")[0]))
+    used = _families(catalogue.entries())
+    assert (used - key, key - used) == (set(), set()), (
+        f"families in the tables but not in the key: {sorted(used - key)}; "
+        f"in the key but used by no pitfall: {sorted(key - used)}"
+    )

@@ -6,14 +6,16 @@ or nothing and refuses a second call; ``stop(timeout=None)`` uses the object's
 every time; a report starts with ``terminated: bool`` and ``still_running: tuple[str, ...]``;
 ``with`` starts and stops, and entering a started object returns it. The paths users take
 are checked too: ``with x.start()`` and the program exits; a Ctrl-C during ``stop()``; a
-``stop()`` from a signal handler, from another thread, from the object's own thread; any
-budget. A new stoppable class joins `CASES` and is held to all of it.
+``stop()`` from a signal handler (on a thread running a stop, or waiting for another
+thread's), from another thread, from the object's own thread; any budget. A new
+stoppable class joins `CASES` and is held to all of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import linecache
 import math
 import os
 import signal
@@ -621,12 +623,38 @@ def _blocked_in_stop(thread: threading.Thread) -> bool:
     return False
 
 
-def _signal_main_when_blocked_in_stop(signum: int) -> threading.Thread:
-    """A thread that sends ``signum`` to the main thread once stop() waits for the work."""
+def _waits_in_stop(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is inside a ``stop``, blocked in a wait of any kind.
+
+    Besides `_blocked_in_stop`'s waits, a stop that waits for another thread's stop may
+    block in a C ``lock.acquire(timeout=...)`` called straight from its own frame (or from
+    a small ``_acquire`` loop), which leaves no Python frame of its own: then the
+    innermost frame's current line is that call.
+    """
+    if _blocked_in_stop(thread):
+        return True
+    frame = sys._current_frames().get(thread.ident or -1)
+    innermost = frame
+    while frame is not None:
+        if frame.f_code.co_name in ("stop", "_stop"):
+            assert innermost is not None
+            line = linecache.getline(innermost.f_code.co_filename, innermost.f_lineno)
+            return ".acquire(" in line
+        frame = frame.f_back
+    return False
+
+
+def _signal_main_when_blocked_in_stop(
+    signum: int, blocked: Callable[[threading.Thread], bool] = _blocked_in_stop
+) -> threading.Thread:
+    """A thread that sends ``signum`` to the main thread once ``blocked(main)`` holds.
+
+    By default that is once stop() waits for the work.
+    """
     main = threading.main_thread()
 
     def send() -> None:
-        wait_until(lambda: _blocked_in_stop(main), "the main thread waits inside stop()")
+        wait_until(lambda: blocked(main), "the main thread waits inside stop()")
         assert main.ident is not None
         signal.pthread_kill(main.ident, signum)
 
@@ -757,6 +785,67 @@ def test_stop_from_a_signal_handler_during_stop_returns_at_once(case: Case) -> N
     assert inner["report"].terminated is False
     assert outer.terminated is True
     assert thing.stop() is outer
+
+
+@each_case
+def test_stop_from_a_signal_handler_while_waiting_for_another_threads_stop_returns_at_once(
+    case: Case,
+) -> None:
+    """A handler's stop() on a thread that waits for another thread's stop() must not wait.
+
+    Thread A runs stop(10), held by work that ignores it; the main thread's stop(1) waits
+    for A's; a signal handler then calls stop(10) on top of that wait. The handler gets a
+    provisional report at once, and the main thread's stop() still keeps its own budget of
+    1 s: it must not sit under a handler that waits out a budget of its own.
+    """
+    if case.busy is None:
+        pytest.skip(
+            f"{case}.stop() is a coroutine: a stop that waits for another is a suspended"
+            " task, and a signal handler cannot await a stop on top of it"
+        )
+    inner: dict[str, Any] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        began = time.monotonic()
+        inner["report"] = thing.stop(10.0)
+        inner["took"] = time.monotonic() - began
+        inner["outer_pending"] = "outer" not in waited  # it landed inside the main's stop()
+
+    waited: dict[str, Any] = {}
+    before = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with busy_thing(case) as (thing, busy):
+            first_thread, first = run_in_thread(lambda: thing.stop(10.0), "contract-first")
+            if case.name == "SignalHandlers":  # its stop() belongs to the main thread
+                first_thread.join(MUST_HAPPEN)
+                pytest.skip("SignalHandlers.stop() runs on the main thread only")
+            wait_until(lambda: _blocked_in_stop(first_thread), "thread A's stop() waits")
+            sender = _signal_main_when_blocked_in_stop(signal.SIGUSR1, _waits_in_stop)
+            began = time.monotonic()
+            waited["outer"] = thing.stop(1.0)
+            waited["took"] = time.monotonic() - began
+            sender.join(MUST_HAPPEN)
+            assert not sender.is_alive()
+            waited["first_pending"] = first_thread.is_alive()
+            busy.finish()
+            first_thread.join(MUST_HAPPEN)
+            assert not first_thread.is_alive()
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert inner.get("outer_pending") is True, "the handler ran inside the main's stop()"
+    timings = (
+        f"the handler's stop(10) took {inner['took']:.2f} s,"
+        f" the main thread's stop(1) {waited['took']:.2f} s"
+    )
+    assert inner["took"] < 1.0, timings
+    assert waited["took"] < 1.0 + NOISE, timings
+    assert waited["first_pending"] is True, "thread A's stop() was held by the work throughout"
+    assert inner["report"].terminated is False
+    assert waited["outer"].terminated is False
+    final = first["result"]
+    assert (final.terminated, final.still_running) == (True, ())
+    assert inner["report"] is not final
+    assert thing.stop() is final
 
 
 @each_busy_case

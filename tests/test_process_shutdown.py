@@ -1608,6 +1608,68 @@ def test_ctrl_c_during_shutdown_mp_pool_kills_the_workers_and_propagates(tmp_pat
         assert child.stdout() == ["interrupted", "worker gone"]
 
 
+# Two workers deaf to SIGTERM, each running a stuck task; once both run, the pool is shut
+# down with a forced phase so long (SIGKILL due 30 s into it) that only the Ctrl-C the test
+# sends once a worker has got SIGTERM can end it within the test's bound.
+FORCED_PHASE_INTERRUPTED = """
+    import multiprocessing, time
+    from concurrent.futures import ProcessPoolExecutor
+    from pathlib import Path
+    from patterns.process_shutdown import ignore_sigint, shutdown_mp_pool, shutdown_process_pool
+    from patterns.teaching.process_tasks import deaf_noting_sigterm
+    path = Path({path!r})
+    context = multiprocessing.get_context({method!r})
+    if {shutdown!r} == "shutdown_mp_pool":
+        pool = context.Pool(2, initializer=ignore_sigint)
+        for _ in range(2):
+            pool.apply_async(deaf_noting_sigterm, (str(path), 60))
+        shutdown = shutdown_mp_pool
+    else:
+        pool = ProcessPoolExecutor(2, mp_context=context, initializer=ignore_sigint)
+        for _ in range(2):
+            pool.submit(deaf_noting_sigterm, str(path), 60)
+        shutdown = shutdown_process_pool
+    while not (path.exists() and path.read_text().count("\\n") == 2):  # both tasks run
+        time.sleep(0.001)
+    try:
+        shutdown(pool, 0.5, force_timeout=60)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("shutdown", ["shutdown_mp_pool", "shutdown_process_pool"])
+def test_ctrl_c_in_the_forced_phase_kills_and_reaps_workers_deaf_to_sigterm(
+    tmp_path: Path, method: str, shutdown: str
+) -> None:
+    """A Ctrl-C after SIGTERM, before SIGKILL is due, kills and reaps the workers; the exit follows.
+
+    The worker's SIGTERM handler writes a line and carries on, so the test sends the
+    SIGINT once the forced phase has sent SIGTERM, 30 s before its SIGKILL is due.
+    """
+    path = tmp_path / "pid"
+    code = FORCED_PHASE_INTERRUPTED.format(path=str(path), method=method, shutdown=shutdown)
+    with Group(code) as child:
+        term = path.with_name("pid.term")
+        wait_until(term.exists, "a worker got SIGTERM: the forced phase has begun")
+        pids = [int(line) for line in path.read_text().split()]
+        assert len(pids) == 2
+        child.proc.send_signal(signal.SIGINT)  # the parent only, as in the graceful wait
+        try:
+            status = child.wait(MUST_HAPPEN)
+        except subprocess.TimeoutExpired:
+            alive = [pid for pid in pids if not gone(pid)]
+            pytest.fail(
+                f"{shutdown} ({method}): the program still runs {MUST_HAPPEN}s after a Ctrl-C"
+                f" in the forced phase (it printed {list(child.lines.queue)}); workers alive:"
+                f" {alive}; stderr: {child.stderr()}"
+            )
+        assert status == 0, child.stderr()
+        assert child.stdout() == ["interrupted"]
+        assert [pid for pid in pids if not gone(pid)] == []
+
+
 def test_maxtasksperchild_replaces_workers_and_shutdown_mp_pool_follows_them(
     tmp_path: Path,
 ) -> None:

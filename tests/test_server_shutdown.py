@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import logging
 import signal
 import socket
 import socketserver
@@ -767,3 +768,221 @@ def test_sigterm_with_a_budget_too_short_interrupts_and_names_the_request() -> N
     assert "interrupted=('127.0.0.1:" in report
     assert "GET /slow?seconds=60'" in report
     assert "terminated=True" in report
+
+
+# --- what the report counts ------------------------------------------------------------------
+
+
+def _conn_thread(server: GracefulServer, n: int = 1) -> threading.Thread:
+    """The handler thread of the server's ``n``-th connection, once it is running."""
+    name = f"{server.name}-conn-{n}"
+    wait_until(lambda: any(t.name == name for t in threading.enumerate()), "a handler thread")
+    return next(t for t in threading.enumerate() if t.name == name)
+
+
+def _read_until(sock: socket.socket, end: bytes) -> bytes:
+    """Bytes from ``sock`` until ``end`` has arrived, or the connection ended."""
+    data = b""
+    while end not in data and (chunk := sock.recv(4096)):
+        data += chunk
+    return data
+
+
+def test_the_final_response_after_100_continue_during_the_stop_says_connection_close() -> None:
+    """With ``Expect: 100-continue`` during the stop, the final response says Connection: close.
+
+    The interim ``100 Continue`` is not the answer; the ``200`` after it is, and it is the
+    one that tells the client not to send another request.
+    """
+
+    class Upload(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upload)
+    server = GracefulServer(httpd, grace=MUST_HAPPEN * 3).start()
+    stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN * 4), "stopper")
+    try:
+        wait_until(lambda: not server.ready, "the stop began")
+        with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+            sock.sendall(
+                b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                b"Expect: 100-continue\r\n\r\n"
+            )
+            interim = _read_until(sock, b"\r\n\r\n")
+            sock.sendall(b"hello")
+            final = _read_until(sock, b"hello")
+    finally:
+        second = server.stop(MUST_HAPPEN)  # cuts the grace short
+        join_or_fail(stopper)
+    assert interim.startswith(b"HTTP/1.1 100 ")
+    head, _, body = final.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"\r\nConnection: close" in head
+    assert body == b"hello"
+    assert second is result["result"]
+    assert [name.split(" ", 1)[1] for name in second.completed] == ["POST /upload"]
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "patterns.server_shutdown" and r.levelno >= logging.ERROR
+    ]
+
+
+def test_an_http_request_that_raises_during_the_drain_is_failed_and_logged_at_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request in flight at the stop whose handler raises is in failed, with its traceback.
+
+    The client gets no response (RemoteDisconnected); the report must not call it completed.
+    """
+    entered, release = threading.Event(), threading.Event()
+
+    class Boom(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            entered.set()
+            release.wait(MUST_HAPPEN)
+            raise ValueError("boom")
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Boom)).start()
+    with client(server.address, "/boom") as outcome:
+        assert entered.wait(MUST_HAPPEN)
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
+        wait_until(lambda: server.stopping, "the stop began")
+        release.set()
+        join_or_fail(stopper)
+    report: ServerStopReport = result["result"]
+    assert isinstance(outcome["error"], http.client.RemoteDisconnected)
+    assert report.completed == ()
+    assert [name.split(" ", 1)[1] for name in report.failed] == ["GET /boom"]
+    assert report.terminated is True
+    (error,) = _errors(caplog)
+    assert error.getMessage() == f"server: request {report.failed[0]} failed"
+    assert error.exc_info is not None
+    assert error.exc_info[0] is ValueError
+
+
+def test_a_plain_tcp_handler_that_raises_during_the_drain_is_failed_and_logged_at_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A socketserver handler that raises after the stop began is in failed, logged at ERROR."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Boom(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            entered.set()
+            release.wait(MUST_HAPPEN)
+            raise ValueError("boom")
+
+    server = GracefulServer(socketserver.ThreadingTCPServer(("127.0.0.1", 0), Boom)).start()
+    with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+        assert entered.wait(MUST_HAPPEN)
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
+        wait_until(lambda: server.stopping, "the stop began")
+        release.set()
+        join_or_fail(stopper)
+        assert sock.recv(10) == b""
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"
+    report: ServerStopReport = result["result"]
+    assert report.completed == ()
+    assert (report.failed, report.terminated) == ((peer,), True)
+    (error,) = _errors(caplog)
+    assert error.getMessage() == f"server: request {peer} failed"
+    assert error.exc_info is not None
+    assert error.exc_info[0] is ValueError
+
+
+def test_a_request_half_read_at_the_stop_is_drained_then_interrupted_not_idle_closed() -> None:
+    """A request whose headers are still arriving when the stop began is in flight, not idle.
+
+    The drain waits for it; its headers never end, so the forced close cuts it at the drain
+    deadline and names it in interrupted.
+    """
+    slow = Slow()
+    server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), slow.handler()))
+    server.start()
+    try:
+        with socket.create_connection(server.address, timeout=MUST_HAPPEN) as sock:
+            sock.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")  # the headers' end never comes
+            wait_until_blocked_in(_conn_thread(server), "parse_headers")
+            report = server.stop(1.0)
+            assert sock.recv(100) == b""
+            peer = f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.stop(MUST_HAPPEN)
+    assert report.idle_closed == 0
+    assert report.interrupted == (f"{peer} GET /half",)
+    assert report.terminated is True
+
+
+def test_a_half_read_request_whose_rest_arrives_in_the_drain_is_served_and_completed() -> None:
+    """A half-read request whose headers end during the drain is answered, then completed.
+
+    An idle client read the end of its connection first: the stop has closed the idle ones
+    and is draining. The answer says Connection: close.
+    """
+    slow = Slow()
+    server = GracefulServer(http.server.ThreadingHTTPServer(("127.0.0.1", 0), slow.handler()))
+    server.start()
+    with (
+        contextlib.ExitStack() as stack,
+        socket.create_connection(server.address, timeout=MUST_HAPPEN) as half,
+        contextlib.closing(connect(server.address)) as idle,
+    ):
+        stack.callback(server.stop, MUST_HAPPEN)
+        half.sendall(b"GET /half HTTP/1.1\r\nHost: x\r\n")
+        wait_until_blocked_in(_conn_thread(server), "parse_headers")
+        assert get(idle, "/first")[:2] == (200, "done /first\n")
+        # Answered, and reading for the next request: idle (socket.SocketIO.readinto).
+        wait_until_blocked_in(_conn_thread(server, 2), "readinto")
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")
+        assert idle.sock is not None
+        assert idle.sock.recv(10) == b""  # the idle client was closed: the drain is on
+        half.sendall(b"\r\n")
+        answer = _read_until(half, b"done /half\n")
+        join_or_fail(stopper)
+        peer = f"127.0.0.1:{half.getsockname()[1]}"
+    report: ServerStopReport = result["result"]
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert b"\r\nConnection: close" in answer
+    assert (report.completed, report.idle_closed, report.interrupted) == (
+        (f"{peer} GET /half",),
+        1,
+        (),
+    )
+
+
+def test_readiness_answers_during_the_stop_are_counted_in_not_ready_not_refused() -> None:
+    """Each readiness check answered 503 after the stop began is counted in not_ready.
+
+    They are not refused work, nor requests completed: they are the load balancer asking.
+    """
+    slow = Slow()
+    with graceful(slow, grace=MUST_HAPPEN * 3) as server:
+        stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN * 4), "stopper")
+        wait_until(lambda: not server.ready, "the stop began")
+        for _ in range(2):
+            with contextlib.closing(connect(server.address)) as probe:
+                assert get(probe, "/ready") == (503, "stopping\n", "close")
+        second = server.stop(MUST_HAPPEN)  # cuts the grace short
+        join_or_fail(stopper)
+    assert second is result["result"]
+    assert (second.refused, second.completed, second.interrupted) == (0, (), ())
+    assert second.not_ready == 2

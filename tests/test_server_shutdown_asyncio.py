@@ -67,7 +67,11 @@ class Lines:
         await self.serve(conn)
 
     async def serve(self, conn: AsyncConnection) -> None:
-        """Answer each line until the client hangs up, each answer inside a request block."""
+        """Answer each line until the client hangs up, each answer inside a request block.
+
+        Once the stop began, ``conn.request()`` raises `ServerStopping` before its block
+        runs: the line just read is not answered, and the exception ends the loop.
+        """
         while line := await conn.reader.readline():
             with conn.request(line.decode().strip()):
                 await self._answer(line, conn.writer)
@@ -571,6 +575,23 @@ def test_start_needs_a_running_loop_and_a_free_port() -> None:
     asyncio.run(main())
 
 
+def test_start_after_a_failed_start_raises_even_once_the_port_is_free() -> None:
+    """A start() after a start() that failed raises RuntimeError, as the contract says."""
+
+    async def main() -> ServerStopReport:
+        async with asyncio.timeout(MUST_HAPPEN):
+            first = AsyncGracefulServer(Lines().graceful).start()
+            taken = AsyncGracefulServer(Lines().graceful, port=first.address[1])
+            with pytest.raises(OSError, match="in use"):
+                taken.start()
+            await first.stop()
+            with pytest.raises(RuntimeError, match="start"):
+                taken.start()  # the port is free now: the failed start still counts
+            return await taken.stop()
+
+    assert asyncio.run(main()).terminated is True
+
+
 def test_asyncio_logs_a_cancelled_connection_task_as_an_error_before_313(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -677,3 +698,92 @@ def test_a_second_stop_keeps_its_own_budget_and_a_cancelled_caller_leaves_the_st
     assert took < 0.2 + NOISE
     assert (second.terminated, len(second.still_running)) == (False, 1)
     assert (final.terminated, len(final.completed)) == (True, 1)
+
+
+# --- what the report counts ------------------------------------------------------------------
+
+
+def test_a_request_read_after_the_stop_began_is_refused_and_never_starts() -> None:
+    """A pipelined request read after the stop began never starts, and is counted in refused.
+
+    The client sends req-1 and req-2 on one connection; the stop begins with req-1 in
+    flight. req-2 is buffered, so ``readline()`` returns it at once: ``request()`` refuses
+    it (the connection loop ends), req-1's answer is the last thing the client gets.
+    """
+
+    async def main() -> tuple[ServerStopReport, list[str], bytes, str]:
+        started: list[str] = []
+        in_flight, release = asyncio.Event(), asyncio.Event()
+
+        async def handle(conn: AsyncConnection) -> None:
+            while line := await conn.reader.readline():
+                name = line.decode().strip()
+                with conn.request(name):
+                    started.append(name)
+                    if name == "req-1":
+                        in_flight.set()
+                        await release.wait()
+                    else:
+                        await asyncio.sleep(0)  # the work yields to the loop
+                    conn.writer.write(f"done {name}\n".encode())
+
+        async with asyncio.timeout(MUST_HAPPEN):
+            server = AsyncGracefulServer(handle).start()
+            client = await _connect(server.address)
+            await _send(client, b"req-1\nreq-2\n")
+            await in_flight.wait()
+            stopping = asyncio.create_task(server.stop(MUST_HAPPEN))
+            while not server.stopping:
+                await asyncio.sleep(0)  # a turn of the loop: the stop task has begun
+            release.set()
+            answers = await _rest(client)
+            report = await stopping
+            name = f"127.0.0.1:{client[1].get_extra_info('sockname')[1]} req-1"
+            await _hang_up(client)
+            return report, started, answers, name
+
+    report, started, answers, name = asyncio.run(main())
+    assert started == ["req-1"]  # nothing new starts once the stop began
+    assert answers == b"done req-1\n"
+    assert (report.completed, report.interrupted, report.refused) == ((name,), (), 1)
+    assert report.terminated is True
+
+
+def test_a_request_that_raises_during_the_drain_is_failed_and_logged_not_completed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request in flight at the stop whose block raises is in failed, logged at ERROR."""
+
+    async def main() -> tuple[ServerStopReport, str]:
+        in_flight, release = asyncio.Event(), asyncio.Event()
+
+        async def handle(conn: AsyncConnection) -> None:
+            line = await conn.reader.readline()
+            with conn.request(line.decode().strip()):
+                in_flight.set()
+                await release.wait()
+                raise ValueError("boom")
+
+        async with asyncio.timeout(MUST_HAPPEN):
+            server = AsyncGracefulServer(handle).start()
+            client = await _connect(server.address)
+            await _send(client, b"GET /boom\n")
+            await in_flight.wait()
+            stopping = asyncio.create_task(server.stop(MUST_HAPPEN))
+            while not server.stopping:
+                await asyncio.sleep(0)  # a turn of the loop: the stop task has begun
+            release.set()
+            assert await _rest(client) == b""
+            report = await stopping
+            name = f"127.0.0.1:{client[1].get_extra_info('sockname')[1]} GET /boom"
+            await _hang_up(client)
+            return report, name
+
+    with caplog.at_level(logging.DEBUG):
+        report, name = asyncio.run(main())
+    assert report.completed == ()
+    assert (report.failed, report.interrupted, report.terminated) == ((name,), (), True)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors] == [f"server: request {name} failed"]
+    assert errors[0].exc_info is not None
+    assert errors[0].exc_info[0] is ValueError

@@ -255,7 +255,9 @@ FAILING_LANES = {
     "bulkhead.b1": {"request-0", "request-1"},
     "async_queue.a1": {"consumer-1", "consumer-2"},  # consumer-0 takes the one STOP
     "asyncio_shutdown.a7": {"stopper"},
+    "asyncio_shutdown.a10": {"service", "save"},  # it leaves early; the save is cut
     "process_shutdown.m3": {"careful"},
+    "process_shutdown.m8": {"worker"},
     "server_shutdown.w2": {"handler A", "handler B"},
 }
 
@@ -539,3 +541,17 @@ def test_a_foreign_event_older_than_the_last_one_is_refused() -> None:
     tracer.record(200, "child", "late")
     with pytest.raises(ValueError, match="older than the last one"):
         tracer.record(100, "child", "early")
+
+
+def test_a10_naive_service_ends_before_its_save_is_cut_and_fixed_after_it_is_written() -> None:
+    """A10: the naive service leaves at once and its save is cut; shielded waits for the save."""
+    naive = SCENARIOS["asyncio_shutdown.a10"].naive()
+    left, cut = first(naive, "CancelledError at once"), first(naive, "cancelled by asyncio.run")
+    assert (left.thread, cut.thread) == ("service", "save")
+    assert left.index < cut.index
+    assert not [e for e in naive.events if e.text == "the state is written"]
+
+    fixed = SCENARIOS["asyncio_shutdown.a10"].fixed()
+    written, raised = first(fixed, "the state is written"), first(fixed, "the save ended")
+    assert written.index < raised.index
+    assert not bad(fixed)

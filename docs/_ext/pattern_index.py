@@ -182,6 +182,17 @@ PATTERNS = [
         "requests in flight; an asyncio handler that swallows its cancel hanging the stop",
         extra_tests=("tests/test_server_shutdown_asyncio.py",),
     ),
+    Pattern(
+        "Exit doctor",
+        "exit_doctor",
+        "15-exit-doctor",
+        "`main` returned and the process is still there: which thread or hook holds it?",
+        "a program that will not exit and no word of why: a non-daemon thread, a stuck "
+        "executor task, a `multiprocessing.Queue` feeder, a blocking `atexit` handler or "
+        "`asyncio.run` waiting for its default executor, named with its stack and where it "
+        "was started",
+        extra_module="(`examples/exit_doctor_use.py`; the hazards: `examples/exit_doctor/`)",
+    ),
 ]
 
 

@@ -50,7 +50,59 @@ def _cell(text: str) -> str:
 
 
 def _names(nodeids: list[str]) -> str:
-    return ", ".join(f"`{n.split('::')[1]}`" for n in nodeids) or "(none)"
+    """The tests' function names; a name two files share is followed by its file."""
+    names = [n.split("::")[1] for n in nodeids]
+    shown = [
+        f"`{name}` (in `{n.split('::')[0].rsplit('/', 1)[-1]}`)"
+        if names.count(name) > 1
+        else f"`{name}`"
+        for n, name in zip(nodeids, names, strict=True)
+    ]
+    return ", ".join(shown) or "(none)"
+
+
+def _lesson(entry: catalogue.Entry, page: str) -> str:
+    """The lesson of the entry's first pattern test on ``page`` (else of its first one)."""
+    here = [lesson for n, lesson in entry.lessons.items() if _page(n) == page]
+    return here[0] if here else entry.lesson
+
+
+def _also_shown(
+    page: str, entries: dict[str, catalogue.Entry], grouped: dict[str, str]
+) -> list[str]:
+    """A section for a page whose tests show only pitfalls told first on other pages."""
+    rows = [
+        (e, next(n for n in e.pattern if _page(n) == page))
+        for pitfall, e in sorted(entries.items(), key=lambda kv: catalogue.sort_key(kv[0]))
+        if grouped[pitfall] != page and any(_page(n) == page for n in e.pattern)
+    ]
+    if not rows:
+        return []
+    return [
+        f"## {READING_ORDER[page]}",
+        "",
+        (
+            f"{{doc}}`{page}` shows these pitfalls again, each told first in a section above;"
+            " the lesson here is from this page's own test."
+        ),
+        "",
+        "```{container} pitfall-catalogue",
+        "| ID | pitfall | lesson |",
+        "|---|---|---|",
+        *(
+            f"| {e.pitfall} | {_cell(e.title)} | {_cell(e.lessons.get(n, e.lesson))} |"
+            for e, n in rows
+        ),
+        "```",
+        "",
+        '<details class="pitfall-tests">',
+        "<summary>The race tests of these pitfalls on this page</summary>",
+        "",
+        *(f"- {e.pitfall}: {_names([n])} holds" for e, n in rows),
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def catalogue_markdown() -> list[str]:
@@ -59,10 +111,16 @@ def catalogue_markdown() -> list[str]:
     entries = catalogue.entries()
     for pitfall in sorted(entries, key=catalogue.sort_key):
         entry = entries[pitfall]
-        groups.setdefault(_page((entry.pattern or entry.naive)[0]), []).append(entry)
+        # a pitfall is told on the page whose tests show the naive code going wrong
+        groups.setdefault(_page((entry.naive or entry.pattern)[0]), []).append(entry)
     order = list(READING_ORDER)
     lines: list[str] = []
-    for page in sorted(groups, key=lambda p: (p not in order, order.index(p) if p in order else p)):
+    grouped = {e.pitfall: page for page, rows in groups.items() for e in rows}
+    pages = set(groups) | set(READING_ORDER)
+    for page in sorted(pages, key=lambda p: (p not in order, order.index(p) if p in order else p)):
+        if page not in groups:
+            lines += _also_shown(page, entries, grouped)
+            continue
         rows = groups[page]
         lines += [
             f"## {READING_ORDER.get(page, page.rsplit('/', 1)[-1])}",
@@ -72,7 +130,7 @@ def catalogue_markdown() -> list[str]:
             "```{container} pitfall-catalogue",
             "| ID | pitfall | lesson |",
             "|---|---|---|",
-            *(f"| {e.pitfall} | {_cell(e.title)} | {_cell(e.lesson)} |" for e in rows),
+            *(f"| {e.pitfall} | {_cell(e.title)} | {_cell(_lesson(e, page))} |" for e in rows),
             "```",
             "",
             '<details class="pitfall-tests">',

@@ -5,7 +5,7 @@ Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``):
     python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD | -] [--payload-file F]
         [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE] [--wait S]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
-        [--stop-timeout S] [--poll-interval S] [--watch-interval S] [--lease S]
+        [--prefetch N] [--stop-timeout S] [--poll-interval S] [--watch-interval S] [--lease S]
         [--store-outage-limit S] [--exit-when-empty]
     python -m patterns.jobqueue --db PATH status [--json] [--wait S]
     python -m patterns.jobqueue --db PATH show ID [--json] [--wait S]
@@ -49,19 +49,20 @@ Exit status:
        end within the budget while no job was running, or the store failed every claim
        for ``--store-outage-limit`` seconds (the report's ``failure``, logged)
 2      the command did nothing: bad command-line input, an unimportable ``--tasks``, no
-       such queue or job, a file that is not a store, a store that cannot be used (a
-       read-only file, an unreachable server, a lock another connection held on the
-       queue for the whole ``--wait``, 26 s by default, on SQLite or PostgreSQL), or a
-       refused request (``requeue`` of a job that is not failed, ``cancel`` of a finished
-       job)
+       such queue or job, a file that is not a store (a FIFO, a socket or a device is
+       refused unread), a store that cannot be used (a read-only file, an unreachable
+       server, a lock another connection held on the queue for the whole ``--wait``,
+       26 s by default, on SQLite or PostgreSQL), or a refused request (``requeue`` of a
+       job that is not failed, ``cancel`` of a finished job)
 3      ``worker``: the shutdown budget ran out with jobs still running (the report's
        ``still_running``): each was released at the deadline (attempt given back, its
        late outcome refused), or, if its release failed, keeps its lease and runs again
        once that expires; the process exits at once with `os._exit`, because the
        interpreter would otherwise wait for their non-daemon threads forever
-4      the output could not be written (a full disk, an I/O error; for a command that
-       changes the queue, a closed pipe too): what the command changed stays changed,
-       and the line says so ("job 31 was enqueued, but its id could not be printed: ...")
+4      the output could not be written (a full disk, an I/O error, a standard output
+       closed at start-up, ``>&-``; for a command that changes the queue, a closed pipe
+       too): what the command changed stays changed, and the line says so ("job 31 was
+       enqueued, but its id could not be printed: ..."); ``--help`` too
 5      ``worker``: the store did not answer within the shutdown budget (a file or table
        locked by another connection, say): the stop gave up on it at the deadline (the
        report's ``store_gave_up``); the jobs whose outcome or release it could not write
@@ -72,7 +73,7 @@ Exit status:
        start-up; the jobs it was running keep their lease and run again once it expires
 130    a second SIGINT forced the exit (128 + 2), as for 129; or a command other than
        ``worker`` got a SIGINT: what had started was stopped, and one line says "interrupted"
-141    a command that only reads (or ``demo``) found its output pipe closed
+141    a command that only reads (or ``demo``, or ``--help``) found its output pipe closed
        (``list | head -1``): it stops quietly, as a process killed by SIGPIPE would (128 + 13)
 143    a second SIGTERM forced the exit (128 + 15), as for 129
 128+n  killed by signal n (Python's ``subprocess`` says -n): SIGKILL; for other commands
@@ -86,10 +87,12 @@ SIGTERM, SIGINT the first starts the graceful stop (DRAINING, then CANCELLING, w
 or SIGHUP       ``--stop-timeout``), a second forces the exit (above). From the first line
                 of ``__main__`` (before the imports) until the worker starts, the first is
                 recorded and the worker stops before it claims anything: exit 0 (or 5,
-                above, if opening the store still waited at the end of the budget). After the
-                stop, until the process exits, each is ignored with one line: the status
-                stays the report's
-SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on
+                above, if opening the store still waited at the end of the budget). After
+                the stop (the worker's ``-> STOPPED`` line), until the process exits, each
+                is ignored, with one line until the command returns, silently (SIG_IGN)
+                while the interpreter exits: the status stays the report's
+SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on.
+                Once the command has returned: ignored, silently
 SIGUSR1         one log line: the worker's state, its running job ids and its counters
 SIGKILL         the process dies; its running jobs keep their lease and run again once it
                 expires
@@ -102,10 +105,11 @@ and one that came during start-up is delivered then. A signal in the interpreter
 start-up, before ``__main__``'s first line (20 ms or more, with ``site``), meets
 Python's defaults: it kills, or SIGINT prints a ``KeyboardInterrupt`` traceback.
 
-Every error is one line on stderr, never a traceback; a command other than ``worker``
-does not print the store's retries, only the error that ends them (for a locked SQLite
-file, with how long it waited). This module and
-`patterns.jobqueue.demo` print: they are the user interface. The library logs.
+Every error is one line on stderr, never a traceback (a stderr closed at start-up,
+``2>&-``, loses the lines and the worker's logs, never the work); a command other than
+``worker`` does not print the store's retries, only the error that ends them (for a
+locked SQLite file, with how long it waited). This module and `patterns.jobqueue.demo`
+print: they are the user interface. The library logs.
 
 Docs: docs/jobqueue/operations.md
 """
@@ -116,6 +120,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import errno
 import importlib
 import json
 import logging
@@ -127,7 +132,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TextIO, TypeVar
 
 from patterns.exit_hooks import force_exit
 from patterns.jobqueue import demo
@@ -190,6 +195,11 @@ DB_VARIABLE = "JOBQUEUE_DB"
 # The longest wait a worker option may ask for: a store's time limit, and what
 # threading's waits accept (TIMEOUT_MAX, about 292 years on Linux, less elsewhere).
 _MAX_WAIT = min(MAX_SECONDS, threading.TIMEOUT_MAX)
+# The shortest idle waits a worker option may ask for: below them an idle worker keeps a
+# CPU busy for nothing (--poll-interval 1e-9 took 36 % of a core, --watch-interval 1e-9
+# 18 %; 0.01 and 0.001 take about 2 % and 0.2 %, the defaults about 0).
+_MIN_POLL_INTERVAL = 0.01
+_MIN_WATCH_INTERVAL = 0.001
 _MAX_CONCURRENCY = 1000  # threads in one process: more is a typo, not a plan
 _MAX_LIMIT = 100_000  # rows one `list` prints
 _MAX_ID = 2**63 - 1  # the largest id SQLite and PostgreSQL (bigint) can hold
@@ -229,11 +239,15 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
     def print_help(self, file: Any = None) -> None:  # Any: typeshed's private SupportsWrite
-        """Print the help, flushed: a closed pipe raises here, not at the interpreter's exit."""
+        """Print the help, flushed: a closed pipe raises here, not at the interpreter's exit.
+
+        Written here, not by argparse, which swallows a failed write (``python -u``, or a
+        help longer than the buffer, would exit 0 with nothing printed).
+        """
+        stream = _stdout() if file is None else file
         try:
-            super().print_help(file)
-            if file is None:
-                sys.stdout.flush()
+            stream.write(self.format_help())
+            stream.flush()
         except OSError as exc:
             raise OutputLost(exc) from exc
 
@@ -288,6 +302,28 @@ def _whole(name: str, *, minimum: int = 1, maximum: int) -> Callable[[str], int]
 
 
 _job_id = _whole("job id", maximum=_MAX_ID)
+
+
+def _poll_interval(text: str) -> float:
+    """``--poll-interval``: at least `_MIN_POLL_INTERVAL` seconds."""
+    value = _seconds("poll-interval", minimum=0, inclusive=False, maximum=_MAX_WAIT)(text)
+    if value < _MIN_POLL_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"poll-interval must be at least {_MIN_POLL_INTERVAL:g} seconds "
+            f"(less keeps an idle worker's CPU busy), got {text}"
+        )
+    return value
+
+
+def _watch_interval(text: str) -> float:
+    """``--watch-interval``: 0 (off), or at least `_MIN_WATCH_INTERVAL` seconds."""
+    value = _seconds("watch-interval", minimum=0, inclusive=True, maximum=_MAX_WAIT)(text)
+    if 0 < value < _MIN_WATCH_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"watch-interval must be 0 (off) or at least {_MIN_WATCH_INTERVAL:g} seconds "
+            f"(less keeps an idle worker's CPU busy), got {text}"
+        )
+    return value
 
 
 _DB_HELP = (
@@ -404,6 +440,16 @@ def _worker_arguments(worker: argparse.ArgumentParser) -> None:
         help=f"handler threads, 1 to {_MAX_CONCURRENCY} (default: 4)",
     )
     worker.add_argument(
+        "--prefetch",
+        metavar="N",
+        type=_whole("prefetch", minimum=0, maximum=_MAX_CONCURRENCY),
+        default=0,
+        help=f"claims held beyond --concurrency, waiting for a free handler thread, 0 to "
+        f"{_MAX_CONCURRENCY}: a freed thread finds its next job at once, but a prefetched job "
+        "holds its lease and has used an attempt before it starts, so if the process is "
+        "killed it waits for its lease to expire (default: 0)",
+    )
+    worker.add_argument(
         "--stop-timeout",
         metavar="SECONDS",
         type=_seconds("stop-timeout", minimum=0, inclusive=True, maximum=_MAX_WAIT),
@@ -413,19 +459,21 @@ def _worker_arguments(worker: argparse.ArgumentParser) -> None:
     worker.add_argument(
         "--poll-interval",
         metavar="SECONDS",
-        type=_seconds("poll-interval", minimum=0, inclusive=False, maximum=_MAX_WAIT),
+        type=_poll_interval,
         default=1.0,
-        help="seconds an idle worker waits before it looks for due jobs again (default: 1)",
+        help="seconds an idle worker waits before it looks for due jobs again, at least "
+        f"{_MIN_POLL_INTERVAL:g} (default: 1)",
     )
     worker.add_argument(
         "--watch-interval",
         metavar="SECONDS",
-        type=_seconds("watch-interval", minimum=0, inclusive=True, maximum=_MAX_WAIT),
+        type=_watch_interval,
         default=WATCH_INTERVAL,
         help="SQLite: seconds between looks for a commit by another process, which wakes "
         f"an idle worker at once; after {WATCH_QUIET:g} s without one, it looks less often, "
-        f"up to {WATCH_IDLE_INTERVAL:g} s apart (or this, if longer); 0 turns it off "
-        f"(default: {WATCH_INTERVAL:g}; PostgreSQL wakes through LISTEN/NOTIFY and ignores it)",
+        f"up to {WATCH_IDLE_INTERVAL:g} s apart (or this, if longer); 0 turns it off, else "
+        f"at least {_MIN_WATCH_INTERVAL:g} (default: {WATCH_INTERVAL:g}; PostgreSQL wakes "
+        "through LISTEN/NOTIFY and ignores it)",
     )
     worker.add_argument(
         "--lease",
@@ -522,7 +570,7 @@ def main(argv: Sequence[str] | None = None, *, guard: SignalGuard | None = None)
             guard.release()  # a SIGINT it held raises KeyboardInterrupt here: "interrupted"
         if args.command == "demo":
             try:
-                return demo.run()
+                return demo.run(_stdout())
             except demo.DemoOutputLost as exc:
                 raise OutputLost(exc.cause) from exc
         args.db = _queue_name(args)
@@ -537,7 +585,7 @@ def main(argv: Sequence[str] | None = None, *, guard: SignalGuard | None = None)
     except KeyboardInterrupt:
         # Ctrl-C during a command other than ``worker`` (whose handlers hold SIGINT from
         # start-up to exit): whatever had started was stopped on the way out. One line.
-        print(f"{PROG}: interrupted", file=sys.stderr)  # noqa: T201 - the CLI's output
+        _say(f"{PROG}: interrupted")
         return EXIT_INTERRUPTED
 
 
@@ -549,27 +597,47 @@ def _one_shot(args: argparse.Namespace) -> int:
     return status
 
 
+def _say(line: str) -> None:
+    """Print ``line`` on stderr; nothing if it was closed at start-up (``2>&-``).
+
+    The line is lost then, never the work; and never printed to stdout instead, where
+    ``print(file=None)`` would send it.
+    """
+    if sys.stderr is not None:
+        print(line, file=sys.stderr)  # noqa: T201 - the CLI's output
+
+
 def _error(text: str) -> None:
     message = " ".join(text.split())  # one line, whatever the cause said
-    print(f"{PROG}: error: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
+    _say(f"{PROG}: error: {message}")
 
 
 def _warn(text: str) -> None:
     message = " ".join(text.split())
-    print(f"{PROG}: warning: {message}", file=sys.stderr)  # noqa: T201 - the CLI's output
+    _say(f"{PROG}: warning: {message}")
+
+
+def _stdout() -> TextIO:
+    """``sys.stdout``; `OutputLost` if standard output was closed at start-up (``>&-``).
+
+    Python sets ``sys.stdout`` to None then, and ``print`` writes nothing, silently.
+    """
+    if sys.stdout is None:
+        raise OutputLost(OSError(errno.EBADF, "standard output is closed"))
+    return sys.stdout
 
 
 def _out(text: str = "") -> None:
     """Print a line of output (flushed by `main` once the command is done)."""
     try:
-        print(text)  # noqa: T201 - the CLI's output
+        print(text, file=_stdout())
     except OSError as exc:
         raise OutputLost(exc) from exc
 
 
 def _flush() -> None:
     try:
-        sys.stdout.flush()
+        _stdout().flush()
     except OSError as exc:
         raise OutputLost(exc) from exc
 
@@ -753,6 +821,8 @@ def _read_payload(args: argparse.Namespace) -> tuple[str, str]:
             raise UsageError(f"cannot read {where}: {exc.strerror or exc}") from exc
     elif args.payload == "-":
         where = "stdin"
+        if sys.stdin is None:  # closed at start-up (<&-)
+            raise UsageError("cannot read the payload from stdin: standard input is closed")
         stream = getattr(sys.stdin, "buffer", None)
         try:
             data = (
@@ -762,8 +832,12 @@ def _read_payload(args: argparse.Namespace) -> tuple[str, str]:
             )
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read the payload from stdin: {exc}") from exc
+    elif args.payload is None:
+        return "null", "the command line"
     else:
-        return ("null" if args.payload is None else args.payload), "the command line"
+        # An argument that is not UTF-8 arrives as surrogate escapes (PEP 383): its bytes
+        # are refused as the same bytes from stdin or a file are, not stored escaped.
+        where, data = "the command line", os.fsencode(args.payload)
     if len(data) > _MAX_PAYLOAD_INPUT:
         raise UsageError(f"the payload from {where} is over {_MAX_PAYLOAD_INPUT} bytes")
     try:
@@ -1103,8 +1177,10 @@ def _worker(args: argparse.Namespace, guard: SignalGuard | None) -> int:
 
 def _guarded_worker(args: argparse.Namespace, guard: SignalGuard) -> int:
     registry = _load_registry(args.tasks)
+    # With stderr closed at start-up (2>&-) the logs are lost, not the work.
+    handler = logging.NullHandler() if sys.stderr is None else logging.StreamHandler(sys.stderr)
     logging.basicConfig(
-        stream=sys.stderr,
+        handlers=[handler],
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
@@ -1155,6 +1231,7 @@ def _run_worker(
             store,
             registry,
             concurrency=args.concurrency,
+            prefetch=args.prefetch,
             poll_interval=args.poll_interval,
             stop_timeout=args.stop_timeout,
             lease=args.lease,

@@ -116,14 +116,18 @@ class WorkerReport:
         """One line for a log or a terminal."""
         text = (
             f"worker {self.worker} stopped in {self.elapsed:.2f}s: "
-            f"{len(self.completed)} completed, {len(self.released)} released, "
+            # A job released at the deadline while its handler still ran is counted in both
+            # "released" (its row) and "still running" (its handler), and said to be so.
+            f"{len(self.completed)} completed, "
+            f"{len(self.released) + len(self.released_running_ids)} released, "
             f"{len(self.still_running_ids)} still running"
         )
         if self.still_running_ids:
             kept = [i for i in self.still_running_ids if i not in self.released_running_ids]
             text += f" {list(self.still_running_ids)}"
             if self.released_running_ids:
-                text += f" (released {list(self.released_running_ids)}: attempts given back)"
+                released = list(self.released_running_ids)
+                text += f" (released at the deadline {released}: attempts given back)"
             if kept:
                 text += f" (they keep their lease: {kept})"
         threads = self.still_running[len(self.still_running_ids) :]

@@ -6,8 +6,11 @@ arrives then is recorded (a second one exits at once with 128 + its number), and
 command takes it with `SignalGuard.hand_over` once its own handlers are installed: the
 worker then stops before it claims anything. Once the worker's handlers are put back
 after the stop, the guard's are there again and ignore those signals (one line each),
-so the exit status stays the report's. ``release()`` gives a command that is not
-``worker`` the default handlers back, and redelivers what was recorded.
+so the exit status stays the report's. ``ignore_until_exit()``, once the command has
+returned, hands those signals to the kernel's SIG_IGN for the interpreter's exit, whose
+finalization would otherwise put their default action (death) back before the process
+ends. ``release()`` gives a command that is not ``worker`` the default handlers back, and
+redelivers what was recorded.
 
 SIGUSR1 asks for the worker's state. While a worker runs, the command's dispatcher thread
 answers it and sets `SignalGuard.report_status` to a silent callback; otherwise the guard
@@ -78,6 +81,19 @@ class SignalGuard:
         self._previous.clear()
         if self._early and not self._handed_over:
             signal.raise_signal(self._early[0])
+
+    def ignore_until_exit(self) -> None:
+        """Ignore the signals the guard still holds, silently, until the process exits.
+
+        Call it once the command has returned (main thread only). The interpreter's
+        finalization sets every signal that has a Python-level handler back to SIG_DFL
+        before the process ends (``_PySignal_Fini``), so a stop signal in those last
+        milliseconds would kill the process and change its exit status. SIG_IGN is the
+        one disposition finalization leaves alone; the cost is the "ignored" line. A
+        command whose handlers the guard released keeps the default actions.
+        """
+        for signum in self._previous:
+            signal.signal(signum, signal.SIG_IGN)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -326,10 +327,19 @@ class StoreFile:
         if self._path in ("", ":memory:"):
             return
         try:
-            with open(self._path, "rb") as file:
-                head = file.read(len(HEADER))
+            _refuse_special(self._path, os.stat(self._path).st_mode)
+            # O_NONBLOCK: a FIFO put there since the stat opens at once instead of waiting
+            # for a writer; fstat then refuses it, unread.
+            fd = os.open(self._path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError:
             return  # a directory, say: sqlite3.connect says what is wrong with it
+        try:
+            _refuse_special(self._path, os.fstat(fd).st_mode)
+            head = os.read(fd, len(HEADER))
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         if head and head != HEADER:
             raise StoreFileError(
                 f"{self._path}: not a usable SQLite database (it has no SQLite header); "
@@ -433,3 +443,22 @@ class StoreFile:
                     f"columns {list(columns)}, expected {list(expected)}; "
                     "this file was not written by this job store"
                 )
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _refuse_special(path: str, mode: int) -> None:
+    """`StoreFileError` if ``mode`` is a FIFO's, a socket's or a device's: not a queue file.
+
+    Reading a FIFO blocks until someone writes to it (every command would hang), and
+    reading a device may do anything; neither can hold a queue.
+    """
+    for test, name in _SPECIAL:
+        if test(mode):
+            raise StoreFileError(f"{path}: not a queue file: it is {name}")

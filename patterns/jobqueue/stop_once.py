@@ -1,10 +1,11 @@
 """One stop owns the shutdown; every other ``stop()`` call gets an answer within its budget.
 
 TL;DR: ``Worker.stop`` hands its budget to `StopOnce.stop`, which decides what this call
-is: the owner (it runs the worker's stop script and records the report), a call from
-inside that stop or from the worker's own threads (answered at once), or a second
-caller (waits for the owner within its own budget). `StopOnce.finish` records the
-report, calls ``on_shutdown`` once, and puts the signal handlers back last.
+is: the owner (it runs the worker's stop script and records the report), a call from a
+thread already inside a stop (the owner's or one waiting for it: a signal handler, a
+hook) or from the worker's own threads (answered at once), or a second caller (waits
+for the owner within its own budget). `StopOnce.finish` records the report, calls
+``on_shutdown`` once, and puts the signal handlers back last.
 
 Pattern:
     The project's lifecycle contract (docs/design.md): the first finished stop is the
@@ -69,6 +70,11 @@ class StopOnce:
         self._deferred: BaseException | None = None
         # Set once the owning stop has recorded the report; waited on by other stops.
         self._stopped = threading.Event()
+        # Idents of the threads inside stop(), owning it or waiting for the owner: a stop()
+        # that finds its own thread here is a signal handler or a callback on top of that
+        # call, which cannot go on until it returns, so it is answered at once. A set, not
+        # a lock: add and discard are atomic, and a handler reading it takes no lock.
+        self._in_stop: set[int] = set()
 
     def begun(self) -> bool:
         """A stop has begun or ended (lock held)."""
@@ -85,6 +91,16 @@ class StopOnce:
     def stop(self, budget: float) -> WorkerReport:
         """The report of the stop this call is (see ``Worker.stop`` for each case)."""
         start = time.monotonic()
+        ident = threading.get_ident()
+        if ident in self._in_stop:  # a signal handler or a callback inside this thread's stop
+            return self.report or self._provisional(start, None)
+        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+            self._in_stop.add(ident)
+            return self._stop(budget, start)
+        finally:
+            self._in_stop.discard(ident)
+
+    def _stop(self, budget: float, start: float) -> WorkerReport:
         me = threading.current_thread()
         with self._lock:  # an RLock: a signal handler on the stopping thread gets in
             if self.report is not None:

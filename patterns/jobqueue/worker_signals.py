@@ -5,9 +5,10 @@ TL;DR: ``with WorkerSignals(guard) as signals:`` installs
 the `~patterns.jobqueue.signal_guard.SignalGuard` and takes what the guard recorded during
 start-up. The first stop signal stops the worker attached with `WorkerSignals.attach`,
 or, before that, keeps it from starting (``attach`` says why); a second one exits at
-once with 128 + its number. SIGUSR1 logs one line of the worker's state from a thread of
-its own. `WorkerSignals.close` puts the guard's handlers back: from then on the process
-ignores those signals.
+once with 128 + its number, unless the worker has reached STOPPED: its report is final
+then, and the signal is ignored with one line. SIGUSR1 logs one line of the worker's
+state from a thread of its own. `WorkerSignals.close` puts the guard's handlers back:
+from then on the process ignores those signals.
 
 See also: `patterns.jobqueue.signal_guard` (before and after), `patterns.exit_hooks`.
 """
@@ -17,12 +18,14 @@ from __future__ import annotations
 import functools
 import logging
 import queue
+import signal
 import threading
 from collections.abc import Callable
 from typing import Self
 
 from patterns.exit_hooks import SignalHandlers
 from patterns.jobqueue.signal_guard import STATUS_SIGNAL, STOP_SIGNALS, SignalGuard
+from patterns.jobqueue.states import WorkerState
 from patterns.jobqueue.worker import Worker
 
 __all__ = ["WorkerSignals"]
@@ -41,13 +44,25 @@ class _Dispatcher(SignalHandlers):
     drain when the signal was delivered to another thread.
     """
 
-    def __init__(self, on_stop: Callable[[], object], on_status: Callable[[], object]) -> None:
+    def __init__(
+        self,
+        on_stop: Callable[[], object],
+        on_status: Callable[[], object],
+        stopped: Callable[[], bool],
+    ) -> None:
         super().__init__(on_stop, STOP_SIGNALS)
         self._on_status = on_status
+        self._stopped = stopped
 
     def _on_signal(self, signum: int) -> None:
         if signum == STATUS_SIGNAL:
             self._on_status()  # a put: the dispatcher stays free for a second stop signal
+            return
+        if signum in STOP_SIGNALS and self._stopped():
+            # The worker's report is final: a second signal has nothing left to force,
+            # and must not turn the report's exit status into 128 + its number.
+            name = signal.Signals(signum).name
+            logger.warning("%s ignored: the worker has stopped and the process is exiting", name)
             return
         super()._on_signal(signum)
 
@@ -72,7 +87,9 @@ class WorkerSignals:
         # the only reader.
         self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._handlers = _Dispatcher(
-            self._on_stop, functools.partial(self._requests.put, STATUS_SIGNAL)
+            self._on_stop,
+            functools.partial(self._requests.put, STATUS_SIGNAL),
+            self._worker_stopped,
         )
         # Guards _worker and _reason: written by attach() (main thread) and by the first
         # stop signal (SignalHandlers' on_stop thread); read by the status thread.
@@ -127,6 +144,12 @@ class WorkerSignals:
         self._requests.put(None)
         if self._status.ident is not None:  # started
             self._status.join(_JOIN)
+
+    def _worker_stopped(self) -> bool:
+        """Whether the attached worker reached STOPPED: its report is final."""
+        with self._lock:
+            worker = self._worker
+        return worker is not None and worker.state is WorkerState.STOPPED
 
     def _on_stop(self) -> None:
         first = self._handlers.first_signal

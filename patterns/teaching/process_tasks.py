@@ -1,4 +1,4 @@
-"""Functions the process tests, notebook 13 and the M3 picture run in child processes.
+"""Functions the process tests, notebook 13 and the M3 and M8 pictures run in child processes.
 
 A child started with ``spawn`` or ``forkserver`` unpickles its target by module and
 name, so these cannot live in a test module that pytest imports under another name.
@@ -46,6 +46,20 @@ def mark_then_sleep(path: str, seconds: float) -> None:
 def deaf_then_sleep(path: str, seconds: float) -> None:
     """A stuck task that also ignores SIGTERM: only SIGKILL ends it."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    mark_then_sleep(path, seconds)
+
+
+def deaf_noting_sigterm(path: str, seconds: float) -> None:
+    """A stuck task deaf to SIGTERM that says it got one: a line in ``path`` + ".term".
+
+    It writes its pid to ``path`` (we are running now) and sleeps; a SIGTERM appends its
+    pid to ``path`` + ".term" and the sleep goes on. Only SIGKILL ends it.
+    """
+
+    def noted(signum: int, frame: object) -> None:
+        append(path + ".term", str(os.getpid()))
+
+    signal.signal(signal.SIGTERM, noted)
     mark_then_sleep(path, seconds)
 
 
@@ -134,6 +148,18 @@ def item_until(path: str, started: str) -> str:
 def log_one_line() -> None:
     """Log a line through the root logger's handlers (each takes its handler lock)."""
     logging.getLogger("child").warning("logged in the child")
+
+
+def item_with_cleanup_marked(go: str, marks: str) -> str:
+    """`item_with_cleanup`, each step a timestamped mark in ``marks`` (the M8 race picture)."""
+    try:
+        mark(marks, "starts one long item")
+        while not Path(go).exists():
+            time.sleep(0.001)  # polling for the scenario's go-ahead
+        mark(marks, "the item is done: returns its result")
+        return "done"
+    finally:
+        mark(marks, "finally: cleans up")
 
 
 def item_with_cleanup(path: str, started: str, log: str) -> str:

@@ -246,7 +246,10 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_is_releas
         assert took() < 0.5 + NOISE
         log = "\n".join(child.rest("err"))
         assert "DRAINING -> CANCELLING" in log
-        assert "1 still running [1] (released [1]: attempts given back)" in log
+        assert (
+            "1 released, 1 still running [1] (released at the deadline [1]: attempts given back)"
+            in log
+        )
     finally:
         child.close()
     assert status(workdir)["queued"] == 1  # not failed, not waiting out a 60 s lease

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -26,7 +27,7 @@ from patterns.jobqueue import cli, demo_tasks
 from patterns.jobqueue.sqlite import SQLiteStore
 from patterns.jobqueue.store import DEFAULT_MAX_PAYLOAD_BYTES, Job
 from patterns.jobqueue.tasks import JobContext
-from patterns.jobqueue.worker import WorkerReport
+from patterns.jobqueue.worker import Worker, WorkerReport
 from tests.support import MUST_HAPPEN, child_env
 
 ERROR = "python -m patterns.jobqueue: error: "
@@ -85,12 +86,32 @@ HUGE = "100000000000000000000"
         (["worker", "--tasks", "m:t", "--poll-interval", "1e15"], "poll-interval must be at most"),
         (["worker", "--tasks", "m:t", "--watch-interval", "-1"], "watch-interval must be >= 0"),
         (
+            ["worker", "--tasks", "m:t", "--poll-interval", "1e-9"],
+            (
+                "poll-interval must be at least 0.01 seconds (less keeps an idle worker's CPU "
+                "busy), got 1e-9"
+            ),
+        ),
+        (
+            ["worker", "--tasks", "m:t", "--poll-interval", "0.0099"],
+            "poll-interval must be at least 0.01 seconds",
+        ),
+        (
+            ["worker", "--tasks", "m:t", "--watch-interval", "1e-9"],
+            (
+                "watch-interval must be 0 (off) or at least 0.001 seconds (less keeps an idle "
+                "worker's CPU busy), got 1e-9"
+            ),
+        ),
+        (
             ["worker", "--tasks", "m:t", "--watch-interval", "nan"],
             "watch-interval must be a finite",
         ),
         (["worker", "--tasks", "m:t", "--stop-timeout", "1e15"], "stop-timeout must be at most"),
         (["worker", "--tasks", "m:t", "--stop-timeout", "nan"], "stop-timeout must be a finite"),
         (["worker", "--tasks", "m:t", "--concurrency", "100000"], "concurrency must be at most"),
+        (["worker", "--tasks", "m:t", "--prefetch", "-1"], "prefetch must be at least 0, got -1"),
+        (["worker", "--tasks", "m:t", "--prefetch", "1001"], "prefetch must be at most 1000"),
         (["show", str(2**63)], f"job id must be at most {2**63 - 1}"),
         (["cancel", "0"], "job id must be at least 1, got 0"),
         (["list", "--limit", "0"], "limit must be at least 1"),
@@ -188,6 +209,49 @@ def test_a_queue_that_does_not_exist_is_not_created_by_commands_that_only_inspec
     link.symlink_to(tmp_path / "target.db")
     assert_refused(run_cli(capsys, "--db", str(link), *args), "no such queue")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.db"]
+
+
+@contextmanager
+def not_a_file(kind: str, path: Path) -> Iterator[None]:
+    """``path`` made a FIFO, a listening Unix socket, or a symlink to a character device."""
+    if kind == "fifo":
+        os.mkfifo(path)
+        yield
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(path))
+            server.listen()
+            yield
+    else:
+        path.symlink_to(os.devnull)
+        yield
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["enqueue", "t"], ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"]],
+    ids=lambda args: args[0],
+)
+def test_a_db_that_is_a_fifo_socket_or_device_is_refused_without_blocking(
+    tmp_path: Path, kind: str, args: list[str]
+) -> None:
+    """Not a queue file: one line, exit 2, at once; a FIFO is never opened for reading."""
+    db = tmp_path / "q.db"
+    with not_a_file(kind, db):
+        result = subprocess.run(
+            [sys.executable, "-m", "patterns.jobqueue", "--db", str(db), *args],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=MUST_HAPPEN,  # it used to block in open() for ever
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (cli.EXIT_USAGE, "")
+    name = {"fifo": "a FIFO", "socket": "a socket", "device": "a character device"}[kind]
+    assert result.stderr == f"{ERROR}{db}: not a queue file: it is {name}\n"
 
 
 @pytest.mark.parametrize("db", [":memory:", "file::memory:", "file:q?mode=memory", "file:q.db"])
@@ -319,6 +383,41 @@ def test_the_payload_comes_from_stdin_or_a_file_and_bad_json_names_where_it_came
     assert_refused(run_cli(capsys, "--db", db, "enqueue", "t", "[" * 100_000), "invalid JSON")
     out = run_cli(capsys, "--db", db, "status", "--json")[1]
     assert json.loads(out)["queued"] == 2  # nothing refused was written
+
+
+@pytest.mark.parametrize("source", ["argument", "stdin", "file"])
+def test_a_payload_that_is_not_utf8_is_refused_wherever_it_comes_from(
+    tmp_path: Path, source: str
+) -> None:
+    """The same bytes on the command line, on stdin or in a file: one line, exit 2, no job.
+
+    Python hands an argument that is not UTF-8 over as surrogate escapes, which used to
+    be stored as they were.
+    """
+    data = b'"caf\xe9"'  # Latin-1, not UTF-8
+    (tmp_path / "p.json").write_bytes(data)
+    sources: dict[str, list[str | bytes]] = {
+        "argument": [data],
+        "stdin": ["-"],
+        "file": ["--payload-file", "p.json"],
+    }
+    payload = sources[source]
+    where = {"argument": "the command line", "stdin": "stdin", "file": "--payload-file p.json"}
+    result = subprocess.run(
+        [sys.executable, "-m", "patterns.jobqueue", "--db", "q.db", "enqueue", "t", *payload],
+        cwd=tmp_path,
+        input=data,
+        capture_output=True,
+        env=child_env(),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (cli.EXIT_USAGE, b"")
+    assert result.stderr.decode() == (
+        f"{ERROR}the payload from {where[source]} is not UTF-8 text: 'utf-8' codec can't "
+        "decode byte 0xe9 in position 4: invalid continuation byte\n"
+    )
+    assert not (tmp_path / "q.db").exists()
 
 
 def test_the_payload_limit_counts_the_utf8_bytes_wc_counts_in_the_file(
@@ -470,7 +569,10 @@ def test_the_demo_handlers_accept_the_default_null_payload() -> None:
         demo_tasks.slow([1], ctx)
 
 
-@pytest.mark.parametrize(("given", "expected"), [([], None), (["--watch-interval", "0"], 0.0)])
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [([], None), (["--watch-interval", "0"], 0.0), (["--watch-interval", "0.001"], 0.001)],
+)
 def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -494,6 +596,44 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)
     assert code == 0, err
     assert seen == [WATCH_INTERVAL if expected is None else expected]
+
+
+def test_the_idle_intervals_accept_their_floor_and_the_help_names_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The floors are the smallest values accepted, and the help says what they are."""
+    worker = ["--db", "q.db", "worker", "--tasks", "m:t"]
+    args = cli._parser().parse_args([*worker, "--poll-interval", "0.01"])
+    assert args.poll_interval == 0.01
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "looks for due jobs again, at least 0.01 (default: 1)" in text
+    assert "0 turns it off, else at least 0.001 (default: 0.015;" in text
+
+
+@pytest.mark.parametrize(("given", "expected"), [([], 0), (["--prefetch", "3"], 3)])
+def test_the_worker_gives_its_prefetch_to_the_worker(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    given: list[str],
+    expected: int,
+) -> None:
+    """``--prefetch`` reaches `Worker` (default 0, the API's), which runs with it."""
+    seen: list[object] = []
+
+    class Spy(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            seen.append(kwargs.get("prefetch"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "Worker", Spy)
+    db = str(tmp_path / "q.db")
+    worker = ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks", "--exit-when-empty"]
+    code, _, err = run_cli(capsys, "--db", db, *worker, *given)
+    assert code == 0, err
+    assert seen == [expected]
 
 
 def test_the_watch_interval_help_names_the_back_off(capsys: pytest.CaptureFixture[str]) -> None:

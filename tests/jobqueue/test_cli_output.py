@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -23,6 +24,7 @@ from typing import IO
 import pytest
 
 from patterns.jobqueue.sqlite import SQLiteStore
+from tests.jobqueue.test_cli import TASKS_MODULE
 from tests.support import MUST_HAPPEN, child_env
 
 ERROR = "python -m patterns.jobqueue: error: "
@@ -34,13 +36,17 @@ needs_dev_full = pytest.mark.skipif(
 )
 
 
-def _env() -> dict[str, str]:
+def _env(*, unbuffered: bool = False) -> dict[str, str]:
     env = child_env()
     env.pop("PYTHONUNBUFFERED", None)  # buffered, as from a shell
+    if unbuffered:  # as ``python -u``, as many supervisors run it: each write reaches the fd
+        env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def run(args: list[str], stdout: int | IO[bytes]) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], stdout: int | IO[bytes], *, unbuffered: bool = False
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI with ``stdout`` as its standard output; stderr is captured."""
     return subprocess.run(
         [sys.executable, "-m", "patterns.jobqueue", *args],
@@ -48,7 +54,31 @@ def run(args: list[str], stdout: int | IO[bytes]) -> subprocess.CompletedProcess
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
-        env=_env(),
+        env=_env(unbuffered=unbuffered),
+        timeout=MUST_HAPPEN,
+        check=False,
+    )
+
+
+# Closes one file descriptor, then becomes ``python ARGS``: the CLI starts with that
+# standard stream closed, as after ``>&-`` or ``2>&-`` in a shell.
+CLOSING_EXEC = (
+    "import os, sys; os.close(int(sys.argv[1])); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+
+
+def run_closed(
+    fd: int, args: list[str], *, cwd: Path | None = None, unbuffered: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with ``fd`` (1 or 2) closed from its start; the other streams captured."""
+    return subprocess.run(
+        [sys.executable, "-c", CLOSING_EXEC, str(fd), "-m", "patterns.jobqueue", *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=_env(unbuffered=unbuffered),
         timeout=MUST_HAPPEN,
         check=False,
     )
@@ -191,6 +221,89 @@ def test_enqueue_into_a_closed_pipe_says_the_job_was_enqueued(
         f"{ERROR}job 4 was enqueued, but its id could not be printed: [Errno 32] Broken pipe\n"
     )
     assert job_count(queue) == 4
+
+
+# --- a standard stream closed at start-up ----------------------------------------------------
+
+CLOSED_STDOUT = "[Errno 9] standard output is closed"
+
+
+@pytest.mark.parametrize("command", [*READING, pytest.param(["demo"], id="demo")])
+def test_a_reading_command_with_stdout_closed_says_so_in_one_line(
+    queue: Path, command: list[str]
+) -> None:
+    """``status >&-``: one line and status 4, not an `AttributeError` traceback."""
+    result = run_closed(1, ["--db", str(queue), *command])
+    assert (result.returncode, result.stderr) == (
+        EXIT_OUTPUT,
+        f"{ERROR}cannot write the output: {CLOSED_STDOUT}\n",
+    )
+
+
+def test_enqueue_with_stdout_closed_says_the_job_was_enqueued(queue: Path) -> None:
+    """``enqueue >&-`` wrote the job: the line says so, status 4, as for a full disk."""
+    result = run_closed(1, ["--db", str(queue), "enqueue", "echo"])
+    assert (result.returncode, result.stderr) == (
+        EXIT_OUTPUT,
+        f"{ERROR}job 4 was enqueued, but its id could not be printed: {CLOSED_STDOUT}\n",
+    )
+    assert job_count(queue) == 4
+
+
+def test_with_stderr_closed_enqueue_and_the_worker_still_do_their_work(tmp_path: Path) -> None:
+    """``2>&-`` costs the lines and the logs, never the work: the job is enqueued and done."""
+    (tmp_path / "jobs.py").write_text(textwrap.dedent(TASKS_MODULE))
+    enqueued = run_closed(2, ["--db", "q.db", "enqueue", "echo", '"x"'], cwd=tmp_path)
+    assert (enqueued.returncode, enqueued.stdout) == (0, "1\n")
+    worker = ["worker", "--tasks", "jobs:tasks", "--exit-when-empty", "--poll-interval", "0.05"]
+    worked = run_closed(2, ["--db", "q.db", *worker], cwd=tmp_path)
+    assert (worked.returncode, worked.stdout) == (0, "ran 1 x\n")
+    store = SQLiteStore(str(tmp_path / "q.db"), create=False)
+    try:
+        assert store.counts().get("done") == 1
+    finally:
+        store.close()
+
+
+def test_with_stderr_closed_an_error_is_not_printed_on_stdout(tmp_path: Path) -> None:
+    """The error line is lost with stderr; it never lands in the output a script reads."""
+    result = run_closed(2, ["--db", "missing.db", "status"], cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+
+
+HELP = [pytest.param(["--help"], id="help"), pytest.param(["worker", "--help"], id="worker-help")]
+
+
+@pytest.mark.parametrize("command", HELP)
+def test_help_into_a_closed_pipe_is_the_sigpipe_status_even_unbuffered(
+    closed_pipe: int, command: list[str]
+) -> None:
+    """``python -u``: argparse's own write fails at once, and it swallowed that: status 0."""
+    result = run(command, closed_pipe, unbuffered=True)
+    assert (result.returncode, result.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+@needs_dev_full
+@pytest.mark.parametrize("command", HELP)
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_help_into_a_full_disk_says_so_in_one_line(command: list[str], unbuffered: bool) -> None:
+    """``--help > /dev/full``: one line, status 4, however the output is buffered."""
+    with open("/dev/full", "wb") as full:
+        result = run(command, full, unbuffered=unbuffered)
+    assert (result.returncode, result.stderr) == (
+        EXIT_OUTPUT,
+        f"{ERROR}cannot write the output: [Errno 28] No space left on device\n",
+    )
+
+
+@pytest.mark.parametrize("command", HELP)
+def test_help_with_stdout_closed_says_so_in_one_line(command: list[str]) -> None:
+    """``--help >&-``: one line, status 4, not a traceback."""
+    result = run_closed(1, command)
+    assert (result.returncode, result.stderr) == (
+        EXIT_OUTPUT,
+        f"{ERROR}cannot write the output: {CLOSED_STDOUT}\n",
+    )
 
 
 @needs_dev_full

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,6 +20,8 @@ import pytest
 from patterns.jobqueue import cli
 from patterns.jobqueue.postgres import PostgresStore
 from tests.jobqueue.conftest import admin_execute, url_with_database
+from tests.jobqueue.test_cli import TASKS_MODULE
+from tests.jobqueue.test_cli_signals import storm_until_exit
 
 ERROR = "python -m patterns.jobqueue: error: "
 
@@ -121,3 +124,14 @@ def test_a_command_that_only_reads_refuses_a_database_without_a_queue_and_create
         "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'jobqueue'",
     )
     assert schemas == [(0,)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_signal_storm_while_a_postgresql_worker_exits_never_changes_its_status(
+    tmp_path: Path, pg_database: str, sig: signal.Signals
+) -> None:
+    """As on SQLite: stop signals from the STOPPED line to the exit leave the status 0."""
+    (tmp_path / "jobs.py").write_text(textwrap.dedent(TASKS_MODULE))
+    worker = ["--db", pg_database, "worker", "--tasks", "jobs:tasks", "--poll-interval", "0.05"]
+    for _ in range(5):
+        assert storm_until_exit(worker, tmp_path, sig) == 0

@@ -437,7 +437,7 @@ def test_a_handler_hanging_past_the_budget_exits_3_and_its_job_is_released_not_f
         assert child.wait(0.5 + NOISE) == 3
     assert took() < 0.5 + NOISE
     q.killed.add(child.pid)
-    assert any(f"still running [{s}] (released [{s}]" in line for line in child.err)
+    assert any(f"still running [{s}] (released at the deadline [{s}]" in line for line in child.err)
     assert q.states(ids) == [(_Q, 0), (_Q, 0)]  # given back at the deadline, attempt and all
 
     q.drain()

@@ -472,7 +472,7 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
     assert report.released_running_ids == (job_id,)
     assert set(report.phases) == {WorkerState.DRAINING, WorkerState.CANCELLING}
     assert shutdowns == [report]
-    assert f"still running [{job_id}] (released [{job_id}]: attempts given back)" in (
+    assert f"still running [{job_id}] (released at the deadline [{job_id}]: attempts given back)" in (
         report.summary()
     )
     [rerun] = store.inner.claim("restart", lease=LEASE)  # a restart runs it, first attempt

@@ -50,7 +50,9 @@ SCENARIOS: dict[str, Scenario] = {
     "bulkhead.b1": bulkhead.B1,
     "async_queue.a1": async_queue.A1,
     "asyncio_shutdown.a7": asyncio_shutdown.A7,
+    "asyncio_shutdown.a10": asyncio_shutdown.A10,
     "process_shutdown.m3": process_shutdown.M3,
+    "process_shutdown.m8": process_shutdown.M8,
     "server_shutdown.w2": server_shutdown.W2,
 }
 

@@ -1,4 +1,7 @@
-"""The asyncio_shutdown picture, A7: cancel, then gather, and a task that swallows its cancel.
+"""The asyncio_shutdown pictures, A7 and A10: a stop that waits for ever, one too little.
+
+A7: cancel, then gather, and a task that swallows its cancel. A10: a cleanup under
+``asyncio.shield`` that its cancelled caller leaves behind.
 
 The lanes are asyncio tasks, all in one thread.
 
@@ -12,7 +15,13 @@ import asyncio
 from patterns import asyncio_shutdown
 from patterns.naive import asyncio_shutdown as naive_asyncio_shutdown
 from patterns.teaching.lanes import Event, Tracer
-from patterns.teaching.scenarios.common import LOOK, Scenario, log_as_marks, run_async
+from patterns.teaching.scenarios.common import (
+    LOOK,
+    MUST_HAPPEN,
+    Scenario,
+    log_as_marks,
+    run_async,
+)
 
 
 async def _a7_main(tracer: Tracer, fixed: bool) -> None:
@@ -86,5 +95,75 @@ A7 = Scenario.of(
     _a7_run,
     "A task that catches its CancelledError keeps the naive gather waiting, and nothing "
     "names it; shutdown_tasks returns on its deadline with the task named in still_running.",
+    "an asyncio task (all of them take turns in one thread, at each await)",
+)
+
+
+async def _a10_main(tracer: Tracer, fixed: bool) -> None:
+    started, proceed = asyncio.Event(), asyncio.Event()
+    cancel_at: list[Event] = []
+
+    async def save() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.set_name("save")  # the shield's own task: its lane
+        tracer.mark("starts writing the state; its I/O takes a while")
+        started.set()
+        try:
+            await proceed.wait()
+        except asyncio.CancelledError:
+            tracer.mark("cancelled by asyncio.run at exit: the state is never written", bad=True)
+            raise
+        tracer.mark("the state is written")
+
+    async def service() -> None:
+        tracer.mark("its last step: the save, shielded from cancellation")
+        try:
+            if fixed:
+                await asyncio_shutdown.shielded(save(), MUST_HAPPEN, name="save")
+            else:
+                await naive_asyncio_shutdown.naive_shielded_cleanup(save())
+        except asyncio.CancelledError:
+            if fixed:
+                tracer.mark("the save ended: its CancelledError is raised now", after=cancel_at[0])
+            else:
+                tracer.mark(
+                    "CancelledError at once: it ends, its save still running",
+                    bad=True,
+                    after=cancel_at[0],
+                )
+            raise
+
+    worker = asyncio.create_task(service(), name="service")
+    await asyncio.wait_for(started.wait(), MUST_HAPPEN)
+    cancel_at.append(tracer.mark("service.cancel(), as a stop does"))
+    worker.cancel()
+    done, _ = await asyncio.wait([worker], timeout=LOOK)
+    if fixed == bool(done):
+        raise RuntimeError(f"A10: the {'fixed' if fixed else 'naive'} service did the unexpected")
+    if not fixed:
+        tracer.mark("the service is done, so main returns; nobody waits for the save")
+        return  # asyncio.run cancels what is left: the save
+    tracer.mark("the service still waits for its save; the save's I/O completes")
+    proceed.set()
+    await asyncio.wait([worker], timeout=MUST_HAPPEN)
+    if not worker.cancelled():
+        raise RuntimeError("A10: shielded() swallowed the cancellation")
+    tracer.mark("the service ended cancelled, after its save")
+
+
+def _a10_run(fixed: bool) -> Tracer:
+    title = "shielded" if fixed else "naive_shielded_cleanup (asyncio.shield)"
+    tracer = Tracer(title, {"main": "main"}, tasks=True)
+    run_async(lambda: _a10_main(tracer, fixed))
+    return tracer
+
+
+A10 = Scenario.of(
+    "A10",
+    _a10_run,
+    "Cancelled while its shielded save runs, the naive service ends at once and asyncio.run "
+    "cancels the save at exit; shielded keeps the service until the save is written, then "
+    "raises its CancelledError.",
     "an asyncio task (all of them take turns in one thread, at each await)",
 )

@@ -1,7 +1,11 @@
-"""The process_shutdown picture, M3: ``terminate()`` skips the child's cleanup.
+"""The process_shutdown pictures, M3 and M8: a child or a pool task killed before it cleans up.
 
-The child is the race tests' `careful`, each step a mark in a file (JSON lines) that
-the parent merges with its own marks by time. Started with spawn, as the tests do.
+M3: ``terminate()`` skips the child's cleanup. M8: leaving ``with Pool()`` kills the task
+still running.
+
+Each child writes its steps as marks in a file (JSON lines) that the parent merges with
+its own marks by time. M3's child is the race tests' `careful`, started with spawn as the
+tests do; M8's pool starts its workers as the tests' pools do (`safe_context`).
 
 Docs: docs/patterns/process_shutdown.md
 """
@@ -18,7 +22,15 @@ from patterns import process_shutdown
 from patterns.naive import process_shutdown as naive_process_shutdown
 from patterns.teaching import process_tasks
 from patterns.teaching.lanes import Tracer
-from patterns.teaching.scenarios.common import MUST_HAPPEN, Scenario, merged
+from patterns.teaching.scenarios.common import (
+    LOOK,
+    MUST_HAPPEN,
+    Scenario,
+    blocked_in,
+    join_all,
+    merged,
+    start_thread,
+)
 
 
 def _m3_run(fixed: bool) -> Tracer:
@@ -75,5 +87,95 @@ M3 = Scenario.of(
     "the exit code is -15; asked through StoppableProcess.stop(), the child returns, "
     "cleans up and exits with 0.",
     "a process (the child writes its marks to a file, the parent merges them with its "
+    "own: perf_counter is one clock for both)",
+)
+
+
+def _child_marks(path: Path) -> list[tuple[int, str, str, bool]]:
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(int(line["t"]), "worker", str(line["text"]), False) for line in lines]
+
+
+def _wait_for_mark(path: Path, text: str) -> None:
+    deadline = time.monotonic() + MUST_HAPPEN
+    while not (path.exists() and text in path.read_text()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"scenario stuck: no {text!r} mark from the pool's worker")
+        time.sleep(0.001)  # polling the worker's file: the mark is the observation
+
+
+def _m8_run(fixed: bool) -> Tracer:
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False, lane: str = "parent") -> None:
+        marks.append((time.perf_counter_ns(), lane, text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        go, path = Path(tmp, "go"), Path(tmp, "marks")
+        pool = process_shutdown.safe_context().Pool(1)
+        try:
+            task = process_tasks.item_with_cleanup_marked
+            if fixed:
+                mark("pool.apply_async(item), then try/finally: shutdown_mp_pool(pool)")
+                result = pool.apply_async(task, (str(go), str(path)))
+                _wait_for_mark(path, "starts")
+                outcome: list[process_shutdown.PoolShutdownReport] = []
+
+                def stop() -> None:
+                    outcome.append(
+                        process_shutdown.shutdown_mp_pool(
+                            pool, MUST_HAPPEN, force_timeout=MUST_HAPPEN, results={"item": result}
+                        )
+                    )
+
+                mark("shutdown_mp_pool(pool, timeout): close(), then wait for the task")
+                stopper = start_thread("stopper", stop)
+                blocked_in(stopper, "_wait_for_pool")
+                mark("(the scenario lets the item finish)")
+                go.touch()
+                join_all(stopper)
+                report = outcome[0]
+                mark(f"returned: terminated={report.terminated}, lost={report.lost}")
+                mark(f"result.get(): {result.get(0)!r}")
+            else:
+                mark("with pool: pool.apply_async(item), then the block's other work")
+
+                def rest_of_block() -> None:
+                    _wait_for_mark(path, "starts")
+                    mark("the block ends: Pool.__exit__ calls terminate()")
+
+                result = naive_process_shutdown.naive_apply_in_with(
+                    pool, task, (str(go), str(path)), then=rest_of_block
+                )
+                go.touch()  # too late: the worker was killed when the block ended
+                try:
+                    result.get(LOOK)
+                    raise RuntimeError("M8: the task returned after terminate()")
+                except multiprocessing.TimeoutError:
+                    pass
+                t_ns = time.perf_counter_ns()
+                seen = _child_marks(path)
+                if any("finally" in text for _, _, text, _ in seen):
+                    raise RuntimeError("M8: the killed task cleaned up after all")
+                marks.append(
+                    (t_ns, "worker", "killed by SIGTERM mid-item: no result, no finally", True)
+                )
+                mark(f"result.get({LOOK}): nothing, ever; no error says why")
+        finally:
+            process_shutdown.shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN)
+        marks += _child_marks(path)
+    title = "shutdown_mp_pool" if fixed else "naive_apply_in_with (with Pool())"
+    return merged(title, {"parent": "parent", "worker": "pool worker"}, marks)
+
+
+M8 = Scenario.of(
+    "M8",
+    _m8_run,
+    "Leaving with Pool() calls terminate(): the task still running is killed, with no result "
+    "and no finally; shutdown_mp_pool closes the pool and waits, so the task returns and "
+    "cleans up.",
+    "a process (the pool's worker writes its marks to a file, the parent merges them with its "
     "own: perf_counter is one clock for both)",
 )
