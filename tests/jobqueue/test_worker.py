@@ -472,9 +472,8 @@ def test_shutdown_table_a_job_ignoring_its_token_past_the_budget_is_reported_and
     assert report.released_running_ids == (job_id,)
     assert set(report.phases) == {WorkerState.DRAINING, WorkerState.CANCELLING}
     assert shutdowns == [report]
-    assert f"still running [{job_id}] (released at the deadline [{job_id}]: attempts given back)" in (
-        report.summary()
-    )
+    released = f"(released at the deadline [{job_id}]: attempts given back)"
+    assert f"still running [{job_id}] {released}" in report.summary()
     [rerun] = store.inner.claim("restart", lease=LEASE)  # a restart runs it, first attempt
     assert (rerun.job.id, rerun.job.attempts) == (job_id, 1)
 
