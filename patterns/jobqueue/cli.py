@@ -3,17 +3,18 @@
 Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``)::
 
     python -m patterns.jobqueue --db PATH enqueue TASK [JSON_PAYLOAD | -] [--payload-file F]
-        [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE]
+        [--delay S] [--max-attempts N] [--timeout S] [--tasks MODULE:ATTRIBUTE] [--wait S]
     python -m patterns.jobqueue --db PATH worker --tasks MODULE:ATTRIBUTE [--concurrency N]
         [--prefetch N] [--stop-timeout S] [--poll-interval S] [--watch-interval S] [--lease S]
         [--store-outage-limit S] [--exit-when-empty]
-    python -m patterns.jobqueue --db PATH status [--json]
-    python -m patterns.jobqueue --db PATH show ID [--json]
+    python -m patterns.jobqueue --db PATH status [--json] [--wait S]
+    python -m patterns.jobqueue --db PATH show ID [--json] [--wait S]
     python -m patterns.jobqueue --db PATH list [--state S] [--task T] [--limit N] [--json]
-    python -m patterns.jobqueue --db PATH requeue (ID | --failed [--task T])
-    python -m patterns.jobqueue --db PATH cancel ID
-    python -m patterns.jobqueue --db PATH purge [--older-than S] [--state S ...]
-    python -m patterns.jobqueue --db PATH workers [--json]
+        [--wait S]
+    python -m patterns.jobqueue --db PATH requeue (ID | --failed [--task T]) [--wait S]
+    python -m patterns.jobqueue --db PATH cancel ID [--wait S]
+    python -m patterns.jobqueue --db PATH purge [--older-than S] [--state S ...] [--wait S]
+    python -m patterns.jobqueue --db PATH workers [--json] [--wait S]
     python -m patterns.jobqueue demo
 
 ``enqueue`` prints the new job's id (``-`` reads the payload from stdin). ``status`` prints
@@ -33,6 +34,12 @@ database's ``jobqueue`` schema, shared by workers on several machines). Every co
 path, or a database without the schema) instead of creating it; ``:memory:`` and
 ``file:`` URIs are refused (the queue would vanish with the process).
 
+``--wait S`` (every command but ``worker`` and ``demo``) bounds how long the command waits
+for a lock another connection holds on the queue: a PostgreSQL table, the schema's
+migration lock, an SQLite file's write lock. Past it the command gives up, changes
+nothing, and exits 2 with one line. The default, 26 s, is as long as an SQLite file's busy
+retries last; a longer ``--wait`` makes them go on until it passes.
+
 Exit status:
 
 ====== =================================================================================
@@ -44,9 +51,9 @@ Exit status:
 2      the command did nothing: bad command-line input, an unimportable ``--tasks``, no
        such queue or job, a file that is not a store (a FIFO, a socket or a device is
        refused unread), a store that cannot be used (a read-only file, an unreachable
-       server, a file whose write lock another connection held through the store's
-       retries, about 26 s), or a refused request (``requeue`` of a job that is not
-       failed, ``cancel`` of a finished job)
+       server, a lock another connection held on the queue for the whole ``--wait``,
+       26 s by default, on SQLite or PostgreSQL), or a refused request (``requeue`` of a
+       job that is not failed, ``cancel`` of a finished job)
 3      ``worker``: the shutdown budget ran out with jobs still running (the report's
        ``still_running``): each was released at the deadline (attempt given back, its
        late outcome refused), or, if its release failed, keeps its lease and runs again
@@ -59,7 +66,9 @@ Exit status:
 5      ``worker``: the store did not answer within the shutdown budget (a file or table
        locked by another connection, say): the stop gave up on it at the deadline (the
        report's ``store_gave_up``); the jobs whose outcome or release it could not write
-       keep their lease and run again once it expires
+       keep their lease and run again once it expires. Also a stop signal during
+       start-up while the store was being opened (a schema locked by another
+       connection): the opening gave up at the end of the budget, which one line says
 129    ``worker``: a second SIGHUP forced the exit (128 + 1), during the stop or the
        start-up; the jobs it was running keep their lease and run again once it expires
 130    a second SIGINT forced the exit (128 + 2), as for 129; or a command other than
@@ -77,9 +86,10 @@ Signals (``worker``; SIGQUIT for every command):
 SIGTERM, SIGINT the first starts the graceful stop (DRAINING, then CANCELLING, within
 or SIGHUP       ``--stop-timeout``), a second forces the exit (above). From the first line
                 of ``__main__`` (before the imports) until the worker starts, the first is
-                recorded and the worker stops before it claims anything: exit 0. After the
-                stop (the worker's ``-> STOPPED`` line), until the process exits, each is
-                ignored, with one line until the command returns, silently (SIG_IGN)
+                recorded and the worker stops before it claims anything: exit 0 (or 5,
+                above, if opening the store still waited at the end of the budget). After
+                the stop (the worker's ``-> STOPPED`` line), until the process exits, each
+                is ignored, with one line until the command returns, silently (SIG_IGN)
                 while the interpreter exits: the status stays the report's
 SIGQUIT         every thread's stack on stderr (``faulthandler``); the process goes on.
                 Once the command has returned: ignored, silently
@@ -126,6 +136,7 @@ from typing import Any, NoReturn, TextIO, TypeVar
 
 from patterns.exit_hooks import force_exit
 from patterns.jobqueue import demo
+from patterns.jobqueue.deadline import Deadline, StoreTimeout, bounded_by
 from patterns.jobqueue.postgres import (
     PostgresStore,
     StoreSchemaError,
@@ -194,6 +205,9 @@ _MAX_LIMIT = 100_000  # rows one `list` prints
 _MAX_ID = 2**63 - 1  # the largest id SQLite and PostgreSQL (bigint) can hold
 _MAX_PAYLOAD_INPUT = 64 * 1024 * 1024  # bytes read from stdin or a file, at most
 _SHOWN_ERROR = 60  # characters of a last error on a `list` line
+# A one-shot command's default --wait: as long as an SQLite file's busy retries last (five
+# attempts of its 5 s busy wait, and the backoff between them: 26.5 s measured).
+_WAIT = 26.0
 
 T = TypeVar("T")
 
@@ -339,11 +353,16 @@ def _parser() -> _Parser:
         sub.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=_DB_HELP)
         return sub
 
-    _enqueue_arguments(command("enqueue", "add a job; prints its id"))
+    def one_shot(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = command(name, help_text)
+        _wait_option(sub)
+        return sub
+
+    _enqueue_arguments(one_shot("enqueue", "add a job; prints its id"))
     _worker_arguments(command("worker", "run a worker until signalled"))
-    _reading_commands(command)
-    _changing_commands(command)
-    _json_flag(command("workers", "print the live workers"))
+    _reading_commands(one_shot)
+    _changing_commands(one_shot)
+    _json_flag(one_shot("workers", "print the live workers"))
     commands.add_parser("demo", help="run the walkthrough on a temporary database")
     return parser
 
@@ -351,6 +370,19 @@ def _parser() -> _Parser:
 def _json_flag(sub: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--json", action="store_true", help="print JSON, times as raw seconds since the epoch"
+    )
+
+
+def _wait_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=_seconds("wait", minimum=0, inclusive=True, maximum=_MAX_WAIT),
+        default=None,
+        help="seconds to wait for a lock another connection holds on the queue (a table, "
+        "the schema's migration lock, an SQLite file's write lock) before giving up with "
+        f"one line, exit 2, nothing changed (default: {_WAIT:g}, as long as an SQLite "
+        "file's busy retries last)",
     )
 
 
@@ -728,18 +760,40 @@ def _open_store(
         if is_postgres_url(path):
             return PostgresStore(path, create=create)
         return SQLiteStore(path, create=create, watch_interval=watch_interval)
+    except StoreTimeout:
+        raise  # the caller's deadline passed: the caller says what that means
     except _open_errors() as exc:
         raise UsageError(str(exc)) from exc
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[Store], T], *, what: str) -> T:
-    """Open the queue, run ``action`` on it, close it; a store error is one line, exit 2."""
-    store = _open_store(args.db, create=args.command == "enqueue")
+    """Open the queue, run ``action`` on it, close it; a store error is one line, exit 2.
+
+    Every store call, the opening included, keeps to ``--wait`` (`patterns.jobqueue.deadline`):
+    a lock another connection holds is waited for that long at most, on either store.
+    Without ``--wait`` the bound is ``_WAIT`` and an SQLite file's own busy retries may
+    end sooner; with it, they go on until it passes (a patient deadline).
+    """
+    wait = _WAIT if args.wait is None else args.wait
+    deadline = Deadline(patient=args.wait is not None)
     began = time.monotonic()
+    deadline.set(began + wait)
     try:
-        return action(store)
+        with bounded_by(deadline):
+            store = _open_store(args.db, create=args.command == "enqueue")
+            try:
+                return action(store)
+            finally:
+                store.close()
     except (TypeError, ValueError, StoreFileError) as exc:  # a refused argument, a bad file
         raise UsageError(str(exc)) from exc  # (a StoreFileError names the file itself)
+    except StoreTimeout as exc:
+        waited = time.monotonic() - began
+        raise UsageError(
+            f"{_shown(args.db)}: cannot {what}: {exc} (still waiting after {waited:.1f} s, "
+            f"the --wait limit ({wait:g} s): another connection holds a lock on the queue, "
+            "or the server does not answer); nothing was changed"
+        ) from exc
     except _store_errors() as exc:
         detail = str(exc)
         if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
@@ -748,7 +802,7 @@ def _with_store(args: argparse.Namespace, action: Callable[[Store], T], *, what:
             detail += f" (another connection still held the write lock after {waited:.1f} s)"
         raise UsageError(f"{_shown(args.db)}: cannot {what}: {detail}") from exc
     finally:
-        store.close()
+        deadline.finish()  # ends its timer, if a statement was to be cancelled at it
 
 
 # --- enqueue ----------------------------------------------------------------------------------
@@ -1130,10 +1184,33 @@ def _guarded_worker(args: argparse.Namespace, guard: SignalGuard) -> int:
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
+    # Opening the store keeps to the stop's budget once a stop signal came: a schema that
+    # another connection holds locked must not hold the start-up past --stop-timeout.
+    start_up = Deadline()  # unset until then
+
+    def stop_start_up() -> None:
+        start_up.set(time.monotonic() + args.stop_timeout)
+
     # Any thread that dies anywhere in the process is logged and makes the status 1.
-    with LoggingExcepthook(chain=False) as hook, WorkerSignals(guard) as signals:
+    with (
+        LoggingExcepthook(chain=False) as hook,
+        WorkerSignals(guard, before_start=stop_start_up) as signals,
+    ):
         if signals.reason() is None:
-            store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
+            try:
+                with bounded_by(start_up):
+                    store = _open_store(args.db, create=True, watch_interval=args.watch_interval)
+            except StoreTimeout as exc:
+                logger.error(  # noqa: TRY400 - one line: the cause is the store's lock, not ours
+                    "%s during start-up: the store did not answer within the shutdown budget "
+                    "(%g s), so the worker never started; no job claimed (%s)",
+                    signals.reason() or "a stop signal",
+                    args.stop_timeout,
+                    " ".join(str(exc).split()),
+                )
+                return EXIT_STORE_BLOCKED
+            finally:
+                start_up.finish()
             try:
                 report = _run_worker(args, registry, store, signals)
                 if report is not None:

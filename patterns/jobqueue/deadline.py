@@ -13,8 +13,11 @@ Pattern:
     that waits with a timeout but calls a store without one keeps to its budget only
     while the database answers.
 
-See also: ``patterns.jobqueue.worker`` (which sets it), ``patterns.jobqueue.sqlite`` and
-``patterns.jobqueue.postgres`` (which keep to it).
+A one-shot command of the command line runs under a patient deadline of its own
+(``--wait``): there it is how long the operator lets the command wait for a lock.
+
+See also: ``patterns.jobqueue.worker`` and ``patterns.jobqueue.cli`` (which set it),
+``patterns.jobqueue.sqlite`` and ``patterns.jobqueue.postgres`` (which keep to it).
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ from collections.abc import Callable, Iterator
 
 from patterns.jobqueue.store import StoreUnavailable
 
-__all__ = ["LAST_TRY", "Deadline", "StoreTimeout", "acquire", "bounded_by", "give_up", "time_left"]
+__all__ = [
+    "LAST_TRY",
+    "Deadline",
+    "StoreTimeout",
+    "acquire",
+    "bounded_by",
+    "give_up",
+    "patient",
+    "time_left",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +68,14 @@ class Deadline:
 
     Thread-safe. A call in flight reads it again at each step, so setting it reaches
     calls already waiting. `gave_up` counts the calls that gave up because of it.
+
+    ``patient``: a store call under it keeps retrying a busy store until the deadline
+    passes, instead of giving up after its own number of tries (a command whose operator
+    chose how long to wait). A stop's deadline is not patient: it only shortens waits.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, patient: bool = False) -> None:
+        self.patient = patient
         self._lock = threading.Lock()
         self._at: float | None = None
         self._timer: threading.Timer | None = None
@@ -174,6 +191,11 @@ def current() -> tuple[Deadline, ...]:
     return tuple(getattr(_bounds, "deadlines", ()))
 
 
+def patient() -> bool:
+    """True when this thread runs under a set, patient `Deadline`: retry until it passes."""
+    return any(d.patient and d.at is not None for d in current())
+
+
 def time_left(began: float) -> float | None:
     """Seconds the store call that began at ``began`` may still take; None if unbounded.
 
@@ -201,7 +223,7 @@ def give_up(what: str) -> StoreTimeout:
     if passed:
         min(passed, key=lambda d: d.at or 0.0).note_gave_up()
         _bounds.spent.update(passed)
-    return StoreTimeout(f"{what}: gave up, the stop's deadline passed")
+    return StoreTimeout(f"{what}: gave up, the deadline passed")
 
 
 def acquire(lock: threading.Lock, began: float, what: str) -> None:

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 
 from patterns.jobqueue.deadline import StoreTimeout
-from patterns.jobqueue.store import Job
+from patterns.jobqueue.store import CommitUnknown, Job
 from patterns.jobqueue.tasks import Phase, PhaseError
 from patterns.thread_exceptions import ThreadFailure
 
@@ -78,6 +78,16 @@ class ErrorLog:
         error = PhaseError(phase, job, cause)
         if isinstance(cause, StoreTimeout):  # a call the stop gave up on: one line says it
             logger.warning("%s", error)
+        elif isinstance(cause, CommitUnknown):
+            # A connection cut off during COMMIT (a failover, pg_terminate_backend): the
+            # worker handles it as documented, so one line, not a traceback, says what next.
+            after = (
+                "any job it claimed comes back when its lease expires"
+                if job is None
+                else f"job {job.id} comes back when its lease expires unless an outcome is "
+                "recorded (a fallback follows, refused if the commit applied)"
+            )
+            logger.warning("%s; %s", " ".join(str(error).split()), after)
         else:
             logger.error("%s", error, exc_info=(type(cause), cause, cause.__traceback__))
         with self._lock:

@@ -394,7 +394,9 @@ class PostgresStore(PostgresAdmin):
         a rolled-back transaction leaves no job and wakes nobody. The store neither
         commits nor retries; ``conn`` is the caller's psycopg connection to the same
         database (its transaction, if one is open, is joined). The arguments are checked
-        as `enqueue` checks them; a delay counts from that transaction's ``now()``.
+        as `enqueue` checks them; a delay counts from that transaction's ``now()``. The
+        connection's ``row_factory`` may be any: the store reads its id through a cursor
+        of its own factory.
         """
         spec = {
             "task": task,
@@ -407,7 +409,10 @@ class PostgresStore(PostgresAdmin):
         prepared = [self._prepare_job(spec)]
         self._check_open()
         clock = None if self._test_clock is None else self._test_clock()
-        row = conn.execute(*self._insert_statement(prepared, clock)).fetchone()
+        # A cursor of our own row factory: the caller's connection may have any (dict_row,
+        # a class), and reading the id must not fail after the INSERT ran in its transaction.
+        with conn.cursor(row_factory=self._pg.rows.tuple_row) as cursor:
+            row = cursor.execute(*self._insert_statement(prepared, clock)).fetchone()
         assert row is not None  # one row in, one id out
         assert row[0] is not None
         return int(row[0][0])

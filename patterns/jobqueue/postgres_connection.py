@@ -49,6 +49,9 @@ T = TypeVar("T")
 # How Database.transaction runs its body: see there.
 Mode = Literal["transaction", "statement", "read"]
 
+# One statement of the schema check, kept to the thread's deadline (Database._prepare).
+_Execute = Callable[..., "psycopg.Cursor[tuple[Any, ...]]"]
+
 # libpq settings the store adds when the DSN does not set them: give up on a connection
 # attempt after 5 s, and notice a silently dead peer through TCP keepalives within a minute.
 _CONNECT_DEFAULTS = {
@@ -70,6 +73,10 @@ _RETRY = {"retry": True}
 _IDLE_IN_TRANSACTION = "-c idle_in_transaction_session_timeout=10000"
 
 _IDLE_READS = 3  # reads of an idle session's socket before a statement, at most (_alive)
+
+# The largest statement_timeout and lock_timeout PostgreSQL accepts (milliseconds, an int:
+# about 24.8 days); a longer deadline is as good as none for one statement.
+_MAX_TIMEOUT_MS = 2**31 - 1
 
 
 class _Retry(Exception):
@@ -180,8 +187,12 @@ class Database:
         self._connects = 0
         self._offset = 0.0  # database clock minus time.time(), from the last reading
 
-    def _connected(self) -> psycopg.Connection[tuple[Any, ...]]:
-        """The store's connection, (re)opened and prepared if needed; call with _lock held."""
+    def _connected(self, began: float) -> psycopg.Connection[tuple[Any, ...]]:
+        """The store's connection, (re)opened and prepared if needed; call with _lock held.
+
+        The schema check keeps to the thread's deadlines, as a store call does: a stop
+        during start-up must not wait behind a lock on the schema (`_prepare`).
+        """
         old = self._conn
         if old is not None and not old.closed and not old.broken and self._alive(old):
             return old
@@ -190,7 +201,7 @@ class Database:
             old.close()
         left = time_left(time.monotonic())
         extra: dict[str, Any] = {}
-        if left is not None:  # under a stop's deadline; libpq's shortest wait is 2 s
+        if left is not None:  # under a deadline; libpq's shortest wait is 2 s
             extra["connect_timeout"] = max(
                 2, min(int(_CONNECT_DEFAULTS["connect_timeout"]), math.ceil(left))
             )
@@ -199,7 +210,12 @@ class Database:
         )
         try:
             if not self._prepared:
-                self._prepare(conn)
+                forget = self._cancel_at_deadlines(conn)
+                try:
+                    self._prepare(conn, began)
+                finally:
+                    for undo in forget:
+                        undo()
                 self._prepared = True
             self._read_offset(conn)
         except BaseException:
@@ -307,7 +323,7 @@ class Database:
         forget: list[Callable[[], None]] = []
         autocommit = False
         try:
-            conn = self._connected()
+            conn = self._connected(began)
             forget = self._bound(conn, began)
             autocommit = mode != "transaction" and not forget
             clock = None if self._test_clock is None else self._test_clock()
@@ -328,7 +344,7 @@ class Database:
                 self._rollback_quietly(conn)
                 if committing:
                     raise CommitUnknown(
-                        f"{self.where}: COMMIT cancelled at the stop's deadline ({exc}); "
+                        f"{self.where}: COMMIT cancelled at the deadline ({exc}); "
                         "the transaction may or may not have been applied"
                     ) from exc
                 raise give_up(f"{self.where}: {' '.join(str(exc).split())}") from exc
@@ -368,20 +384,36 @@ class Database:
         transaction only) end each statement by it; a statement still running when a
         deadline passes (it began before the deadline was set) is cancelled then.
         """
-        deadlines = current()
-        if not deadlines:
+        if not current():
             return []
+        self._keep_to(conn, began)
+        return self._cancel_at_deadlines(conn)
+
+    def _keep_to(self, conn: psycopg.Connection[tuple[Any, ...]], began: float) -> None:
+        """End the transaction's next statements by the thread's deadline, if one is set.
+
+        ``statement_timeout`` and ``lock_timeout`` for this transaction only; a deadline
+        already passed gives up before the next statement is sent.
+        """
         left = time_left(began)
-        if left is not None:
-            ms = str(max(1, math.ceil(left * 1000)))
-            conn.execute(
-                "SELECT set_config('statement_timeout', %s, true),"
-                " set_config('lock_timeout', %s, true)",
-                (ms, ms),
-            )
+        if left is None:
+            return
+        if left == 0.0:
+            raise give_up(f"{self.where}: not tried")
+        ms = str(min(_MAX_TIMEOUT_MS, max(1, math.ceil(left * 1000))))
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, true),"
+            " set_config('lock_timeout', %s, true)",
+            (ms, ms),
+        )
+
+    def _cancel_at_deadlines(
+        self, conn: psycopg.Connection[tuple[Any, ...]]
+    ) -> list[Callable[[], None]]:
+        """Have a statement still running on ``conn`` cancelled at the thread's deadlines."""
         # cancel_safe (psycopg 3.2) does not block on a server that does not answer.
         cancel: Callable[[], object] = getattr(conn, "cancel_safe", conn.cancel)
-        return [deadline.on_expiry(cancel) for deadline in deadlines]
+        return [deadline.on_expiry(cancel) for deadline in current()]
 
     def _gave_up(self, exc: Exception) -> bool:
         """True when ``exc`` is a statement ended by this thread's deadline."""
@@ -416,21 +448,32 @@ class Database:
 
     # --- the schema ------------------------------------------------------------------------
 
-    def _prepare(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        """Create or migrate the schema under an advisory lock, then check its shape."""
+    def _prepare(self, conn: psycopg.Connection[tuple[Any, ...]], began: float) -> None:
+        """Create or migrate the schema under an advisory lock, then check its shape.
+
+        Each statement keeps to the thread's deadline (`_keep_to`): the advisory lock and
+        the schema's tables may be held by another connection for any time (a migration
+        on another machine, an operator's ``LOCK TABLE``), and a statement that began
+        before the deadline was set is cancelled at it (`_connected`).
+        """
+
+        def execute(statement: Any, params: Any = None) -> psycopg.Cursor[tuple[Any, ...]]:
+            self._keep_to(conn, began)
+            return conn.execute(statement, params)
+
         try:
             # One migrator per schema at a time, across every process and machine; the lock
             # ends with the transaction.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
-            version = self._read_version(conn)
+            execute("SELECT pg_advisory_xact_lock(%s)", (_advisory_key(self._schema),))
+            version = self._read_version(execute)
             if version > 0:  # not ours unless its tables are those of its version
-                self._check_shape(conn, version)
+                self._check_shape(execute, version)
             for target in range(version + 1, self._version + 1):
                 for statement in self._migrations[target - 1]:
-                    conn.execute(statement)
-                conn.execute(self.compose("UPDATE {version} SET version = %s"), (target,))
+                    execute(statement)
+                execute(self.compose("UPDATE {version} SET version = %s"), (target,))
                 logger.info("%s: job store schema now at version %d", self.where, target)
-            self._check_shape(conn, self._version)
+            self._check_shape(execute, self._version)
             conn.commit()
         except BaseException:
             self._rollback(conn)
@@ -442,10 +485,10 @@ class Database:
 
         return sql.SQL(text).format(**self._names, **extra)
 
-    def _read_version(self, conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+    def _read_version(self, execute: _Execute) -> int:
         tables = sorted(
             row[0]
-            for row in conn.execute(
+            for row in execute(
                 "SELECT c.relname FROM pg_class AS c"
                 " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
                 " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
@@ -463,7 +506,7 @@ class Database:
                 f"{self.where}: schema {self._schema!r} has tables {tables} but no job store "
                 "schema version; refusing to add a job store to it"
             )
-        row = conn.execute(self.compose("SELECT version FROM {version}")).fetchone()
+        row = execute(self.compose("SELECT version FROM {version}")).fetchone()
         version = 0 if row is None else int(row[0])
         if version > self._version:
             raise StoreSchemaError(
@@ -472,11 +515,11 @@ class Database:
             )
         return version
 
-    def _check_shape(self, conn: psycopg.Connection[tuple[Any, ...]], version: int) -> None:
+    def _check_shape(self, execute: _Execute, version: int) -> None:
         for table, expected in SHAPES[version].items():
             columns = tuple(
                 row[0]
-                for row in conn.execute(
+                for row in execute(
                     "SELECT column_name FROM information_schema.columns"
                     " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                     (self._schema, table),

@@ -13,6 +13,7 @@ Docs: docs/jobqueue/index.md
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import threading
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from patterns.jobqueue.deadline import acquire, give_up, time_left
+from patterns.jobqueue.deadline import acquire, give_up, patient, time_left
 from patterns.jobqueue.sqlite_checkpoint import WalRecovery
 from patterns.jobqueue.sqlite_schema import StoreFileError, is_busy
 from patterns.jobqueue.store import backoff
@@ -64,14 +65,19 @@ class SQLiteTransactions:
         waits of ``_busy_slice`` each (the connection's timeout), so that a thread under a
         stop's deadline (`patterns.jobqueue.deadline`) gives up within a slice of it,
         raising `~patterns.jobqueue.deadline.StoreTimeout`, even if it began waiting before
-        the deadline was set. Its wait for ``_lock`` keeps to the deadline too.
+        the deadline was set. Its wait for ``_lock`` keeps to the deadline too. Under a
+        patient deadline (a command's ``--wait``) it retries until that deadline instead
+        of ``_BUSY_RETRIES`` times.
         """
         began = time.monotonic()
-        for attempt in range(1, _BUSY_RETRIES + 1):
+        error: sqlite3.OperationalError | None = None
+        for attempt in itertools.count(1):
             busy_since = time.monotonic()
             while True:
                 if time_left(began) == 0.0:  # this thread already gave up on the store
-                    raise give_up(f"{self._path}: not tried")
+                    if error is None:
+                        raise give_up(f"{self._path}: not tried")
+                    raise give_up(f"{self._path}: database busy ({error})") from error
                 try:
                     return self._attempt(step, locked, began)
                 except sqlite3.OperationalError as exc:
@@ -81,7 +87,7 @@ class SQLiteTransactions:
                         raise give_up(f"{self._path}: database busy ({exc})") from exc
                     if time.monotonic() - busy_since < self._busy_timeout:
                         continue  # SQLite's busy handler waited one slice: wait another
-                    if attempt == _BUSY_RETRIES:
+                    if attempt >= _BUSY_RETRIES and not patient():
                         raise
                     error = exc
                 break
@@ -89,11 +95,11 @@ class SQLiteTransactions:
             left = time_left(began)
             pause = pause if left is None else min(pause, left)
             logger.warning(
-                "%s: database busy (%s), retry %d of %d in %.2f s",
+                "%s: database busy (%s), retry %d of %s in %.2f s",
                 self._path,
                 error,
                 attempt,
-                _BUSY_RETRIES - 1,
+                "those the deadline allows" if patient() else _BUSY_RETRIES - 1,
                 pause,
                 extra={"retry": True},  # a one-shot command leaves these out (as PostgreSQL's)
             )

@@ -73,8 +73,16 @@ class WorkerSignals:
     Lifecycle: entering starts (main thread only); `close` (or leaving) stops, once.
     """
 
-    def __init__(self, guard: SignalGuard) -> None:
+    def __init__(
+        self, guard: SignalGuard, *, before_start: Callable[[], object] | None = None
+    ) -> None:
+        """``before_start`` is called by a stop signal that comes before `attach`, once.
+
+        The command uses it to bound what start-up still does (opening the store) by the
+        stop's budget; it runs in the thread that handles the signal.
+        """
         self._guard = guard
+        self._before_start = before_start
         # SIGUSR1 puts an item, from the dispatcher thread; None ends the status thread,
         # the only reader.
         self._requests: queue.SimpleQueue[int | None] = queue.SimpleQueue()
@@ -149,10 +157,13 @@ class WorkerSignals:
 
     def _stop(self, reason: str) -> None:
         with self._lock:
+            first = self._reason is None
             self._reason = self._reason or reason
             worker = self._worker
         if worker is not None:
             worker.request_stop(reason)
+        elif first and self._before_start is not None:
+            self._before_start()
 
     def _report_status(self) -> None:
         while self._requests.get() is not None:

@@ -7,6 +7,7 @@ statement of a transaction, and each ``commit`` of an open transaction is a ``CO
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -129,6 +130,42 @@ def test_enqueue_in_joins_the_callers_transaction_and_a_rollback_leaves_no_job_a
     assert job.payload == {"order": 2}
     assert store.wait_for_notify(MUST_HAPPEN)
     assert store.counts()["queued"] == 1
+
+
+@pytest.mark.parametrize("factory", ["dict_row", "namedtuple_row", "class_row"])
+@pytest.mark.parametrize("autocommit", [False, True], ids=["transaction", "autocommit"])
+def test_enqueue_in_works_whatever_the_callers_row_factory_and_writes_once(
+    pg_dsn: str, store: PostgresStore, factory: str, autocommit: bool
+) -> None:
+    """The connection's row factory is the caller's: enqueue_in returns the id, one job written.
+
+    Before: with ``dict_row`` it raised ``KeyError: 0`` after its INSERT ran, so a caller
+    that committed (or ran in autocommit) had the job although the call raised.
+    """
+    import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+    from psycopg import rows  # noqa: PLC0415
+
+    @dataclasses.dataclass
+    class Ids:
+        ids: list[int]
+
+    factories: dict[str, Any] = {
+        "dict_row": rows.dict_row,
+        "namedtuple_row": rows.namedtuple_row,
+        "class_row": rows.class_row(Ids),
+    }
+    with psycopg.connect(pg_dsn, autocommit=autocommit, row_factory=factories[factory]) as conn:
+        job_id = store.enqueue_in(conn, "t", {"order": 1})
+        assert isinstance(job_id, int)
+        row = conn.execute("SELECT ARRAY[1] AS ids").fetchone()  # its own factory still
+        assert row is not None
+        assert not isinstance(row, tuple) or factory == "namedtuple_row"
+        if not autocommit:
+            conn.commit()
+    job = store.get(job_id)
+    assert job is not None
+    assert job.payload == {"order": 1}
+    assert store.counts()["queued"] == 1  # written once
 
 
 def test_a_worker_on_a_postgres_store_takes_the_database_clock_by_default(

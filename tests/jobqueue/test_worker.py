@@ -1065,6 +1065,32 @@ def test_a_completion_whose_commit_is_unknown_is_reported_as_unknown_not_lost_to
     assert "fencing" not in text
 
 
+def test_a_commit_cut_off_is_one_warning_line_naming_the_job_and_the_lease_not_a_traceback(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CommitUnknown is handled as documented, so it is logged as news, not as a crash.
+
+    Before: ``complete failed (job 1 ...)`` at ERROR with the whole traceback (about 50
+    lines for a real connection cut off by ``pg_terminate_backend``).
+    """
+    store = CommitThenBreak(clock)
+    tasks = TaskRegistry()
+    tasks.task(name="ok")(lambda payload, ctx: None)
+    job_id = store.enqueue("ok")
+    worker = make_worker(store, tasks, clock, exit_when_empty=True)
+    with caplog.at_level(logging.DEBUG, logger="patterns.jobqueue"):
+        run_until_empty(worker)
+    assert worker.stats().unknown == 1
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert [r for r in caplog.records if r.exc_info] == []
+    [line] = [r for r in caplog.records if "CommitUnknown" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    message = line.getMessage()
+    assert "\n" not in message
+    assert f"job {job_id}" in message
+    assert "lease" in message
+
+
 def test_a_completion_whose_commit_is_unknown_and_did_not_apply_is_retried(
     store: RecordingStore, clock: FakeClock
 ) -> None:
