@@ -116,7 +116,7 @@ class Leak:
     Attributes:
         kind: ``"thread"``, ``"process"``, ``"task"`` or ``"fd"``.
         name: what the thing is called: the thread's name, the child's name or command
-            line, the task's name and coroutine, ``"fd 7 -> socket:[1234]"``.
+            line, the task's name and coroutine, ``"7 -> socket:[1234]"`` for an fd.
         started_at: where it was started, or None when no hook saw the start.
         detail: more to read, such as where a thread is now.
     """
@@ -378,7 +378,7 @@ class LeakCheck:
             if t not in before.threads and t is not me and not self._allowed(t.name)
         ]
         for thread in threads:
-            thread.join(_left(deadline))
+            thread.join(_seconds_left(deadline))
         children = {
             pid: _child_name(pid)
             for pid in _children() - before.children
@@ -410,7 +410,7 @@ class LeakCheck:
         return [
             Leak("fd", name, _SOCKET_SITES.get(fd) if target.startswith("socket:") else None)
             for fd, target in sorted(new.items())
-            if not self._allowed(name := f"fd {fd} -> {target}")
+            if not self._allowed(name := f"{fd} -> {target}")
         ]
 
 
@@ -434,7 +434,7 @@ def _snapshot() -> _Snapshot:
     )
 
 
-def _left(deadline: float) -> float:
+def _seconds_left(deadline: float) -> float:
     return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
 
@@ -543,16 +543,16 @@ def _wait_child(pid: int, deadline: float) -> None:
     obj = entry[0]() if entry else None
     if isinstance(obj, subprocess.Popen):
         with contextlib.suppress(subprocess.TimeoutExpired):
-            obj.wait(_left(deadline))
+            obj.wait(_seconds_left(deadline))
     elif isinstance(obj, multiprocessing.process.BaseProcess):
-        obj.join(_left(deadline))
+        obj.join(_seconds_left(deadline))
     elif hasattr(os, "pidfd_open"):  # not ours to reap: wait until it exits, no more
         try:
             fd = os.pidfd_open(pid)
         except OSError:
             return
         try:
-            select.select([fd], [], [], _left(deadline))
+            select.select([fd], [], [], _seconds_left(deadline))
         finally:
             os.close(fd)
 

@@ -177,7 +177,7 @@ def test_an_open_socket_is_named_by_its_inode_and_where_it_was_made() -> None:
     fd = sock.fileno()
     sock.close()
     leak = only(leaks, "fd")
-    assert leak.name.startswith(f"fd {fd} -> socket:[")
+    assert leak.name.startswith(f"{fd} -> socket:[")
     assert leak.started_at == here(
         line, "test_an_open_socket_is_named_by_its_inode_and_where_it_was_made"
     )
@@ -193,7 +193,7 @@ def test_an_open_file_is_named_by_its_path_and_an_unknown_start(tmp_path: Path) 
     fd = file.fileno()
     file.close()
     leak = only(leaks, "fd")
-    assert leak.name == f"fd {fd} -> {path}"
+    assert leak.name == f"{fd} -> {path}"
     assert leak.started_at is None
     assert "opened at unknown" in str(leak)
 
@@ -214,7 +214,7 @@ def test_the_message_lists_every_leak_in_one_block() -> None:
     lines = str(caught.value).splitlines()
     assert lines[0] == "2 left running after the block and a 0.1 s grace period:"
     assert lines[1].startswith("  thread  'two-of-them'  started at tests/test_leak_check.py:")
-    assert lines[2].startswith("  fd      fd ")
+    assert lines[2].startswith("  fd      ")
     assert len(lines) == 3
 
 

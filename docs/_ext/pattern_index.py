@@ -182,6 +182,17 @@ PATTERNS = [
         "requests in flight; an asyncio handler that swallows its cancel hanging the stop",
         extra_tests=("tests/test_server_shutdown_asyncio.py",),
     ),
+    Pattern(
+        "Leak check",
+        "leak_check",
+        "15-leak-check",
+        "a test passes but leaves a thread, process, task or socket running, and a later "
+        "test or the exit pays for it",
+        "a test that leaves a thread, child process, asyncio task or open fd running while "
+        "a later test fails or the run hangs at exit; a leak report that names the thread but "
+        "not the line that started it",
+        extra_module="(the program at the top of its page: `examples/leak_check_use.py`)",
+    ),
 ]
 
 
