@@ -379,9 +379,10 @@ class LeakCheck:
         ]
         for thread in threads:
             thread.join(_seconds_left(deadline))
+        helper_pids, helper_fds = _stdlib_helpers()
         children = {
             pid: _child_name(pid)
-            for pid in _children() - before.children
+            for pid in _children() - before.children - helper_pids
             if not self._allowed(_child_name(pid))
         }
         for pid in children:
@@ -397,16 +398,20 @@ class LeakCheck:
             for task in _new_tasks(before)
             if not task.done() and not self._allowed(name := _task_name(task))
         ]
-        leaks += self._fd_leaks(before.fds)
+        leaks += self._fd_leaks(before.fds, helper_fds)
         return tuple(leaks)
 
-    def _fd_leaks(self, before: dict[int, str]) -> list[Leak]:
-        new = {fd: target for fd, target in _fds().items() if before.get(fd) != target}
+    def _fd_leaks(self, before: dict[int, str], helper_fds: set[int]) -> list[Leak]:
+        def new_fds() -> dict[int, str]:
+            found = _fds().items()
+            return {fd: to for fd, to in found if before.get(fd) != to and fd not in helper_fds}
+
+        new = new_fds()
         if new:  # an object that only the garbage collector would close is Python's to warn about
             import gc  # noqa: PLC0415 (needed only when something looks leaked)
 
             gc.collect()
-            new = {fd: target for fd, target in _fds().items() if before.get(fd) != target}
+            new = new_fds()
         return [
             Leak("fd", name, _SOCKET_SITES.get(fd) if target.startswith("socket:") else None)
             for fd, target in sorted(new.items())
@@ -436,6 +441,29 @@ def _snapshot() -> _Snapshot:
 
 def _seconds_left(deadline: float) -> float:
     return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _stdlib_helpers() -> tuple[set[int], set[int]]:
+    """Pids and fds of the helpers multiprocessing starts once per program and keeps.
+
+    The resource tracker and the forkserver are started by the first call that needs them
+    and live until exit: not that call's leak. Their pids and fds are read from their
+    module's singleton (private names, looked up defensively), and only when multiprocessing
+    has imported the module.
+    """
+    pids: set[int] = set()
+    fds: set[int] = set()
+    for module, singleton, pid_name, fd_name in (
+        ("multiprocessing.resource_tracker", "_resource_tracker", "_pid", "_fd"),
+        ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid", "_forkserver_alive_fd"),
+    ):
+        helper = getattr(sys.modules.get(module), singleton, None)
+        pid, fd = getattr(helper, pid_name, None), getattr(helper, fd_name, None)
+        if isinstance(pid, int):
+            pids.add(pid)
+        if isinstance(fd, int):
+            fds.add(fd)
+    return pids, fds
 
 
 def _thread_leak(thread: threading.Thread) -> Leak:
@@ -642,6 +670,13 @@ def _fixture_plugin(grace: float, allow: tuple[str, ...]) -> ModuleType:
         )
         check.begin()
         yield
+        # Every function-scoped fixture is torn down by now, but pytest keeps their values in
+        # the item until its teardown is reported: an object that frees its fds only when it
+        # is collected (a terminated multiprocessing.Pool) would look leaked. Drop them here;
+        # pytest drops them right after this anyway, and wider-scoped values stay cached.
+        funcargs = getattr(request.node, "funcargs", None)
+        if isinstance(funcargs, dict):
+            funcargs.clear()
         leaks = check.end()
         if leaks:
             pytest.fail(format_leaks(leaks, check.grace), pytrace=False)

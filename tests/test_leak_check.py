@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from patterns import leak_check
 from patterns.leak_check import Leak, LeakCheck, LeakError, Site, no_leaks
 
 pytest_plugins = ["pytester"]
@@ -366,15 +367,15 @@ def test_the_decorator_awaits_a_coroutine_function_inside_the_check() -> None:
     asyncio.run(main())
 
 
-def test_the_start_hooks_are_removed_when_the_last_check_ends() -> None:
-    """Hooks are counted: nested checks keep them; after the last, the originals are back."""
-    original = threading.Thread.start
+def test_the_start_hooks_are_counted_and_the_last_check_puts_back_what_it_found() -> None:
+    """Nested checks share the hooks; after the last one, ``Thread.start`` is what it was."""
+    before = threading.Thread.start  # the original, or the hook when the plugin is on
     with no_leaks():
-        assert threading.Thread.start is not original
+        assert threading.Thread.start is leak_check._thread_start
         with no_leaks():
             pass
-        assert threading.Thread.start is not original
-    assert threading.Thread.start is original
+        assert threading.Thread.start is leak_check._thread_start
+    assert threading.Thread.start is before
 
 
 def test_a_start_hook_walks_past_the_standard_library() -> None:
