@@ -457,6 +457,43 @@ def test_the_plugin_fails_the_leaking_test_and_names_its_start_line(
     assert "test_uses_a_module_service" not in result.stdout.str().split("short test summary")[-1]
 
 
+GC_HELD = """
+import os
+import pytest
+
+class Pipe:
+    def __init__(self):
+        self.fds = os.pipe()
+    def __del__(self):
+        for fd in self.fds:
+            os.close(fd)
+
+@pytest.fixture
+def pipe():
+    yield Pipe()  # its fds close when pytest lets go of the value
+
+KEPT = []
+
+def test_gets_a_pipe_from_a_fixture(pipe):
+    pass
+
+def test_keeps_a_pipe_for_good():
+    KEPT.append(Pipe())
+"""
+
+
+def test_the_plugin_does_not_blame_a_test_for_a_fixture_value_pytest_still_holds(
+    pytester: pytest.Pytester,
+) -> None:
+    """An fd freed only when a fixture's value is collected is no leak; one kept for good is."""
+    pytester.makepyfile(test_gc_held=GC_HELD)
+    result = pytester.runpytest(
+        "-p", "patterns.leak_check", "--leak-check", "-o", "leak_check_grace=0.1"
+    )
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_keeps_a_pipe_for_good*"])
+
+
 def test_the_plugin_is_turned_on_by_one_ini_line(inner: pytest.Pytester) -> None:
     """``leak_check = true`` in the ini file does what ``--leak-check`` does."""
     inner.makeini("[pytest]\nleak_check = true\nleak_check_grace = 0.1\n")
