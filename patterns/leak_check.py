@@ -15,17 +15,15 @@ The next test inherits it, the suite slows down or hangs at exit, and the test t
 is never the one that leaked. A plain ``threading.enumerate()`` diff says *what* is left,
 not *who* started it.
 
-Pattern: take a snapshot of what runs before the block (threads, children, pending tasks,
-open file descriptors), give what is new a bounded grace period to end after it, and name
-each survivor with the first frame outside the standard library that started it. The start
-places are collected all the time, cheaply: ``threading.Thread.start``,
-``multiprocessing.process.BaseProcess.start``, ``subprocess.Popen.__init__``,
-``socket.socket.__init__`` and ``asyncio.BaseEventLoop.create_task`` are wrapped once, and
-each wrapper walks a few frames with ``sys._getframe`` (no ``traceback`` module, no source
-lines read) and stores ``(filename, lineno, function)`` in a weak mapping. For tasks the hook
-is ``BaseEventLoop.create_task``, the one Python-level method that ``asyncio.create_task``,
-``ensure_future`` and ``TaskGroup.create_task`` all call: ``asyncio.Task`` is a C type that
-cannot be patched, and a task factory would have to be set on every loop.
+Pattern: snapshot what runs before the block (threads, children, pending tasks, open fds),
+give what is new one bounded grace period to end, and name each survivor by the first frame
+outside the standard library that started it. While a check runs, ``Thread.start``,
+``BaseProcess.start``, ``Popen.__init__``, ``socket.__init__`` and
+``BaseEventLoop.create_task`` are wrapped; each wrapper walks a few frames with
+``sys._getframe`` (no traceback, no source read) and keeps ``(file, line, function)`` in a
+weak mapping. For tasks the loop's ``create_task`` is the hook: ``asyncio.create_task``,
+``ensure_future`` and ``TaskGroup.create_task`` all call it, while ``asyncio.Task`` is a C
+type that cannot be patched and a task factory would have to be set on every loop.
 
 Guarantees:
     * Leaving a `LeakCheck` (``with``, ``async with``, or the decorated function) takes at
@@ -41,14 +39,10 @@ Guarantees:
     * As a pytest plugin it does nothing unless ``--leak-check`` or ``leak_check = true``
       is set; the module never imports pytest.
 
-Limits: children and fds are listed from ``/proc`` (Linux); elsewhere only the processes the
-hooks saw are checked, and fds through ``/dev/fd`` when it exists. A task on a loop that is
-not a ``BaseEventLoop`` (uvloop) is not seen. ``async with`` waits for the block's tasks on
-the running loop; the rest of its grace blocks that loop.
-
 Python: 3.11+, standard library only; checked on 3.11.7, 3.12 and 3.13.
 
-Docs: docs/patterns/leak_check.md (the mechanism, its cost on this project's suite, limits).
+Docs: docs/patterns/leak_check.md (the mechanism, its limits: /proc is Linux's, uvloop's
+tasks are not seen; its cost on this project's suite).
 See also: ``daemon_threads`` and ``process_shutdown`` for stopping what this check finds.
 """
 
@@ -238,6 +232,8 @@ _HOOKS: tuple[tuple[type, str, Callable[..., Any]], ...] = (
     (socket.socket, "__init__", _socket_init),
     (asyncio.BaseEventLoop, "create_task", _create_task),
 )
+for _cls, _attr, _hook in _HOOKS:  # each hook reads as the method it wraps
+    functools.update_wrapper(_hook, getattr(_cls, _attr))
 
 
 def start_tracking() -> None:
@@ -249,7 +245,6 @@ def start_tracking() -> None:
             return
         for cls, attr, hook in _HOOKS:
             _ORIGINAL[cls, attr] = getattr(cls, attr)
-            functools.update_wrapper(hook, _ORIGINAL[cls, attr])
             setattr(cls, attr, hook)
 
 
@@ -331,7 +326,7 @@ class LeakCheck:
         before, self._before = self._before, None
         try:
             deadline = time.monotonic() + self.grace
-            mine = [t for t in _new_tasks(before) if _loop_of(t) is asyncio.get_running_loop()]
+            mine = [t for t in _new_tasks(before) if t.get_loop() is asyncio.get_running_loop()]
             if mine:  # these need this loop to end: wait for them without blocking it
                 await asyncio.wait(mine, timeout=max(0.0, deadline - time.monotonic()))
             leaks = self._leaks(before, deadline)
@@ -380,17 +375,14 @@ class LeakCheck:
         for thread in threads:
             thread.join(_seconds_left(deadline))
         helper_pids, helper_fds = _stdlib_helpers()
-        children = {
-            pid: _child_name(pid)
-            for pid in _children() - before.children - helper_pids
-            if not self._allowed(_child_name(pid))
-        }
-        for pid in children:
+        children = [_child(pid) for pid in _children() - before.children - helper_pids]
+        children = [child for child in children if not self._allowed(child[1])]
+        for pid, _, _ in children:
             _wait_child(pid, deadline)
         leaks = [_thread_leak(t) for t in threads if t.is_alive()]
         leaks += [
-            Leak("process", f"{name} (pid {pid})", _child_site(pid))
-            for pid, name in children.items()
+            Leak("process", f"{name} (pid {pid})", site)
+            for pid, name, site in children
             if _running(pid)
         ]
         leaks += [
@@ -444,12 +436,10 @@ def _seconds_left(deadline: float) -> float:
 
 
 def _stdlib_helpers() -> tuple[set[int], set[int]]:
-    """Pids and fds of the helpers multiprocessing starts once per program and keeps.
+    """Pids and fds of multiprocessing's resource tracker and forkserver, if started.
 
-    The resource tracker and the forkserver are started by the first call that needs them
-    and live until exit: not that call's leak. Their pids and fds are read from their
-    module's singleton (private names, looked up defensively), and only when multiprocessing
-    has imported the module.
+    Started by the first call that needs them, they live until exit: not that call's leak.
+    Read from their modules' singletons (private names, looked up defensively).
     """
     pids: set[int] = set()
     fds: set[int] = set()
@@ -489,10 +479,6 @@ def _current_task() -> asyncio.Task[Any] | None:
         return asyncio.current_task()
     except RuntimeError:  # no running loop in this thread
         return None
-
-
-def _loop_of(task: asyncio.Task[Any]) -> asyncio.AbstractEventLoop:
-    return task.get_loop()
 
 
 def _task_name(task: asyncio.Task[Any]) -> str:
@@ -549,20 +535,16 @@ def _running(pid: int) -> bool:
     return state not in {"Z", "X"}  # a zombie has ended; its owner has yet to reap it
 
 
-def _child_name(pid: int) -> str:
+def _child(pid: int) -> tuple[int, str, Site | None]:
+    """(pid, name, start site): a child no hook saw is named by its command line."""
     entry = _CHILDREN.get(pid)
     if entry is not None:
-        return entry[1]
+        return pid, entry[1], entry[2]
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return file.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            return pid, file.read().replace(b"\0", b" ").decode(errors="replace").strip(), None
     except OSError:
-        return "?"
-
-
-def _child_site(pid: int) -> Site | None:
-    entry = _CHILDREN.get(pid)
-    return entry[2] if entry else None
+        return pid, "?", None
 
 
 def _wait_child(pid: int, deadline: float) -> None:
