@@ -193,6 +193,17 @@ PATTERNS = [
         "was started",
         extra_module="(`examples/exit_doctor_use.py`; the hazards: `examples/exit_doctor/`)",
     ),
+    Pattern(
+        "Leak check",
+        "leak_check",
+        "16-leak-check",
+        "a test passes but leaves a thread, process, task or socket running, and a later "
+        "test or the exit pays for it",
+        "a test that leaves a thread, child process, asyncio task or open fd running while "
+        "a later test fails or the run hangs at exit; a leak report that names the thread but "
+        "not the line that started it",
+        extra_module="(the program at the top of its page: `examples/leak_check_use.py`)",
+    ),
 ]
 
 
