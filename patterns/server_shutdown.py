@@ -334,6 +334,11 @@ class GracefulServer:
         """Whether a stop began."""
         return self._stop_began is not None
 
+    @property
+    def report(self) -> ServerStopReport | None:
+        """The report of the stop that ended it (None until one completed), ``with`` too."""
+        return self._report
+
     def start(self) -> Self:
         """Serve on a new thread; all or nothing, once."""
         with self._lock:
