@@ -14,28 +14,28 @@ import textwrap
 import pytest
 
 from tests.support import MUST_HAPPEN, spawn_python
-from tests.test_executor_shutdown_ctrl_c import _Lines
+from tests.test_executor_shutdown_ctrl_c import _Lines, interrupt
 
 # What each child builds, and the work it holds until the test writes a line to its stdin.
 CASES = {
     "Bulkhead": (
         "from patterns.bulkhead import Bulkhead",
         "Bulkhead(max_concurrent=1, queue_size=1, name='thing', stop_timeout=60)",
-        "thing.submit(release.wait)",
+        "thing.submit(hold)",
     ),
     "BackgroundService": (
         "from patterns.daemon_threads import BackgroundService",
-        "BackgroundService(lambda stopping: release.wait(), name='thing', stop_timeout=60)",
+        "BackgroundService(hold, name='thing', stop_timeout=60)",
         "pass",
     ),
     "Supervisor": (
         "from patterns.supervisor import Supervisor",
-        "Supervisor(lambda stop: release.wait(), name='thing', stop_timeout=60)",
+        "Supervisor(hold, name='thing', stop_timeout=60)",
         "pass",
     ),
     "ConsumerPool": (
         "from patterns.closable_queue import ConsumerPool",
-        "ConsumerPool(lambda item: release.wait(), consumers=1, name='thing', stop_timeout=60)",
+        "ConsumerPool(hold, consumers=1, name='thing', stop_timeout=60)",
         "thing.put(1)",
     ),
 }
@@ -46,6 +46,12 @@ import logging, sys, threading
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 release = threading.Event()
+holding = threading.Event()
+
+
+def hold(*args):
+    holding.set()
+    release.wait()
 
 
 def until_released():
@@ -57,6 +63,7 @@ threading.Thread(target=until_released, daemon=True).start()
 thing = {build}
 with thing:
     {work}
+    holding.wait()
     print("inside the with block", flush=True)
     threading.Event().wait()  # until Ctrl-C
 """
@@ -73,14 +80,14 @@ def test_a_second_ctrl_c_through_the_with_block_stops_now_with_one_traceback(nam
         assert child.stdin is not None
         out, err = _Lines(child.stdout), _Lines(child.stderr)
         out.expect("inside the with block")
-        child.send_signal(signal.SIGINT)
+        interrupt(child)
         line = err.expect("waiting up to")
         assert line.startswith("WARNING thing: KeyboardInterrupt"), line
         assert "60s" in line, line
-        child.send_signal(signal.SIGINT)
+        interrupt(child)
         line = err.expect("stopping now")
         assert line.startswith("WARNING "), line
-        assert "still running: thing" in line, line
+        assert "still running: thing" in line, "".join(err.seen)
         child.stdin.write("go\n")
         child.stdin.close()
         assert child.wait(timeout=MUST_HAPPEN) == -signal.SIGINT

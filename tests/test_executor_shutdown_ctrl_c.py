@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import IO
 
-from tests.support import MUST_HAPPEN, spawn_python
+from tests.support import MUST_HAPPEN, spawn_python, wait_until
 
 CHILD = textwrap.dedent(
     """
@@ -41,6 +41,23 @@ CHILD = textwrap.dedent(
         print("report:", pool.report, flush=True)
     """
 )
+
+
+def parked(pid: int) -> bool:
+    """Whether the process's main thread is asleep in a futex (a lock or GIL wait).
+
+    A SIGINT sent just before a thread enters a timed lock wait is seen by Python only when
+    the wait times out (the C handler ran before the wait began, so nothing interrupts it);
+    one sent while the thread sleeps in the futex interrupts the wait at once.
+    """
+    with open(f"/proc/{pid}/task/{pid}/wchan", encoding="ascii") as wchan:
+        return wchan.read().startswith("futex")
+
+
+def interrupt(child: subprocess.Popen[str]) -> None:
+    """Send SIGINT once the child's main thread is parked in a wait."""
+    wait_until(lambda: parked(child.pid), "the child's main thread waits")
+    child.send_signal(signal.SIGINT)
 
 
 class _Lines:
@@ -85,7 +102,7 @@ def _interrupted_once() -> Iterator[tuple[subprocess.Popen[str], _Lines, _Lines]
         assert child.stderr is not None
         out, err = _Lines(child.stdout), _Lines(child.stderr)
         out.expect("inside the with block")
-        child.send_signal(signal.SIGINT)
+        interrupt(child)
         line = err.expect("waiting up to")
         assert line.startswith("WARNING "), line
         assert "60s" in line, line
@@ -121,7 +138,7 @@ def test_a_ctrl_c_through_the_with_block_says_it_waits_and_keeps_the_report() ->
 def test_a_second_ctrl_c_stops_now_with_one_line_and_one_traceback() -> None:
     """The second Ctrl-C cancels what never started, names what runs, raises one interrupt."""
     with _interrupted_once() as (child, out, err):
-        child.send_signal(signal.SIGINT)
+        interrupt(child)
         line = err.expect("stopping now")
         assert "still running: pool_0" in line, line
         assert "1 never started" in line, line

@@ -5,6 +5,7 @@ A program is ``examples/<module>_use.py``; its opening comments say what the tes
     # prints: TEXT         TEXT appears in its output (stdout and stderr); one line or more
     # exit status: N       the status it ends with (0 when absent)
     # Ctrl-C after: TEXT   it runs until interrupted: SIGINT is sent once TEXT is printed
+                           (and its main thread waits)
 
 Programs added later are picked up by the glob.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import http.client
 import queue
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +25,7 @@ from typing import IO
 import pytest
 
 from tests.support import MUST_HAPPEN, child_env
+from tests.test_executor_shutdown_ctrl_c import interrupt
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted((ROOT / "examples").glob("*_use.py"))
@@ -134,7 +135,7 @@ def test_each_use_it_program_runs_and_keeps_its_promises(program: Path) -> None:
     try:
         for cue in promises.get("Ctrl-C after", []):
             output.expect(cue)
-            child.send_signal(signal.SIGINT)
+            interrupt(child)
         assert child.wait(timeout=MUST_HAPPEN * 2) == status, output.rest()
         text = output.rest()
     finally:
@@ -151,7 +152,7 @@ def test_the_server_program_exits_on_its_budget_when_a_handler_is_stuck() -> Non
         client = http.client.HTTPConnection("127.0.0.1", port, timeout=MUST_HAPPEN)
         client.request("GET", "/30")  # answers its headers, then sleeps 30 s
         assert client.getresponse().status == 200  # the handler is in flight now
-        child.send_signal(signal.SIGINT)
+        interrupt(child)
         start = time.monotonic()
         status = child.wait(timeout=MUST_HAPPEN * 2)
         took = time.monotonic() - start
