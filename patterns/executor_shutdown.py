@@ -218,7 +218,7 @@ class TrackingExecutor(ThreadPoolExecutor):
         self._in_stop: set[int] = set()
         self._report: ShutdownReport | None = None  # the first completed stop's, kept
         self._on_force_ran = False  # set before on_force is called: at most once, ever
-        self._interrupted: ShutdownReport | None = None  # a stop forced by Ctrl-C found this
+        self._interrupted: ShutdownReport | None = None  # what a stop forced by Ctrl-C found
 
     def start(self) -> Self:
         """Mark the executor started; `RuntimeError` if it was started or shut down before."""
@@ -274,9 +274,6 @@ class TrackingExecutor(ThreadPoolExecutor):
                     graceful = budget if math.isinf(budget) else budget - force
                     self._report = _shutdown_and_await(self, graceful, force, self._on_force, exits)
                 report = self._report
-            except KeyboardInterrupt:  # forced by the interrupt: keep what it found
-                self._report = self._report or self._interrupted
-                raise
             finally:
                 self._stop_lock.release()
         finally:
@@ -314,15 +311,18 @@ class TrackingExecutor(ThreadPoolExecutor):
                 )
             report = self.stop()
         except KeyboardInterrupt:  # a second Ctrl-C: stop now (stop() did, if it was inside)
-            if self._report is None:
-                self._report = _stop_now(self, self._on_force, [], [], None)
+            if self._report is None and self._interrupted is None:
+                self._interrupted = _stop_now(self, self._on_force, [], [], None)
             raise KeyboardInterrupt from None  # one traceback, not two chained
         logger.warning("stopped after %s: %s", exc_type.__name__, _summary(report))
 
     @property
     def report(self) -> ShutdownReport | None:
-        """The report of the stop that ended this executor (None until one completed)."""
-        return self._report
+        """The report of the stop that ended it, or of the stop a Ctrl-C forced; None before.
+
+        A forced stop's report is not recorded: a later ``stop()`` looks again.
+        """
+        return self._report or self._interrupted
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Submit ``fn(*args, **kwargs)``; raise `Rejected` after shutdown."""
