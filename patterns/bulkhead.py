@@ -27,6 +27,10 @@ Guarantees:
       from a handler returns a provisional report instead of blocking.
     * ``with`` starts a new bulkhead and enters a running one (``with b.start():``);
       a handler that fails after its caller left is logged.
+    * An exception (a Ctrl-C) leaving its ``with`` block is logged at WARNING with the
+      budget the stop may take, then what the stop left; a second Ctrl-C during that
+      wait stops now (``stop(0)``), names what is still running in one line and ends
+      in one KeyboardInterrupt, not two chained tracebacks.
 
 Python:
     3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0 (GIL

@@ -25,6 +25,10 @@ Guarantees:
       from ``Thread.is_alive()``. Every item the pool accepted is processed, failed
       (logged) or listed as discarded; a consumer killed by a `BaseException` is logged
       at CRITICAL, and when the last one is gone the queue is shut so no producer hangs.
+    * An exception (a Ctrl-C) leaving its ``with`` block is logged at WARNING with the
+      budget the stop may take, then what the stop left; a second Ctrl-C during that
+      wait stops now (``stop(0)``), names what is still running in one line and ends
+      in one KeyboardInterrupt, not two chained tracebacks.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`

@@ -27,6 +27,10 @@ Guarantees:
       ``report.error``.
     * A `HousekeepingDaemon` never keeps the process alive and delays interpreter exit by
       at most its own ``stop_timeout``.
+    * An exception (a Ctrl-C) leaving its ``with`` block is logged at WARNING with the
+      budget the stop may take, then what the stop left; a second Ctrl-C during that
+      wait stops now (``stop(0)``), names what is still running in one line and ends
+      in one KeyboardInterrupt, not two chained tracebacks.
 
 Python: 3.11+, standard library only; the exit order it relies on was checked on 3.11.7,
 3.12.1 and 3.13.0.

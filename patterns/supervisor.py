@@ -28,6 +28,10 @@ Guarantees:
       is a request: it returns at once, provisionally.
     * `produce_until_consumer_dies` blocks at most ``check_every`` seconds after its
       consumer is gone, and returns the items it could not deliver.
+    * An exception (a Ctrl-C) leaving its ``with`` block is logged at WARNING with the
+      budget the stop may take, then what the stop left; a second Ctrl-C during that
+      wait stops now (``stop(0)``), names what is still running in one line and ends
+      in one KeyboardInterrupt, not two chained tracebacks.
 
 Python: 3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0.
 
