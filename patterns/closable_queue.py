@@ -25,6 +25,10 @@ Guarantees:
       from ``Thread.is_alive()``. Every item the pool accepted is processed, failed
       (logged) or listed as discarded; a consumer killed by a `BaseException` is logged
       at CRITICAL, and when the last one is gone the queue is shut so no producer hangs.
+    * An exception (a Ctrl-C) leaving its ``with`` block is logged at WARNING with the
+      budget the stop may take, then what the stop left; a second Ctrl-C during that
+      wait stops now (``stop(0)``), names what is still running in one line and ends
+      in one KeyboardInterrupt, not two chained tracebacks.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`
@@ -590,7 +594,35 @@ class ConsumerPool(Generic[T]):
         return self if running else self.start()
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        """`stop`; with an exception (a Ctrl-C) on its way out, say so; Ctrl-C again: stop now."""
+        exc_type = exc_info[0] if exc_info else None
+        if exc_type is None:
+            self.stop()
+            return
+        why = getattr(exc_type, "__name__", exc_type)
+        try:  # logged inside the try: a second Ctrl-C may come at any moment
+            logger.warning(
+                "%s: %s: stopping, waiting up to %.3gs (Ctrl-C again: stop now)",
+                self._name,
+                why,
+                self.stop_timeout,
+            )
+            report = self.stop()
+        except KeyboardInterrupt:  # a second Ctrl-C: a stop with no time left, one line
+            report = self.stop(0)
+            logger.warning(
+                "%s: interrupted: stopping now: still running: %s",
+                self._name,
+                ", ".join(report.still_running) or "nothing",
+            )
+            raise KeyboardInterrupt from None  # one traceback, not two chained
+        logger.warning(
+            "%s: stopped after %s: terminated=%s, still running: %s",
+            self._name,
+            why,
+            report.terminated,
+            ", ".join(report.still_running) or "nothing",
+        )
 
     def _close(self, *, immediate: bool) -> None:
         """Refuse new work, and discard what is queued or let the consumers drain it."""

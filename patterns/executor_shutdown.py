@@ -25,6 +25,11 @@ Guarantees:
       ``Thread.join``, which an interrupted wait can make lie (:gh:`90882`).
     * ``on_force`` runs at most once per executor; what it raises is logged, and a
       KeyboardInterrupt or SystemExit from it is raised again once the report is made.
+    * A Ctrl-C (any exception) leaving a ``with`` block logs one WARNING line saying how
+      long the stop may wait, then what the stop left; ``pool.report`` keeps the report.
+      A second Ctrl-C during that wait stops now: what never started is cancelled,
+      ``on_force`` runs, one line names what was left, and one KeyboardInterrupt is
+      raised (not two chained tracebacks).
     * Every task that fails is logged at ERROR when it fails, read or not.
     * A refused submit raises `Rejected`, which carries the callable; it never runs.
 
@@ -213,6 +218,7 @@ class TrackingExecutor(ThreadPoolExecutor):
         self._in_stop: set[int] = set()
         self._report: ShutdownReport | None = None  # the first completed stop's, kept
         self._on_force_ran = False  # set before on_force is called: at most once, ever
+        self._interrupted: ShutdownReport | None = None  # what a stop forced by Ctrl-C found
 
     def start(self) -> Self:
         """Mark the executor started; `RuntimeError` if it was started or shut down before."""
@@ -289,8 +295,34 @@ class TrackingExecutor(ThreadPoolExecutor):
                 return self
         return self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()  # the base class would wait with no timeout
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        """`stop` (the base class would wait with no timeout); Ctrl-C again: stop now."""
+        if exc_type is None:
+            self.stop()
+            return
+        # An exception (a Ctrl-C) is on its way out: say what we wait for, keep the report.
+        try:
+            if self._report is None and self._pending:
+                logger.warning(
+                    "%s: waiting up to %.3gs for %d task(s) to finish (Ctrl-C again: stop now)",
+                    exc_type.__name__,
+                    self.stop_timeout,
+                    len(self._pending),
+                )
+            report = self.stop()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now (stop() did, if it was inside)
+            if self._report is None and self._interrupted is None:
+                self._interrupted = _stop_now(self, self._on_force, [], [], None)
+            raise KeyboardInterrupt from None  # one traceback, not two chained
+        logger.warning("stopped after %s: %s", exc_type.__name__, _summary(report))
+
+    @property
+    def report(self) -> ShutdownReport | None:
+        """The report of the stop that ended it, or of the stop a Ctrl-C forced; None before.
+
+        A forced stop's report is not recorded: a later ``stop()`` looks again.
+        """
+        return self._report or self._interrupted
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Submit ``fn(*args, **kwargs)``; raise `Rejected` after shutdown."""
@@ -512,12 +544,7 @@ def _shutdown_and_await(
             _run_on_force(executor, on_force, exits)
             terminated = await_termination(executor, force_timeout)
     except KeyboardInterrupt:
-        cancelled = shutdown_now(executor)
-        _run_on_force(executor, on_force, exits)
-        logger.warning(
-            "interrupted while awaiting termination: forced (%d never started)",
-            len(never_started) + len(cancelled),
-        )
+        executor._interrupted = _stop_now(executor, on_force, exits, never_started, start)
         raise
     report = _report(
         executor, terminated=terminated, forced=forced, never_started=never_started, start=start
@@ -529,6 +556,29 @@ def _shutdown_and_await(
             len(report.running_futures),
             ", ".join(report.still_running) or "no thread",
         )
+    return report
+
+
+def _stop_now(
+    executor: TrackingExecutor,
+    on_force: Callable[[], object] | None,
+    exits: list[BaseException],
+    never_started: list[Callable[[], object]],
+    start: float | None,
+) -> ShutdownReport:
+    """After a Ctrl-C: cancel what never started, call ``on_force``, log one line, report."""
+    executor.shutdown(wait=False)  # shutdown_now() without its own log line
+    cancelled = [task for future, task in executor.pending() if future.cancel()]
+    executor.shutdown(wait=False, cancel_futures=True)
+    _run_on_force(executor, on_force, exits)
+    report = _report(
+        executor,
+        terminated=not executor.still_running(),
+        forced=True,
+        never_started=never_started + cancelled,
+        start=start,
+    )
+    logger.warning("interrupted: stopping now: %s", _summary(report))
     return report
 
 
@@ -547,6 +597,15 @@ def _run_on_force(
         logger.exception("on_force %r raised; the stop goes on", on_force)
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             exits.append(exc)
+
+
+def _summary(report: ShutdownReport) -> str:
+    """One line for a log: what a stop left."""
+    running = ", ".join(report.still_running) or "nothing"
+    return (
+        f"terminated={report.terminated}, still running: {running}, "
+        f"{len(report.never_started)} never started, {report.elapsed:.3g}s"
+    )
 
 
 def _report(

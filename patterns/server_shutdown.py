@@ -28,7 +28,9 @@ Guarantees:
       or ``interrupted``; a handler that raises is logged at ERROR with its traceback,
       during a stop as before it. Handler threads are not daemons: each is tracked and
       waited for on the deadline; a handler (thread or task) still running is named in
-      ``still_running``, never abandoned silently.
+      ``still_running``, never abandoned silently. Such a thread still holds the
+      interpreter's exit after ``stop()`` returned: when ``report.terminated`` is False,
+      end the process with ``os._exit`` (``examples/server_shutdown_use.py`` does).
     * asyncio: a response written before its ``request()`` block ends is flushed before the
       connection closes; a connection interrupted at the deadline is aborted.
 
@@ -333,6 +335,11 @@ class GracefulServer:
     def stopping(self) -> bool:
         """Whether a stop began."""
         return self._stop_began is not None
+
+    @property
+    def report(self) -> ServerStopReport | None:
+        """The report of the stop that ended it (None until one completed), ``with`` too."""
+        return self._report
 
     def start(self) -> Self:
         """Serve on a new thread; all or nothing, once."""
