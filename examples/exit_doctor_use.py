@@ -1,5 +1,7 @@
-"""Use it: install the exit doctor early; if the exit hangs, it says why, then ends the process."""
-
+# Use it: install the exit doctor early; if the exit hangs, it says why, then ends the process.
+# prints: main: work finished
+# prints: non-daemon thread 'metrics-uploader'
+# exit status: 3
 import sys
 import threading
 
@@ -12,11 +14,10 @@ uploads_done = threading.Event()
 
 
 def upload_metrics() -> None:
-    """Wait for uploads that never finish."""
     uploads_done.wait()  # the bug: nothing ever sets it, and the thread is not a daemon
 
 
 threading.Thread(target=upload_metrics, name="metrics-uploader").start()
-print("main: work finished", flush=True)  # noqa: T201 - flushed: os._exit drops buffers
+print("main: work finished", flush=True)  # flushed: os._exit drops buffers
 # Exit status 3 and a report naming "metrics-uploader", where it was started and where it waits:
 # the fix is to stop the thread from main (docs/patterns/daemon_threads.md).
