@@ -648,7 +648,8 @@ def test_a_fault_at_any_step_loses_no_job_and_keeps_the_accounts_exact(
     )
     w1.start()
     try:
-        first_beat_over(w1)
+        if step is not Step.HEARTBEAT:  # there the beats recur, and the rule parks one
+            first_beat_over(w1)
         background = inject(world, w1, store, rule, fault)
         if step is Step.HEARTBEAT and fault in ("stop", "exception"):
             world.release.set()  # the long job may now finish
