@@ -217,7 +217,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     pytest-timeout fails a hung test, but the thread that hung is still there, and the
     interpreter joins every non-daemon thread at exit with no timeout: the run would end
     its report and then never exit. Dump every thread's stack and exit non-zero instead.
+    A SIGINT handler the run replaced (see `pytest_configure`) is put back first.
     """
+    if _SIGINT_AT_START:
+        signal.signal(signal.SIGINT, _SIGINT_AT_START.pop())
     stuck = [
         t
         for t in threading.enumerate()
