@@ -7,7 +7,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: test lint typecheck pytest versions docs site notebooks lab demo races races-pg bench soak clean setup
+.PHONY: test lint typecheck pytest versions docs site notebooks lab demo races races-pg bench soak load clean setup
 
 test: lint typecheck pytest docs site versions  ## every gate: ruff, mypy, pytest, docs + notebooks, the site in a browser, every Python
 
@@ -96,6 +96,18 @@ bench: $(STAMP)
 # `make test` runs a short version (SOAK_ROUNDS defaults to 3 there).
 soak: $(STAMP)
 	SOAK_ROUNDS=$${SOAK_ROUNDS:-200} $(PG) $(VENV)/bin/pytest tests/jobqueue/test_crash_matrix.py -k soak -o faulthandler_timeout=0 -p no:cacheprovider
+
+# The suite beside LOAD_HOGS CPU-bound processes (default 2, on a 2-core machine: every thread
+# waits for a core), stopped afterwards whatever happens. A test that passes alone and fails
+# here relies on timing or shows a race in the code: fix the cause, never retry. Never part of
+# `make test`. LOAD_PYTEST is the runner (another Python: LOAD_PYTEST=".venv/bin/nox -s
+# tests-3.13 --"), LOAD_ARGS its arguments (a file, -k, --count 20 from pytest-repeat).
+LOAD_HOGS   ?= 2
+LOAD_PYTEST ?= $(VENV)/bin/pytest
+LOAD_ARGS   ?=
+
+load: $(STAMP)
+	scripts/under-load.sh -n $(LOAD_HOGS) -- $(PG) $(LOAD_PYTEST) $(LOAD_ARGS)
 
 # Every race test, quietly: only the table (what each naive version did, what each pattern
 # held) and pytest's summary line are printed, or a failure's report when one fails.

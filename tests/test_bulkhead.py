@@ -866,13 +866,17 @@ def test_a_keyboard_interrupt_part_way_through_start_stops_the_workers_already_s
         # here or in start()'s loop, which has a third worker still to start.
         _thread.interrupt_main()
 
-    with (
-        on_kth_start("interrupted-worker-", 2, start_then_interrupt),
-        pytest.raises(KeyboardInterrupt),
-    ):
-        Bulkhead(3, 0, name="interrupted").start()
+    bulkhead = Bulkhead(3, 0, name="interrupted")
+    try:
+        with (
+            on_kth_start("interrupted-worker-", 2, start_then_interrupt),
+            pytest.raises(KeyboardInterrupt),
+        ):
+            bulkhead.start()
 
-    assert workers_named("interrupted-worker-") == []
+        assert workers_named("interrupted-worker-") == []
+    finally:
+        bulkhead.stop(MUST_HAPPEN)  # a start() the interrupt missed left its workers running
 
 
 def test_a_call_before_start_is_a_clear_error_and_counts_nothing() -> None:

@@ -77,6 +77,10 @@ class Deadline:
     def __init__(self, *, patient: bool = False) -> None:
         self.patient = patient
         self._lock = threading.Lock()
+        # Held while the cancels run at the deadline (`_expire`); a call's `forget` takes it
+        # first, so once forget returns, no cancel of that call is running or will run: it
+        # would reach the connection after the call gave it to another thread's statement.
+        self._cancelling = threading.Lock()
         self._at: float | None = None
         self._timer: threading.Timer | None = None
         self._expiry: dict[int, Callable[[], object]] = {}
@@ -155,19 +159,20 @@ class Deadline:
                 self._arm()
 
         def forget() -> None:
-            with self._lock:
+            with self._cancelling, self._lock:
                 self._expiry.pop(key, None)
 
         return forget
 
     def _expire(self) -> None:
-        with self._lock:
-            cancels = list(self._expiry.values())
-        for cancel in cancels:
-            try:
-                cancel()
-            except Exception:  # a cancel that fails leaves the call to its own timeout
-                logger.exception("cancelling a store call at the deadline failed")
+        with self._cancelling:
+            with self._lock:
+                cancels = list(self._expiry.values())
+            for cancel in cancels:
+                try:
+                    cancel()
+                except Exception:  # a cancel that fails leaves the call to its own timeout
+                    logger.exception("cancelling a store call at the deadline failed")
 
 
 @contextlib.contextmanager

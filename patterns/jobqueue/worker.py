@@ -666,9 +666,13 @@ class Worker:
         with self._cond:
             if self._life.state is not WorkerState.DRAINING:  # a stop resumed after a Ctrl-C
                 return
-            running = self._ledger.running()
-            self._life.move(WorkerState.CANCELLING, f"cancelling job(s) {running}")
+        # Tokens first, outside the lock (their callbacks are the handlers' code), then the
+        # state: whoever sees CANCELLING finds every running job's token already cancelled.
         self._root.cancel("worker shutting down")  # reaches every job's child token
+        with self._cond:
+            if self._life.state is WorkerState.DRAINING:
+                running = self._ledger.running()
+                self._life.move(WorkerState.CANCELLING, f"cancelling job(s) {running}")
         self._record_row()
 
     def _record_row(self) -> None:

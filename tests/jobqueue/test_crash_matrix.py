@@ -177,8 +177,16 @@ class Child:
         return self._expect(self._err_lines, text, timeout)
 
     def wait(self, timeout: float = MUST_HAPPEN) -> int:
-        """The exit status (negative: killed by that signal)."""
-        return self.proc.wait(timeout)
+        """The exit status (negative: killed by that signal), once all its output is read.
+
+        The readers reach the end of the pipes only after the exit: joined here, ``err``
+        is whole (a check of the stop's last log line right after the exit missed it
+        under load).
+        """
+        status = self.proc.wait(timeout)
+        for reader in self._readers:
+            join_or_fail(reader)
+        return status
 
     def close(self) -> None:
         """Kill the process if it is still running and join the readers."""

@@ -30,7 +30,15 @@ from patterns.jobqueue.deadline import (
 from patterns.jobqueue.sqlite import BUSY_SLICE, SQLiteStore
 from patterns.jobqueue.store import StoreUnavailable
 from tests.jobqueue.conftest import admin_execute
-from tests.support import MUST_HAPPEN, NOISE, elapsed, join_or_fail, run_in_thread
+from tests.support import (
+    MUST_HAPPEN,
+    NOISE,
+    Gate,
+    elapsed,
+    join_or_fail,
+    run_in_thread,
+    stays_blocked,
+)
 
 MARGIN = BUSY_SLICE + LAST_TRY + NOISE  # one busy wait, one quick try, a shared machine
 
@@ -106,6 +114,29 @@ def test_at_the_deadline_a_registered_cancel_runs_and_finish_ends_the_timer() ->
     d.finish()
     assert forgotten == []
     assert not [t for t in threading.enumerate() if t.name == "store-deadline"]
+
+
+def test_forget_waits_for_a_cancel_under_way_so_it_never_reaches_the_next_statement() -> None:
+    """Once a call's ``forget()`` returns, its cancel is not running and will not run.
+
+    The PostgreSQL store shares one connection: a cancel that the deadline's timer took
+    before the call ended, and ran after, cancelled the next thread's statement on it (a
+    worker's release, failed as if its own deadline had passed).
+    """
+    d = Deadline()
+    gate = Gate("cancel at the deadline")
+    forget = d.on_expiry(gate.arrive)  # the cancel parks at the gate, the timer thread in it
+    d.set(time.monotonic())
+    gate.wait_reached()
+
+    forgetter, outcome = run_in_thread(forget, "forgetter")
+    try:
+        assert stays_blocked(forgetter)  # the call ended; its cancel is still under way
+    finally:
+        gate.open()
+    join_or_fail(forgetter)
+    assert "error" not in outcome, outcome
+    d.finish()
 
 
 # --- SQLite: a really locked file ---------------------------------------------------------

@@ -26,6 +26,7 @@ faked, and nothing sleeps.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from patterns import daemon_threads
 from patterns.jobqueue.memory import MemoryStore
 from patterns.jobqueue.postgres import PostgresStore
 from patterns.jobqueue.sqlite import SQLiteStore
@@ -267,6 +269,7 @@ class Rule:
     park: bool
     error: BaseException | None  # raised after the gate opens (the test may set it meanwhile)
     gate: Gate
+    when: Callable[[], bool] | None = None  # the rule applies only once this holds
     claim: Claim | None = None  # the claim that reached it
 
 
@@ -285,9 +288,15 @@ class Script:
         *,
         park: bool = True,
         error: BaseException | None = None,
+        when: Callable[[], bool] | None = None,
     ) -> Rule:
-        """Add a rule; the first job to reach ``step`` (and ``phase``) triggers it."""
-        rule = Rule(step, phase, park, error, Gate(f"{step.value} {phase or ''}".strip()))
+        """Add a rule; the first job to reach ``step`` (and ``phase``) triggers it.
+
+        With ``when``, a step reached while ``when()`` is false passes the rule by (a
+        heartbeat step recurs: the rule waits for the first one after ``when`` holds).
+        """
+        gate = Gate(f"{step.value} {phase or ''}".strip())
+        rule = Rule(step, phase, park, error, gate, when)
         self.rules.append(rule)
         return rule
 
@@ -299,7 +308,10 @@ class Script:
                 (
                     r
                     for r in self.rules
-                    if r.claim is None and r.step is step and r.phase in (None, phase)
+                    if r.claim is None
+                    and r.step is step
+                    and r.phase in (None, phase)
+                    and (r.when is None or r.when())
                 ),
                 None,
             )
@@ -329,6 +341,7 @@ class World:
     runs: list[tuple[int, int, str]] = field(default_factory=list)  # (job, attempt, worker)
     holds: list[tuple[int, str, bool]] = field(default_factory=list)  # (job, worker, cancelled)
     release: threading.Event = field(default_factory=threading.Event)  # ends every hold
+    holding: threading.Event = field(default_factory=threading.Event)  # a hold in w1 began
     tasks: TaskRegistry = field(default_factory=TaskRegistry)
     workers: list[Worker] = field(default_factory=list)
 
@@ -357,9 +370,10 @@ def install_work_task(world: World) -> None:
     """The one handler: idempotent, and it records each time it does its work.
 
     Payloads: ``"plain"`` returns at once; ``"hold"`` runs until the test sets
-    ``world.release`` or the job's token is cancelled (only in worker ``w1``: the
-    recovery worker finishes it at once); ``"fail"`` always raises and ``"fail-once"``
-    raises on attempt 1. Failures are retried at once (on the fake clock).
+    ``world.release`` or the job's token is cancelled (only in worker ``w1``, which sets
+    ``world.holding`` as the hold begins; the recovery worker finishes it at once);
+    ``"fail"`` always raises and ``"fail-once"`` raises on attempt 1. Failures are retried
+    at once (on the fake clock).
     """
 
     @world.tasks.task(name="work", max_attempts=10, retry=lambda job, error: Retry(0.0))
@@ -368,6 +382,7 @@ def install_work_task(world: World) -> None:
         world.runs.append((ctx.job_id, ctx.attempt, ctx.worker))
         if payload == "hold" and ctx.worker == "w1":
             with ctx.token.on_cancel(world.release.set):
+                world.holding.set()  # the job is running: its handler has started
                 world.release.wait(MUST_HAPPEN)
             world.holds.append((ctx.job_id, ctx.worker, ctx.token.cancelled))
             ctx.check()
@@ -414,6 +429,29 @@ def recover(world: World) -> WorkerReport:
     """What a restart does: wait out every lease (on the fake clock), then drain the queue."""
     world.clock.advance(LEASE + 1)
     return run_to_empty(world, "w3")
+
+
+def first_beat_over(worker: Worker) -> None:
+    """Block until ``worker``'s heartbeat has finished its first beat (it waits for the next).
+
+    The first beat runs when the heartbeat thread gets to run, which on a busy machine can
+    be after the claim and even after the fault: a renewal after the fake clock has moved
+    past the lease, or after the store was cut off. Each case expects it before the fault.
+    """
+    [thread] = [t for t in threading.enumerate() if t.name == f"{worker.name}-heartbeat"]
+
+    def between_beats() -> bool:
+        # Inside every()'s wait for the next beat: the beat before it has returned.
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None and frame.f_back is not None:
+            if (frame.f_code.co_name, frame.f_back.f_code.co_name) == ("_wait", "work") and (
+                frame.f_code.co_filename == daemon_threads.__file__
+            ):
+                return True
+            frame = frame.f_back
+        return False
+
+    wait_until(between_beats, f"{thread.name}: its first beat ends")
 
 
 def stop_within_budget(worker: Worker, budget: float = BUDGET) -> WorkerReport:
@@ -589,10 +627,14 @@ def test_a_fault_at_any_step_loses_no_job_and_keeps_the_accounts_exact(
     script = Script()
     commits = (Step.BEFORE_GROUP_COMMIT, Step.BEFORE_COMMIT, Step.AFTER_COMMIT)
     phase = Phase.ACK if step in commits else None
+    # A heartbeat step is for the running job: the beats that renew its claim while it
+    # waits for a handler thread (a busy machine) pass by.
+    when = world.holding.is_set if step is Step.HEARTBEAT else None
     if fault == "exception":
-        rule = script.at(step, phase, park=False, error=InjectedError(f"injected at {step}"))
+        error = InjectedError(f"injected at {step}")
+        rule = script.at(step, phase, park=False, error=error, when=when)
     else:
-        rule = script.at(step, phase)
+        rule = script.at(step, phase, when=when)
     store = world.view()
     store.jobs_left = 1  # the faulty worker takes this one job, never a second time
     errors: list[PhaseError] = []
@@ -606,6 +648,8 @@ def test_a_fault_at_any_step_loses_no_job_and_keeps_the_accounts_exact(
     )
     w1.start()
     try:
+        if step is not Step.HEARTBEAT:  # there the beats recur, and the rule parks one
+            first_beat_over(w1)
         background = inject(world, w1, store, rule, fault)
         if step is Step.HEARTBEAT and fault in ("stop", "exception"):
             world.release.set()  # the long job may now finish
@@ -744,6 +788,7 @@ def test_a_crash_before_or_after_any_kind_of_commit_loses_no_job(
     )
     w1.start()
     try:
+        first_beat_over(w1)
         background: Callable[[], Any] = no_stop_running
         if first is not None and fault is not None:
             background = inject(world, w1, store, first, fault)
@@ -802,11 +847,14 @@ def test_a_heartbeat_thread_that_dies_is_reported_and_stops_the_worker(world: Wo
     over jobs that are still running.
     """
     store = world.view()
-    store.fail_renew = SystemExit("renew gave up")
     job_id = world.inner.enqueue("work", "hold")
     w1 = world.worker(store, "w1", heartbeat_interval=BEAT)
     w1.start()
     try:
+        # Once the job runs: a death while the claim still waited for its handler thread
+        # would release it unstarted, as any stop does.
+        assert world.holding.wait(MUST_HAPPEN), "the job never started"
+        store.fail_renew = SystemExit("renew gave up")
         assert w1.wait_stop_requested(MUST_HAPPEN)  # the death stopped the worker
     finally:
         world.release.set()

@@ -378,6 +378,51 @@ def test_shutdown_table_a_job_blocked_in_ctx_sleep_is_released_unchanged_and_run
     assert runs == [1, 1]  # the interrupted run did not use up an attempt
 
 
+def test_whoever_sees_cancelling_finds_every_running_jobs_token_already_cancelled(
+    store: RecordingStore, clock: FakeClock
+) -> None:
+    """The state says CANCELLING only once every running job's token is cancelled.
+
+    Read where the state changes: a log handler runs inside the move to CANCELLING, as a
+    thread that polls ``worker.state`` could run just after it. The job is then either
+    told already, or never sees the state before its token (a test that waits for
+    CANCELLING and then lets the job look at its token relies on this).
+    """
+    tasks = TaskRegistry()
+    started = threading.Event()
+    tokens: list[Any] = []
+    seen: list[bool] = []  # the job's token.cancelled, when the state became CANCELLING
+
+    @tasks.task
+    def long_job(payload, ctx):
+        tokens.append(ctx.token)
+        started.set()
+        ctx.sleep(FOREVER)  # until cancelled
+
+    class AtCancelling(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "state", None) is WorkerState.CANCELLING:
+                seen.append(tokens[0].cancelled)
+
+    store.enqueue("long_job")
+    worker = make_worker(store, tasks, clock, cancel_timeout=MUST_HAPPEN)  # cancel at once
+    log = logging.getLogger("patterns.jobqueue.worker")
+    handler, level = AtCancelling(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)  # the state changes are logged at INFO
+    try:
+        with running(worker):
+            assert started.wait(MUST_HAPPEN)
+            report = worker.stop()
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+    assert seen == [True]
+    assert WorkerState.CANCELLING in report.phases
+    assert report.outcomes == {1: Outcome.RELEASED}
+
+
 def test_shutdown_table_a_job_that_ends_during_the_drain_completes_without_being_cancelled(
     store: RecordingStore, clock: FakeClock
 ) -> None:
