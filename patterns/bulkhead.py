@@ -764,6 +764,8 @@ class Bulkhead:
                 return self
         return self.start()
 
+    # The same code is in bulkhead, closable_queue, daemon_threads and supervisor (each
+    # module is copied alone); pinned by tests/test_copies.py.
     def __exit__(self, *exc_info: object) -> None:
         """`stop`; with an exception (a Ctrl-C) on its way out, say so; Ctrl-C again: stop now."""
         exc_type = exc_info[0] if exc_info else None

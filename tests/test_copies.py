@@ -13,6 +13,7 @@ import ast
 import importlib
 import inspect
 import math
+import textwrap
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -43,10 +44,22 @@ COPIES = [
 ]
 
 
+# The Ctrl-C-aware ``__exit__`` (say what the stop waits for, a second Ctrl-C stops now, one
+# traceback), the same in each of these classes; ConsumerPool calls its name ``_name``.
+EXITS = [
+    ("daemon_threads", "_ThreadService"),
+    ("bulkhead", "Bulkhead"),
+    ("closable_queue", "ConsumerPool"),
+    ("supervisor", "Supervisor"),
+]
+
+
 def code_of(module: str, name: str) -> str:
-    """The code of ``patterns.<module>.<name>`` without its docstrings and comments."""
-    source = inspect.getsource(getattr(importlib.import_module(f"patterns.{module}"), name))
-    tree = ast.parse(source)
+    """The code of ``patterns.<module>.<name>`` (``Class.method`` too) without docstrings."""
+    found: Any = importlib.import_module(f"patterns.{module}")
+    for part in name.split("."):
+        found = getattr(found, part)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(found)))
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             body = node.body
@@ -64,6 +77,16 @@ def test_each_copy_of_a_repeated_helper_has_the_same_code(name: str, modules: li
     expected = code_of(first, name)
     for module in others:
         assert code_of(module, name) == expected, f"{module}.{name} differs from {first}.{name}"
+
+
+def test_each_ctrl_c_aware_exit_has_the_same_code() -> None:
+    """A fix to one context manager's Ctrl-C handling is made in every copy."""
+    codes = {
+        module: code_of(module, f"{cls}.__exit__").replace("self._name", "self.name")
+        for module, cls in EXITS
+    }
+    first = codes[EXITS[0][0]]
+    assert {module for module, code in codes.items() if code != first} == set()
 
 
 def test_every_module_with_the_same_code_is_listed_with_its_copies() -> None:
