@@ -10,6 +10,7 @@ from __future__ import annotations
 import _thread
 import itertools
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 from unittest import mock
 
 # How long a test is willing to wait for something that *must* happen. Generous on
@@ -577,3 +578,36 @@ class FakeClock:
         with self._lock:
             self._now += seconds
             return self._now
+
+
+class ChildLines:
+    """Lines of a child's pipe, read on a thread, awaited with a deadline."""
+
+    def __init__(self, pipe: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
+
+    def _read(self, pipe: IO[str]) -> None:
+        for line in pipe:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def expect(self, text: str) -> str:
+        """The first line (from here on) that contains ``text``; fails after MUST_HAPPEN."""
+        while True:
+            try:
+                line = self._lines.get(timeout=MUST_HAPPEN)
+            except queue.Empty:
+                raise AssertionError(f"no line with {text!r} in:\n{''.join(self.seen)}") from None
+            if line is None:
+                raise AssertionError(f"ended without {text!r}:\n{''.join(self.seen)}")
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def rest(self) -> str:
+        """Everything, once the pipe has closed."""
+        while (line := self._lines.get(timeout=MUST_HAPPEN)) is not None:
+            self.seen.append(line)
+        return "".join(self.seen)

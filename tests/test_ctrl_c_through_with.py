@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from tests.support import MUST_HAPPEN, spawn_python
-from tests.test_executor_shutdown_ctrl_c import _Lines, interrupt
+from tests.support import MUST_HAPPEN, ChildLines, spawn_python
+from tests.test_executor_shutdown_ctrl_c import interrupt
 
 # What each child builds, and the work it holds until the test writes a line to its stdin.
 CASES = {
@@ -78,7 +78,7 @@ def test_a_second_ctrl_c_through_the_with_block_stops_now_with_one_traceback(nam
         assert child.stdout is not None
         assert child.stderr is not None
         assert child.stdin is not None
-        out, err = _Lines(child.stdout), _Lines(child.stderr)
+        out, err = ChildLines(child.stdout), ChildLines(child.stderr)
         out.expect("inside the with block")
         interrupt(child)
         line = err.expect("waiting up to")

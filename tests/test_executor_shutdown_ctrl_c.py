@@ -7,15 +7,12 @@ sent only once the child has printed (or logged) that it reached the point under
 from __future__ import annotations
 
 import contextlib
-import queue
 import signal
 import subprocess
 import textwrap
-import threading
 from collections.abc import Iterator
-from typing import IO
 
-from tests.support import MUST_HAPPEN, spawn_python, wait_until
+from tests.support import MUST_HAPPEN, ChildLines, spawn_python, wait_until
 
 CHILD = textwrap.dedent(
     """
@@ -60,47 +57,14 @@ def interrupt(child: subprocess.Popen[str]) -> None:
     child.send_signal(signal.SIGINT)
 
 
-class _Lines:
-    """Lines of a child's pipe, read on a thread, awaited with a deadline."""
-
-    def __init__(self, pipe: IO[str]) -> None:
-        self.seen: list[str] = []
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
-
-    def _read(self, pipe: IO[str]) -> None:
-        for line in pipe:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def expect(self, text: str) -> str:
-        """The first line (from here on) that contains ``text``; fails after MUST_HAPPEN."""
-        while True:
-            try:
-                line = self._lines.get(timeout=MUST_HAPPEN)
-            except queue.Empty:
-                raise AssertionError(f"no line with {text!r} in:\n{''.join(self.seen)}") from None
-            if line is None:
-                raise AssertionError(f"ended without {text!r}:\n{''.join(self.seen)}")
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def rest(self) -> str:
-        """Everything, once the pipe has closed."""
-        while (line := self._lines.get(timeout=MUST_HAPPEN)) is not None:
-            self.seen.append(line)
-        return "".join(self.seen)
-
-
 @contextlib.contextmanager
-def _interrupted_once() -> Iterator[tuple[subprocess.Popen[str], _Lines, _Lines]]:
+def _interrupted_once() -> Iterator[tuple[subprocess.Popen[str], ChildLines, ChildLines]]:
     """The child, after one Ctrl-C inside its with block and its WARNING line; killed after."""
     child = spawn_python(CHILD)
     try:
         assert child.stdout is not None
         assert child.stderr is not None
-        out, err = _Lines(child.stdout), _Lines(child.stderr)
+        out, err = ChildLines(child.stdout), ChildLines(child.stderr)
         out.expect("inside the with block")
         interrupt(child)
         line = err.expect("waiting up to")

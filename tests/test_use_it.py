@@ -13,18 +13,15 @@ Programs added later are picked up by the glob.
 from __future__ import annotations
 
 import http.client
-import queue
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import IO
 
 import pytest
 
-from tests.support import MUST_HAPPEN, child_env
+from tests.support import MUST_HAPPEN, ChildLines, child_env
 from tests.test_executor_shutdown_ctrl_c import interrupt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,40 +43,7 @@ def _promises(program: Path) -> dict[str, list[str]]:
     return found
 
 
-class _Output:
-    """A child's merged output, read on a thread, awaited line by line with a deadline."""
-
-    def __init__(self, pipe: IO[str]) -> None:
-        self.seen: list[str] = []
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
-
-    def _read(self, pipe: IO[str]) -> None:
-        for line in pipe:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def expect(self, text: str) -> str:
-        """The next line containing ``text``; fails after MUST_HAPPEN."""
-        while True:
-            try:
-                line = self._lines.get(timeout=MUST_HAPPEN)
-            except queue.Empty:
-                raise AssertionError(f"no line with {text!r}:\n{''.join(self.seen)}") from None
-            if line is None:
-                raise AssertionError(f"ended without {text!r}:\n{''.join(self.seen)}")
-            self.seen.append(line)
-            if text in line:
-                return line
-
-    def rest(self) -> str:
-        """All of the output, once the child has closed it."""
-        while (line := self._lines.get(timeout=MUST_HAPPEN)) is not None:
-            self.seen.append(line)
-        return "".join(self.seen)
-
-
-def _spawn(program: Path) -> tuple[subprocess.Popen[str], _Output]:
+def _spawn(program: Path) -> tuple[subprocess.Popen[str], ChildLines]:
     child = subprocess.Popen(
         [sys.executable, str(program)],
         stdin=subprocess.DEVNULL,
@@ -90,7 +54,7 @@ def _spawn(program: Path) -> tuple[subprocess.Popen[str], _Output]:
         cwd=ROOT,
     )
     assert child.stdout is not None
-    return child, _Output(child.stdout)
+    return child, ChildLines(child.stdout)
 
 
 def _reap(child: subprocess.Popen[str]) -> None:
