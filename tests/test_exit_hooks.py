@@ -1503,7 +1503,7 @@ def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pi
 
 
 MULTIPROCESSING_FORK = """
-import multiprocessing, os, signal, sys, threading, warnings
+import multiprocessing, os, signal, sys, threading, time, warnings
 from patterns.exit_hooks import SignalHandlers
 
 def child(ready):
@@ -1521,6 +1521,12 @@ with SignalHandlers(called.set) as handlers:
         process.start()
     print("fork warned:", any(w.category is DeprecationWarning for w in caught), flush=True)
     assert ready.wait({timeout})
+    # Signal once the child is parked in its wait (a futex): a SIGINT that lands after the
+    # child's last check for signals and before its wait begins is never seen by that wait.
+    deadline = time.monotonic() + {timeout}
+    while not open(f"/proc/{{process.pid}}/wchan").read().startswith("futex"):
+        assert time.monotonic() < deadline, "the child never parked in its wait"
+        time.sleep(0.001)
     {signal_them}
     process.join({timeout})
     print("child exitcode:", process.exitcode, flush=True)
