@@ -258,6 +258,8 @@ FAILING_LANES = {
     "asyncio_shutdown.a10": {"service", "save"},  # it leaves early; the save is cut
     "process_shutdown.m3": {"careful"},
     "process_shutdown.m8": {"worker"},
+    "process_shutdown.m9": {"parent"},  # its join() waits as long as the item
+    "process_shutdown.m10": {"parent"},  # its map() waits for a result that never comes
     "server_shutdown.w2": {"handler A", "handler B"},
 }
 
@@ -555,3 +557,36 @@ def test_a10_naive_service_ends_before_its_save_is_cut_and_fixed_after_it_is_wri
     written, raised = first(fixed, "the state is written"), first(fixed, "the save ended")
     assert written.index < raised.index
     assert not bad(fixed)
+
+
+def test_m9_naive_join_blocks_until_the_item_ends_and_fixed_gives_the_item_up_on_its_deadline() -> (
+    None
+):
+    """M9: join() returns only after the item; shutdown_mp_pool ends it and names it lost."""
+    naive = SCENARIOS["process_shutdown.m9"].naive()
+    blocked, done = first(naive, "join() still blocked"), first(naive, "the item is done", "worker")
+    returned = first(naive, "join() returned only now")
+    assert blocked.bad
+    assert blocked.index < done.index < returned.index
+
+    fixed = SCENARIOS["process_shutdown.m9"].fixed()
+    ended, returned = first(fixed, "ended by terminate()", "worker"), first(fixed, "returned on")
+    assert ended.index < returned.index
+    assert "lost=('item',)" in returned.text
+    assert not [e for e in fixed.events if e.text.startswith("the item is done")]
+    assert not bad(fixed)
+
+
+def test_m10_naive_map_gets_nothing_after_the_kill_and_fixed_returns_at_once_with_it_lost() -> None:
+    """M10: the pool replaces the killed worker silently; shutdown_mp_pool names the loss."""
+    naive = SCENARIOS["process_shutdown.m10"].naive()
+    kill, replaced = first(naive, "os.kill"), first(naive, "a new worker in its place")
+    nothing = first(naive, "no result and no error")
+    assert kill.index < replaced.index < nothing.index
+    assert bad(naive) == [nothing]
+
+    fixed = SCENARIOS["process_shutdown.m10"].fixed()
+    kill, returned = first(fixed, "os.kill"), first(fixed, "returned at once")
+    assert kill.index < returned.index
+    assert "lost=('map',)" in returned.text
+    assert not [e for e in fixed.events if e.text.startswith("finally")]

@@ -53,6 +53,8 @@ SCENARIOS: dict[str, Scenario] = {
     "asyncio_shutdown.a10": asyncio_shutdown.A10,
     "process_shutdown.m3": process_shutdown.M3,
     "process_shutdown.m8": process_shutdown.M8,
+    "process_shutdown.m9": process_shutdown.M9,
+    "process_shutdown.m10": process_shutdown.M10,
     "server_shutdown.w2": server_shutdown.W2,
 }
 

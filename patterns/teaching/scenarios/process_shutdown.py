@@ -1,7 +1,8 @@
-"""The process_shutdown pictures, M3 and M8: a child or a pool task killed before it cleans up.
+"""The process_shutdown pictures: M3 and M8 to M10, a child or a pool and how it ends.
 
 M3: ``terminate()`` skips the child's cleanup. M8: leaving ``with Pool()`` kills the task
-still running.
+still running. M9: ``close()`` then ``join()`` waits as long as a stuck task. M10: a pool
+worker SIGKILLed mid-task is replaced, and its result never comes.
 
 Each child writes its steps as marks in a file (JSON lines) that the parent merges with
 its own marks by time. M3's child is the race tests' `careful`, started with spawn as the
@@ -12,8 +13,12 @@ Docs: docs/patterns/process_shutdown.md
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
+import multiprocessing.pool
+import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +35,7 @@ from patterns.teaching.scenarios.common import (
     join_all,
     merged,
     start_thread,
+    still_blocked,
 )
 
 
@@ -176,6 +182,165 @@ M8 = Scenario.of(
     "Leaving with Pool() calls terminate(): the task still running is killed, with no result "
     "and no finally; shutdown_mp_pool closes the pool and waits, so the task returns and "
     "cleans up.",
+    "a process (the pool's worker writes its marks to a file, the parent merges them with its "
+    "own: perf_counter is one clock for both)",
+)
+
+
+def _pool_pids(pool: multiprocessing.pool.Pool) -> set[int]:
+    """The pids of the workers the pool holds now (its private list, as the tests read it)."""
+    return {p.pid for p in list(pool._pool) if p.is_alive() and p.pid}  # type: ignore[attr-defined]
+
+
+def _wait_for_replacement(pool: multiprocessing.pool.Pool, pid: int) -> None:
+    """Return once the pool holds a worker again, and not ``pid``."""
+    deadline = time.monotonic() + MUST_HAPPEN
+    while not (pids := _pool_pids(pool)) or pid in pids:
+        if time.monotonic() > deadline:
+            raise RuntimeError("scenario stuck: the pool never replaced its worker")
+        time.sleep(0.001)  # polling the pool's list: the replacement is the observation
+
+
+# M9's budget for shutdown_mp_pool: short, so the picture's run stays short.
+_M9_TIMEOUT = 0.2
+
+
+def _m9_run(fixed: bool) -> Tracer:
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False, lane: str = "parent") -> None:
+        marks.append((time.perf_counter_ns(), lane, text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        go, path = Path(tmp, "go"), Path(tmp, "marks")
+        pool = process_shutdown.safe_context().Pool(1)
+        try:
+            mark("pool.apply_async(item): an item that never ends on its own")
+            result = pool.apply_async(process_tasks.item_with_cleanup_marked, (str(go), str(path)))
+            _wait_for_mark(path, "starts")
+            if fixed:
+                mark(f"shutdown_mp_pool(pool, timeout={_M9_TIMEOUT}): close(), wait, terminate()")
+                start = time.monotonic()
+                report = process_shutdown.shutdown_mp_pool(
+                    pool, _M9_TIMEOUT, force_timeout=MUST_HAPPEN, results={"item": result}
+                )
+                took = time.monotonic() - start
+                if not (report.terminated and report.forced) or took > _M9_TIMEOUT + MUST_HAPPEN:
+                    raise RuntimeError(f"M9: shutdown_mp_pool did the unexpected: {report}")
+                marks.append(
+                    (
+                        time.perf_counter_ns(),
+                        "worker",
+                        "ended by terminate(): the item given up",
+                        False,
+                    )
+                )
+                mark(f"returned on its deadline: forced={report.forced}, lost={report.lost}")
+            else:
+                mark("naive_close_pool(pool): close(), then join(), no timeout")
+                joiner = start_thread(
+                    "joiner", lambda: naive_process_shutdown.naive_close_pool(pool)
+                )
+                blocked_in(joiner, "join")
+                if not still_blocked(joiner):
+                    raise RuntimeError("M9: join() returned while the item still ran")
+                mark(
+                    f"join() still blocked after {LOOK} s: it waits as long as the item does",
+                    bad=True,
+                )
+                mark("(the scenario lets the item finish, or join() would wait for ever)")
+                go.touch()
+                join_all(joiner)
+                mark(f"join() returned only now; result.get(): {result.get(0)!r}")
+        finally:
+            process_shutdown.shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN)
+        marks += _child_marks(path)
+    title = "shutdown_mp_pool" if fixed else "naive_close_pool (close(), join())"
+    return merged(title, {"parent": "parent", "worker": "pool worker"}, marks)
+
+
+M9 = Scenario.of(
+    "M9",
+    _m9_run,
+    "close() then join() has no timeout: the caller waits as long as the stuck item does; "
+    "shutdown_mp_pool waits up to its timeout, then terminates the pool and names the "
+    "item lost.",
+    "a process (the pool's worker writes its marks to a file, the parent merges them with its "
+    "own: perf_counter is one clock for both)",
+)
+
+
+def _m10_run(fixed: bool) -> Tracer:
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False, lane: str = "parent") -> None:
+        marks.append((time.perf_counter_ns(), lane, text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        go, path = Path(tmp, "go"), Path(tmp, "marks")  # go is never touched: a long item
+        pool = process_shutdown.safe_context().Pool(1)
+        task = functools.partial(process_tasks.item_with_cleanup_marked, str(go))
+        killed: list[int] = []
+
+        def kill_the_worker() -> None:
+            _wait_for_mark(path, "starts")
+            (pid,) = _pool_pids(pool)
+            mark("os.kill(worker, SIGKILL), as the OOM killer would")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+        try:
+            if fixed:
+                mark("pool.map_async(item), then shutdown_mp_pool(pool, timeout=60)")
+                result = pool.map_async(task, [str(path)], chunksize=1)
+                outcome: list[process_shutdown.PoolShutdownReport] = []
+
+                def stop() -> None:
+                    outcome.append(
+                        process_shutdown.shutdown_mp_pool(
+                            pool, 60, force_timeout=MUST_HAPPEN, results={"map": result}
+                        )
+                    )
+
+                _wait_for_mark(path, "starts")
+                stopper = start_thread("stopper", stop)
+                blocked_in(stopper, "_wait_for_pool")
+                kill_the_worker()
+                join_all(stopper)
+                report = outcome[0]
+                if report.lost != ("map",):
+                    raise RuntimeError(f"M10: shutdown_mp_pool did the unexpected: {report}")
+                mark(f"returned at once, not after 60 s: the worker died, lost={report.lost}")
+            else:
+                mark(f"naive_map(pool, item): map_async(...).get(), watched for {LOOK} s")
+                try:
+                    naive_process_shutdown.naive_map(pool, task, [str(path)], kill_the_worker, LOOK)
+                    raise RuntimeError("M10: map() returned a killed worker's result")
+                except multiprocessing.TimeoutError:
+                    pass
+                _wait_for_replacement(pool, killed[0])
+                mark("the pool started a new worker in its place, and said nothing")
+                mark(
+                    "map() has no result and no error: without a timeout it waits for ever",
+                    bad=True,
+                )
+        finally:
+            process_shutdown.shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN)
+        t_ns = next(t for t, _, text, _ in marks if text.startswith("os.kill"))
+        if any("finally" in text for _, _, text, _ in _child_marks(path)):
+            raise RuntimeError("M10: the SIGKILLed item cleaned up after all")
+        marks.append((t_ns + 1, "worker", "killed mid-item: no result, no finally", False))
+        marks += _child_marks(path)
+    title = "shutdown_mp_pool" if fixed else "naive_map (Pool.map)"
+    return merged(title, {"parent": "parent", "worker": "pool worker"}, marks)
+
+
+M10 = Scenario.of(
+    "M10",
+    _m10_run,
+    "A worker SIGKILLed mid-item: the pool replaces it, raises nothing, and map() waits for a "
+    "result that never comes; shutdown_mp_pool sees the death, stops waiting at once and "
+    "names the result lost.",
     "a process (the pool's worker writes its marks to a file, the parent merges them with its "
     "own: perf_counter is one clock for both)",
 )
