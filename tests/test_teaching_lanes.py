@@ -256,6 +256,8 @@ FAILING_LANES = {
     "async_queue.a1": {"consumer-1", "consumer-2"},  # consumer-0 takes the one STOP
     "asyncio_shutdown.a7": {"stopper"},
     "asyncio_shutdown.a10": {"service", "save"},  # it leaves early; the save is cut
+    "asyncio_shutdown.a11": {"save"},  # its failure reaches nobody
+    "asyncio_shutdown.a12": {"owner"},  # held in its group past the deadline
     "process_shutdown.m3": {"careful"},
     "process_shutdown.m8": {"worker"},
     "process_shutdown.m9": {"parent"},  # its join() waits as long as the item
@@ -590,3 +592,39 @@ def test_m10_naive_map_gets_nothing_after_the_kill_and_fixed_returns_at_once_wit
     assert kill.index < returned.index
     assert "lost=('map',)" in returned.text
     assert not [e for e in fixed.events if e.text.startswith("finally")]
+
+
+def test_a11_naive_failure_is_only_reported_when_freed_and_fixed_is_logged_before_the_cancel() -> (
+    None
+):
+    """A11: the naive service leaves first, the save's OSError is heard of only at the free."""
+    naive = SCENARIOS["asyncio_shutdown.a11"].naive()
+    left, fails = first(naive, "ends at once", "service"), first(naive, "raises OSError", "save")
+    (unheard,) = bad(naive)
+    assert left.index < fails.index < unheard.index
+    assert unheard.thread == "save"
+    assert "Task exception was never retrieved" in unheard.text
+
+    fixed = SCENARIOS["asyncio_shutdown.a11"].fixed()
+    fails = first(fixed, "raises OSError", "save")
+    logged = first(fixed, "logs ERROR: save failed", "service")
+    raised = first(fixed, "CancelledError is raised now", "service")
+    assert fails.index < logged.index < raised.index
+    assert not [e for e in fixed.events if "never retrieved" in e.text]
+
+
+def test_a12_naive_owner_outlives_its_deadline_and_fixed_stop_names_the_child_on_time() -> None:
+    """A12: the naive owner stays in its group; stop() returns first, naming the stubborn child."""
+    naive = SCENARIOS["asyncio_shutdown.a12"].naive()
+    caught, cancels = first(naive, "catches a cancel", "stubborn"), first(naive, "cancel() twice")
+    (held,) = bad(naive)
+    released = first(naive, "released", "stubborn")
+    assert caught.index < cancels.index < held.index < released.index
+    assert held.thread == "owner"
+
+    fixed = SCENARIOS["asyncio_shutdown.a12"].fixed()
+    returned = first(fixed, "stop() returned on its deadline", "main")
+    released = first(fixed, "released", "stubborn")
+    assert returned.index < released.index
+    assert "('stubborn',)" in returned.text
+    assert first(fixed, "leaves the group", "owner").index > released.index

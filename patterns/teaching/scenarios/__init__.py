@@ -51,6 +51,8 @@ SCENARIOS: dict[str, Scenario] = {
     "async_queue.a1": async_queue.A1,
     "asyncio_shutdown.a7": asyncio_shutdown.A7,
     "asyncio_shutdown.a10": asyncio_shutdown.A10,
+    "asyncio_shutdown.a11": asyncio_shutdown.A11,
+    "asyncio_shutdown.a12": asyncio_shutdown.A12,
     "process_shutdown.m3": process_shutdown.M3,
     "process_shutdown.m8": process_shutdown.M8,
     "process_shutdown.m9": process_shutdown.M9,
