@@ -53,6 +53,8 @@ SCENARIOS: dict[str, Scenario] = {
     "asyncio_shutdown.a10": asyncio_shutdown.A10,
     "asyncio_shutdown.a11": asyncio_shutdown.A11,
     "asyncio_shutdown.a12": asyncio_shutdown.A12,
+    "asyncio_shutdown.a13": asyncio_shutdown.A13,
+    "asyncio_shutdown.a14": asyncio_shutdown.A14,
     "process_shutdown.m3": process_shutdown.M3,
     "process_shutdown.m8": process_shutdown.M8,
     "process_shutdown.m9": process_shutdown.M9,

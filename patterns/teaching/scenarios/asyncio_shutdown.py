@@ -3,7 +3,8 @@
 A7: cancel, then gather, and a task that swallows its cancel. A10: a cleanup under
 ``asyncio.shield`` that its cancelled caller leaves behind. A11: that cleanup fails, and
 its error reaches nobody. A12: ``asyncio.timeout`` around a TaskGroup whose child swallows
-its cancel.
+its cancel. A13 and A14 differ by version (3.13 fixed both in asyncio itself), so their
+captions name the version they ran on: the docs are built with 3.11.
 
 The lanes are asyncio tasks, all in one thread.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 from typing import Any
 
 from patterns import asyncio_shutdown
@@ -329,5 +331,153 @@ A12 = Scenario.of(
     "A child that swallows its cancel holds a TaskGroup: past asyncio.timeout's deadline, and "
     "through two more cancels, the naive owner still waits; StoppableTaskGroup.stop() returns "
     "on its own deadline and names the child.",
+    "an asyncio task (all of them take turns in one thread, at each await)",
+)
+
+
+# The Python these runs are made on: A13 and A14 differ by version.
+_PYTHON = f"Python {sys.version_info[0]}.{sys.version_info[1]}"
+_FIXED_IN_ASYNCIO = sys.version_info >= (3, 13)
+
+
+async def _a13_child(tracer: Tracer, ready: asyncio.Event) -> None:
+    """The race tests' child whose cleanup fails: its ``finally`` raises."""
+    task = asyncio.current_task()
+    assert task is not None
+    task.set_name("child")  # its lane, however the group named it
+    del task
+    tracer.mark("waits; its finally flushes a buffer")
+    try:
+        ready.set()
+        await asyncio.Event().wait()
+    finally:
+        tracer.mark("cancelled: its finally fails, OSError('flush failed')")
+        raise OSError("flush failed")
+
+
+async def _a13_main(tracer: Tracer, fixed: bool) -> None:
+    ready = asyncio.Event()
+
+    async def owner() -> None:
+        if fixed:
+            tracer.mark("async with StoppableTaskGroup(), except* OSError around it")
+            try:
+                async with asyncio_shutdown.StoppableTaskGroup() as group:
+                    group.create_task(_a13_child(tracer, ready))
+            except* OSError as failures:
+                tracer.mark(f"except* OSError: {len(failures.exceptions)} failure, handled")
+        else:
+            tracer.mark("naive_run_group_logging_failures: except* Exception around a TaskGroup")
+            with log_as_marks(tracer, naive_asyncio_shutdown.__name__):
+                await naive_asyncio_shutdown.naive_run_group_logging_failures(
+                    [_a13_child(tracer, ready)]
+                )
+        try:
+            await asyncio.sleep(0)  # the next await: a kept cancel is raised here
+        except asyncio.CancelledError:
+            tracer.mark("CancelledError at its next await: it stops, as asked")
+            raise
+        tracer.mark("goes on at its next await, as if nobody had asked it to stop", bad=True)
+
+    task = asyncio.create_task(owner(), name="owner")
+    await asyncio.wait_for(ready.wait(), MUST_HAPPEN)
+    tracer.mark("owner.cancel(), as a stop does")
+    task.cancel()
+    await asyncio.wait([task], timeout=MUST_HAPPEN)
+    if task.cancelled() != (fixed or _FIXED_IN_ASYNCIO):
+        raise RuntimeError(f"A13 on {_PYTHON}: the owner did the unexpected")
+
+
+def _a13_run(fixed: bool) -> Tracer:
+    naive = "naive_run_group_logging_failures"
+    title = f"{'StoppableTaskGroup' if fixed else naive}, {_PYTHON}"
+    tracer = Tracer(title, {"main": "main"}, tasks=True)
+    run_async(lambda: _a13_main(tracer, fixed))
+    return tracer
+
+
+A13 = Scenario.of(
+    "A13",
+    _a13_run,
+    f"Drawn on {_PYTHON}. Cancelled while its child's cleanup fails, the naive owner gets an "
+    "ExceptionGroup instead of the cancel; once except* has logged it, 3.11 and 3.12 let it "
+    "go on (3.13 re-arms the cancel). StoppableTaskGroup re-arms it on every version.",
+    "an asyncio task (all of them take turns in one thread, at each await)",
+)
+
+
+class _Stop(Exception):
+    """The documented recipe's private exception: a child raises it to stop the group."""
+
+
+async def _a14_main(tracer: Tracer, fixed: bool) -> None:
+    ready, stop = asyncio.Event(), asyncio.Event()
+    group = asyncio_shutdown.StoppableTaskGroup()
+
+    async def idle() -> None:
+        tracer.mark("runs until the group stops")
+        ready.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            tracer.mark("cancelled by the group: ends")
+            raise
+
+    async def stopper() -> None:
+        await stop.wait()
+        tracer.mark("raises _Stop: the recipe's way to stop the group")
+        raise _Stop
+
+    async def owner() -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        if fixed:
+            tracer.mark("async with StoppableTaskGroup(): its body ends at once")
+            async with group:
+                group.create_task(idle(), name="idle")
+        else:
+            tracer.mark("async with TaskGroup(), except* _Stop: its body ends at once")
+            try:
+                async with asyncio.TaskGroup() as plain:
+                    plain.create_task(idle(), name="idle")
+                    plain.create_task(stopper(), name="stopper")
+            except* _Stop:
+                pass
+        counted = me.cancelling()
+        if counted:
+            tracer.mark(
+                f"left the group; cancelling() is {counted}: a cancel nobody asked for is counted",
+                bad=True,
+            )
+        else:
+            tracer.mark("left the group; cancelling() is 0")
+
+    task = asyncio.create_task(owner(), name="owner")
+    await asyncio.wait_for(ready.wait(), MUST_HAPPEN)
+    if fixed:
+        tracer.mark("group.stop(): the recipe, and the group's own cancel taken back")
+        if not (await group.stop(MUST_HAPPEN)).terminated:
+            raise RuntimeError("A14: stop() did not end the group")
+    else:
+        tracer.mark("lets the stopper child raise, as the recipe does")
+        stop.set()
+    await asyncio.wait([task], timeout=MUST_HAPPEN)
+    if not task.done() or task.cancelled():
+        raise RuntimeError(f"A14 on {_PYTHON}: the owner did the unexpected")
+
+
+def _a14_run(fixed: bool) -> Tracer:
+    title = f"{'StoppableTaskGroup.stop()' if fixed else 'TaskGroup, the recipe'}, {_PYTHON}"
+    tracer = Tracer(title, {"main": "main"}, tasks=True)
+    run_async(lambda: _a14_main(tracer, fixed))
+    return tracer
+
+
+A14 = Scenario.of(
+    "A14",
+    _a14_run,
+    f"Drawn on {_PYTHON}. Stopped by the recipe after its body ended, the group cancels its "
+    "owner and, on 3.11 and 3.12, never takes the cancel back: cancelling() stays at 1 (0 on "
+    "3.13). StoppableTaskGroup takes it back on every version.",
     "an asyncio task (all of them take turns in one thread, at each await)",
 )
