@@ -275,6 +275,7 @@ FAILING_LANES = {
     "process_shutdown.m8": {"worker"},
     "process_shutdown.m9": {"parent"},  # its join() waits as long as the item
     "process_shutdown.m10": {"parent"},  # its map() waits for a result that never comes
+    "process_shutdown.m11": {"parent"},  # its terminate() waits for the deaf worker
     "server_shutdown.w2": {"handler A", "handler B"},
 }
 
@@ -670,3 +671,22 @@ def test_a14_the_naive_count_stays_at_1_before_3_13_and_fixed_is_0_on_every_vers
     cancelled = first(fixed, "cancelled by the group", "idle")
     assert cancelled.index < first(fixed, "cancelling() is 0", "owner").index
     assert "Drawn on Python" in SCENARIOS["asyncio_shutdown.a14"].caption
+
+
+def test_m11_naive_terminate_waits_past_the_ignored_sigterm_and_fixed_kills_on_its_budget() -> None:
+    """M11: the deaf worker holds terminate() until killed; shutdown_mp_pool kills it itself."""
+    naive = SCENARIOS["process_shutdown.m11"].naive()
+    ignored = first(naive, "SIGTERM arrives: ignored", "worker")
+    (waiting,) = bad(naive)
+    killed, left = (
+        first(naive, "killed by the scenario", "worker"),
+        first(naive, "returned only now"),
+    )
+    assert ignored.index < waiting.index < killed.index < left.index
+
+    fixed = SCENARIOS["process_shutdown.m11"].fixed()
+    ignored = first(fixed, "SIGTERM arrives: ignored", "worker")
+    killed = first(fixed, "killed by SIGKILL", "worker")
+    returned = first(fixed, "returned within its budget", "parent")
+    assert ignored.index < killed.index < returned.index
+    assert "lost=('item',)" in returned.text

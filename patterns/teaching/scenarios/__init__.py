@@ -59,6 +59,7 @@ SCENARIOS: dict[str, Scenario] = {
     "process_shutdown.m8": process_shutdown.M8,
     "process_shutdown.m9": process_shutdown.M9,
     "process_shutdown.m10": process_shutdown.M10,
+    "process_shutdown.m11": process_shutdown.M11,
     "server_shutdown.w2": server_shutdown.W2,
 }
 

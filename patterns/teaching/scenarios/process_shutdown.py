@@ -2,7 +2,8 @@
 
 M3: ``terminate()`` skips the child's cleanup. M8: leaving ``with Pool()`` kills the task
 still running. M9: ``close()`` then ``join()`` waits as long as a stuck task. M10: a pool
-worker SIGKILLed mid-task is replaced, and its result never comes.
+worker SIGKILLed mid-task is replaced, and its result never comes. M11: ``terminate()``
+waits for ever for a worker deaf to SIGTERM.
 
 Each child writes its steps as marks in a file (JSON lines) that the parent merges with
 its own marks by time. M3's child is the race tests' `careful`, started with spawn as the
@@ -341,6 +342,80 @@ M10 = Scenario.of(
     "A worker SIGKILLed mid-item: the pool replaces it, raises nothing, and map() waits for a "
     "result that never comes; shutdown_mp_pool sees the death, stops waiting at once and "
     "names the result lost.",
+    "a process (the pool's worker writes its marks to a file, the parent merges them with its "
+    "own: perf_counter is one clock for both)",
+)
+
+
+# M11's budgets for shutdown_mp_pool: SIGKILL comes half-way through force_timeout.
+_M11_TIMEOUT, _M11_FORCE = 0.1, 0.6
+
+
+def _m11_run(fixed: bool) -> Tracer:
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False, lane: str = "parent") -> None:
+        marks.append((time.perf_counter_ns(), lane, text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "marks")
+        pool = process_shutdown.safe_context().Pool(1)
+        task = process_tasks.deaf_item_marked
+        try:
+            if fixed:
+                mark("pool.apply_async(item), then shutdown_mp_pool(pool, timeout=0.1)")
+                result = pool.apply_async(task, (str(path),))
+                _wait_for_mark(path, "starts")
+                report = process_shutdown.shutdown_mp_pool(
+                    pool, _M11_TIMEOUT, force_timeout=_M11_FORCE, results={"item": result}
+                )
+                if not report.terminated or report.lost != ("item",):
+                    raise RuntimeError(f"M11: shutdown_mp_pool did the unexpected: {report}")
+                _wait_for_mark(path, "SIGTERM")  # it came before the SIGKILL, or never
+                marks.append(
+                    (
+                        time.perf_counter_ns(),
+                        "worker",
+                        "killed by SIGKILL, half-way through force_timeout",
+                        False,
+                    )
+                )
+                mark(f"returned within its budget: worker killed and reaped, lost={report.lost}")
+            else:
+                mark("with pool: pool.apply_async(item), then the block ends")
+                block = start_thread(
+                    "with-block",
+                    lambda: naive_process_shutdown.naive_apply_in_with(
+                        pool, task, (str(path),), then=lambda: _wait_for_mark(path, "starts")
+                    ),
+                )
+                blocked_in(block, "_terminate_pool")
+                _wait_for_mark(path, "SIGTERM")
+                if not still_blocked(block):
+                    raise RuntimeError("M11: terminate() returned while its worker lived")
+                mark(
+                    f"terminate() still waiting {LOOK} s later: it joins the worker, no timeout",
+                    bad=True,
+                )
+                (pid,) = _pool_pids(pool)
+                mark("(the scenario SIGKILLs the worker; the naive code never would)")
+                os.kill(pid, signal.SIGKILL)
+                marks.append((time.perf_counter_ns(), "worker", "killed by the scenario", False))
+                join_all(block)
+                mark("terminate() returned only now: the block is left")
+        finally:
+            process_shutdown.shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN)
+        marks += _child_marks(path)
+    title = "shutdown_mp_pool" if fixed else "naive_apply_in_with (with Pool())"
+    return merged(title, {"parent": "parent", "worker": "pool worker"}, marks)
+
+
+M11 = Scenario.of(
+    "M11",
+    _m11_run,
+    "terminate() sends SIGTERM, then joins each worker with no timeout: a worker deaf to "
+    "SIGTERM holds the end of the with block for ever; shutdown_mp_pool sends SIGKILL "
+    "half-way through force_timeout and returns within its budget.",
     "a process (the pool's worker writes its marks to a file, the parent merges them with its "
     "own: perf_counter is one clock for both)",
 )
