@@ -276,6 +276,7 @@ FAILING_LANES = {
     "process_shutdown.m9": {"parent"},  # its join() waits as long as the item
     "process_shutdown.m10": {"parent"},  # its map() waits for a result that never comes
     "process_shutdown.m11": {"parent"},  # its terminate() waits for the deaf worker
+    "process_shutdown.m12": {"parent"},  # its join() waits on the dead worker's lock
     "server_shutdown.w2": {"handler A", "handler B"},
 }
 
@@ -690,3 +691,19 @@ def test_m11_naive_terminate_waits_past_the_ignored_sigterm_and_fixed_kills_on_i
     returned = first(fixed, "returned within its budget", "parent")
     assert ignored.index < killed.index < returned.index
     assert "lost=('item',)" in returned.text
+
+
+def test_m12_naive_join_hangs_on_the_dead_workers_lock_and_fixed_ends_the_pool() -> None:
+    """M12: the replacement starves and join() waits; shutdown_mp_pool reaps and frees the lock."""
+    naive = SCENARIOS["process_shutdown.m12"].naive()
+    fixed = SCENARIOS["process_shutdown.m12"].fixed()
+    for run in (naive, fixed):
+        killed = first(run, "killed, the lock still held", "worker")
+        assert killed.index < first(run, "waits for the lock", "replacement").index
+    (waiting,) = bad(naive)
+    assert "join() still blocked" in waiting.text
+    freed, returned = first(naive, "frees the lock"), first(naive, "returned only now")
+    assert waiting.index < freed.index < returned.index
+
+    reaped = first(fixed, "killed and reaped", "replacement")
+    assert reaped.index < first(fixed, "terminated=True", "parent").index

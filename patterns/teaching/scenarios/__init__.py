@@ -60,6 +60,7 @@ SCENARIOS: dict[str, Scenario] = {
     "process_shutdown.m9": process_shutdown.M9,
     "process_shutdown.m10": process_shutdown.M10,
     "process_shutdown.m11": process_shutdown.M11,
+    "process_shutdown.m12": process_shutdown.M12,
     "server_shutdown.w2": server_shutdown.W2,
 }
 

@@ -3,7 +3,8 @@
 M3: ``terminate()`` skips the child's cleanup. M8: leaving ``with Pool()`` kills the task
 still running. M9: ``close()`` then ``join()`` waits as long as a stuck task. M10: a pool
 worker SIGKILLed mid-task is replaced, and its result never comes. M11: ``terminate()``
-waits for ever for a worker deaf to SIGTERM.
+waits for ever for a worker deaf to SIGTERM. M12: an idle worker killed holding the task
+queue's lock starves its replacement.
 
 Each child writes its steps as marks in a file (JSON lines) that the parent merges with
 its own marks by time. M3's child is the race tests' `careful`, started with spawn as the
@@ -22,6 +23,7 @@ import os
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from patterns import process_shutdown
@@ -418,4 +420,106 @@ M11 = Scenario.of(
     "half-way through force_timeout and returns within its budget.",
     "a process (the pool's worker writes its marks to a file, the parent merges them with its "
     "own: perf_counter is one clock for both)",
+)
+
+
+def _m12_marks(path: Path) -> list[tuple[int, str, str, bool]]:
+    """The workers' marks, the first worker's lane "worker" and the next one's "replacement"."""
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    names = list(dict.fromkeys(str(line["lane"]) for line in lines))
+    lane = dict(zip(names, ["worker", "replacement"], strict=False))
+    return [(int(line["t"]), lane[str(line["lane"])], str(line["text"]), False) for line in lines]
+
+
+def _m12_kill_the_idle_worker(
+    pool: multiprocessing.pool.Pool, path: Path, mark: Callable[..., None]
+) -> None:
+    """Kill the pool's one worker while it waits for a task, inside the task queue's lock.
+
+    As the race tests' ``idle_worker_killed_holding_the_lock``; returns once the
+    replacement has started.
+    """
+    pid = pool.apply_async(os.getpid).get(MUST_HAPPEN)
+    lock = pool._inqueue._rlock  # type: ignore[attr-defined]
+    deadline = time.monotonic() + MUST_HAPPEN
+    while lock._semlock._get_value() != 0:  # the idle worker is back inside the lock
+        if time.monotonic() > deadline:
+            raise RuntimeError("scenario stuck: the idle worker never took the lock")
+        time.sleep(0.001)  # polling the lock's value: the observation
+    mark("idle: waits for a task inside the queue's lock", lane="worker")
+    mark("os.kill(worker, SIGKILL) while it is idle, as the OOM killer would")
+    os.kill(pid, signal.SIGKILL)
+    mark("killed, the lock still held", lane="worker")
+    _wait_for_replacement(pool, pid)
+    deadline = time.monotonic() + MUST_HAPPEN
+    while len(_m12_marks(path)) < 2:  # the replacement's own mark
+        if time.monotonic() > deadline:
+            raise RuntimeError("scenario stuck: no mark from the replacement worker")
+        time.sleep(0.001)  # polling the workers' file: the mark is the observation
+    mark("waits for the lock; the dead worker holds it", lane="replacement")
+
+
+# M12's budgets for shutdown_mp_pool (terminate() itself waits for the lock: the workers are
+# killed half-way through force_timeout).
+_M12_TIMEOUT, _M12_FORCE = 0.2, 0.6
+
+
+def _m12_run(fixed: bool) -> Tracer:
+    marks: list[tuple[int, str, str, bool]] = []
+
+    def mark(text: str, *, bad: bool = False, lane: str = "parent") -> None:
+        marks.append((time.perf_counter_ns(), lane, text, bad))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "marks")
+        started = "starts (the pool's initializer)"
+        pool = process_shutdown.safe_context().Pool(
+            1, initializer=process_tasks.mark, initargs=(str(path), started)
+        )
+        try:
+            _m12_kill_the_idle_worker(pool, path, mark)
+            lock = pool._inqueue._rlock  # type: ignore[attr-defined]
+            if fixed:
+                mark(f"shutdown_mp_pool(pool, timeout={_M12_TIMEOUT}): no task is pending")
+                report = process_shutdown.shutdown_mp_pool(
+                    pool, _M12_TIMEOUT, force_timeout=_M12_FORCE
+                )
+                if not report.terminated:
+                    raise RuntimeError(f"M12: shutdown_mp_pool did the unexpected: {report}")
+                mark("killed and reaped", lane="replacement")
+                mark("returned: every worker reaped, the dead one's lock freed, terminated=True")
+            else:
+                mark("naive_close_pool(pool): close(), then join(); no task is pending")
+                joiner = start_thread(
+                    "joiner", lambda: naive_process_shutdown.naive_close_pool(pool)
+                )
+                blocked_in(joiner, "join")
+                if not still_blocked(joiner):
+                    raise RuntimeError("M12: join() returned with the lock still held")
+                mark(
+                    f"join() still blocked {LOOK} s later: the replacement never gets the lock",
+                    bad=True,
+                )
+                mark("(the scenario frees the lock; the naive code never would)")
+                lock.release()
+                join_all(joiner)
+                mark("join() returned only now")
+        finally:
+            process_shutdown.shutdown_mp_pool(pool, 0, force_timeout=MUST_HAPPEN)
+        marks += _m12_marks(path)
+    title = "shutdown_mp_pool" if fixed else "naive_close_pool (close(), join())"
+    lanes = {"parent": "parent", "worker": "pool worker", "replacement": "its replacement"}
+    return merged(title, lanes, marks)
+
+
+M12 = Scenario.of(
+    "M12",
+    _m12_run,
+    "A worker killed while idle keeps the task queue's lock: its replacement waits for it for "
+    "ever, and so does join(), with no task pending; shutdown_mp_pool reaps every worker, "
+    "frees the dead one's lock, and the pool ends.",
+    "a process (the pool's workers write their marks to a file, the parent merges them with "
+    "its own: perf_counter is one clock for both)",
 )
