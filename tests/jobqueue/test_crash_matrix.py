@@ -160,7 +160,9 @@ class Child:
             try:
                 line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no {text!r} from worker {self.pid}") from None
+                raise AssertionError(
+                    f"no {text!r} from worker {self.pid} within {timeout:g} s; its log: {self.err}"
+                ) from None
             if line is None:
                 lines.put(None)
                 raise AssertionError(f"worker {self.pid} ended before {text!r}: {self.err}")
@@ -549,7 +551,10 @@ class SoakTally:
 def kill_at_a_random_moment(q: Queue, rng: random.Random) -> None:
     """Start a worker and SIGKILL it right after a random number of handler markers."""
     child = q.worker(concurrency=rng.randint(1, 4), lease=1.0)
-    for _ in range(rng.randint(1, 8)):  # markers: a run starting or ending, in any thread
+    # The first marker comes after the interpreter's start, the imports and the store's
+    # connection, which a loaded machine can stretch past MUST_HAPPEN: a longer hang guard.
+    child.expect_out(" ", timeout=3 * MUST_HAPPEN)
+    for _ in range(rng.randint(0, 7)):  # markers: a run starting or ending, in any thread
         child.expect_out(" ")
     child.proc.kill()
     assert child.wait() == -signal.SIGKILL
