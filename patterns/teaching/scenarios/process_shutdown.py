@@ -475,6 +475,7 @@ def _m12_run(fixed: bool) -> Tracer:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "marks")
         started = "starts (the pool's initializer)"
+        mark("Pool(1): one worker, which marks its start")
         pool = process_shutdown.safe_context().Pool(
             1, initializer=process_tasks.mark, initargs=(str(path), started)
         )
