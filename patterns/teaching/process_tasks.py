@@ -1,4 +1,4 @@
-"""Functions the process tests, notebook 13 and the M3 and M8 pictures run in child processes.
+"""Functions the process tests, notebook 13 and the M pictures run in child processes.
 
 A child started with ``spawn`` or ``forkserver`` unpickles its target by module and
 name, so these cannot live in a test module that pytest imports under another name.
@@ -160,6 +160,17 @@ def item_with_cleanup_marked(go: str, marks: str) -> str:
         return "done"
     finally:
         mark(marks, "finally: cleans up")
+
+
+def deaf_item_marked(marks: str) -> None:
+    """A stuck item that ignores SIGTERM, saying so in ``marks`` (the M11 race picture)."""
+
+    def ignored(signum: int, frame: object) -> None:
+        mark(marks, "SIGTERM arrives: ignored, the item goes on")
+
+    signal.signal(signal.SIGTERM, ignored)
+    mark(marks, "starts one long item, deaf to SIGTERM")
+    time.sleep(60)
 
 
 def item_with_cleanup(path: str, started: str, log: str) -> str:

@@ -51,8 +51,16 @@ SCENARIOS: dict[str, Scenario] = {
     "async_queue.a1": async_queue.A1,
     "asyncio_shutdown.a7": asyncio_shutdown.A7,
     "asyncio_shutdown.a10": asyncio_shutdown.A10,
+    "asyncio_shutdown.a11": asyncio_shutdown.A11,
+    "asyncio_shutdown.a12": asyncio_shutdown.A12,
+    "asyncio_shutdown.a13": asyncio_shutdown.A13,
+    "asyncio_shutdown.a14": asyncio_shutdown.A14,
     "process_shutdown.m3": process_shutdown.M3,
     "process_shutdown.m8": process_shutdown.M8,
+    "process_shutdown.m9": process_shutdown.M9,
+    "process_shutdown.m10": process_shutdown.M10,
+    "process_shutdown.m11": process_shutdown.M11,
+    "process_shutdown.m12": process_shutdown.M12,
     "server_shutdown.w2": server_shutdown.W2,
 }
 
