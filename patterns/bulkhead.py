@@ -823,11 +823,13 @@ class Bulkhead:
         """What holds the slots, for `BulkheadFull`: a timed-out caller's job holds one too."""
         abandoned = self._counts["abandoned"]  # running on after its caller timed out
         skipped = sum(1 for job in self._pending if job.future.cancelled())
+        # Waiting jobs are counted against the room in all: a job a free worker has not
+        # picked up yet waits too, so "waiting" can exceed queue_size.
         return (
             f"full: {len(self._running)} of {self._max_concurrent} worker(s) running "
             f"({abandoned} abandoned by timed-out callers), "
-            f"{len(self._pending)} of {self._queue_size} queue slot(s) taken "
-            f"({skipped} by timed-out callers, to be skipped)"
+            f"{len(self._pending)} waiting ({skipped} by timed-out callers, to be skipped); "
+            f"room for {self._max_concurrent + self._queue_size} in all"
         )
 
     def _leave(self, job: _Job, *, timed_out: bool, limit: float | None) -> None:

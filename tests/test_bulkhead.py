@@ -1202,7 +1202,7 @@ def test_bulkhead_full_says_what_holds_the_slots() -> None:
 
     assert str(info.value) == (
         "holders: full: 1 of 1 worker(s) running (1 abandoned by timed-out callers), "
-        "1 of 1 queue slot(s) taken (1 by timed-out callers, to be skipped)"
+        "1 waiting (1 by timed-out callers, to be skipped); room for 2 in all"
     )
     finish(bulkhead, gate)
 
