@@ -387,6 +387,9 @@ class SignalHandlers:
         _installed = self
         self._dispatcher = threading.Thread(
             target=_setting_when_done(self._dispatch, self._dispatcher_ended),
+            # Its own copy of the number: a stop() right after start() may hand the pipe
+            # over (clearing the field) before the new thread has run a line.
+            args=(self._read_fd,),
             name="signal-dispatcher",
             daemon=True,
         )
@@ -513,12 +516,11 @@ class SignalHandlers:
         self._dispatcher_running = self._dispatcher_reading = False  # not in this process
         self._close_pipe()
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, read_fd: int) -> None:
         """Read signal numbers from the pipe until stop() writes _CLOSE.
 
         On the way out, close the pipe if a stop() whose deadline passed first left it here.
         """
-        read_fd = self._read_fd  # the field is cleared when stop() hands the pipe over
         try:
             while True:
                 for signum in os.read(read_fd, 64):
