@@ -21,7 +21,8 @@ Guarantees:
       and the wakeup fd is what it was, even if a handler put back raises on the way
       (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``
       (``math.inf``: as long as it takes), and its report is true even after a Ctrl-C
-      interrupted an earlier ``stop()``.
+      interrupted an earlier ``stop()``. The wakeup pipe is closed once the dispatcher
+      has ended, by ``stop()`` or, if the dispatcher outlived the budget, by itself.
     * ``on_stop`` calling ``sys.exit(code)`` ends the program with ``code``: the exit is
       logged and raised in the main thread; any other exception from it is logged.
     * A child forked while started gets the handlers it had before and no wakeup fd.
@@ -181,7 +182,9 @@ class SignalHandlers:
         # _self_signals and _report. Taken by the dispatcher thread for each signal, by
         # start() and stop() for a few assignments; never held while anything waits or
         # on_stop runs. Reentrant: a stop() from a signal handler that interrupted the main
-        # thread while it held the lock must not wait for itself (E1, R4).
+        # thread while it held the lock must not wait for itself (E1, R4). It also guards
+        # _dispatcher_reading and _pipe_for_dispatcher, so that exactly one of stop() and the
+        # dispatcher closes the pipe.
         self._lock = threading.RLock()
         self._started = False
         self._armed = False  # set once start() has succeeded; signals before it wait in _held
@@ -212,7 +215,14 @@ class SignalHandlers:
         self._dispatcher_running = False
         # The C-level handler writes signal numbers to _write_fd (non-blocking: a full pipe
         # drops a byte rather than block in a signal handler); the dispatcher reads _read_fd.
+        # -1 once closed, or once handed to the dispatcher: a number kept after that could
+        # be closed again when the process has reused it for another file.
         self._read_fd = self._write_fd = -1
+        # True from just before the dispatcher starts until it has stopped reading; a pipe
+        # that stop() gave up waiting for is left in _pipe_for_dispatcher, closed by the
+        # dispatcher on its way out.
+        self._dispatcher_reading = False
+        self._pipe_for_dispatcher: tuple[int, ...] = ()
 
     @property
     def signals(self) -> tuple[signal.Signals, ...]:
@@ -377,13 +387,18 @@ class SignalHandlers:
         _installed = self
         self._dispatcher = threading.Thread(
             target=_setting_when_done(self._dispatch, self._dispatcher_ended),
+            # Its own copy of the number: a stop() right after start() may hand the pipe
+            # over (clearing the field) before the new thread has run a line.
+            args=(self._read_fd,),
             name="signal-dispatcher",
             daemon=True,
         )
+        self._dispatcher_reading = True
         try:
             self._dispatcher.start()
         except BaseException:
-            self._dispatcher_ended.set()  # it never ran, so it has ended
+            self._dispatcher_reading = False  # it never ran, so it has ended
+            self._dispatcher_ended.set()
             raise
         self._dispatcher_running = True
         for signum in self._signals:
@@ -437,15 +452,41 @@ class SignalHandlers:
         # live thread has finished (gh-90882), and the pipe would close under it.
         if self._dispatcher is None or _wait(self._dispatcher_ended, deadline):
             self._close_pipe()
+        else:  # the deadline came first: the dispatcher closes the pipe when it ends
+            self._hand_pipe_to_dispatcher()
         if _installed is self:
             _installed = None
 
     def _close_pipe(self) -> None:
-        for fd in (self._read_fd, self._write_fd):
-            if fd != -1:
-                with contextlib.suppress(OSError):  # closed already, if interrupted and redone
-                    os.close(fd)
-        self._read_fd = self._write_fd = -1
+        """Close each end once: its field is cleared before its close.
+
+        A Ctrl-C (from a handler put back) is raised after a call returns, so at worst
+        between the two closes; the redone _restore then closes only the end still open,
+        never a number that the process may by then have reused for another file.
+        """
+        fd, self._read_fd = self._read_fd, -1
+        if fd != -1:
+            with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
+                os.close(fd)
+        fd, self._write_fd = self._write_fd, -1
+        if fd != -1:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _hand_pipe_to_dispatcher(self) -> None:
+        """Leave the pipe to a dispatcher still reading it, or close it if it has stopped.
+
+        Decided under the lock the dispatcher takes as it stops reading, so exactly one of
+        the two closes the pipe, and it is closed even when the dispatcher outlives the
+        deadline (nothing else would close it: both ends would stay open for good).
+        """
+        with self._lock:
+            if self._dispatcher_reading:
+                pipe = tuple(fd for fd in (self._read_fd, self._write_fd) if fd != -1)
+                self._pipe_for_dispatcher += pipe
+                self._read_fd = self._write_fd = -1
+                return
+        self._close_pipe()
 
     def _forget_after_fork(self) -> None:
         """In a child forked while started: put back the previous handlers, let go of the pipe.
@@ -472,16 +513,26 @@ class SignalHandlers:
         if self._wakeup_installed:
             signal.set_wakeup_fd(-1)
             self._wakeup_installed = False
-        self._dispatcher_running = False  # not in this process
+        self._dispatcher_running = self._dispatcher_reading = False  # not in this process
         self._close_pipe()
 
-    def _dispatch(self) -> None:
-        """Read signal numbers from the pipe until stop() writes _CLOSE."""
-        while True:
-            for signum in os.read(self._read_fd, 64):
-                if signum == _CLOSE:
-                    return
-                self._on_signal(signum)
+    def _dispatch(self, read_fd: int) -> None:
+        """Read signal numbers from the pipe until stop() writes _CLOSE.
+
+        On the way out, close the pipe if a stop() whose deadline passed first left it here.
+        """
+        try:
+            while True:
+                for signum in os.read(read_fd, 64):
+                    if signum == _CLOSE:
+                        return
+                    self._on_signal(signum)
+        finally:
+            with self._lock:
+                self._dispatcher_reading = False
+                pipe, self._pipe_for_dispatcher = self._pipe_for_dispatcher, ()
+            for fd in pipe:
+                os.close(fd)
 
     def _on_signal(self, signum: int) -> None:
         with self._lock:

@@ -397,8 +397,9 @@ class _LoopThreadAdapter:
 
     `start` starts an event loop in a thread of its own and starts the object in it
     (`_begin`); `stop` awaits the object's own stop in that loop (bounded by the budget),
-    then stops the loop and joins its thread. The report is the object's own, the same
-    object on every call. Subclasses say how to build, begin and stop the object.
+    lets the loop's other tasks end (`_end_tasks`), then stops the loop, joins its thread
+    and closes it. The report is the object's own, the same object on every call.
+    Subclasses say how to build, begin and stop the object.
     """
 
     def __init__(self, *, stop_timeout: float = 5.0, name: str = "contract-tasks") -> None:
@@ -453,16 +454,22 @@ class _LoopThreadAdapter:
             if loop is None or thread is None:  # never started
                 self._report = self._never_started()
                 return self._report
+            left: list[str] | None = None  # tasks still pending once _end_tasks is done
             try:
                 done = asyncio.run_coroutine_threadsafe(self.inner.stop(budget), loop)
                 # min() first: budget may be an int too large for a float (10**400)
                 wait = min(min(budget, threading.TIMEOUT_MAX) + NOISE, threading.TIMEOUT_MAX)
                 self._report = done.result(wait)
             finally:
-                loop.call_soon_threadsafe(loop.stop)
-                thread.join(MUST_HAPPEN)
-                if not thread.is_alive():
-                    loop.close()
+                try:
+                    ended = asyncio.run_coroutine_threadsafe(_end_tasks(), loop)
+                    left = ended.result(2 * MUST_HAPPEN + NOISE)
+                finally:
+                    loop.call_soon_threadsafe(loop.stop)
+                    thread.join(MUST_HAPPEN)
+                    if not thread.is_alive() and left == []:  # never close on a pending task
+                        loop.close()
+            assert left == [], f"tasks still pending after they were cancelled: {left}"
             return self._report
 
     def __enter__(self) -> Any:
@@ -472,6 +479,28 @@ class _LoopThreadAdapter:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+async def _end_tasks() -> list[str]:
+    """Let the loop's other tasks end, then cancel those left; the names of any still pending.
+
+    An object's stop may return before its tasks have ended (a zero budget reports "not
+    yet"), and a loop closed then destroys them pending ("Task was destroyed but it is
+    pending!"): the task that entered a `StoppableTaskGroup`, say, is still leaving its
+    ``async with``. Each wait is bounded by MUST_HAPPEN, so a task that ignores its
+    cancellation fails the stop instead of hanging it.
+    """
+    import asyncio  # noqa: PLC0415
+
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if not others:
+        return []
+    _, pending = await asyncio.wait(others, timeout=MUST_HAPPEN)
+    for task in pending:
+        task.cancel()
+    if pending:
+        _, pending = await asyncio.wait(pending, timeout=MUST_HAPPEN)
+    return sorted(task.get_name() for task in pending)
 
 
 class LoopThreadTaskSet(_LoopThreadAdapter):

@@ -36,11 +36,14 @@ from tests.support import (
     NOISE,
     STAYS_BLOCKED,
     Gate,
+    cannot_start,
     child_env,
     elapsed,
     join_or_fail,
+    recording_hook,
     run_in_thread,
     spawn_python,
+    thread_start_patched,
     wait_until,
 )
 
@@ -1755,6 +1758,65 @@ def test_an_infinite_or_huge_budget_means_as_long_as_it_takes_and_never_overflow
     assert open_fds() == fds
     again = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,)).start()
     assert again.stop(budget).terminated
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_dispatcher_still_running_at_the_deadline_closes_the_pipe_as_it_ends() -> None:
+    """stop(0) while the dispatcher is held: the pipe stays open until it ends, then closes."""
+    fds = open_fds()
+    gate = Gate("on_stop in the dispatcher")
+    ran_in: list[threading.Thread] = []
+
+    def on_stop() -> None:
+        ran_in.append(threading.current_thread())
+        gate.arrive()
+
+    try:
+        # No thread for on_stop (the second start), so the dispatcher runs it itself, and
+        # on_stop parked at the gate holds the dispatcher past the zero budget.
+        with thread_start_patched(2, cannot_start):
+            handlers = SignalHandlers(on_stop, signals=(signal.SIGUSR1,)).start()
+            signal.raise_signal(signal.SIGUSR1)
+            gate.wait_reached()
+        [dispatcher] = ran_in
+        report = handlers.stop(0)
+        assert report == SignalHandlersReport(False, ("signal-dispatcher",), signal.SIGUSR1)
+        assert len(open_fds() - fds) == 2  # both ends, still the dispatcher's to read
+    finally:
+        gate.open()
+    join_or_fail(dispatcher)
+    assert open_fds() == fds  # closed by the dispatcher on its way out
+
+
+@pytest.mark.usefixtures("saved_handlers")
+def test_a_stop_before_the_dispatcher_has_run_a_line_leaves_it_its_pipe_to_read_and_close() -> None:
+    """stop(0) right after start(), the dispatcher not yet in _dispatch: it reads, ends, closes."""
+    fds = open_fds()
+    gate = Gate("the dispatcher's first line")
+    ran_in: list[threading.Thread] = []
+
+    def hold_at_dispatch(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_name == "_dispatch":
+            ran_in.append(threading.current_thread())
+            gate.arrive()
+
+    previous = threading.gettrace()
+    try:
+        with recording_hook() as uncaught:
+            threading.settrace(hold_at_dispatch)  # for the threads started from here on
+            try:
+                handlers = SignalHandlers(lambda: None, signals=(signal.SIGUSR1,)).start()
+            finally:
+                threading.settrace(previous)
+            gate.wait_reached()
+            [dispatcher] = ran_in
+            assert handlers.stop(0) == SignalHandlersReport(False, ("signal-dispatcher",), None)
+            gate.open()
+            join_or_fail(dispatcher)
+    finally:
+        gate.open()
+    assert uncaught == []  # it read the pipe it was started with, not a cleared field
+    assert open_fds() == fds  # and closed it on its way out
 
 
 @pytest.mark.usefixtures("saved_handlers")
