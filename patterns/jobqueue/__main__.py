@@ -32,15 +32,20 @@ def _fill_closed_standard_fds() -> None:
                 os.close(null)
 
 
+def _dump_stacks(signum: int, frame: object) -> None:
+    """SIGQUIT: every thread's stack on stderr (to /dev/null if it is closed); nothing stops.
+
+    A Python-level handler, so the main thread prints the stacks holding the GIL, while no
+    other thread can change its frames. ``faulthandler.register`` reads them from the C
+    signal handler while the threads run: once a handler thread's frame read as
+    ``File ???`` and the worker died mid-dump.
+    """
+    faulthandler.dump_traceback(file=sys.stderr if sys.stderr is not None else 2, all_threads=True)
+
+
 _fill_closed_standard_fds()
 guard = SignalGuard("python -m patterns.jobqueue").install()
-# faulthandler puts back the disposition it found (at unregister(), or at the interpreter's
-# exit): SIG_IGN, so that a SIGQUIT in the process's last milliseconds does not dump core.
-signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-# With stderr closed, the stacks go to /dev/null: SIGQUIT still does not end the process.
-faulthandler.register(
-    signal.SIGQUIT, file=sys.stderr if sys.stderr is not None else 2, all_threads=True, chain=False
-)
+signal.signal(signal.SIGQUIT, _dump_stacks)
 
 from patterns.jobqueue.cli import main  # noqa: E402 - after the handlers, on purpose
 
@@ -48,7 +53,7 @@ try:
     status = main(guard=guard)
 finally:
     guard.ignore_until_exit()  # the interpreter's exit would make a stop signal kill
-    # A stack dump while the interpreter is torn down can crash it (SIGSEGV on 3.13):
-    # from here on SIGQUIT gets what faulthandler found, SIG_IGN.
-    faulthandler.unregister(signal.SIGQUIT)
+    # The interpreter's exit puts SIG_DFL (a core dump) back on a Python handler, and a
+    # stack dump while it is torn down can crash it (SIGSEGV on 3.13): SIG_IGN from here.
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
 sys.exit(status)
