@@ -21,9 +21,9 @@ Guarantees:
       worker was killed mid-task (its task is reported lost, not waited for), ignores
       SIGTERM or died holding a queue lock, and reaps every worker the pool had while it
       watched, replacements too.
-    * A `KeyboardInterrupt` anywhere in either function, in the graceful wait or in the
-      forcing, sends SIGKILL to the workers at once and reaps them before it propagates:
-      no worker outlives the program, not even one that ignores SIGTERM.
+    * A `KeyboardInterrupt` (or any error) anywhere in either function, in the graceful
+      wait or in the forcing, sends SIGKILL to the workers at once and reaps them before
+      it propagates: no worker outlives the program, not even one that ignores SIGTERM.
     * `StoppableProcess.stop` returns within its budget; the first stop that completes
       is recorded and every later call returns it, even if the child was killed behind
       its back. With every start method (``fork``, ``forkserver``, ``spawn``) the child's
@@ -295,10 +295,10 @@ def shutdown_process_pool(
     Forcing cancels every task that has not started, sends SIGTERM to the live workers,
     SIGKILL to those still alive half-way through ``force_timeout``, and reaps them all.
     Call it before any other ``shutdown()``: that one forgets the worker processes.
-    A `KeyboardInterrupt` in the wait or the forcing kills the workers at once, reaps them
-    within ``force_timeout`` and is re-raised. Either budget may be ``math.inf`` (as long as
-    it takes: an infinite ``force_timeout`` never sends SIGKILL); a negative or NaN one is
-    a `ValueError`, never a stuck task.
+    A `KeyboardInterrupt` (or any error) in the wait or the forcing kills the workers at
+    once, reaps them within ``force_timeout`` and is re-raised. Either budget may be
+    ``math.inf`` (as long as it takes: an infinite ``force_timeout`` never sends SIGKILL);
+    a negative or NaN one is a `ValueError`, never a stuck task.
     """
     timeout = _seconds(timeout, "timeout")
     force_timeout = _seconds(force_timeout, "force_timeout")
@@ -313,11 +313,14 @@ def shutdown_process_pool(
     pool = _Pool(executor, workers, manager, wakeup, items)
     try:
         forced, never_started, killed = _wait_then_force(pool, start + timeout, force_timeout)
-    except KeyboardInterrupt:
-        # Ctrl-C while waiting or forcing: the caller wants out now, so kill rather than
-        # wait, reap within force_timeout, and let the interrupt go on.
+    except BaseException as exc:
+        # Ctrl-C while waiting or forcing (or any error): the caller wants out now, so kill
+        # rather than wait, reap within force_timeout, and let the interrupt go on.
         _kill_now(pool, force_timeout)
-        raise
+        interrupt = _the_interrupt(exc)
+        if interrupt is exc:
+            raise
+        raise interrupt from exc
 
     lost = [
         _name(item.fn)
@@ -482,6 +485,20 @@ def _force_mp(
     return killed
 
 
+def _the_interrupt(exc: BaseException) -> BaseException:
+    """What to re-raise once the workers are killed: the Ctrl-C itself, if it broke a lock.
+
+    A `KeyboardInterrupt` that lands inside threading's own code (``Thread.start()``
+    waiting for the thread, a ``Condition``) can surface as a `RuntimeError` such as
+    "release unlocked lock", with the interrupt as its context: the caller's
+    ``except KeyboardInterrupt`` should still see the Ctrl-C (seen once on 3.12).
+    """
+    context = exc.__context__
+    if isinstance(context, KeyboardInterrupt) and not isinstance(exc, KeyboardInterrupt):
+        return context
+    return exc
+
+
 def _kill_mp_now(
     pool: multiprocessing.pool.Pool,
     seen: dict[int, BaseProcess],
@@ -552,9 +569,9 @@ def shutdown_mp_pool(
     lock a dead worker held released (else ``terminate()`` waits for it). Pass the
     results you hold, by name: those not ready at the end are ``lost`` (a Pool cannot
     tell a task that never started from one killed while running, so ``never_started``
-    stays empty). A `KeyboardInterrupt` anywhere in the wait or the forcing sends
-    SIGKILL to every worker at once, reaps them within ``force_timeout`` and is
-    re-raised. Budgets are checked as `shutdown_process_pool` checks them.
+    stays empty). A `KeyboardInterrupt` (or any error) anywhere in the wait or the
+    forcing sends SIGKILL to every worker at once, reaps them within ``force_timeout``
+    and is re-raised. Budgets are checked as `shutdown_process_pool` checks them.
     """
     timeout = _seconds(timeout, "timeout")
     force_timeout = _seconds(force_timeout, "force_timeout")
@@ -568,11 +585,14 @@ def shutdown_mp_pool(
         force_start = time.monotonic()
         kill_at = force_start + force_timeout * (1.0 if drained else _TERM_SHARE)
         killed = _force_mp(pool, seen, terminator, kill_at, force_start + force_timeout)
-    except KeyboardInterrupt:
-        # Ctrl-C while waiting or forcing: the caller wants out now, so kill rather than
-        # wait (a worker may ignore SIGTERM), reap within force_timeout, and go on.
+    except BaseException as exc:
+        # Ctrl-C while waiting or forcing (or any error): the caller wants out now, so kill
+        # rather than wait (a worker may ignore SIGTERM), reap within force_timeout, go on.
         _kill_mp_now(pool, seen, terminator, force_timeout)
-        raise
+        interrupt = _the_interrupt(exc)
+        if interrupt is exc:
+            raise
+        raise interrupt from exc
     lost = [name for name, result in (results or {}).items() if not result.ready()]
     still = [_proc_name(p) for p in _alive(seen.values())]
     still += [t.name for t in (*_mp_threads(pool), terminator) if t.is_alive()]
