@@ -1507,6 +1507,7 @@ def test_a_subprocess_started_after_install_gets_default_handlers_and_not_the_pi
 
 MULTIPROCESSING_FORK = """
 import multiprocessing, os, signal, sys, threading, time, warnings
+from pathlib import Path
 from patterns.exit_hooks import SignalHandlers
 
 def child(ready):
@@ -1527,7 +1528,8 @@ with SignalHandlers(called.set) as handlers:
     # Signal once the child is parked in its wait (a futex): a SIGINT that lands after the
     # child's last check for signals and before its wait begins is never seen by that wait.
     deadline = time.monotonic() + {timeout}
-    while not open(f"/proc/{{process.pid}}/wchan").read().startswith("futex"):
+    wchan = Path(f"/proc/{{process.pid}}/wchan")
+    while not wchan.read_text().startswith("futex"):
         assert time.monotonic() < deadline, "the child never parked in its wait"
         time.sleep(0.001)
     {signal_them}

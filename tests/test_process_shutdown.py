@@ -1629,7 +1629,9 @@ FORCED_PHASE_INTERRUPTED = """
         for _ in range(2):
             pool.submit(deaf_noting_sigterm, str(path), 60)
         shutdown = shutdown_process_pool
+    deadline = time.monotonic() + 30  # a bounded wait: the child never hangs the test
     while not (path.exists() and path.read_text().count("\\n") == 2):  # both tasks run
+        assert time.monotonic() < deadline, "the two tasks never started"
         time.sleep(0.001)
     try:
         shutdown(pool, 0.5, force_timeout=60)
