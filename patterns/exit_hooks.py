@@ -414,7 +414,7 @@ class SignalHandlers:
             self._armed = True
             held, self._held = self._held, []
         for signum in held:  # arrived while installing, after our handler was in place
-            self._on_signal(signum)
+            self.on_signal(signum)
 
     def _restore_all(self, deadline: float) -> BaseException | None:
         """Undo everything _install did; return what a handler put back raised on the way."""
@@ -526,7 +526,7 @@ class SignalHandlers:
                 for signum in os.read(read_fd, 64):
                     if signum == _CLOSE:
                         return
-                    self._on_signal(signum)
+                    self.on_signal(signum)
         finally:
             with self._lock:
                 self._dispatcher_reading = False
@@ -534,7 +534,15 @@ class SignalHandlers:
             for fd in pipe:
                 os.close(fd)
 
-    def _on_signal(self, signum: int) -> None:
+    def on_signal(self, signum: int) -> None:
+        """Act on one signal; the dispatcher thread calls it for each signal it reads.
+
+        The default counts this handle's own signals: the first runs ``on_stop`` in a
+        thread of its own, the second exits at once (`force_exit`). Any other signal with
+        a Python-level handler is read here too and ignored. A subclass may override it to
+        answer more signals (call ``super().on_signal(signum)`` for the rest); it must not
+        block, or the second signal goes unread.
+        """
         with self._lock:
             # Every signal with a Python-level handler writes to the wakeup fd (pytest's
             # SIGALRM, say), so only ours count, and none after close() has started.

@@ -54,7 +54,7 @@ class _Dispatcher(SignalHandlers):
         self._on_status = on_status
         self._stopped = stopped
 
-    def _on_signal(self, signum: int) -> None:
+    def on_signal(self, signum: int) -> None:
         if signum == STATUS_SIGNAL:
             self._on_status()  # a put: the dispatcher stays free for a second stop signal
             return
@@ -64,7 +64,7 @@ class _Dispatcher(SignalHandlers):
             name = signal.Signals(signum).name
             logger.warning("%s ignored: the worker has stopped and the process is exiting", name)
             return
-        super()._on_signal(signum)
+        super().on_signal(signum)
 
 
 class WorkerSignals:
