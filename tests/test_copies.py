@@ -25,23 +25,38 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 
 # (helper, the modules that hold the same code); the modules' comments point here.
 COPIES = [
-    ("_wait", ["daemon_threads", "supervisor"]),
-    (
-        "_seconds",
-        [
-            "bulkhead",
-            "cancellation",
-            "daemon_threads",
-            "executor_shutdown",
-            "process_shutdown",
-            "supervisor",
-        ],
-    ),
-    ("_left", ["bulkhead", "executor_shutdown"]),
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
-    ("_seconds", ["async_queue", "closable_queue", "poison_pill"]),
-    ("_seconds", ["asyncio_shutdown", "exit_hooks", "server_shutdown"]),
 ]
+
+# Seconds and deadlines: one family, the same code in every module that holds any of it
+# (each module holds the ones it uses). A fix is made here and in every copy.
+SECONDS_FAMILY = """
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+def _left(deadline: float) -> float:
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    while not event.wait(_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+"""
+FAMILY = {
+    node.name: ast.unparse(node)
+    for node in ast.parse(SECONDS_FAMILY).body
+    if isinstance(node, ast.FunctionDef)
+}
+# Names an earlier copy of the family went by: a module holds the family's own instead.
+RETIRED = {"_wait_until", "_wait_event", "_seconds_left", "_remaining", "_time_left"}
 
 
 # The Ctrl-C-aware ``__exit__`` (say what the stop waits for, a second Ctrl-C stops now, one
@@ -77,6 +92,29 @@ def test_each_copy_of_a_repeated_helper_has_the_same_code(name: str, modules: li
     expected = code_of(first, name)
     for module in others:
         assert code_of(module, name) == expected, f"{module}.{name} differs from {first}.{name}"
+
+
+def pattern_modules() -> list[str]:
+    """The stem of every pattern module."""
+    return sorted(p.stem for p in PATTERNS.glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("module", pattern_modules())
+def test_the_seconds_family_is_the_same_code_in_every_module_that_holds_it(module: str) -> None:
+    """``_seconds``, ``_deadline``, ``_left``, ``_wait``: one family, copied unchanged."""
+    tree = ast.parse((PATTERNS / f"{module}.py").read_text(encoding="utf-8"))
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert names & RETIRED == set(), f"{module}.py: use the family's names instead"
+    for name in sorted(names & FAMILY.keys()):
+        assert code_of(module, name) == FAMILY[name], f"{module}.{name} is not the family's"
+
+
+@pytest.mark.parametrize("module", pattern_modules())
+def test_the_deadline_clamp_is_written_once_in_left(module: str) -> None:
+    """``min(max(0.0, deadline - now), cap)`` lives in ``_left``; every wait calls it."""
+    text = (PATTERNS / f"{module}.py").read_text(encoding="utf-8")
+    inside_left = 1 if "def _left(" in text else 0
+    assert text.count("min(max(0.0") == inside_left, f"{module}.py clamps outside _left"
 
 
 def test_each_ctrl_c_aware_exit_has_the_same_code() -> None:
