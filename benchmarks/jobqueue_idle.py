@@ -46,7 +46,7 @@ from benchmarks._tables import (
     target,
 )
 
-TASKS = "patterns.jobqueue.demo_tasks:tasks"
+TASKS = "patterns.jobqueue.cli.demo_tasks:tasks"
 STARTED = "-> RUNNING"  # the worker's log line once it has started
 START_TIMEOUT = 60.0  # seconds a worker may take to start (imports, under load)
 IDLE_TARGET = 0.5  # % of one core: under the 1 % aim with a margin

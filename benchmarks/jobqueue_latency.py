@@ -590,7 +590,7 @@ def signal_command(kind: str, path: Path) -> tuple[list[str], str]:
     if kind == "bare":
         return [sys.executable, "-c", BARE_CHILD], "stdout"
     if kind == "cli":
-        tasks = "patterns.jobqueue.demo_tasks:tasks"
+        tasks = "patterns.jobqueue.cli.demo_tasks:tasks"
         command = [sys.executable, "-m", "patterns.jobqueue", "--db", str(path)]
         return [*command, "worker", "--tasks", tasks], "stderr"
     command = [sys.executable, "-m", f"benchmarks.{MODULE}", "--child", "consumer", str(path)]
@@ -835,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(argv[1:])
-    from patterns.jobqueue.sqlite import WATCH_INTERVAL  # noqa: PLC0415
+    from patterns.jobqueue.stores.sqlite.store import WATCH_INTERVAL  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=runs_setting(3), help="(BENCH_RUNS, 3)")

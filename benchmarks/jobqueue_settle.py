@@ -37,7 +37,7 @@ from benchmarks._tables import (
     scratch_dir,
     stats_table,
 )
-from patterns.jobqueue.store import Claim, Settle, Settlement, Store
+from patterns.jobqueue.stores.protocol import Claim, Settle, Settlement, Store
 
 DSN_VARIABLE = "PATTERNS_PG_DSN"
 SIZES = (1, 4, 16)
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.runs} runs per row; median, min, max; ratio = row / the one-per-job row",
         ]
     )
-    from patterns.jobqueue.sqlite import SQLiteStore  # noqa: PLC0415
+    from patterns.jobqueue.stores.sqlite.store import SQLiteStore  # noqa: PLC0415
 
     with scratch_dir("bench-settle-") as tmp:
         for number, level in ((1, "NORMAL"), (2, "FULL")):
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
     if args.dsn:
-        from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
+        from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
 
         schemas: list[str] = []
 

@@ -354,7 +354,7 @@ def pg_dsn() -> str:
 
 def drain_pg_project(path: Path, sync: str, jobs: int) -> float:
     """Seconds for ``PostgresStore + Worker(concurrency=4)`` to drain ``jobs`` jobs."""
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
 
     dsn = pg_dsn()
     with pg_schema(dsn) as schema:

@@ -126,8 +126,8 @@ def parse_ours(spec: str) -> tuple[dict[str, Any], dict[str, Any]]:
     A key is the name of a keyword of ``PostgresStore`` or of ``Worker`` (``threads`` is
     ``concurrency``); a value is a Python literal, or else the text itself.
     """
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
-    from patterns.jobqueue.worker import Worker  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.worker.worker import Worker  # noqa: PLC0415
 
     store_keys = set(inspect.signature(PostgresStore).parameters) - {"dsn", "schema"}
     worker_keys = set(inspect.signature(Worker).parameters) - {"store", "tasks"}
@@ -247,8 +247,8 @@ def ours_registry(marks: Marks, hook: Callable[[], None] | None = None) -> Any:
 
 def ours_drain(dsn: str, spec: str, jobs: int) -> dict[str, float]:
     """Fill ``jobs`` no-ops with ``enqueue_many``, then drain them with ``Worker``."""
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
-    from patterns.jobqueue.worker import Worker  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.worker.worker import Worker  # noqa: PLC0415
 
     store_kw, worker_kw = parse_ours(spec)
     filler = PostgresStore(dsn, **store_kw)
@@ -270,7 +270,7 @@ def ours_drain(dsn: str, spec: str, jobs: int) -> dict[str, float]:
 
 def ours_enqueue(dsn: str, spec: str, count: int) -> dict[str, float]:
     """Seconds for ``count`` calls of ``PostgresStore.enqueue``."""
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
 
     store_kw, _ = parse_ours(spec)
     store = PostgresStore(dsn, **store_kw)
@@ -291,8 +291,8 @@ def settle() -> None:
 
 def ours_wakeup(dsn: str, spec: str, samples: int) -> dict[str, Any]:
     """Latencies from an enqueue on another connection to the handler's first line."""
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
-    from patterns.jobqueue.worker import Worker  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.worker.worker import Worker  # noqa: PLC0415
 
     store_kw, worker_kw = parse_ours(spec)
     started: list[float] = []
@@ -324,8 +324,8 @@ def ours_wakeup(dsn: str, spec: str, samples: int) -> dict[str, Any]:
 
 def ours_statements(dsn: str, spec: str, count: int, log: Path) -> dict[str, float]:
     """Statements the server logged per enqueue and per drained job (see the docstring)."""
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
-    from patterns.jobqueue.worker import Worker  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.worker.worker import Worker  # noqa: PLC0415
 
     store_kw, worker_kw = parse_ours(spec)
     counter = LogCounter(dsn, log)
@@ -711,8 +711,8 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
 
     if system == "ours":
         from patterns.jobqueue import TaskRegistry  # noqa: PLC0415
-        from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
-        from patterns.jobqueue.worker import Worker  # noqa: PLC0415
+        from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
+        from patterns.jobqueue.worker.worker import Worker  # noqa: PLC0415
 
         tasks = TaskRegistry()
 
@@ -771,7 +771,7 @@ def kill_consumer(system: str, database: str, blocking: bool) -> int:
 def kill_fill(system: str, dsn: str, count: int) -> None:
     """Enqueue ``count`` jobs numbered 0.. in ``system``'s schema on ``dsn``."""
     if system == "ours":
-        from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
+        from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
 
         store = PostgresStore(dsn)
         store.enqueue_many([{"task": "noop", "payload": {"n": i}} for i in range(count)])

@@ -37,10 +37,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from benchmarks._tables import end_line, load_average, pg_schema
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.store import JsonValue, Store
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import JsonValue, Store
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 
 DSN_VARIABLE = "PATTERNS_PG_DSN"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from patterns.jobqueue.states import TRANSITIONS, WorkerState
-from patterns.jobqueue.store import JobState
+from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.worker.states import TRANSITIONS, WorkerState
 
 ROOT = Path(__file__).resolve().parent.parent
 DIAGRAMS = ROOT / "docs" / "diagrams"

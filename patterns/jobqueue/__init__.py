@@ -25,10 +25,10 @@ import importlib
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 4 ms import of typing (mypy knows it)
 if TYPE_CHECKING:
-    from patterns.jobqueue.memory import MemoryStore
-    from patterns.jobqueue.postgres import PostgresStore
-    from patterns.jobqueue.sqlite import SQLiteStore
-    from patterns.jobqueue.store import Claim, Job, JobState, Store
+    from patterns.jobqueue.stores.memory import MemoryStore
+    from patterns.jobqueue.stores.postgres.store import PostgresStore
+    from patterns.jobqueue.stores.protocol import Claim, Job, JobState, Store
+    from patterns.jobqueue.stores.sqlite.store import SQLiteStore
     from patterns.jobqueue.tasks import (
         Backoff,
         Fail,
@@ -40,7 +40,13 @@ if TYPE_CHECKING:
         Task,
         TaskRegistry,
     )
-    from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState, WorkerStats
+    from patterns.jobqueue.worker.worker import (
+        Outcome,
+        Worker,
+        WorkerReport,
+        WorkerState,
+        WorkerStats,
+    )
 
 __all__ = [
     "Backoff",
@@ -68,10 +74,10 @@ __all__ = [
 
 # Each exported name and the submodule it comes from.
 _SOURCES = {
-    "MemoryStore": "memory",
-    "PostgresStore": "postgres",  # needs psycopg only once a store is made (the postgres extra)
-    "SQLiteStore": "sqlite",
-    **dict.fromkeys(("Claim", "Job", "JobState", "Store"), "store"),
+    "MemoryStore": "stores.memory",
+    "PostgresStore": "stores.postgres.store",  # psycopg is needed once a store is made
+    "SQLiteStore": "stores.sqlite.store",
+    **dict.fromkeys(("Claim", "Job", "JobState", "Store"), "stores.protocol"),
     **dict.fromkeys(
         (
             "Backoff",
@@ -86,7 +92,9 @@ _SOURCES = {
         ),
         "tasks",
     ),
-    **dict.fromkeys(("Outcome", "Worker", "WorkerReport", "WorkerState", "WorkerStats"), "worker"),
+    **dict.fromkeys(
+        ("Outcome", "Worker", "WorkerReport", "WorkerState", "WorkerStats"), "worker.worker"
+    ),
 }
 
 

@@ -1,7 +1,7 @@
-"""``python -m patterns.jobqueue``: see `patterns.jobqueue.cli` for the commands and exit codes.
+"""``python -m patterns.jobqueue``: `patterns.jobqueue.cli.main` has the commands and exit codes.
 
 The signal handlers come first, before the command line's imports (0.1 s): see
-`patterns.jobqueue.signal_guard`. SIGQUIT prints every thread's stack to stderr, and the
+`patterns.jobqueue.cli.signal_guard`. SIGQUIT prints every thread's stack to stderr, and the
 process goes on, for every command. Once ``main`` has returned, SIGQUIT and the signals
 the guard still holds (the worker's) are ignored until the process exits: see
 `SignalGuard.ignore_until_exit`.
@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from patterns.jobqueue.signal_guard import SignalGuard
+from patterns.jobqueue.cli.signal_guard import SignalGuard
 
 
 def _fill_closed_standard_fds() -> None:
@@ -47,7 +47,7 @@ _fill_closed_standard_fds()
 guard = SignalGuard("python -m patterns.jobqueue").install()
 signal.signal(signal.SIGQUIT, _dump_stacks)
 
-from patterns.jobqueue.cli import main  # noqa: E402 - after the handlers, on purpose
+from patterns.jobqueue.cli.main import main  # noqa: E402 - after the handlers, on purpose
 
 try:
     status = main(guard=guard)

@@ -40,7 +40,7 @@ Java:
     hooks) is the registry's tasks and hooks.
 
 See also:
-    ``patterns.jobqueue.worker`` (the order in which all of these are called),
+    ``patterns.jobqueue.worker.worker`` (the order in which all of these are called),
     ``patterns.cancellation`` (the token).
 """
 
@@ -56,7 +56,7 @@ from typing import Any, TypeAlias, overload
 
 from patterns import cancellation
 from patterns.cancellation import Cancelled
-from patterns.jobqueue.store import (
+from patterns.jobqueue.stores.protocol import (
     DEFAULT_MAX_ATTEMPTS,
     MAX_ATTEMPTS_LIMIT,
     Job,

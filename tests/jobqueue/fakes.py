@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.store import Claim
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import Claim
 from tests.support import FakeClock
 
 

@@ -1,7 +1,7 @@
 """Bad input, each refused with an error naming the problem, with nothing lost or half-written.
 
 The library calls are made on both stores; the command line is run in-process through
-`patterns.jobqueue.cli.main` (exit status and stderr, exactly as a shell sees them), and
+`patterns.jobqueue.cli.main.main` (exit status and stderr, exactly as a shell sees them), and
 in a child process where the process itself is the point (a handler calling ``sys.exit``).
 Files are compared byte for byte before and after a refusal.
 """
@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue import cli
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.sqlite import SCHEMA_VERSION, SQLiteStore, StoreFileError
-from patterns.jobqueue.store import MAX_ERROR_CHARS, JobState, Store
+from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import MAX_ERROR_CHARS, JobState, Store
+from patterns.jobqueue.stores.sqlite.store import SCHEMA_VERSION, SQLiteStore, StoreFileError
 from patterns.jobqueue.tasks import Backoff, PhaseError, TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 from tests.support import MUST_HAPPEN, child_env, join_or_fail, run_in_thread
 
 EMPTY = {"queued": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0}
@@ -266,7 +266,7 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]
     elif request.param == "sqlite":
         made = SQLiteStore(tmp_path / "q.db")
     else:
-        from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415 - optional
+        from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415 - optional
 
         dsn = request.getfixturevalue("pg_dsn")
         made = PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"))

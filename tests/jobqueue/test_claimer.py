@@ -20,12 +20,12 @@ import pytest
 
 from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue
-from patterns.jobqueue import claimer as claimer_module
-from patterns.jobqueue.claimer import MAX_BACKOFF, Claimer
-from patterns.jobqueue.ledger import ClaimLedger
-from patterns.jobqueue.outcomes import Outcome
-from patterns.jobqueue.store import Claim, Job
+from patterns.jobqueue.stores.protocol import Claim, Job
 from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.worker import claimer as claimer_module
+from patterns.jobqueue.worker.claimer import MAX_BACKOFF, Claimer
+from patterns.jobqueue.worker.ledger import ClaimLedger
+from patterns.jobqueue.worker.outcomes import Outcome
 from tests.jobqueue.fakes import ScriptedStore
 from tests.support import MUST_HAPPEN, FakeClock, wait_until_parked_inside
 

@@ -1,6 +1,6 @@
 """The command line's rough edges: careless and hostile input, each one line and exit 2.
 
-Run in-process through `patterns.jobqueue.cli.main` (the exit status and stderr a shell
+Run in-process through `patterns.jobqueue.cli.main.main` (the exit status and stderr a shell
 sees), on SQLite files in ``tmp_path``. Where the worker's own behaviour would need a
 process or a long wait, the test replaces `Worker` with a stand-in that returns a chosen
 `WorkerReport`, so the mapping from report to exit status is checked exactly.
@@ -23,11 +23,12 @@ from typing import Any, cast
 
 import pytest
 
-from patterns.jobqueue import cli, demo_tasks
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import DEFAULT_MAX_PAYLOAD_BYTES, Job
+from patterns.jobqueue.cli import demo_tasks
+from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.stores.protocol import DEFAULT_MAX_PAYLOAD_BYTES, Job
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import JobContext
-from patterns.jobqueue.worker import Worker, WorkerReport
+from patterns.jobqueue.worker.worker import Worker, WorkerReport
 from tests.support import MUST_HAPPEN, child_env
 
 ERROR = "python -m patterns.jobqueue: error: "
@@ -230,7 +231,7 @@ def not_a_file(kind: str, path: Path) -> Iterator[None]:
 @pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
 @pytest.mark.parametrize(
     "args",
-    [["status"], ["enqueue", "t"], ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"]],
+    [["status"], ["enqueue", "t"], ["worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks"]],
     ids=lambda args: args[0],
 )
 def test_a_db_that_is_a_fifo_socket_or_device_is_refused_without_blocking(
@@ -317,7 +318,7 @@ def test_a_worker_on_a_read_only_queue_is_refused_in_one_line_instead_of_looping
     db = tmp_path / "q.db"
     assert run_cli(capsys, "--db", str(db), "enqueue", "fast")[0] == 0
     command = [
-        *("--db", str(db), "worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"),
+        *("--db", str(db), "worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks"),
         *("--exit-when-empty", "--poll-interval", "0.05", "--store-outage-limit", "0.5"),
     ]
     with immutable(db):
@@ -538,7 +539,7 @@ def test_the_worker_exit_status_matches_its_report(
         raise Exited(status)
 
     monkeypatch.setattr(cli, "force_exit", force_exit)
-    tasks = "patterns.jobqueue.demo_tasks:tasks"
+    tasks = "patterns.jobqueue.cli.demo_tasks:tasks"
     try:
         status = cli.main(["--db", str(tmp_path / "q.db"), "worker", "--tasks", tasks])
     except Exited as exc:
@@ -581,7 +582,7 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
     expected: float | None,
 ) -> None:
     """``--watch-interval`` reaches `SQLiteStore` (the default is the store's own default)."""
-    from patterns.jobqueue.sqlite import WATCH_INTERVAL  # noqa: PLC0415
+    from patterns.jobqueue.stores.sqlite.store import WATCH_INTERVAL  # noqa: PLC0415
 
     seen: list[object] = []
 
@@ -592,7 +593,7 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
 
     monkeypatch.setattr(cli, "SQLiteStore", Spy)
     db = str(tmp_path / "q.db")
-    worker = ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks", "--exit-when-empty"]
+    worker = ["worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks", "--exit-when-empty"]
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)
     assert code == 0, err
     assert seen == [WATCH_INTERVAL if expected is None else expected]
@@ -630,7 +631,7 @@ def test_the_worker_gives_its_prefetch_to_the_worker(
 
     monkeypatch.setattr(cli, "Worker", Spy)
     db = str(tmp_path / "q.db")
-    worker = ["worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks", "--exit-when-empty"]
+    worker = ["worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks", "--exit-when-empty"]
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)
     assert code == 0, err
     assert seen == [expected]
@@ -638,7 +639,7 @@ def test_the_worker_gives_its_prefetch_to_the_worker(
 
 def test_the_watch_interval_help_names_the_back_off(capsys: pytest.CaptureFixture[str]) -> None:
     """The help says when the looks slow down and how far, from the watcher's own constants."""
-    from patterns.jobqueue.sqlite_watch import WATCH_IDLE_INTERVAL, WATCH_QUIET  # noqa: PLC0415
+    from patterns.jobqueue.stores.sqlite.watch import WATCH_IDLE_INTERVAL, WATCH_QUIET  # noqa: PLC0415
 
     with pytest.raises(SystemExit):
         cli.main(["worker", "--help"])

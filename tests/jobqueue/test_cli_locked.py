@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.postgres_connection import _advisory_key
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.postgres.connection import _advisory_key
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.jobqueue.conftest import admin_execute
 from tests.support import MUST_HAPPEN, child_env, elapsed
 
@@ -131,7 +131,7 @@ def test_a_sigterm_while_the_worker_waits_for_a_locked_schema_ends_it_within_its
     """
     with holding(queue_url, lock):
         proc = spawn(
-            "--db", queue_url, "worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks",
+            "--db", queue_url, "worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks",
             "--stop-timeout", str(STOP),
         )  # fmt: skip
         try:
@@ -255,9 +255,9 @@ def test_ctrl_c_while_enqueue_waits_for_a_locked_postgres_table_is_130_and_write
 
 SHORT_BUSY_WAIT = """
 import sys
-import patterns.jobqueue.sqlite as sqlite_store
+import patterns.jobqueue.stores.sqlite.store as sqlite_store
 sqlite_store.BUSY_TIMEOUT = 0.05
-from patterns.jobqueue.cli import main
+from patterns.jobqueue.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -1,6 +1,6 @@
 """The operator's commands (show, list, requeue, cancel, purge, workers), on SQLite and PostgreSQL.
 
-Each test runs `patterns.jobqueue.cli.main` in-process on a fresh queue (an SQLite file
+Each test runs `patterns.jobqueue.cli.main.main` in-process on a fresh queue (an SQLite file
 in ``tmp_path``, or a new PostgreSQL database), and moves the jobs through their states
 by calling the store directly (claim, release, fail, complete), so every state is
 reached deterministically, without a worker or a sleep. PostgreSQL runs need a server:
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from patterns.jobqueue import cli
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, Store
+from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import Claim, Store
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 
 ERROR = "python -m patterns.jobqueue: error: "
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"

@@ -23,7 +23,7 @@ from typing import IO
 
 import pytest
 
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.jobqueue.test_cli import TASKS_MODULE
 from tests.support import MUST_HAPPEN, child_env
 
@@ -361,7 +361,7 @@ def test_status_on_an_unreachable_server_is_one_line(unreachable_url: str) -> No
 def test_the_worker_still_logs_each_retry_on_an_unreachable_server(unreachable_url: str) -> None:
     """The worker, a long-running process, keeps its warnings: only one-shot commands are quiet."""
     result = run(
-        ["--db", unreachable_url, "worker", "--tasks", "patterns.jobqueue.demo_tasks:tasks"],
+        ["--db", unreachable_url, "worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks"],
         subprocess.DEVNULL,
     )
     assert result.returncode == 2
@@ -375,9 +375,9 @@ def test_the_worker_still_logs_each_retry_on_an_unreachable_server(unreachable_u
 # store gives up on a locked file after its five attempts in about a second, not 26 s.
 SHORT_BUSY_WAIT = """
 import sys
-import patterns.jobqueue.sqlite as sqlite_store
+import patterns.jobqueue.stores.sqlite.store as sqlite_store
 sqlite_store.BUSY_TIMEOUT = 0.05
-from patterns.jobqueue.cli import main
+from patterns.jobqueue.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -432,7 +432,7 @@ def test_the_worker_still_logs_each_busy_retry_on_a_locked_file(locked: Path) ->
     """The worker, a long-running process, logs the retries that one-shot commands keep quiet."""
     worker = subprocess.Popen(
         [sys.executable, "-c", SHORT_BUSY_WAIT, "--db", str(locked), "worker",
-         "--tasks", "patterns.jobqueue.demo_tasks:tasks"],
+         "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """The command line's rough edges on a ``postgresql://`` URL, where the command talks to the store.
 
-In-process through `patterns.jobqueue.cli.main`, on a new database per test (the
+In-process through `patterns.jobqueue.cli.main.main`, on a new database per test (the
 ``pg_database`` fixture). Run with a server:
 ``scripts/pg-test-cluster.sh run -- .venv/bin/pytest tests/jobqueue/test_cli_postgres.py``.
 The operator's commands run on PostgreSQL in ``test_cli_operator.py``.
@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from patterns.jobqueue import cli
-from patterns.jobqueue.postgres import PostgresStore
+from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.stores.postgres.store import PostgresStore
 from tests.jobqueue.conftest import admin_execute, url_with_database
 from tests.jobqueue.test_cli import TASKS_MODULE
 from tests.jobqueue.test_cli_signals import storm_until_exit

@@ -152,7 +152,7 @@ def test_sigusr1_is_answered_when_a_thread_other_than_main_receives_it(workdir: 
 
 # Runs ``python -m patterns.jobqueue ARGS`` as the interpreter does, with a checkpoint: the
 # first import of module CHECKPOINT prints "checkpoint" and waits for a line on stdin.
-# ``patterns.jobqueue.cli`` is the command line's own import (the 0.1 s a signal used to
+# ``patterns.jobqueue.cli.main`` is the command line's own import (the 0.1 s a signal used to
 # kill in); ``jobs`` is the tasks module, which the worker command imports before it starts.
 AT_IMPORT = r"""
 import runpy, sys
@@ -205,7 +205,7 @@ def go_on(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, err
 
 
-@pytest.mark.parametrize("module", ["patterns.jobqueue.cli", "jobs"])
+@pytest.mark.parametrize("module", ["patterns.jobqueue.cli.main", "jobs"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=str)
 def test_a_signal_during_start_up_stops_the_worker_before_it_claims_anything(
     workdir: Path, module: str, sig: signal.Signals
@@ -241,7 +241,7 @@ def test_a_second_signal_during_start_up_exits_at_once(
     and CPython's choice, so the test reads it from the line.
     """
     assert run_cli(["--db", "q.db", "enqueue", "echo", '"x"'], workdir).returncode == 0
-    proc = at_import(workdir, "patterns.jobqueue.cli", WORKER)
+    proc = at_import(workdir, "patterns.jobqueue.cli.main", WORKER)
     for sig in pair:
         proc.send_signal(sig)
     _, err = proc.communicate(timeout=MUST_HAPPEN)  # no line written: it exits at the checkpoint
@@ -254,7 +254,7 @@ def test_a_second_signal_during_start_up_exits_at_once(
 def test_ctrl_c_while_a_one_shot_command_starts_up_is_one_line_and_130(workdir: Path) -> None:
     """A command that is not ``worker`` gets its SIGINT once it runs: "interrupted", 130."""
     assert run_cli(["--db", "q.db", "enqueue", "echo", '"x"'], workdir).returncode == 0
-    proc = at_import(workdir, "patterns.jobqueue.cli", ["--db", "q.db", "status"])
+    proc = at_import(workdir, "patterns.jobqueue.cli.main", ["--db", "q.db", "status"])
     proc.send_signal(signal.SIGINT)
     code, err = go_on(proc)
     assert (code, err) == (130, f"{PROG}: interrupted\n")
@@ -263,7 +263,7 @@ def test_ctrl_c_while_a_one_shot_command_starts_up_is_one_line_and_130(workdir: 
 def test_sigusr1_and_sigquit_during_start_up_do_not_kill_it(workdir: Path) -> None:
     """Before the worker exists SIGUSR1 says so and SIGQUIT shows the stack; then it runs."""
     assert run_cli(["--db", "q.db", "enqueue", "echo", '"x"'], workdir).returncode == 0
-    proc = at_import(workdir, "patterns.jobqueue.cli", [*WORKER, "--exit-when-empty"])
+    proc = at_import(workdir, "patterns.jobqueue.cli.main", [*WORKER, "--exit-when-empty"])
     proc.send_signal(signal.SIGUSR1)
     proc.send_signal(signal.SIGQUIT)
     code, err = go_on(proc)
@@ -293,7 +293,7 @@ class Stopped(logging.Filter):
         return True
 
 atexit.register(checkpoint, "exiting")
-logging.getLogger("patterns.jobqueue.cli").addFilter(Stopped())
+logging.getLogger("patterns.jobqueue.cli.main").addFilter(Stopped())
 runpy.run_module("patterns.jobqueue", run_name="__main__", alter_sys=True)
 """
 

@@ -31,7 +31,7 @@ from typing import IO
 
 import pytest
 
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, child_env, join_or_fail
 
 NOISE = 3.0
@@ -68,15 +68,15 @@ def job(payload, ctx):
 # The backoff is stretched so that the retries outlast the test's lock hog comfortably.
 LAUNCH = """
 import sys
-import patterns.jobqueue.sqlite as sqlite_store
-import patterns.jobqueue.sqlite_transactions as sqlite_transactions
+import patterns.jobqueue.stores.sqlite.store as sqlite_store
+import patterns.jobqueue.stores.sqlite.transactions as sqlite_transactions
 sqlite_store.BUSY_TIMEOUT = 0.05
 sqlite_transactions._BACKOFF = 0.2
 {body}
 """
 
 WORKER = """
-from patterns.jobqueue.cli import main
+from patterns.jobqueue.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

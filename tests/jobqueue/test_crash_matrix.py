@@ -43,9 +43,9 @@ from typing import IO
 
 import pytest
 
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Job, JobState, Store
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import Job, JobState, Store
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, child_env, elapsed, join_or_fail
 
 NOISE = 3.0  # process start, imports and the forced exit's flush, on a shared machine

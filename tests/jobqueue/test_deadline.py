@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.deadline import (
+from patterns.jobqueue.stores.deadline import (
     LAST_TRY,
     Deadline,
     StoreTimeout,
@@ -27,8 +27,8 @@ from patterns.jobqueue.deadline import (
     give_up,
     time_left,
 )
-from patterns.jobqueue.sqlite import BUSY_SLICE, SQLiteStore
-from patterns.jobqueue.store import StoreUnavailable
+from patterns.jobqueue.stores.protocol import StoreUnavailable
+from patterns.jobqueue.stores.sqlite.store import BUSY_SLICE, SQLiteStore
 from tests.jobqueue.conftest import admin_execute
 from tests.support import (
     MUST_HAPPEN,
@@ -225,7 +225,7 @@ def test_a_sqlite_call_outside_any_deadline_still_waits_its_busy_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The slices change nothing for others: an unbounded call waits the whole busy timeout."""
-    from patterns.jobqueue import sqlite as sqlite_module  # noqa: PLC0415
+    from patterns.jobqueue.stores.sqlite import store as sqlite_module  # noqa: PLC0415
 
     monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT", 0.35)  # read when the store opens
     path = tmp_path / "q.db"
@@ -233,7 +233,7 @@ def test_a_sqlite_call_outside_any_deadline_still_waits_its_busy_timeout(
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        monkeypatch.setattr("patterns.jobqueue.sqlite_transactions._BUSY_RETRIES", 1)
+        monkeypatch.setattr("patterns.jobqueue.stores.sqlite.transactions._BUSY_RETRIES", 1)
         with elapsed() as took, pytest.raises(sqlite3.OperationalError, match="locked"):
             store.enqueue("t")
         assert took() >= 0.35  # several slices, one attempt: the busy timeout, not a slice
@@ -251,7 +251,7 @@ def pg_locked(pg_dsn: str, pg_schema: str) -> Iterator[Any]:
     """A store whose tables another connection holds in ACCESS EXCLUSIVE mode."""
     import psycopg  # noqa: PLC0415 - optional: only these tests need it
 
-    from patterns.jobqueue.postgres import PostgresStore  # noqa: PLC0415
+    from patterns.jobqueue.stores.postgres.store import PostgresStore  # noqa: PLC0415
 
     store = PostgresStore(pg_dsn, schema=pg_schema)
     store.enqueue("t")

@@ -12,16 +12,16 @@ import logging
 
 import pytest
 
-from patterns.jobqueue.fallback import Fallback, Pending
-from patterns.jobqueue.outcomes import Outcome
-from patterns.jobqueue.store import Claim, CommitUnknown, JobState, Settle, Settlement
+from patterns.jobqueue.stores.protocol import Claim, CommitUnknown, JobState, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.worker.fallback import Fallback, Pending
+from patterns.jobqueue.worker.outcomes import Outcome
 from tests.jobqueue.fakes import Held, ScriptedStore
 from tests.support import FakeClock
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
 SHORT = 10.0  # a lease the test lets lapse
-LOGGER = "patterns.jobqueue.worker"  # the fallback's lines are the worker's (a child logger)
+LOGGER = "patterns.jobqueue.worker.worker"  # the fallback's lines are the worker's (a child logger)
 
 
 class Bench:

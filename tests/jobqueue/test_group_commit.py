@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, JobState, Settlement
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import CommitUnknown
+from patterns.jobqueue.stores.protocol import Claim, JobState, Settlement
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
-from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerState
+from patterns.jobqueue.worker.worker import Outcome, Step, Worker, WorkerState
 from tests.support import (
     MUST_HAPPEN,
     NOISE,
@@ -381,9 +381,9 @@ def test_after_the_settler_died_each_handler_thread_commits_its_own_outcome(
 
 CHILD = r"""
 import os, signal, sys
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
-from patterns.jobqueue.worker import Step, Worker
+from patterns.jobqueue.worker.worker import Step, Worker
 
 db, effects = sys.argv[1], sys.argv[2]
 tasks = TaskRegistry()

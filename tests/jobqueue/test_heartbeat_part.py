@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import pytest
 
 from patterns.cancellation import CancelToken
-from patterns.jobqueue.heartbeat import Heartbeat
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.outcomes import ClaimState
-from patterns.jobqueue.store import Claim, Job
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import Claim, Job
 from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.worker.heartbeat import Heartbeat
+from patterns.jobqueue.worker.outcomes import ClaimState
 from tests.support import MUST_HAPPEN, FakeClock, wait_until
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it

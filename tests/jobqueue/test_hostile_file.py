@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 
 import patterns
-from patterns.jobqueue import cli
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import JobState
+from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 from tests.support import MUST_HAPPEN, child_env, join_or_fail, run_in_thread
 
 PATTERNS = Path(patterns.__file__).parent
@@ -46,7 +46,7 @@ CODE_BUILTINS = {"eval", "exec", "compile", "__import__"}
 # operator on the command line, never read from the database; and the package's lazy
 # exports, whose module names come from its own fixed table (pinned below).
 DYNAMIC_IMPORT_ALLOWED = {
-    ("jobqueue/cli.py", "_load_registry"),
+    ("jobqueue/cli/main.py", "_load_registry"),
     ("jobqueue/__init__.py", "__getattr__"),
 }
 
@@ -142,7 +142,8 @@ def test_the_package_imports_lazily_only_its_own_submodules_named_in_its_table()
 
     sources = package._SOURCES
     assert set(sources) == set(package.__all__)
-    assert all((PATTERNS / "jobqueue" / f"{module}.py").is_file() for module in sources.values())
+    files = [PATTERNS / "jobqueue" / f"{name.replace('.', '/')}.py" for name in sources.values()]
+    assert all(path.is_file() for path in files)
     with pytest.raises(AttributeError, match="no attribute 'os'"):
         package.__getattr__("os")  # a name outside the table is never imported
 
@@ -409,7 +410,7 @@ def test_concurrent_first_opens_all_succeed_on_one_owner_only_file(tmp_path: Pat
     db = tmp_path / "race.db"
     code = textwrap.dedent(
         f"""
-        from patterns.jobqueue.sqlite import SQLiteStore
+        from patterns.jobqueue.stores.sqlite.store import SQLiteStore
         store = SQLiteStore({str(db)!r})
         store.enqueue("t")
         store.close()

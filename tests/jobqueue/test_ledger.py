@@ -13,12 +13,12 @@ import threading
 import pytest
 
 from patterns.cancellation import CancelToken
-from patterns.jobqueue.fallback import Pending
-from patterns.jobqueue.ledger import ClaimLedger, Held
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.outcomes import CLAIM_MOVES, ClaimState, Outcome
-from patterns.jobqueue.store import Claim, Settle, Settlement
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import Claim, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.worker.fallback import Pending
+from patterns.jobqueue.worker.ledger import ClaimLedger, Held
+from patterns.jobqueue.worker.outcomes import CLAIM_MOVES, ClaimState, Outcome
 from tests.support import (
     FakeClock,
     join_or_fail,

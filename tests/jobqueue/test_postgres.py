@@ -25,16 +25,16 @@ from unittest import mock
 
 import pytest
 
-from patterns.jobqueue import postgres as postgres_module
-from patterns.jobqueue.postgres import (
+from patterns.jobqueue.stores.postgres import store as postgres_module
+from patterns.jobqueue.stores.postgres.store import (
     SCHEMA_VERSION,
     PostgresStore,
     StoreSchemaError,
     StoreUnavailable,
 )
-from patterns.jobqueue.store import Claim, JobState
+from patterns.jobqueue.stores.protocol import Claim, JobState
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 from tests.jobqueue.conftest import admin_execute
 from tests.support import (
     MUST_HAPPEN,
@@ -124,10 +124,10 @@ def test_the_job_queue_imports_without_psycopg_and_the_store_names_the_extra_to_
     code = textwrap.dedent("""
         import sys
         sys.modules["psycopg"] = None  # as if it were not installed
-        import patterns.jobqueue, patterns.jobqueue.cli
+        import patterns.jobqueue, patterns.jobqueue.cli.main
         from patterns.jobqueue import PostgresStore
         assert "PostgresStore" in patterns.jobqueue.__all__
-        assert PostgresStore is sys.modules["patterns.jobqueue.postgres"].PostgresStore
+        assert PostgresStore is sys.modules["patterns.jobqueue.stores.postgres.store"].PostgresStore
         try:
             PostgresStore("postgresql://nobody@127.0.0.1:1/none")
         except ImportError as exc:
@@ -151,8 +151,8 @@ import sys, time
 skew, kind, where, schema, role = sys.argv[1:]
 _real_time = time.time
 time.time = lambda: _real_time() + float(skew)  # this "machine's" clock, before any import
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 store = SQLiteStore(where) if kind == "sqlite" else PostgresStore(where, schema=schema)
 if role == "first":
     store.enqueue("t")
@@ -381,7 +381,7 @@ def test_close_waits_for_a_busy_listener_only_within_its_budget(
     made.subscribe(gate.arrive)  # called from the listener thread once it listens
     gate.wait_reached()
     (listener,) = [t for t in threading.enumerate() if t.name == f"jobqueue-listener-{pg_schema}"]
-    with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.postgres"):
+    with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.stores.postgres"):
         with elapsed() as took:
             made.close(STAYS_BLOCKED)
         assert took() < STAYS_BLOCKED + NOISE
@@ -450,7 +450,7 @@ def test_the_store_reconnects_after_the_server_kills_its_connection(
     try:
         first = made.enqueue("t")
         assert kill_connections(pg_dsn, app) == 1
-        with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.postgres"):
+        with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.stores.postgres"):
             second = made.enqueue("t")
         assert second > first
         assert made.counts()["queued"] == 2
@@ -534,7 +534,7 @@ def test_while_the_server_refuses_connections_a_call_raises_store_unavailable_an
         admin_execute(pg_dsn, f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
         assert kill_connections(pg_dsn, app) == 1
         with (
-            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.postgres"),
+            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.stores.postgres"),
             pytest.raises(StoreUnavailable, match="database unavailable after 5 attempts"),
         ):
             made.enqueue("during")

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.postgres import PostgresStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
 from patterns.jobqueue.tasks import TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 from tests.support import MUST_HAPPEN
 
 JOBS = 200  # enough that the worker's fixed calls (its row, LISTEN) weigh little
@@ -183,7 +183,7 @@ def test_a_worker_on_a_postgres_store_takes_the_database_clock_by_default(
 
 def test_the_worker_default_clock_is_the_store_clock_for_every_store() -> None:
     """A store's own clock is the worker's default: a test clock given to the store applies."""
-    from patterns.jobqueue.memory import MemoryStore  # noqa: PLC0415
+    from patterns.jobqueue.stores.memory import MemoryStore  # noqa: PLC0415
 
     store = MemoryStore(clock=lambda: 42.0)
     worker = Worker(store, TaskRegistry())
@@ -199,7 +199,7 @@ def test_jobs_claimed_by_an_outcomes_statement_while_a_stop_begins_are_released_
     job in one statement; the stop is requested just before that statement is sent. What
     it claimed is released at once, attempt given back, and never started.
     """
-    from patterns.jobqueue.states import Step  # noqa: PLC0415
+    from patterns.jobqueue.worker.states import Step  # noqa: PLC0415
 
     ids = store.enqueue_many([{"task": "noop"}] * 3)
     started: list[int] = []

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.store import Claim, JobState
+from patterns.jobqueue.stores.protocol import Claim, JobState
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
-from patterns.jobqueue.worker import Outcome, Worker, WorkerReport
+from patterns.jobqueue.worker.worker import Outcome, Worker, WorkerReport
 from tests.jobqueue.test_worker import (
     FakeClock,
     RecordingStore,

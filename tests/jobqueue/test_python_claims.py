@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, STAYS_BLOCKED, spawn_python
 
 

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 
 from patterns.cancellation import CancelToken
-from patterns.jobqueue.fallback import Pending
-from patterns.jobqueue.ledger import ClaimLedger, Held
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.outcomes import Outcome
-from patterns.jobqueue.runner import JobRunner
-from patterns.jobqueue.states import Step
-from patterns.jobqueue.store import Claim, Job, JsonValue, Settle
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import Claim, Job, JsonValue, Settle
 from patterns.jobqueue.tasks import Fail, Interrupted, JobContext, Phase, Retry, TaskRegistry
+from patterns.jobqueue.worker.fallback import Pending
+from patterns.jobqueue.worker.ledger import ClaimLedger, Held
+from patterns.jobqueue.worker.outcomes import Outcome
+from patterns.jobqueue.worker.runner import JobRunner
+from patterns.jobqueue.worker.states import Step
 from tests.support import MUST_HAPPEN, FakeClock
 
 LEASE = 1_000.0

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, Job, Settle, Settlement, Store, settle_only
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import Claim, Job, Settle, Settlement, Store, settle_only
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.jobqueue.conftest import admin_execute
 from tests.support import FakeClock
 

@@ -25,12 +25,9 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue import sqlite as sqlite_store
-from patterns.jobqueue import sqlite_transactions
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import CommitUnknown, PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
-from patterns.jobqueue.store import (
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import CommitUnknown, PostgresStore
+from patterns.jobqueue.stores.protocol import (
     Claim,
     Job,
     JobState,
@@ -39,6 +36,9 @@ from patterns.jobqueue.store import (
     Store,
     settle_each,
 )
+from patterns.jobqueue.stores.sqlite import store as sqlite_store
+from patterns.jobqueue.stores.sqlite import transactions as sqlite_transactions
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore, StoreFileError
 from tests.jobqueue.conftest import admin_execute
 from tests.support import (
     MUST_HAPPEN,
@@ -547,7 +547,7 @@ def test_postgres_a_batch_notifies_subscribers_once_if_it_released_a_job(
 CHILD = r"""
 import sys
 
-from patterns.jobqueue.store import Settle, Settlement
+from patterns.jobqueue.stores.protocol import Settle, Settlement
 
 where, phase = sys.argv[1], sys.argv[2]
 
@@ -559,11 +559,11 @@ def pause(marker):
 
 if where.startswith("postgresql://"):
     import psycopg
-    from patterns.jobqueue.postgres import PostgresStore
+    from patterns.jobqueue.stores.postgres.store import PostgresStore
 
     store = PostgresStore(where, schema=sys.argv[3])
 else:
-    from patterns.jobqueue.sqlite import SQLiteStore, StoreFileError
+    from patterns.jobqueue.stores.sqlite.store import SQLiteStore, StoreFileError
 
     store = SQLiteStore(where, synchronous="FULL")
 claims = store.claim("child", lease=3600, limit=4)

@@ -14,12 +14,12 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.outcomes import Outcome
-from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.settler import Pending, Settler
-from patterns.jobqueue.store import Claim, Job, JobState, JsonValue, Settle, Settlement
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import CommitUnknown
+from patterns.jobqueue.stores.protocol import Claim, Job, JobState, JsonValue, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.worker.outcomes import Outcome
+from patterns.jobqueue.worker.settler import Pending, Settler
 from tests.jobqueue.fakes import Held
 from tests.support import MUST_HAPPEN, FakeClock, wait_until
 

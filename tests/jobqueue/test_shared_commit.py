@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import Claim, JobState, Settlement
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import Claim, JobState, Settlement
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 from tests.support import (
     MUST_HAPPEN,
     Gate,
@@ -171,9 +171,9 @@ def test_never_more_claims_than_free_slots_while_a_shared_transaction_is_held_op
 
 CHILD = r"""
 import os, signal, sys
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 
 db, effects = sys.argv[1], sys.argv[2]
 

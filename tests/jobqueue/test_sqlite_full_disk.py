@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.sqlite_checkpoint import IDLE_QUIET, IDLE_WAL_BYTES, WatchCheckpoints
+from patterns.jobqueue.stores.sqlite.checkpoint import IDLE_QUIET, IDLE_WAL_BYTES, WatchCheckpoints
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, child_env
 
 DISK_BYTES = 4 * 1024 * 1024
 FULL = "database or disk is full"
-TASKS = "patterns.jobqueue.demo_tasks:tasks"
+TASKS = "patterns.jobqueue.cli.demo_tasks:tasks"
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_a_checkpoint_the_full_disk_refused_runs_before_the_next_write(
             store.enqueue("t", {"pad": "x" * 2000})
         filler = fill(small_disk)
         with (
-            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.sqlite"),
+            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.stores.sqlite"),
             pytest.raises(sqlite3.OperationalError, match=FULL),
         ):
             store.enqueue("t")
@@ -211,7 +211,7 @@ class _Logged(logging.Handler):
 def watching(store: SQLiteStore, text: str) -> Iterator[_Logged]:
     """A subscriber on ``store`` (its watcher thread runs), and a log handler for ``text``."""
     logged = _Logged(text)
-    store_logger = logging.getLogger("patterns.jobqueue.sqlite")
+    store_logger = logging.getLogger("patterns.jobqueue.stores.sqlite")
     level = store_logger.level
     store_logger.addHandler(logged)
     store_logger.setLevel(logging.DEBUG)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from patterns.jobqueue import sqlite as sqlite_store
-from patterns.jobqueue import sqlite_schema, sqlite_transactions
-from patterns.jobqueue.sqlite import SCHEMA_VERSION, SQLiteStore, StoreFileError
-from patterns.jobqueue.store import JobState
+from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.sqlite import schema as sqlite_schema
+from patterns.jobqueue.stores.sqlite import store as sqlite_store
+from patterns.jobqueue.stores.sqlite import transactions as sqlite_transactions
+from patterns.jobqueue.stores.sqlite.store import SCHEMA_VERSION, SQLiteStore, StoreFileError
 from tests.support import MUST_HAPPEN, join_or_fail, run_in_thread, spawn_python, stays_blocked
 
 LEASE = 60.0
@@ -104,7 +105,7 @@ def test_committed_work_survives_a_process_that_dies_without_closing(db: Path) -
     """A child that enqueues, claims and then exits abruptly leaves exactly what it committed."""
     code = f"""
         import os
-        from patterns.jobqueue.sqlite import SQLiteStore
+        from patterns.jobqueue.stores.sqlite.store import SQLiteStore
         store = SQLiteStore({str(db)!r})
         store.enqueue_many([{{"task": "t", "payload": n}} for n in range(3)])
         (claim,) = store.claim("doomed", lease=3600)
@@ -475,7 +476,7 @@ def test_concurrent_first_opens_create_the_schema_exactly_once(db: Path) -> None
 
 CLAIMER = """
 import sys
-from patterns.jobqueue.sqlite import SQLiteStore
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 store = SQLiteStore({path!r})
 print("ready", flush=True)
 if sys.stdin.readline().strip() != "go":
@@ -545,7 +546,7 @@ def test_a_lock_held_past_every_retry_raises_and_loses_no_job(
         job_id = made.enqueue("t")
         other.execute("BEGIN IMMEDIATE")
         with (
-            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.sqlite"),
+            caplog.at_level(logging.WARNING, logger="patterns.jobqueue.stores.sqlite"),
             pytest.raises(sqlite3.OperationalError, match="locked"),
         ):
             made.claim("w", lease=LEASE)

@@ -21,8 +21,8 @@ from typing import TypeVar
 import pytest
 
 from patterns.jobqueue import JobContext, TaskRegistry, Worker
-from patterns.jobqueue.sqlite import WATCH_INTERVAL, SQLiteStore
-from patterns.jobqueue.sqlite_watch import (
+from patterns.jobqueue.stores.sqlite.store import WATCH_INTERVAL, SQLiteStore
+from patterns.jobqueue.stores.sqlite.watch import (
     WATCH_IDLE_INTERVAL,
     WATCH_QUIET,
     DataVersionWatch,
@@ -256,7 +256,7 @@ def test_a_raising_callback_is_logged_and_the_next_change_still_calls_back(
     unsubscribe_broken = store.subscribe(broken)
     unsubscribe = store.subscribe(calls)
     try:
-        with caplog.at_level(logging.ERROR, logger="patterns.jobqueue.sqlite"):
+        with caplog.at_level(logging.ERROR, logger="patterns.jobqueue.stores.sqlite"):
             other.enqueue("first")
             assert raised.wait(MUST_HAPPEN)
             assert calls.called.wait(MUST_HAPPEN)  # the others are still called
@@ -286,7 +286,7 @@ def test_a_watcher_ended_by_a_subscriber_is_logged_and_the_next_subscribe_starts
 
     other = SQLiteStore(db)
     try:
-        with caplog.at_level(logging.ERROR, logger="patterns.jobqueue.sqlite"):
+        with caplog.at_level(logging.ERROR, logger="patterns.jobqueue.stores.sqlite"):
             unsubscribe = store.subscribe(exits)
             (thread,) = watchers()
             other.enqueue("t")

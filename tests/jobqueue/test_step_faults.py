@@ -36,10 +36,9 @@ from typing import Any
 import pytest
 
 from patterns import daemon_threads
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import (
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import (
     Claim,
     Job,
     JobState,
@@ -48,8 +47,9 @@ from patterns.jobqueue.store import (
     Store,
     settle_only,
 )
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
-from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
+from patterns.jobqueue.worker.worker import Outcome, Step, Worker, WorkerReport, WorkerState
 from tests.support import (
     MUST_HAPPEN,
     FakeClock,

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import (
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ATTEMPTS_LIMIT,
@@ -31,6 +30,7 @@ from patterns.jobqueue.store import (
     Store,
     backoff,
 )
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, FakeClock, join_or_fail, run_in_thread
 
 START = 1_000_000.0  # the fake clock's first reading (seconds since the epoch)

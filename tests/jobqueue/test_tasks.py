@@ -8,9 +8,8 @@ import time
 import pytest
 
 from patterns.cancellation import Cancelled, CancelToken
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.outcomes import decide
-from patterns.jobqueue.store import Job, JobState
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import Job, JobState
 from patterns.jobqueue.tasks import (
     Backoff,
     Fail,
@@ -22,6 +21,7 @@ from patterns.jobqueue.tasks import (
     TaskRegistry,
     requeue_after,
 )
+from patterns.jobqueue.worker.outcomes import decide
 from tests.support import MUST_HAPPEN, elapsed, join_or_fail, run_in_thread, wait_until_blocked_in
 
 

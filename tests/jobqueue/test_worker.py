@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import CommitUnknown
-from patterns.jobqueue.store import Claim, JobState, Settlement, settle_each, settle_only
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import CommitUnknown
+from patterns.jobqueue.stores.protocol import Claim, JobState, Settlement, settle_each, settle_only
 from patterns.jobqueue.tasks import (
     Backoff,
     Fail,
@@ -32,7 +32,7 @@ from patterns.jobqueue.tasks import (
     Retry,
     TaskRegistry,
 )
-from patterns.jobqueue.worker import Outcome, Step, Worker, WorkerReport, WorkerState
+from patterns.jobqueue.worker.worker import Outcome, Step, Worker, WorkerReport, WorkerState
 from tests.support import (
     MUST_HAPPEN,
     STAYS_BLOCKED,

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.postgres import PostgresStore
-from patterns.jobqueue.sqlite import SQLiteStore
-from patterns.jobqueue.store import CancelResult, JobState, Store
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.postgres.store import PostgresStore
+from patterns.jobqueue.stores.protocol import CancelResult, JobState, Store
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Interrupted, JobContext, TaskRegistry
-from patterns.jobqueue.worker import Worker
+from patterns.jobqueue.worker.worker import Worker
 from tests.jobqueue.test_worker import (
     FOREVER,
     FakeClock,
@@ -185,7 +185,10 @@ def test_a_handler_ignoring_its_timeout_is_reported_once_keeps_its_slot_and_is_c
     tasks.task(name="stubborn", timeout=SHORT)(lambda payload, ctx: gate.arrive())
     job_id = tasks.enqueue(store, "stubborn")
     worker = make_worker(store, tasks, clock, heartbeat_interval=BEAT)
-    with caplog.at_level(logging.WARNING, logger="patterns.jobqueue.worker"), running(worker, gate):
+    with (
+        caplog.at_level(logging.WARNING, logger="patterns.jobqueue.worker"),
+        running(worker, gate),
+    ):
         gate.wait_reached()
         wait_until(lambda: worker.stats().overdue == 1, "the overdue handler reported")
         assert worker.running_jobs() == [job_id]  # it keeps its slot
@@ -287,7 +290,10 @@ def test_a_handler_that_ignores_a_cancel_completes_and_the_log_says_so(
     tasks.task(name="stubborn")(lambda payload, ctx: gate.arrive())
     job_id = store.enqueue("stubborn")
     worker = make_worker(store, tasks, clock, heartbeat_interval=BEAT)
-    with caplog.at_level(logging.INFO, logger="patterns.jobqueue.worker"), running(worker, gate):
+    with (
+        caplog.at_level(logging.INFO, logger="patterns.jobqueue.worker"),
+        running(worker, gate),
+    ):
         gate.wait_reached()
         store.cancel(job_id)
         wait_until(lambda: "cancel requested by an operator" in caplog.text, "the heartbeat saw it")

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from patterns.jobqueue.memory import MemoryStore
-from patterns.jobqueue.store import JobState
+from patterns.jobqueue.stores.memory import MemoryStore
+from patterns.jobqueue.stores.protocol import JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
-from patterns.jobqueue.worker import Outcome, Worker, WorkerReport, WorkerState
+from patterns.jobqueue.worker.worker import Outcome, Worker, WorkerReport, WorkerState
 from tests.support import (
     MUST_HAPPEN,
     NOISE,

@@ -1,0 +1,275 @@
+"""One job's run: call its handler with a cancellable token, and decide its outcome.
+
+TL;DR: `JobRunner.run` takes a claim the ledger moved to RUNNING, calls the task's
+handler with a `~patterns.jobqueue.tasks.JobContext`, and decides the job's outcome as a
+`~patterns.jobqueue.worker.fallback.Pending` for the settler; it writes nothing.
+
+Pattern:
+    Cooperative cancellation (``patterns.cancellation``): the handler's token is a child
+    of the job's, which is a child of the worker's, so a stop, a lost lease, an
+    operator's cancel and the job's own timeout all reach it the same way, and its reason
+    says which. A job's life follows qdolor's lifecycle, the store call before the hook::
+
+        claim -> ready? -- no --> unreadiness policy -> requeue | abandon -> on_unreadiness
+                        -- yes -> handler -> returned: ack (complete) -> on_complete
+                                          -> raised: failure policy -> requeue
+                                                                    | nack (fail) -> on_failure
+                                          -> token cancelled: release (interrupted)
+
+Guarantees:
+    * Every path decides exactly one outcome: done, retried, failed, released or
+      cancelled; a policy that raises or answers nonsense is replaced by the default
+      (`~patterns.jobqueue.worker.outcomes.decide`) and reported.
+    * A `~patterns.jobqueue.tasks.Retry` on the last attempt becomes a
+      `~patterns.jobqueue.tasks.Fail`; every reason is storable.
+    * A handler that stops at its timeout fails the attempt with "timed out after Xs";
+      one that stops at an operator's cancel ends ``cancelled``; one stopped by the
+      worker's stop is released, its attempt given back.
+
+See also: ``patterns.jobqueue.worker.handlers`` (the thread loop that calls it),
+``patterns.jobqueue.worker.outcomes`` (the decision), ``patterns.jobqueue.tasks`` (policies).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
+from patterns.jobqueue.stores.protocol import Claim, Job, Settle, Settlement, storable_error
+from patterns.jobqueue.tasks import (
+    Decision,
+    Fail,
+    JobContext,
+    Phase,
+    Retry,
+    Task,
+    TaskRegistry,
+    describe_error,
+)
+from patterns.jobqueue.worker.fallback import Pending
+from patterns.jobqueue.worker.ledger import ClaimLedger, Held
+from patterns.jobqueue.worker.outcomes import DEFAULT_POLICY, Outcome, decide
+from patterns.jobqueue.worker.states import Step
+
+__all__ = ["JobRunner"]
+
+logger = logging.getLogger(__name__)
+
+_Hook = Callable[..., None]
+
+
+class JobRunner:
+    """Runs one job's handler and decides its outcome; see the module docstring.
+
+    Collaborators: ``tasks``, the handlers, policies and hooks; ``ledger``, for the
+    handler's token and the timeout count; ``stopping()``: is the worker stopping (what
+    ``ctx.stopping()`` answers); ``error(phase, job, exc)``; ``hook(phase, job, fn,
+    *args)``: run a task's hook, errors contained; ``step_hook(step, claim, phase)``;
+    ``owner``, the worker's name; ``clock``, the store's, for a retry's run time. One
+    runner serves every handler thread: what it knows of a job is in its
+    `~patterns.jobqueue.worker.ledger.Held` record.
+    """
+
+    def __init__(
+        self,
+        tasks: TaskRegistry,
+        ledger: ClaimLedger,
+        *,
+        owner: str,
+        clock: Callable[[], float],
+        stopping: Callable[[], bool],
+        error: Callable[[Phase, Job | None, BaseException], object],
+        hook: _Hook,
+        step_hook: Callable[[Step, Claim, Phase | None], object],
+    ) -> None:
+        self._tasks, self._ledger, self._owner, self._clock = tasks, ledger, owner, clock
+        self._stopping, self._error, self._hook = stopping, error, hook
+        self._step = step_hook
+
+    def run(self, run: Held) -> Pending[Held] | None:
+        """Run the job and return its decided outcome (None: no decision was made)."""
+        run.pending = None
+        task = self._before_handler(run)
+        if task is not None:
+            self._call_handler(run, task)
+        return run.pending
+
+    def _before_handler(self, run: Held) -> Task | None:
+        """The task to run, or None once a job that must not run now is decided."""
+        job = run.claim.job
+        task = self._tasks.get(job.task)
+        if task is None:
+            reason = f"unknown task {job.task!r}: no handler registered under that name"
+            self._retry_or_fail(run, reason, lambda: Fail(reason))
+            return None
+        if task.ready is not None:
+            try:
+                ready = bool(task.ready(job))
+            except Exception as exc:  # noqa: BLE001 - reported by error()
+                self._error(Phase.READY, job, exc)
+                self._after_failure(run, None, exc)
+                return None
+            if not ready:
+                self._not_ready(run, task)
+                return None
+        if run.cancel_requested:  # cancelled by an operator while it waited: never run
+            self._cancelled(run)
+            return None
+        return task
+
+    def _call_handler(self, run: Held, task: Task) -> None:
+        job = run.claim.job
+        limit = job.timeout if job.timeout is not None else task.timeout
+        # The handler's token: the job's (stop, lease lost, operator's cancel) plus its
+        # own deadline, which cancels only this child, with DEADLINE_EXCEEDED as reason.
+        # Without a deadline it is the job's token itself (one token less per job).
+        token = run.token
+        if limit is not None:
+            token = run.token.child(timeout=limit)
+            with self._ledger.cond:
+                run.handler_token, run.timeout = token, limit
+        ctx = JobContext(job, token, worker=self._owner, stopping=self._stopping)
+        logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
+        self._step(Step.BEFORE_HANDLER, run.claim, None)
+        began = time.monotonic()
+        try:
+            result = task.fn(job.payload, ctx)
+        except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
+            self._step(Step.AFTER_HANDLER, run.claim, None)
+            if token.cancelled:
+                self._stopped_by_token(run, task, token, exc)
+                return
+            if isinstance(exc, Cancelled):
+                logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
+            self._after_failure(run, task, exc)
+            return
+        self._step(Step.AFTER_HANDLER, run.claim, None)
+        if ctx.interrupted == DEADLINE_EXCEEDED and not run.token.cancelled:
+            # It saw its deadline (a checkpoint raised) and returned: it stopped there.
+            self._timed_out(run, task)
+            return
+        if run.cancel_requested:
+            logger.info(
+                "job %d (%s): the handler ignored the operator's cancel and finished: "
+                "completing it",
+                job.id,
+                job.task,
+            )
+        complete = Settlement(Settle.COMPLETE, run.claim, result)
+        self._decide(run, Phase.ACK, complete, Outcome.DONE, began=began)
+
+    def _stopped_by_token(
+        self, run: Held, task: Task, token: CancelToken, exc: BaseException
+    ) -> None:
+        """The handler raised once its token was cancelled: why decides the outcome."""
+        job = run.claim.job
+        if run.cancel_requested:
+            self._cancelled(run)
+            return
+        if token.reason == DEADLINE_EXCEEDED and not run.token.cancelled:
+            self._timed_out(run, task)
+            return
+        # Interrupted by a stop (or a lost lease), or an error raised on the way out of a
+        # cancelled job: given back unchanged (Proletarian leaves such a job queued too).
+        logger.info("job %d: interrupted (%s): releasing it (%s)", job.id, token.reason, exc)
+        self._decide(run, Phase.RELEASE, Settlement(Settle.RELEASE, run.claim), Outcome.RELEASED)
+
+    def _cancelled(self, run: Held) -> None:
+        job = run.claim.job
+        logger.info("job %d (%s): cancelled by operator; its handler stopped", job.id, job.task)
+        item = Settlement(Settle.CANCEL, run.claim, error="cancelled by operator")
+        self._decide(run, Phase.CANCEL, item, Outcome.CANCELLED)
+
+    def _timed_out(self, run: Held, task: Task) -> None:
+        """The handler stopped at its deadline: a failed attempt, for the failure policy."""
+        with self._ledger.cond:
+            self._ledger.timed_out += 1
+        limit = run.timeout or 0.0
+        self._after_failure(run, task, TimeoutError(f"timed out after {limit:g}s"))
+
+    def _after_failure(self, run: Held, task: Task | None, error: BaseException) -> None:
+        """The handler raised (or ``ready`` did, ``task`` None): the failure policy decides."""
+        job = run.claim.job
+        self._retry_or_fail(
+            run,
+            describe_error(error),
+            None if task is None else lambda: task.retry(job, error),
+            fallback=lambda: DEFAULT_POLICY(job, error),
+            policy_phase=Phase.GET_FAILURE_POLICY,
+            on_fail=lambda d: self._hook(
+                Phase.ON_FAILURE, job, self._tasks.on_failure, job, error, d
+            ),
+        )
+
+    def _not_ready(self, run: Held, task: Task) -> None:
+        # The store has no "postpone": a requeue counts as an attempt, so a job that is
+        # never ready is abandoned once its attempts are spent instead of looping forever.
+        job = run.claim.job
+        self._retry_or_fail(
+            run,
+            "not ready",
+            lambda: task.not_ready(job),
+            fallback=lambda: Retry(1.0),
+            policy_phase=Phase.GET_UNREADINESS_POLICY,
+            fail_phase=Phase.ABANDON,
+            on_fail=lambda d: self._hook(
+                Phase.ON_UNREADINESS, job, self._tasks.on_unreadiness, job, d
+            ),
+        )
+
+    def _retry_or_fail(
+        self,
+        run: Held,
+        text: str,
+        policy: Callable[[], object] | None,
+        *,
+        fallback: Callable[[], Decision] = lambda: Fail(""),
+        policy_phase: Phase = Phase.GET_FAILURE_POLICY,
+        fail_phase: Phase = Phase.NACK,
+        on_fail: Callable[[Decision], object] | None = None,
+    ) -> None:
+        """The one path of a job that did not complete: decide, requeue or fail, then hook.
+
+        ``policy`` decides (``fallback`` does if it is None, raises or returns no
+        `Decision`); a `Retry` on the last attempt becomes a `Fail`; the store call
+        settles the job; ``on_fail`` runs only once the store accepted the `Fail`.
+        """
+        job = run.claim.job
+        text = storable_error(text)  # what the store keeps: never a reason to raise
+        decision, error = decide(job, text, policy, fallback)
+        if error is not None:
+            self._error(policy_phase, job, error)
+        where = f"job {job.id} ({job.task}) attempt {job.attempts} of {job.max_attempts}"
+        if isinstance(decision, Retry):
+            run_at = self._clock() + decision.delay
+            logger.warning("%s: %s: requeued in %.2fs", where, text, decision.delay)
+            item = Settlement(Settle.RETRY, run.claim, error=text, run_at=run_at)
+            self._decide(run, Phase.REQUEUE, item, Outcome.RETRIED)
+            return
+        reason = storable_error(decision.reason or text)
+        verb = "abandoned" if fail_phase is Phase.ABANDON else "failed for good"
+        logger.error("%s: %s: %s", where, verb, reason)
+        final = decision
+        self._decide(
+            run,
+            fail_phase,
+            Settlement(Settle.FAIL, run.claim, error=reason),
+            Outcome.FAILED,
+            then=None if on_fail is None else lambda: on_fail(final),
+        )
+
+    def _decide(
+        self,
+        run: Held,
+        phase: Phase,
+        item: Settlement,
+        success: Outcome,
+        *,
+        then: Callable[[], object] | None = None,
+        began: float | None = None,
+    ) -> None:
+        """The job's outcome, decided: the settler commits it and runs ``then`` on success."""
+        run.pending = Pending(run, phase, item, success, then, began)
+        self._step(Step.BEFORE_GROUP_COMMIT, run.claim, phase)
