@@ -196,8 +196,9 @@ class GracefulServer:
     def stop(self, timeout: float | None = None) -> ServerStopReport:
         """Stop within ``timeout`` (None: ``stop_timeout``) and report; idempotent.
 
-        Not ready at once, then ``_stop_once``'s phases on one deadline. From a handler, the
-        serve thread or a signal handler inside a ``stop()``, it returns at once.
+        Not ready at once; after the ``grace`` the listener and the idle connections close,
+        requests in flight may finish until the drain deadline, the rest are closed by force
+        (``_stop_once``). From a handler, the serve thread or a signal handler, it returns at once.
         """
         budget = _seconds(self.stop_timeout if timeout is None else timeout, "timeout")
         return _stop_guarded(self, budget)

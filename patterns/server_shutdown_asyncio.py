@@ -299,6 +299,8 @@ class AsyncGracefulServer:
             self._in_flight = {c: c.name for c in self._connections.values() if c.busy}
         return await _stop_or_join(self, budget)  # _a_stop, in a task of its own
 
+    # --- the stop, phase after phase on one deadline -----------------------------------------
+
     async def _a_stop(self, budget: float) -> ServerStopReport:
         started = time.monotonic()
         deadline = started + budget
