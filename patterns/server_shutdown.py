@@ -38,7 +38,7 @@ __all__ = ["GracefulServer", "ServerStopReport"]
 
 logger = logging.getLogger(__name__)
 
-# The drain gets the budget less this share (at most `_FORCE_RESERVE` s), kept for the force.
+# The forced close keeps this share of a budget (at most `_FORCE_RESERVE` s); the drain, the rest.
 _FORCE_SHARE = 0.2
 _FORCE_RESERVE = 1.0
 

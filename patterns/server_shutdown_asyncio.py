@@ -49,11 +49,13 @@ __all__ = ["AsyncConnection", "AsyncGracefulServer", "ServerStopReport", "Server
 
 logger = logging.getLogger(__name__)
 
-# The drain gets the budget less this share (at most `_FORCE_RESERVE` s), kept for the force.
+# The forced close keeps this share of a budget (at most `_FORCE_RESERVE` s); the drain, the rest.
 _FORCE_SHARE = 0.2
 _FORCE_RESERVE = 1.0
 
 
+# The same code is in server_shutdown.py (each module is copied alone); pinned by
+# tests/test_copies.py.
 @dataclass(frozen=True)
 class ServerStopReport:
     """What a server's stop found when it returned.
