@@ -555,10 +555,10 @@ class LoopThreadConsumerPool(_LoopThreadAdapter):
 
 
 class LoopThreadAsyncServer(_LoopThreadAdapter):
-    """A `patterns.server_shutdown.AsyncGracefulServer` listening on 127.0.0.1, no clients."""
+    """A `patterns.server_shutdown_asyncio.AsyncGracefulServer` on 127.0.0.1, no clients."""
 
     def _build(self, stop_timeout: float, name: str) -> Any:
-        from patterns.server_shutdown import AsyncGracefulServer  # noqa: PLC0415
+        from patterns.server_shutdown_asyncio import AsyncGracefulServer  # noqa: PLC0415
 
         async def handle(conn: Any) -> None:
             return None

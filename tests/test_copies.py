@@ -26,6 +26,7 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 # (helper, the modules that hold the same code); the modules' comments point here.
 COPIES = [
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
+    ("ServerStopReport", ["server_shutdown", "server_shutdown_asyncio"]),
 ]
 
 # Seconds and deadlines: one family, the same code in every module that holds any of it

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -679,12 +680,13 @@ def test_the_constructor_refuses_what_is_not_a_tcp_server_and_bad_seconds() -> N
 
 # --- the example: SIGTERM to a real server process -------------------------------------------
 
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "server_shutdown_cli.py"
+
 
 def _example(stop_timeout: float) -> subprocess.Popen[str]:
-    """``python -m patterns.server_shutdown`` on a free port with this budget."""
+    """``python examples/server_shutdown_cli.py`` on a free port with this budget."""
     return subprocess.Popen(
-        [sys.executable, "-m", "patterns.server_shutdown", "--port", "0",
-         "--stop-timeout", str(stop_timeout)],
+        [sys.executable, str(EXAMPLE), "--port", "0", "--stop-timeout", str(stop_timeout)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
     )  # fmt: skip
 

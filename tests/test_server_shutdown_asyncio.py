@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from patterns.naive.server_shutdown import (
+from patterns.naive.server_shutdown_asyncio import (
     naive_cancel_handlers,
     naive_stop_server,
     naive_stop_with_close_clients,
 )
-from patterns.server_shutdown import AsyncConnection, AsyncGracefulServer, ServerStopReport
+from patterns.server_shutdown_asyncio import AsyncConnection, AsyncGracefulServer, ServerStopReport
 from tests.support import MUST_HAPPEN, NOISE, STAYS_BLOCKED
 
 PY = sys.version_info[:2]
@@ -530,7 +530,7 @@ def test_a_handler_failure_is_logged_and_its_connection_closed(
             return ended, answer
 
     assert asyncio.run(main()) == (b"", b"ok\n")
-    (record,) = [r for r in caplog.records if r.name == "patterns.server_shutdown"]
+    (record,) = [r for r in caplog.records if r.name == "patterns.server_shutdown_asyncio"]
     assert record.getMessage().endswith("GET /boom failed")
 
 

@@ -171,16 +171,24 @@ PATTERNS = [
         "Server shutdown",
         "server_shutdown",
         "14-server-shutdown",
-        "requests dropped on deploy; a server (threads or asyncio) that won't stop, or waits "
-        "for a kept-alive client",
+        "requests dropped on deploy; a threaded server that won't stop, or waits for a "
+        "kept-alive client",
         "`shutdown()` deadlocking on the serving thread; `ThreadingHTTPServer`'s daemon "
         "handlers cut off at exit; `server_close()` joining handlers with no timeout; a "
         "kept-alive connection served after the stop; `shutdown()` waiting for the next poll; "
-        "readiness that fails only after the listener closed; `asyncio.Server.close()` "
-        "leaving connected clients served; `wait_closed()` returning at once on 3.11 and "
-        "hanging on an idle keep-alive client on 3.12+; 3.13's `close_clients()` cutting "
-        "requests in flight; an asyncio handler that swallows its cancel hanging the stop",
-        extra_tests=("tests/test_server_shutdown_asyncio.py",),
+        "readiness that fails only after the listener closed",
+        extra_module="(its command-line example: `examples/server_shutdown_cli.py`)",
+    ),
+    Pattern(
+        "Server shutdown with asyncio",
+        "server_shutdown_asyncio",
+        "17-server-shutdown-asyncio",
+        "an asyncio server that won't stop, waits for a kept-alive client, or cuts requests "
+        "in flight",
+        "`asyncio.Server.close()` leaving connected clients served; `wait_closed()` returning "
+        "at once on 3.11 and hanging on an idle keep-alive client on 3.12+; 3.13's "
+        "`close_clients()` cutting requests in flight; an asyncio handler that swallows its "
+        "cancel hanging the stop",
     ),
     Pattern(
         "Exit doctor",

@@ -24,7 +24,6 @@ from tests import catalogue
 # The docs page of each test file whose name is not tests/test_<module>.py.
 PAGES = {
     "test_bulkhead_http": "/patterns/bulkhead",
-    "test_server_shutdown_asyncio": "/patterns/server_shutdown",
     "test_postgres": "/jobqueue/many_machines",
     "test_worker_paths": "/jobqueue/design",
     "test_contract": "/design",
