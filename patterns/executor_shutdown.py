@@ -395,12 +395,9 @@ def shutdown_and_await(
         executor, terminated=terminated, forced=forced, never_started=never_started, start=start
     )
     if not terminated:
-        logger.error(
-            "executor did not terminate within %.3gs: %d task(s) still running in %s",
-            graceful + force,
-            len(report.running_futures),
-            ", ".join(report.still_running) or "no thread",
-        )
+        threads = ", ".join(report.still_running) or "no thread"
+        message = "executor did not terminate within %.3gs: %d task(s) still running in %s"
+        logger.error(message, graceful + force, len(report.running_futures), threads)
     if exits:
         raise exits[0]
     return report
@@ -415,22 +412,14 @@ def _report(
     start: float | None,
 ) -> ShutdownReport:
     """A report from the executor's own accounting, read without a lock."""
-    pending = tuple(executor._pending)
+    running = tuple(future for future in tuple(executor._pending) if future.running())
     still_running = () if terminated else tuple(executor.still_running())
-    return ShutdownReport(
-        terminated=terminated,
-        still_running=still_running,
-        forced=forced,
-        never_started=tuple(never_started),
-        running_futures=tuple(future for future in pending if future.running()),
-        elapsed=0.0 if start is None else time.monotonic() - start,
-    )
+    elapsed = 0.0 if start is None else time.monotonic() - start
+    return ShutdownReport(terminated, still_running, forced, tuple(never_started), running, elapsed)
 
 
 def _run_on_force(
-    executor: TrackingExecutor,
-    on_force: Callable[[], object] | None,
-    exits: list[BaseException],
+    executor: TrackingExecutor, on_force: Callable[[], object] | None, exits: list[BaseException]
 ) -> None:
     """Call ``on_force`` once per executor; log what it raises, keep exits for later."""
     if on_force is None or executor._on_force_ran:
@@ -603,12 +592,10 @@ def _stop_now(
     cancelled = [task for future, task in executor.pending() if future.cancel()]
     executor.shutdown(wait=False, cancel_futures=True)
     _run_on_force(executor, on_force, exits)
+    never_started = never_started + cancelled
+    terminated = not executor.still_running()
     report = _report(
-        executor,
-        terminated=not executor.still_running(),
-        forced=True,
-        never_started=never_started + cancelled,
-        start=start,
+        executor, terminated=terminated, forced=True, never_started=never_started, start=start
     )
     logger.warning("interrupted: stopping now: %s", _summary(report))
     return report
