@@ -10,35 +10,22 @@ as usual; leaving the block calls `TrackingExecutor.stop`, which returns a
 "shutdown, awaitTermination, shutdownNow, awaitTermination" idiom.
 
 Guarantees:
-    * `TrackingExecutor.stop` returns within its budget and `shutdown_and_await` within
-      ``timeout + force_timeout`` (plus scheduling noise), whatever the tasks do, and
-      neither raises because a task is stuck; inf means as long as it takes. Called from
-      one of the pool's own tasks, ``stop()`` is a request that returns at once and
-      `shutdown_and_await` raises `RuntimeError` instead of waiting for itself.
+    * ``stop()`` returns within its budget and `shutdown_and_await` within ``timeout +
+      force_timeout``, whatever the tasks do, and neither raises because one is stuck.
     * The first ``stop()`` that completes records the report every later call returns; a
-      ``stop()`` from ``on_force`` or a signal handler during a stop (on a thread running
-      it or waiting for another thread's), or from another thread past its own budget,
-      returns a provisional report instead of blocking.
-    * A callable in ``report.never_started`` never ran and never will; every other
-      accepted callable ran, or the thread running it is named in
-      ``report.still_running``. "Ran" is the executor's own per-task accounting, not
-      ``Thread.join``, which an interrupted wait can make lie (:gh:`90882`).
-    * ``on_force`` runs at most once per executor; what it raises is logged, and a
-      KeyboardInterrupt or SystemExit from it is raised again once the report is made.
-    * A Ctrl-C (any exception) leaving a ``with`` block logs one WARNING line saying how
-      long the stop may wait, then what the stop left; ``pool.report`` keeps the report.
-      A second Ctrl-C during that wait stops now: what never started is cancelled,
-      ``on_force`` runs, one line names what was left, and one KeyboardInterrupt is
-      raised (not two chained tracebacks).
-    * Every task that fails is logged at ERROR when it fails, read or not.
-    * A refused submit raises `Rejected`, which carries the callable; it never runs.
+      ``stop()`` that cannot wait (from ``on_force``, a signal handler, another thread
+      past its budget, or one of the pool's own tasks) returns a provisional report.
+    * A callable in ``report.never_started`` never ran and never will; every other one
+      ran, or its thread is in ``report.still_running``: the executor's own accounting,
+      never ``Thread.join``, which an interrupted wait can make lie (:gh:`90882`).
+    * ``on_force`` runs at most once; what it raises is logged (a KeyboardInterrupt or
+      SystemExit is raised again once the report is made). Failed tasks are logged at
+      ERROR when they fail; a refused submit raises `Rejected`, which carries the task.
+    * A Ctrl-C leaving a ``with`` block says how long the stop may wait and keeps its
+      report (``pool.report``); a second Ctrl-C stops now, in one line and one traceback.
 
-Python:
-    3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. None of them can
-    stop a running thread: a task stops early only if it cooperates (``on_force`` is
-    where to tell it). After the tasks have ended, the pool's threads are joined (read
-    from the private ``ThreadPoolExecutor._threads``; a test checks it on each version)
-    within what is left of the budget, but no report depends on that join.
+Python: 3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. None can
+stop a running thread: a task stops early only if it cooperates (``on_force`` tells it).
 
 Docs: docs/patterns/executor_shutdown.md
 """
@@ -50,6 +37,7 @@ import functools
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,65 +68,6 @@ _FORCE_SHARE = 0.25
 
 # The executor whose task the current thread is running; set only around a task.
 _current = threading.local()
-
-
-# The same code is in bulkhead, cancellation, daemon_threads, process_shutdown and supervisor
-# (each module is copied alone); pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float: as long as it takes
-        return math.inf
-
-
-# The same code is in bulkhead.py (each module is copied alone); pinned by tests/test_copies.py.
-def _left(deadline: float) -> float:
-    """Seconds to ``deadline`` (inf: forever), capped so no C wait raises OverflowError."""
-    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
-
-
-# The same code is in bulkhead.py (each module is copied alone); pinned by tests/test_copies.py.
-class _OwnedLock:
-    """A `threading.Lock` that knows which thread holds it.
-
-    A signal handler that calls ``stop()`` on a thread interrupted inside ``submit()``
-    must not wait for a lock its own thread can only release after the handler returns.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.owner: int | None = None  # the holder's ident; written only by the holder
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not self._lock.acquire(blocking, timeout):
-            return False
-        self.owner = threading.get_ident()
-        return True
-
-    def release(self) -> None:
-        self.owner = None
-        self._lock.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()
-
-
-class _Task:
-    """One accepted callable, and the name of the thread that runs it once it starts."""
-
-    __slots__ = ("task", "thread")
-
-    def __init__(self, task: Callable[[], object]) -> None:
-        self.task = task
-        self.thread: str | None = None  # written once, by the worker, as the task starts
 
 
 class Rejected(RuntimeError):
@@ -201,21 +130,14 @@ class TrackingExecutor(ThreadPoolExecutor):
         super().__init__(max_workers, thread_name_prefix, **kwargs)
         self.stop_timeout = budget
         self._on_force = on_force
-        # Guards _pending, _shutdown_requested and _started. Held by submit() around the
-        # base class's submit, so a snapshot taken under it after shutdown() sees every
-        # task the executor accepted. Never held while user code runs.
+        # Guards _pending, _shutdown_requested and _started; held by submit() around the
+        # base class's submit, so that a snapshot taken after shutdown() sees every task.
         self._tracking_lock = _OwnedLock()
         self._pending: dict[Future[Any], _Task] = {}  # insertion = submission order
         self._shutdown_requested = False
         self._started = False
-        # Held for the whole of a stop(); a stop() from another thread waits for it
-        # within its own budget, then returns a provisional report.
-        self._stop_lock = threading.Lock()
-        # Idents of the threads inside stop(), holding _stop_lock or waiting for it: a
-        # stop() that finds its own thread here is on_force or a signal handler on top of
-        # that call, which cannot go on until it returns, so it returns at once. A set,
-        # not a lock: add and discard are atomic, and a handler reading it takes no lock.
-        self._in_stop: set[int] = set()
+        self._stop_lock = threading.Lock()  # held for the whole of a stop(); see _stop_once
+        self._in_stop: set[int] = set()  # idents of the threads inside stop()
         self._report: ShutdownReport | None = None  # the first completed stop's, kept
         self._on_force_ran = False  # set before on_force is called: at most once, ever
         self._interrupted: ShutdownReport | None = None  # what a stop forced by Ctrl-C found
@@ -232,13 +154,13 @@ class TrackingExecutor(ThreadPoolExecutor):
     def stop(self, timeout: float | None = None) -> ShutdownReport:
         """`shutdown_and_await` within ``timeout`` (None: ``stop_timeout``; inf: no limit).
 
-        The first call that completes records its report; every later call returns it.
-        Never raises for a task that is stuck (the report names it). Returns a
-        provisional report (not recorded) instead of blocking when called from
-        ``on_force`` or a signal handler during a stop, or from another thread once its
-        own budget is spent waiting for the stop in progress. From one of the pool's
-        own tasks it is a request: the pool shuts down gracefully (queued tasks still
-        run), and the next stop() from outside returns the final report.
+        The first three quarters of the budget are the graceful wait, the last quarter
+        the forced one, which begins with ``on_force``. The first call that completes
+        records its report; every later call returns it. Never raises for a task that
+        is stuck (the report names it). From ``on_force``, a signal handler during a
+        stop, or another thread once its own budget is spent, it returns a provisional
+        report (not recorded) instead of blocking. From one of the pool's own tasks it
+        is a request: the pool shuts down gracefully, and a later stop() reports.
 
         Raises:
             ValueError: ``timeout`` is not a number of seconds >= 0.
@@ -246,45 +168,10 @@ class TrackingExecutor(ThreadPoolExecutor):
                 is recorded.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        report = self._report
-        if report is not None:
-            return report
-        me = threading.get_ident()
-        if me in self._in_stop:  # on_force, or a signal handler, inside this thread's stop()
-            return self._provisional()
-        if self._tracking_lock.owner == me:
-            # A signal handler on a thread interrupted inside submit(): the lock it holds
-            # is only released when the handler returns, so a thread of ours stops.
-            name = f"{self._thread_name_prefix}-stopper"
-            threading.Thread(target=self.stop, args=(budget,), name=name).start()
-            return self._provisional()
-        if _own_task(self):  # a request from one of its own tasks: never wait for itself
-            self.shutdown(wait=False)
-            return self._provisional()
-        deadline = time.monotonic() + budget
-        exits: list[BaseException] = []
-        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
-            self._in_stop.add(me)
-            while not self._stop_lock.acquire(timeout=_left(deadline)):
-                if time.monotonic() >= deadline:
-                    return self._provisional()  # the stop in progress: its truth, now
-            try:
-                if self._report is None:
-                    force = budget * _FORCE_SHARE
-                    graceful = budget if math.isinf(budget) else budget - force
-                    self._report = _shutdown_and_await(self, graceful, force, self._on_force, exits)
-                report = self._report
-            finally:
-                self._stop_lock.release()
-        finally:
-            self._in_stop.discard(me)
-        if exits:
-            raise exits[0]
-        return report
-
-    def _provisional(self) -> ShutdownReport:
-        """What runs now, for a stop() that cannot wait; never recorded, takes no lock."""
-        return _report(self, terminated=False, forced=False, never_started=[], start=None)
+        force = budget * _FORCE_SHARE
+        graceful = budget if math.isinf(budget) else budget - force
+        # shutdown_and_await(self, graceful, force), recorded once, never waiting for itself.
+        return _stop_once(self, budget, graceful, force)
 
     def __enter__(self) -> Self:
         """Start the executor if it never was; return it if it runs; refuse after shutdown."""
@@ -351,9 +238,8 @@ class TrackingExecutor(ThreadPoolExecutor):
         return future
 
     def _adjust_thread_count(self) -> None:
-        # The base class's submit() calls this after it has queued the work item, with
-        # its shutdown lock (and our _tracking_lock) held; it starts a worker lazily, and
-        # Thread.start() can fail ("can't start new thread"). The item is queued by then.
+        # Called by the base class's submit() with the work item queued and its locks
+        # held, to start a worker lazily; Thread.start() can fail ("can't start new thread").
         try:
             super()._adjust_thread_count()
         except RuntimeError:
@@ -362,8 +248,7 @@ class TrackingExecutor(ThreadPoolExecutor):
                 # submit() raises is true and no later worker runs it behind our back.
                 self._withdraw_queued()
                 raise
-            # A worker is running and will take the item: the failure costs parallelism,
-            # not the task, so the submit succeeds.
+            # A running worker will take the item: it costs parallelism, not the task.
             logger.warning(
                 "could not start another worker thread (%d running); the task waits",
                 len(self._threads),
@@ -399,16 +284,10 @@ class TrackingExecutor(ThreadPoolExecutor):
             return [(future, record.task) for future, record in self._pending.items()]
 
     def still_running(self) -> list[str]:
-        """Names of the threads running one of its tasks now; reads without a lock.
-
-        One C-level copy of the dict is a single step under the GIL, so a signal handler
-        may call it whatever its thread was doing.
-        """
-        return sorted(
-            record.thread or "(a pool thread, starting its task)"
-            for future, record in tuple(self._pending.items())
-            if future.running()
-        )
+        """Names of the threads running one of its tasks now; safe from a signal handler."""
+        pending = tuple(self._pending.items())  # one C-level copy: no lock needed
+        starting = "(a pool thread, starting its task)"
+        return sorted(record.thread or starting for future, record in pending if future.running())
 
     def worker_threads(self) -> list[threading.Thread]:
         """The pool's worker threads (read from the private ``_threads`` set)."""
@@ -454,10 +333,9 @@ def shutdown_now(executor: TrackingExecutor) -> list[Callable[[], object]]:
 def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool:
     """After a shutdown, wait until every task has finished and every worker has ended.
 
-    Returns True if the executor terminated within ``timeout`` seconds (None: no limit),
-    False if the time ran out. Raises `RuntimeError` if the executor was never shut
-    down, since then it could only ever time out, and if it is called from one of the
-    executor's own tasks, which would wait for itself (P6).
+    True if the executor terminated within ``timeout`` seconds (None: no limit). Raises
+    `RuntimeError` if it was never shut down (it could only time out), and from one of
+    the executor's own tasks, which would wait for itself (P6).
     """
     _refuse_own_worker(executor)
     if not executor.is_shutdown:
@@ -465,35 +343,18 @@ def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool
             "await_termination() needs an executor that was shut down: "
             "call executor.shutdown(wait=False) or shutdown_now(executor) first"
         )
-    deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
+    deadline = _deadline(_seconds(timeout, "timeout", allow_none=True))
     futures = [future for future, _ in executor.pending()]
     while concurrent.futures.wait(futures, timeout=_left(deadline)).not_done:
         if time.monotonic() >= deadline:
             return False
-    # Every task has ended: that is the answer, and it rests on the futures, never on
-    # Thread.join or is_alive (gh-90882). The threads are joined only for tidiness:
-    # each is returning from its loop (after the done-callbacks, which run in it).
+    # Every task has ended: the answer rests on the futures, never on Thread.join or
+    # is_alive (gh-90882). The threads, returning from their loops, are joined for tidiness.
     current = threading.current_thread()
     for thread in executor.worker_threads():
         if thread is not current:
             thread.join(_left(deadline))
     return True
-
-
-def _own_task(executor: TrackingExecutor) -> bool:
-    owner: object = getattr(_current, "executor", None)
-    return owner is executor
-
-
-def _refuse_own_worker(executor: TrackingExecutor) -> None:
-    # A task waiting for its own pool to terminate waits for itself: raise before
-    # anything is changed, instead of spending the whole budget and reporting failure.
-    # The mark is set by the task's wrapper, in the worker, before the task runs.
-    if _own_task(executor):
-        raise RuntimeError(
-            "cannot await termination from inside one of the executor's own tasks: "
-            "call shutdown_now(executor) there, and wait from outside the pool"
-        )
 
 
 def shutdown_and_await(
@@ -506,106 +367,40 @@ def shutdown_and_await(
     """Shut down gracefully, wait up to ``timeout``, then force and wait ``force_timeout`` more.
 
     ``on_force`` runs at most once per executor, right after `shutdown_now`: the place to
-    cancel the token your running tasks watch (Java interrupts them at this point;
-    Python cannot). Whatever it raises is logged; a KeyboardInterrupt or SystemExit
-    from it is raised again once the report is made. If the calling thread gets
-    `KeyboardInterrupt` while waiting, the executor is forced (``on_force`` runs then,
-    unless it already has) and the interrupt re-raised, as Java's idiom does on
-    ``InterruptedException``. Called from one of the executor's own tasks it raises
-    `RuntimeError` at once, having changed nothing (P6). inf waits as long as it takes.
+    cancel the token your running tasks watch (Java interrupts them here; Python cannot).
+    What it raises is logged; a KeyboardInterrupt or SystemExit from it is raised again
+    once the report is made. A `KeyboardInterrupt` while waiting forces the executor
+    and is re-raised (Java: ``InterruptedException``). From one of the executor's own
+    tasks it raises `RuntimeError` at once (P6). inf waits as long as it takes.
     """
     graceful = _seconds(timeout, "timeout")
     force = _seconds(force_timeout, "force_timeout")
-    exits: list[BaseException] = []
-    report = _shutdown_and_await(executor, graceful, force, on_force, exits)
-    if exits:
-        raise exits[0]
-    return report
-
-
-def _shutdown_and_await(
-    executor: TrackingExecutor,
-    timeout: float,
-    force_timeout: float,
-    on_force: Callable[[], object] | None,
-    exits: list[BaseException],
-) -> ShutdownReport:
-    """`shutdown_and_await`, leaving a KeyboardInterrupt/SystemExit of on_force in exits."""
     _refuse_own_worker(executor)
     start = time.monotonic()
     forced = False
     never_started: list[Callable[[], object]] = []
+    exits: list[BaseException] = []  # on_force's KeyboardInterrupt or SystemExit, for later
     try:
-        executor.shutdown(wait=False)
-        terminated = await_termination(executor, timeout)
+        executor.shutdown(wait=False)  # no new task is accepted from here on
+        terminated = await_termination(executor, graceful)
         if not terminated:
             forced = True
-            never_started = shutdown_now(executor)
-            _run_on_force(executor, on_force, exits)
-            terminated = await_termination(executor, force_timeout)
-    except KeyboardInterrupt:
+            never_started = shutdown_now(executor)  # cancel what never started
+            _run_on_force(executor, on_force, exits)  # ask the running tasks to stop
+            terminated = await_termination(executor, force)
+    except KeyboardInterrupt:  # force now, and re-raise (Java: InterruptedException)
         executor._interrupted = _stop_now(executor, on_force, exits, never_started, start)
         raise
     report = _report(
         executor, terminated=terminated, forced=forced, never_started=never_started, start=start
     )
     if not terminated:
-        logger.error(
-            "executor did not terminate within %.3gs: %d task(s) still running in %s",
-            timeout + force_timeout,
-            len(report.running_futures),
-            ", ".join(report.still_running) or "no thread",
-        )
+        threads = ", ".join(report.still_running) or "no thread"
+        message = "executor did not terminate within %.3gs: %d task(s) still running in %s"
+        logger.error(message, graceful + force, len(report.running_futures), threads)
+    if exits:
+        raise exits[0]
     return report
-
-
-def _stop_now(
-    executor: TrackingExecutor,
-    on_force: Callable[[], object] | None,
-    exits: list[BaseException],
-    never_started: list[Callable[[], object]],
-    start: float | None,
-) -> ShutdownReport:
-    """After a Ctrl-C: cancel what never started, call ``on_force``, log one line, report."""
-    executor.shutdown(wait=False)  # shutdown_now() without its own log line
-    cancelled = [task for future, task in executor.pending() if future.cancel()]
-    executor.shutdown(wait=False, cancel_futures=True)
-    _run_on_force(executor, on_force, exits)
-    report = _report(
-        executor,
-        terminated=not executor.still_running(),
-        forced=True,
-        never_started=never_started + cancelled,
-        start=start,
-    )
-    logger.warning("interrupted: stopping now: %s", _summary(report))
-    return report
-
-
-def _run_on_force(
-    executor: TrackingExecutor,
-    on_force: Callable[[], object] | None,
-    exits: list[BaseException],
-) -> None:
-    """Call ``on_force`` once per executor; log what it raises, keep exits for later."""
-    if on_force is None or executor._on_force_ran:
-        return
-    executor._on_force_ran = True  # before the call: an interrupt inside must not repeat it
-    try:
-        on_force()
-    except BaseException as exc:  # contained: the stop still ends and records its report
-        logger.exception("on_force %r raised; the stop goes on", on_force)
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            exits.append(exc)
-
-
-def _summary(report: ShutdownReport) -> str:
-    """One line for a log: what a stop left."""
-    running = ", ".join(report.still_running) or "nothing"
-    return (
-        f"terminated={report.terminated}, still running: {running}, "
-        f"{len(report.never_started)} never started, {report.elapsed:.3g}s"
-    )
 
 
 def _report(
@@ -617,16 +412,51 @@ def _report(
     start: float | None,
 ) -> ShutdownReport:
     """A report from the executor's own accounting, read without a lock."""
-    pending = tuple(executor._pending)
+    running = tuple(future for future in tuple(executor._pending) if future.running())
     still_running = () if terminated else tuple(executor.still_running())
-    return ShutdownReport(
-        terminated=terminated,
-        still_running=still_running,
-        forced=forced,
-        never_started=tuple(never_started),
-        running_futures=tuple(future for future in pending if future.running()),
-        elapsed=0.0 if start is None else time.monotonic() - start,
+    elapsed = 0.0 if start is None else time.monotonic() - start
+    return ShutdownReport(terminated, still_running, forced, tuple(never_started), running, elapsed)
+
+
+def _run_on_force(
+    executor: TrackingExecutor, on_force: Callable[[], object] | None, exits: list[BaseException]
+) -> None:
+    """Call ``on_force`` once per executor; log what it raises, keep exits for later."""
+    if on_force is None or executor._on_force_ran:
+        return
+    executor._on_force_ran = True  # before the call: an interrupt inside must not repeat it
+    _call_on_force(on_force, exits)
+
+
+def _summary(report: ShutdownReport) -> str:
+    """One line for a log: what a stop left."""
+    running = ", ".join(report.still_running) or "nothing"
+    return (
+        f"terminated={report.terminated}, still running: {running}, "
+        f"{len(report.never_started)} never started, {report.elapsed:.3g}s"
     )
+
+
+def _own_task(executor: TrackingExecutor) -> bool:
+    owner: object = getattr(_current, "executor", None)
+    return owner is executor
+
+
+def _refuse_own_worker(executor: TrackingExecutor) -> None:
+    # A task waiting for its own pool waits for itself: raise before anything changes.
+    if _own_task(executor):
+        raise RuntimeError(
+            "cannot await termination from inside one of the executor's own tasks: "
+            "call shutdown_now(executor) there, and wait from outside the pool"
+        )
+
+
+@dataclass(slots=True)
+class _Task:
+    """One accepted callable, and the name of the thread that runs it once it starts."""
+
+    task: Callable[[], object]
+    thread: str | None = None  # written once, by the worker, as the task starts
 
 
 # --- The fixes for the naive code in patterns/naive/executor_shutdown.py ------------------
@@ -690,3 +520,139 @@ def feed(
             logger.warning("executor shut down: handing back %r", exc.task)
             return exc.task
     return None
+
+
+# --- the lifecycle contract: one stop, bounded, never waiting for itself ------------------
+
+
+def _stop_once(
+    executor: TrackingExecutor, budget: float, graceful: float, force: float
+) -> ShutdownReport:
+    """`TrackingExecutor.stop`: the first `shutdown_and_await` that completes is kept.
+
+    A stop that must not wait returns `_provisional`: ``on_force`` or a signal handler
+    inside this thread's stop(), a signal handler on a thread inside ``submit()`` (it
+    hands the stop to ``<prefix>-stopper``), one of the pool's own tasks (a request),
+    and a stop from another thread once its own budget is spent.
+    """
+    report = executor._report
+    if report is not None:
+        return report
+    me = threading.get_ident()
+    if me in executor._in_stop:  # on_force, or a signal handler, inside this thread's stop()
+        return _provisional(executor)
+    if executor._tracking_lock.owner == me:
+        # A signal handler on a thread interrupted inside submit(): the lock it holds
+        # is only released when the handler returns, so a thread of ours stops.
+        name = f"{executor._thread_name_prefix}-stopper"
+        threading.Thread(target=executor.stop, args=(budget,), name=name).start()
+        return _provisional(executor)
+    if _own_task(executor):  # a request from one of its own tasks: never wait for itself
+        executor.shutdown(wait=False)
+        return _provisional(executor)
+    deadline = _deadline(budget)
+    exits: list[BaseException] = []  # on_force's KeyboardInterrupt or SystemExit
+    on_force = executor._on_force
+    if on_force is not None:
+        on_force = functools.partial(_call_on_force, on_force, exits)  # raised once recorded
+    try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+        executor._in_stop.add(me)
+        while not executor._stop_lock.acquire(timeout=_left(deadline)):
+            if time.monotonic() >= deadline:
+                return _provisional(executor)  # the stop in progress: its truth, now
+        try:
+            if executor._report is None:
+                executor._report = shutdown_and_await(
+                    executor, graceful, force_timeout=force, on_force=on_force
+                )
+            report = executor._report
+        finally:
+            executor._stop_lock.release()
+    finally:
+        executor._in_stop.discard(me)
+    if exits:
+        raise exits[0]
+    return report
+
+
+def _provisional(executor: TrackingExecutor) -> ShutdownReport:
+    """What runs now, for a stop() that cannot wait; never recorded, takes no lock."""
+    return _report(executor, terminated=False, forced=False, never_started=[], start=None)
+
+
+def _stop_now(
+    executor: TrackingExecutor,
+    on_force: Callable[[], object] | None,
+    exits: list[BaseException],
+    never_started: list[Callable[[], object]],
+    start: float | None,
+) -> ShutdownReport:
+    """After a Ctrl-C: cancel what never started, call ``on_force``, log one line, report."""
+    executor.shutdown(wait=False)  # shutdown_now() without its own log line
+    cancelled = [task for future, task in executor.pending() if future.cancel()]
+    executor.shutdown(wait=False, cancel_futures=True)
+    _run_on_force(executor, on_force, exits)
+    never_started = never_started + cancelled
+    terminated = not executor.still_running()
+    report = _report(
+        executor, terminated=terminated, forced=True, never_started=never_started, start=start
+    )
+    logger.warning("interrupted: stopping now: %s", _summary(report))
+    return report
+
+
+def _call_on_force(on_force: Callable[[], object], exits: list[BaseException]) -> None:
+    """Call ``on_force``; log what it raises; a KeyboardInterrupt or SystemExit goes to exits."""
+    try:
+        on_force()
+    except BaseException as exc:  # contained: the stop still ends and records its report
+        logger.exception("on_force %r raised; the stop goes on", on_force)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            exits.append(exc)
+
+
+# Seconds and deadlines: the same code in every module that needs them (each module is
+# copied alone), pinned by tests/test_copies.py. inf means as long as it takes.
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds  # inf stays inf: never handed to a C wait as it is
+
+
+def _left(deadline: float) -> float:
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)  # no OverflowError
+
+
+# The same code is in bulkhead.py (each module is copied alone); pinned by tests/test_copies.py.
+class _OwnedLock:
+    """A `threading.Lock` that knows which thread holds it.
+
+    A signal handler that calls ``stop()`` on a thread interrupted inside ``submit()``
+    must not wait for a lock its own thread can only release after the handler returns.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: int | None = None  # the holder's ident; written only by the holder
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self.owner = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        self.owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
