@@ -26,11 +26,14 @@ class _ProseWords(html.parser.HTMLParser):
         super().__init__()
         self.above = 0
         self.evidence = 0
+        self.code_above = 0  # words in code blocks (<pre>) above Evidence, counted apart
+        self.code_blocks_above = 0
         self.folded = False  # a <details> inside the Evidence section
         self._in_article = False
         self._in_evidence = False
         self._skip = 0
         self._headerlink = 0
+        self._in_code = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
@@ -42,6 +45,9 @@ class _ProseWords(html.parser.HTMLParser):
             self.folded = True
         if tag in _NOT_PROSE:
             self._skip += 1
+        if tag == "pre" and self._in_article and not self._in_evidence:
+            self.code_blocks_above += 1
+            self._in_code = True
         if tag == "a" and "headerlink" in (values.get("class") or "").split():
             self._headerlink += 1
 
@@ -50,10 +56,14 @@ class _ProseWords(html.parser.HTMLParser):
             self._in_article = False
         if tag in _NOT_PROSE and self._skip:
             self._skip -= 1
+        if tag == "pre":
+            self._in_code = False
         if tag == "a" and self._headerlink:
             self._headerlink -= 1
 
     def handle_data(self, data: str) -> None:
+        if self._in_code:
+            self.code_above += len(data.split())
         if not self._in_article or self._skip or self._headerlink:
             return
         words = len(data.split())
@@ -82,6 +92,7 @@ def test_the_counter_skips_code_and_pictures_and_stops_at_evidence() -> None:
     </article></body></html>"""
     counted = prose_words(page)
     assert (counted.above, counted.evidence, counted.folded) == (4, 5, True)
+    assert (counted.code_above, counted.code_blocks_above) == (3, 1)
 
 
 def test_every_pattern_page_stays_under_its_word_budget_above_a_folded_evidence_section() -> None:
