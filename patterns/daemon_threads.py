@@ -185,31 +185,11 @@ class _ThreadService:
         deadline = began + (self.stop_timeout if timeout is None else _seconds(timeout, "timeout"))
         if self._report is not None:
             return self._report
-        me = threading.get_ident()
         own = self._thread is threading.current_thread()
-        if own or (self._starter == me and not self._start_settled.is_set()):
+        if own or (self._starter == threading.get_ident() and not self._start_settled.is_set()):
             self._stopping.set()  # a request: the thread cannot wait for itself
             return self._provisional(began)
-        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
-            self._stopping.set()  # a request, as the stop it interrupted is
-            return self._provisional(began)
-        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
-            self._in_stop.add(me)
-            if self._stop_lock.acquire(blocking=False):
-                try:
-                    if self._report is None:
-                        self._report = self._stop_once(began, deadline)
-                        self._reported.set()
-                    return self._report
-                finally:
-                    self._stop_lock.release()
-            # Another stop() builds the report: wait for it within our own budget.
-            if _wait(self._reported, deadline) and self._report is not None:
-                return self._report
-            self._stopping.set()
-            return self._provisional(began)
-        finally:
-            self._in_stop.discard(me)
+        return _hand_off(self, began, deadline)  # _stop_once, run by one stop() at a time
 
     def _provisional(self, began: float) -> StopReport:
         # The current truth, not recorded: a later stop() may still report the end.
@@ -422,6 +402,36 @@ def _wait(event: threading.Event, deadline: float) -> bool:
         if time.monotonic() >= deadline:
             return False
     return True
+
+
+def _hand_off(service: _ThreadService, began: float, deadline: float) -> StopReport:
+    """The stopper hand-off: one stop() builds and records the report; the others wait.
+
+    A stop() that finds its own thread already inside one is a signal handler (or a
+    callback) on top of it: a request, answered at once. A stop() racing another waits for
+    that report within its own budget, else answers with a provisional one.
+    """
+    me = threading.get_ident()
+    if me in service._in_stop:  # a signal handler inside this thread's stop(): never block
+        service._stopping.set()  # a request, as the stop it interrupted is
+        return service._provisional(began)
+    try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+        service._in_stop.add(me)
+        if service._stop_lock.acquire(blocking=False):
+            try:
+                if service._report is None:
+                    service._report = service._stop_once(began, deadline)
+                    service._reported.set()
+                return service._report
+            finally:
+                service._stop_lock.release()
+        # Another stop() builds the report: wait for it within our own budget.
+        if _wait(service._reported, deadline) and service._report is not None:
+            return service._report
+        service._stopping.set()
+        return service._provisional(began)
+    finally:
+        service._in_stop.discard(me)
 
 
 # supervisor._Tracked is its twin, shaped for that module; tests/test_copies.py checks both.
