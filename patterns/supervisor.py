@@ -235,26 +235,7 @@ class Supervisor:
             if own and caller not in report.still_running:  # it cannot have ended: it asks
                 report = replace(report, still_running=(*report.still_running, caller))
             return report
-        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
-            self._request_stop()  # a request, as the stop it interrupted is
-            return self._current(began, final=False)
-        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
-            self._in_stop.add(me)
-            if self._stop_lock.acquire(blocking=False):
-                try:
-                    if self._report is None:
-                        self._report = self._stop_once(began, deadline)
-                        self._reported.set()
-                    return self._report
-                finally:
-                    self._stop_lock.release()
-            # Another stop() builds the report: wait for it within our own budget.
-            if _wait(self._reported, deadline) and self._report is not None:
-                return self._report
-        finally:
-            self._in_stop.discard(me)
-        self._request_stop()
-        return self._current(began, final=False)
+        return _hand_off(self, began, deadline)  # _stop_once, run by one stop() at a time
 
     def _request_stop(self) -> None:
         self._stop.set()
@@ -535,6 +516,36 @@ def _wait(event: threading.Event, deadline: float) -> bool:
         if time.monotonic() >= deadline:
             return False
     return True
+
+
+def _hand_off(supervisor: Supervisor, began: float, deadline: float) -> SupervisorReport:
+    """The stopper hand-off: one stop() builds and records the report; the others wait.
+
+    A stop() that finds its own thread already inside one is a signal handler (or a
+    callback) on top of it: a request, answered at once. A stop() racing another waits for
+    that report within its own budget, else answers with a provisional one.
+    """
+    me = threading.get_ident()
+    if me in supervisor._in_stop:  # a signal handler inside this thread's stop(): never block
+        supervisor._request_stop()  # a request, as the stop it interrupted is
+        return supervisor._current(began, final=False)
+    try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+        supervisor._in_stop.add(me)
+        if supervisor._stop_lock.acquire(blocking=False):
+            try:
+                if supervisor._report is None:
+                    supervisor._report = supervisor._stop_once(began, deadline)
+                    supervisor._reported.set()
+                return supervisor._report
+            finally:
+                supervisor._stop_lock.release()
+        # Another stop() builds the report: wait for it within our own budget.
+        if _wait(supervisor._reported, deadline) and supervisor._report is not None:
+            return supervisor._report
+    finally:
+        supervisor._in_stop.discard(me)
+    supervisor._request_stop()
+    return supervisor._current(began, final=False)
 
 
 # daemon_threads._Ended is its twin, shaped for that module; tests/test_copies.py checks both.
