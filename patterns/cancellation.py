@@ -42,6 +42,7 @@ import logging
 import math
 import queue
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -57,28 +58,9 @@ T = TypeVar("T")
 DEADLINE_EXCEEDED = "deadline exceeded"
 
 
-# The same code is in bulkhead, daemon_threads, executor_shutdown, process_shutdown and supervisor
-# (each module is copied alone); pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as seconds; inf (and None, if allowed) means as long as it takes."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float: as long as it takes
-        return math.inf
-
-
 # child() prunes its list of weak references once it reaches this length, then at twice the
 # live children left: the list stays under 2 * live + 16 entries, pruned O(1) per child.
 _PRUNE_AT = 16
-
-
-def _cap(seconds: float) -> float:
-    """A wait for a C call: never above `threading.TIMEOUT_MAX` (no OverflowError)."""
-    return min(max(0.0, seconds), threading.TIMEOUT_MAX)
 
 
 class Cancelled(BaseException):
@@ -130,7 +112,7 @@ class CancelToken:
 
     def __init__(self, *, timeout: float | None = None) -> None:
         seconds = _seconds(timeout, "timeout", allow_none=True)
-        # A float, inf included (never handed to a C wait as it is: see _cap).
+        # A float, inf included (never handed to a C wait as it is: see _left).
         self._deadline = None if timeout is None else time.monotonic() + seconds
         # Guards _reason, _callbacks and _children. cancel() holds it to flip the state
         # exactly once and to take every callback and child it must notify;
@@ -176,16 +158,7 @@ class CancelToken:
             self._callbacks.clear()
             children = [child for ref in self._children if (child := ref()) is not None]
             self._children.clear()
-        exits: list[BaseException] = []
-        for callback in callbacks:
-            _run_callback(callback, exits)
-        for child in children:
-            try:
-                child.cancel(reason)
-            except BaseException as exc:  # noqa: BLE001 - its callbacks logged it; raised below
-                exits.append(exc)
-        if exits:
-            raise exits[0]
+        _notify(callbacks, children, reason)  # outside the lock: a callback may use the token
         return True
 
     @property
@@ -232,7 +205,7 @@ class CancelToken:
                 return False
             ends = min(until, math.inf if self._deadline is None else self._deadline)
             # Re-checked by the loop, so a wait that ends early (capped) is harmless.
-            self._event().wait(_cap(ends - now))
+            self._event().wait(_left(ends))
         return True
 
     def sleep(self, seconds: float) -> None:
@@ -263,10 +236,7 @@ class CancelToken:
                     key = next(self._keys)
                     self._callbacks[key] = callback
                     return Registration(self, key)
-        exits: list[BaseException] = []
-        _run_callback(callback, exits)
-        if exits:
-            raise exits[0]
+        _notify([callback], [], "")
         return Registration(self, None)
 
     def child(self, *, timeout: float | None = None) -> CancelToken:
@@ -305,20 +275,6 @@ class CancelToken:
             return self._callbacks.pop(key, None) is not None
 
 
-def _earliest(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else min(a, b)
-
-
-def _run_callback(callback: Callable[[], object], exits: list[BaseException]) -> None:
-    """Run one callback; log anything it raises, keep an exit for the caller to raise."""
-    try:
-        callback()
-    except BaseException as exc:  # contained: every other callback and child still runs
-        logger.exception("on_cancel callback %r raised; the other callbacks still run", callback)
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            exits.append(exc)
-
-
 # --- CPU-bound work: a checkpoint per unit of work (C1) ------------------------------------
 
 
@@ -351,7 +307,8 @@ def receive(sock: socket.socket, token: CancelToken, bufsize: int = 4096) -> byt
     with token.on_cancel(functools.partial(_shut_down, sock)):
         token.check()  # already cancelled: the callback has just run; do not block
         remaining = token.remaining()  # None without a deadline; inf for an endless one
-        sock.settimeout(None if remaining is None or remaining >= _cap(math.inf) else remaining)
+        endless = remaining is None or remaining >= threading.TIMEOUT_MAX
+        sock.settimeout(None if endless else remaining)
         try:
             data = sock.recv(bufsize)
         except OSError:  # a timeout is the deadline; anything else after a cancel is ours
@@ -394,3 +351,53 @@ def take(q: queue.Queue[T], token: CancelToken, *, poll_interval: float = 0.05) 
             return q.get(timeout=min(wait, threading.TIMEOUT_MAX / 2))
         except queue.Empty:
             continue  # a slice ended: look at the token again
+
+
+# --- the lifecycle contract: seconds, deadlines, contained callbacks -------------------------
+#
+# The seconds family is the same code in every module that holds it (tests/test_copies.py):
+# a module is copied alone, so it cannot import it.
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds; inf, a huge number (and None, if allowed) mean as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` for a C wait: never negative, never above TIMEOUT_MAX."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _notify(
+    callbacks: list[Callable[[], object]], children: list[CancelToken], reason: str
+) -> None:
+    """Run every callback, then cancel every child; raise the first exit once all are done."""
+    exits: list[BaseException] = []
+    for callback in callbacks:
+        _run_callback(callback, exits)
+    for child in children:
+        try:
+            child.cancel(reason)
+        except BaseException as exc:  # noqa: BLE001 - its callbacks logged it; raised below
+            exits.append(exc)
+    if exits:
+        raise exits[0]
+
+
+def _run_callback(callback: Callable[[], object], exits: list[BaseException]) -> None:
+    """Run one callback; log anything it raises, keep an exit for the caller to raise."""
+    try:
+        callback()
+    except BaseException as exc:  # contained: every other callback and child still runs
+        logger.exception("on_cancel callback %r raised; the other callbacks still run", callback)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            exits.append(exc)

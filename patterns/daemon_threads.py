@@ -44,6 +44,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -116,59 +117,6 @@ class Service(Protocol):
     def __exit__(self, *exc_info: object) -> None: ...
 
 
-# The same code is in bulkhead, cancellation, executor_shutdown, process_shutdown and supervisor
-# (each module is copied alone); pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float: as long as it takes
-        return math.inf
-
-
-# The same code is in supervisor.py (each module is copied alone); pinned by tests/test_copies.py.
-def _wait(event: threading.Event, deadline: float) -> bool:
-    """Wait for ``event`` until the monotonic ``deadline`` (may be inf), never overflowing."""
-    while not event.is_set():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return event.is_set()
-        event.wait(min(left, threading.TIMEOUT_MAX))
-    return True
-
-
-# supervisor._Tracked is its twin, shaped for that module; tests/test_copies.py checks both.
-class _Ended:
-    """A thread's own end signal, set in its target's ``finally`` (never ``is_alive()``).
-
-    Before 3.13 a Ctrl-C that interrupts ``Thread.join()`` marks a live thread finished
-    (gh-90882), so no report is built on ``join()`` or ``is_alive()``; it waits on this.
-    """
-
-    def __init__(self, target: Callable[[], object]) -> None:
-        self.event = threading.Event()  # set by the thread on its way out; waited on by stop()
-        # Taken by the thread as it begins, or by cancel_unstarted() after a failed
-        # Thread.start: whoever takes it first decides whether the target ever runs.
-        self._claim = threading.Lock()
-        self._target = target
-
-    def run(self) -> None:
-        try:
-            if self._claim.acquire(blocking=False):
-                self._target()
-        finally:
-            self.event.set()
-
-    def cancel_unstarted(self) -> None:
-        """After ``Thread.start`` raised: a thread that had not begun will never run the target."""
-        if self._claim.acquire(blocking=False):
-            self.event.set()
-
-
 class _ThreadService:
     """One thread running ``work(stopping)``; shared by the two public services."""
 
@@ -237,31 +185,11 @@ class _ThreadService:
         deadline = began + (self.stop_timeout if timeout is None else _seconds(timeout, "timeout"))
         if self._report is not None:
             return self._report
-        me = threading.get_ident()
         own = self._thread is threading.current_thread()
-        if own or (self._starter == me and not self._start_settled.is_set()):
+        if own or (self._starter == threading.get_ident() and not self._start_settled.is_set()):
             self._stopping.set()  # a request: the thread cannot wait for itself
             return self._provisional(began)
-        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
-            self._stopping.set()  # a request, as the stop it interrupted is
-            return self._provisional(began)
-        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
-            self._in_stop.add(me)
-            if self._stop_lock.acquire(blocking=False):
-                try:
-                    if self._report is None:
-                        self._report = self._stop_once(began, deadline)
-                        self._reported.set()
-                    return self._report
-                finally:
-                    self._stop_lock.release()
-            # Another stop() builds the report: wait for it within our own budget.
-            if _wait(self._reported, deadline) and self._report is not None:
-                return self._report
-            self._stopping.set()
-            return self._provisional(began)
-        finally:
-            self._in_stop.discard(me)
+        return _hand_off(self, began, deadline)  # _stop_once, run by one stop() at a time
 
     def _provisional(self, began: float) -> StopReport:
         # The current truth, not recorded: a later stop() may still report the end.
@@ -281,7 +209,7 @@ class _ThreadService:
         terminated = settled and ended is not None and _wait(ended.event, deadline)
         if terminated and thread is not None and thread.ident is not None:
             # Its target has returned; join only lets threading finish its bookkeeping.
-            thread.join(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX))
+            thread.join(_left(deadline))
         still_running = () if terminated else (self.name,)
         elapsed = time.monotonic() - began
         if not terminated:
@@ -419,7 +347,7 @@ def every(interval: float, tick: Callable[[], object]) -> Callable[[threading.Ev
     def work(stopping: threading.Event) -> None:
         while not stopping.is_set():
             tick()
-            _wait(stopping, time.monotonic() + seconds)
+            _wait(stopping, _deadline(seconds))
 
     return work
 
@@ -442,3 +370,93 @@ def run_with_service(
         return main()
     finally:
         service.stop()
+
+
+# --- the lifecycle contract: seconds, deadlines, the thread's own end signal ------------------
+#
+# The seconds family is the same code in every module that holds it, since a module is
+# copied alone (tests/test_copies.py). Every wait of stop() is bounded by one deadline.
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds: a number >= 0 (inf, or a huge one: as long as it takes)."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` for a C wait: never negative, never above TIMEOUT_MAX."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until the monotonic ``deadline`` (may be inf); True if it is set."""
+    while not event.wait(_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _hand_off(service: _ThreadService, began: float, deadline: float) -> StopReport:
+    """The stopper hand-off: one stop() builds and records the report; the others wait.
+
+    A stop() that finds its own thread already inside one is a signal handler (or a
+    callback) on top of it: a request, answered at once. A stop() racing another waits for
+    that report within its own budget, else answers with a provisional one.
+    """
+    me = threading.get_ident()
+    if me in service._in_stop:  # a signal handler inside this thread's stop(): never block
+        service._stopping.set()  # a request, as the stop it interrupted is
+        return service._provisional(began)
+    try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+        service._in_stop.add(me)
+        if service._stop_lock.acquire(blocking=False):
+            try:
+                if service._report is None:
+                    service._report = service._stop_once(began, deadline)
+                    service._reported.set()
+                return service._report
+            finally:
+                service._stop_lock.release()
+        # Another stop() builds the report: wait for it within our own budget.
+        if _wait(service._reported, deadline) and service._report is not None:
+            return service._report
+        service._stopping.set()
+        return service._provisional(began)
+    finally:
+        service._in_stop.discard(me)
+
+
+# supervisor._Tracked is its twin, shaped for that module; tests/test_copies.py checks both.
+class _Ended:
+    """A thread's own end signal, set in its target's ``finally`` (never ``is_alive()``).
+
+    Before 3.13 a Ctrl-C that interrupts ``Thread.join()`` marks a live thread finished
+    (gh-90882), so no report is built on ``join()`` or ``is_alive()``; it waits on this.
+    """
+
+    def __init__(self, target: Callable[[], object]) -> None:
+        self.event = threading.Event()  # set by the thread on its way out; waited on by stop()
+        # Taken by the thread as it begins, or by cancel_unstarted() after a failed
+        # Thread.start: whoever takes it first decides whether the target ever runs.
+        self._claim = threading.Lock()
+        self._target = target
+
+    def run(self) -> None:
+        try:
+            if self._claim.acquire(blocking=False):
+                self._target()
+        finally:
+            self.event.set()
+
+    def cancel_unstarted(self) -> None:
+        """After ``Thread.start`` raised: a thread that had not begun will never run the target."""
+        if self._claim.acquire(blocking=False):
+            self.event.set()

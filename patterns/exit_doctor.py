@@ -80,38 +80,6 @@ _STDLIB = tuple(
 )
 
 
-def _origin(frame: FrameType | None) -> str:
-    """Where a call came from: the first frame outside the standard library, and the caller.
-
-    Walks at most 30 frames, so recording it costs a few attribute reads per thread start.
-    """
-    caller = frame
-    depth = 0
-    while frame is not None and depth < 30:
-        filename = frame.f_code.co_filename
-        if not (os.path.normcase(filename).startswith(_STDLIB) or filename == __file__):
-            break
-        frame, depth = frame.f_back, depth + 1
-    else:
-        frame = None
-    if caller is None:
-        return "an unknown place"
-    if frame is None or frame is caller:
-        shown = frame or caller
-        return f"{shown.f_code.co_filename}:{shown.f_lineno} in {shown.f_code.co_name}"
-    via = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name} (via {via})"
-
-
-def _code_of(func: object) -> CodeType | None:
-    """The code object a call of ``func`` runs first, for functions, methods and partials."""
-    while isinstance(func, functools.partial):
-        func = func.func
-    func = getattr(func, "__func__", func)
-    code = getattr(func, "__code__", None)
-    return code if isinstance(code, CodeType) else None
-
-
 class Doctor:
     """The handle `install` returns: the watchdog and the patches, undone by `uninstall`.
 
@@ -161,9 +129,7 @@ class Doctor:
             timeout = None
             if armed and not reported:
                 why, since = min(armed.values(), key=lambda item: item[1])
-                timeout = min(
-                    max(0.0, since + self.after - time.monotonic()), threading.TIMEOUT_MAX
-                )
+                timeout = _left(since + self.after)
             try:
                 kind, key, text, when = self._inbox.get(timeout=timeout)
             except queue.Empty:
@@ -187,13 +153,7 @@ class Doctor:
             text += f"exit-doctor: ending the process with status {KILL_STATUS} (kill=True)\n"
         else:
             text += "exit-doctor: leaving the process as it is (kill=False)\n"
-        stream = self.stream or sys.stderr or sys.__stderr__
-        try:
-            if stream is not None:
-                stream.write(text)
-                stream.flush()
-        except (OSError, ValueError):  # a closed or broken stream must not stop the kill
-            pass
+        _write(self.stream or sys.stderr or sys.__stderr__, text)
         if self.kill:
             os._exit(KILL_STATUS)
 
@@ -241,7 +201,7 @@ def install(after: float = 5.0, *, kill: bool = False, stream: TextIO | None = N
     global _installed  # noqa: PLW0603 - see Doctor.uninstall
     if _installed is not None:
         return _installed
-    doctor = Doctor(_after_seconds(after), kill, stream)
+    doctor = Doctor(_seconds(after, "after"), kill, stream)
     import asyncio.base_events  # noqa: PLC0415 - their exit hooks must come first
     import concurrent.futures.process  # noqa: PLC0415
     import concurrent.futures.thread  # noqa: PLC0415, F401
@@ -258,6 +218,38 @@ def install(after: float = 5.0, *, kill: bool = False, stream: TextIO | None = N
     doctor._watchdog.start()
     _installed = doctor
     return doctor
+
+
+def _origin(frame: FrameType | None) -> str:
+    """Where a call came from: the first frame outside the standard library, and the caller.
+
+    Walks at most 30 frames, so recording it costs a few attribute reads per thread start.
+    """
+    caller = frame
+    depth = 0
+    while frame is not None and depth < 30:
+        filename = frame.f_code.co_filename
+        if not (os.path.normcase(filename).startswith(_STDLIB) or filename == __file__):
+            break
+        frame, depth = frame.f_back, depth + 1
+    else:
+        frame = None
+    if caller is None:
+        return "an unknown place"
+    if frame is None or frame is caller:
+        shown = frame or caller
+        return f"{shown.f_code.co_filename}:{shown.f_lineno} in {shown.f_code.co_name}"
+    via = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name} (via {via})"
+
+
+def _code_of(func: object) -> CodeType | None:
+    """The code object a call of ``func`` runs first, for functions, methods and partials."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    return code if isinstance(code, CodeType) else None
 
 
 def _replace(doctor: Doctor, owner: object, name: str, new: object) -> None:
@@ -486,13 +478,6 @@ def diagnose(doctor: Doctor | None = None, headline: str = "a report asked for")
 # --- the command line ---------------------------------------------------------------------
 
 
-def _after_seconds(value: object) -> float:
-    """Seconds >= 0 as a float; ``math.inf`` (or more than a float holds) means never report."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"after must be a number of seconds >= 0, not {value!r}")
-    return math.inf if value > sys.float_info.max else float(value)
-
-
 def _program_traceback(tb: TracebackType | None) -> TracebackType | None:
     """``tb`` without the doctor's and runpy's frames: the traceback the program would show."""
     while tb is not None and tb.tb_frame.f_code.co_filename in (
@@ -545,6 +530,36 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(1) from None
     finally:
         doctor.main_returned()
+
+
+# --- the lifecycle contract: seconds, a bounded countdown, a report that cannot fail ----------
+#
+# The seconds family is the same code in every module that holds it, since a module is
+# copied alone (tests/test_copies.py).
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """Seconds >= 0 as a float; ``math.inf`` (or more than a float holds) means never report."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` for the watchdog's wait: never negative, never too long."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _write(stream: TextIO | None, text: str) -> None:
+    """Write the report; a closed or broken stream must not stop the kill that follows."""
+    try:
+        if stream is not None:
+            stream.write(text)
+            stream.flush()
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

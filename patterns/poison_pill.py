@@ -33,6 +33,7 @@ import enum
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -176,7 +177,7 @@ class ProducerGroup:
             self.done()
 
     def _send_pills(self) -> None:
-        deadline = time.monotonic() + _seconds(self._timeout, "timeout", allow_none=True)
+        deadline = _deadline(_seconds(self._timeout, "timeout", allow_none=True))
         sent = 0
         try:
             while sent < self._consumers:
@@ -233,14 +234,12 @@ def put_pill(
     consumers are dead or stuck, and the caller must stop them some other way, or close
     the queue instead. inf (or 1e10) for either means as long as it takes.
     """
-    deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
+    deadline = _deadline(_seconds(timeout, "timeout", allow_none=True))
     if _seconds(poll, "poll") == 0:
         raise ValueError("poll must be a number of seconds > 0, not 0")
     while True:
-        remaining = max(0.0, deadline - time.monotonic())
-        slice_ = min(poll, remaining, threading.TIMEOUT_MAX)
         try:
-            q.put(PILL, timeout=slice_)
+            q.put(PILL, timeout=min(poll, _left(deadline)))
         except queue.Full:
             pass
         else:
@@ -261,33 +260,38 @@ def join_with_timeout(q: queue.Queue[Any], timeout: float) -> bool:
     notifies, and reads ``q.unfinished_tasks``: public attributes of `queue.Queue`, though
     not in its docs.
     """
-    deadline = time.monotonic() + _seconds(timeout, "timeout")
+    deadline = _deadline(_seconds(timeout, "timeout"))
     with q.all_tasks_done:
         while q.unfinished_tasks:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if time.monotonic() >= deadline:
                 return False
-            q.all_tasks_done.wait(min(remaining, threading.TIMEOUT_MAX))
+            q.all_tasks_done.wait(_left(deadline))
         return True
 
 
-# The same code is in async_queue.py and closable_queue.py; pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as a number of seconds; None means forever where allowed (math.inf).
+# --- the lifecycle contract: seconds, deadlines, counts ----------------------------------------
+#
+# The seconds family is the same code in every module that holds it, since a module is
+# copied alone (tests/test_copies.py): inf and huge values mean "as long as it takes", and
+# every wait built on them is capped by _left, so no OverflowError escapes.
 
-    inf and huge values are accepted ("as long as it takes"); every wait built on them is
-    cut into slices of at most `threading.TIMEOUT_MAX`, so no `OverflowError` escapes.
-    """
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as a number of seconds; None means forever where allowed (math.inf)."""
     if value is None and allow_none:
         return math.inf
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond a float's range, such as 10**400
-            seconds = math.inf if value > 0 else -math.inf
-        if seconds >= 0:  # False for nan
-            return seconds
-    raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` for a C wait: never negative, never above TIMEOUT_MAX."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
 
 def _check_count(name: str, value: int) -> None:

@@ -44,6 +44,7 @@ import collections
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -107,64 +108,6 @@ class SupervisorReport:
     def __post_init__(self) -> None:
         if self.terminated and self.still_running:
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
-
-
-# The same code is in bulkhead, cancellation, daemon_threads, executor_shutdown and process_shutdown
-# (each module is copied alone); pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as seconds: a number >= 0 (inf: as long as it takes), else `ValueError`."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float: as long as it takes
-        return math.inf
-
-
-# The same code is in daemon_threads.py; pinned by tests/test_copies.py.
-def _wait(event: threading.Event, deadline: float) -> bool:
-    """Wait for ``event`` until the monotonic ``deadline`` (may be inf), never overflowing."""
-    while not event.is_set():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return event.is_set()
-        event.wait(min(left, threading.TIMEOUT_MAX))
-    return True
-
-
-# daemon_threads._Ended is its twin, shaped for that module; tests/test_copies.py checks both.
-class _Tracked:
-    """A thread with its own end signal, set in its target's ``finally``.
-
-    Reports wait on ``ended``, never on ``join()``/``is_alive()``: before 3.13 a Ctrl-C
-    that interrupts ``Thread.join()`` marks a live thread finished (gh-90882).
-    """
-
-    def __init__(self, target: Callable[[], object], name: str) -> None:
-        self.ended = threading.Event()  # set by the thread on its way out; waited on by stop()
-        # Taken by the thread as it begins, or by cancel_unstarted() after a failed
-        # Thread.start: whoever takes it first decides whether the target ever runs.
-        self._claim = threading.Lock()
-        self._target = target
-        self.thread = threading.Thread(target=self._run, name=name)
-
-    def _run(self) -> None:
-        try:
-            if self._claim.acquire(blocking=False):
-                self._target()
-        finally:
-            self.ended.set()
-
-    def cancel_unstarted(self) -> None:
-        """After ``Thread.start`` raised: a thread that had not begun will never run the target."""
-        if self._claim.acquire(blocking=False):
-            self.ended.set()
-
-    def running(self) -> bool:
-        """Started and not yet ended (by its own signal)."""
-        return self.thread.ident is not None and not self.ended.is_set()
 
 
 class Supervisor:
@@ -292,26 +235,7 @@ class Supervisor:
             if own and caller not in report.still_running:  # it cannot have ended: it asks
                 report = replace(report, still_running=(*report.still_running, caller))
             return report
-        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
-            self._request_stop()  # a request, as the stop it interrupted is
-            return self._current(began, final=False)
-        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
-            self._in_stop.add(me)
-            if self._stop_lock.acquire(blocking=False):
-                try:
-                    if self._report is None:
-                        self._report = self._stop_once(began, deadline)
-                        self._reported.set()
-                    return self._report
-                finally:
-                    self._stop_lock.release()
-            # Another stop() builds the report: wait for it within our own budget.
-            if _wait(self._reported, deadline) and self._report is not None:
-                return self._report
-        finally:
-            self._in_stop.discard(me)
-        self._request_stop()
-        return self._current(began, final=False)
+        return _hand_off(self, began, deadline)  # _stop_once, run by one stop() at a time
 
     def _request_stop(self) -> None:
         self._stop.set()
@@ -335,7 +259,7 @@ class Supervisor:
         for tracked in (self._supervisor, self._worker):
             # Only threads whose target has returned: join just lets threading tidy up.
             if tracked is not None and tracked.ended.is_set() and tracked.thread.ident:
-                tracked.thread.join(min(max(0.0, deadline - time.monotonic()), 1.0))
+                tracked.thread.join(min(_left(deadline), 1.0))
         if not report.terminated:
             logger.error(
                 "supervisor %r: worker still running %.3gs after stop was requested",
@@ -414,7 +338,7 @@ class Supervisor:
         ``None`` or ``math.inf``: wait as long as it takes.
         """
         seconds = _seconds(timeout, "timeout", allow_none=True)
-        return _wait(self._unhealthy, time.monotonic() + seconds)
+        return _wait(self._unhealthy, _deadline(seconds))
 
     @property
     def restarts(self) -> int:
@@ -479,7 +403,7 @@ class Supervisor:
                 f"restart(s) per {self.window:g}s spent"
             )
             return False
-        if _wait(self._stop, time.monotonic() + self.interval):  # pacing; a stop cuts it short
+        if _wait(self._stop, _deadline(self.interval)):  # pacing; a stop cuts it short
             return False
         worker = _Tracked(self._run_worker, self.name)
         self._worker = worker  # published first: the new worker's own stop() must find it
@@ -560,3 +484,98 @@ def produce_until_consumer_dies(
             except queue.Full:
                 continue
     return []
+
+
+# --- the lifecycle contract: seconds, deadlines, each thread's own end signal -----------------
+#
+# The seconds family is the same code in every module that holds it, since a module is
+# copied alone (tests/test_copies.py). Every wait of stop() is bounded by one deadline.
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds: a number >= 0 (inf, or a huge one: as long as it takes)."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` for a C wait: never negative, never above TIMEOUT_MAX."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until the monotonic ``deadline`` (may be inf); True if it is set."""
+    while not event.wait(_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _hand_off(supervisor: Supervisor, began: float, deadline: float) -> SupervisorReport:
+    """The stopper hand-off: one stop() builds and records the report; the others wait.
+
+    A stop() that finds its own thread already inside one is a signal handler (or a
+    callback) on top of it: a request, answered at once. A stop() racing another waits for
+    that report within its own budget, else answers with a provisional one.
+    """
+    me = threading.get_ident()
+    if me in supervisor._in_stop:  # a signal handler inside this thread's stop(): never block
+        supervisor._request_stop()  # a request, as the stop it interrupted is
+        return supervisor._current(began, final=False)
+    try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+        supervisor._in_stop.add(me)
+        if supervisor._stop_lock.acquire(blocking=False):
+            try:
+                if supervisor._report is None:
+                    supervisor._report = supervisor._stop_once(began, deadline)
+                    supervisor._reported.set()
+                return supervisor._report
+            finally:
+                supervisor._stop_lock.release()
+        # Another stop() builds the report: wait for it within our own budget.
+        if _wait(supervisor._reported, deadline) and supervisor._report is not None:
+            return supervisor._report
+    finally:
+        supervisor._in_stop.discard(me)
+    supervisor._request_stop()
+    return supervisor._current(began, final=False)
+
+
+# daemon_threads._Ended is its twin, shaped for that module; tests/test_copies.py checks both.
+class _Tracked:
+    """A thread with its own end signal, set in its target's ``finally``.
+
+    Reports wait on ``ended``, never on ``join()``/``is_alive()``: before 3.13 a Ctrl-C
+    that interrupts ``Thread.join()`` marks a live thread finished (gh-90882).
+    """
+
+    def __init__(self, target: Callable[[], object], name: str) -> None:
+        self.ended = threading.Event()  # set by the thread on its way out; waited on by stop()
+        # Taken by the thread as it begins, or by cancel_unstarted() after a failed
+        # Thread.start: whoever takes it first decides whether the target ever runs.
+        self._claim = threading.Lock()
+        self._target = target
+        self.thread = threading.Thread(target=self._run, name=name)
+
+    def _run(self) -> None:
+        try:
+            if self._claim.acquire(blocking=False):
+                self._target()
+        finally:
+            self.ended.set()
+
+    def cancel_unstarted(self) -> None:
+        """After ``Thread.start`` raised: a thread that had not begun will never run the target."""
+        if self._claim.acquire(blocking=False):
+            self.ended.set()
+
+    def running(self) -> bool:
+        """Started and not yet ended (by its own signal)."""
+        return self.thread.ident is not None and not self.ended.is_set()

@@ -252,6 +252,24 @@ def run_main(main: Callable[[], int | None], *, failure_status: int = 1) -> int:
     """
     with LoggingExcepthook() as hook:
         status = main()
+    _warn_still_running()  # a failure that comes later cannot change the status
+    failures = hook.failures
+    if failures and not status:
+        logger.error(
+            "exiting with status %d: %d thread(s) failed: %s",
+            failure_status,
+            len(failures),
+            [f.thread_name for f in failures],
+        )
+        return failure_status
+    return status or 0
+
+
+# --- the lifecycle contract: what main leaves running ------------------------------------------
+
+
+def _warn_still_running() -> None:
+    """Name the non-daemon threads still running after ``main``: their failures come too late."""
     still_running = [
         t.name
         for t in threading.enumerate()
@@ -263,13 +281,3 @@ def run_main(main: Callable[[], int | None], *, failure_status: int = 1) -> int:
             "the exit status: %s",
             still_running,
         )
-    failures = hook.failures
-    if failures and not status:
-        logger.error(
-            "exiting with status %d: %d thread(s) failed: %s",
-            failure_status,
-            len(failures),
-            [f.thread_name for f in failures],
-        )
-        return failure_status
-    return status or 0
