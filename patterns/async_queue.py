@@ -325,25 +325,6 @@ class AsyncPoolReport(Generic[T]):
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
 
 
-# The same code is in closable_queue.py and poison_pill.py; pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as a number of seconds; None means forever where allowed (math.inf).
-
-    inf and huge values are accepted ("as long as it takes"): asyncio's timers take them
-    as they are, since the loop caps each select() on its own.
-    """
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond a float's range, such as 10**400
-            seconds = math.inf if value > 0 else -math.inf
-        if seconds >= 0:  # False for nan
-            return seconds
-    raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-
-
 class AsyncConsumerPool(Generic[T]):
     """Consumer tasks that await ``handler(item)`` for each item, stopped by closing the queue.
 
@@ -577,3 +558,23 @@ class AsyncConsumerPool(Generic[T]):
                     loop = asyncio.get_running_loop()
                     self._report = self._snapshot(loop.time() - self._requested, ())
                     self._stopped.set()
+
+
+# --- the lifecycle contract: seconds, checked by the one rule -----------------------------
+#
+# The seconds family, the same code in every pattern module that needs it; pinned by
+# tests/test_copies.py. Only _seconds is needed here: asyncio's timers do the waiting.
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as a number of seconds; None means forever where allowed (math.inf).
+
+    inf and huge values (10**400 too, with no OverflowError) are accepted as "as long as
+    it takes": asyncio's timers take them as they are, since the loop caps each select()
+    on its own.
+    """
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)

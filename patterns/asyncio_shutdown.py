@@ -17,15 +17,11 @@ Guarantees:
     * `shutdown_tasks` returns within ``timeout`` (plus scheduling noise) whatever the tasks
       do, never raises for a task that failed or would not stop, and names every task in
       exactly one of ``finished``, ``failed``, ``cancelled`` and ``still_running``.
-    * A task spawned by a `TaskSet` is strongly referenced until it ends, so the garbage
-      collector cannot destroy it mid-flight; its failure is logged at ERROR, with its
-      name, when it happens, so "Task exception was never retrieved" never appears.
-    * `TaskSet.stop` keeps the lifecycle contract: bounded by its caller's budget, the same
-      report object once one stop has completed, and it refuses new tasks from its first
-      call. From one of the set's own tasks it is a request that returns at once.
+    * A task spawned by a `TaskSet` is strongly referenced until it ends; its failure is
+      logged at ERROR, with its name, when it happens ("never retrieved" never appears).
+      `TaskSet.stop` keeps the lifecycle contract and refuses new tasks from its first call.
     * `AsyncSignalHandlers` puts back, when stopped, the loop's own handler for a signal if
-      the loop had one (an outer `AsyncSignalHandlers`), else the exact previous Python
-      handler.
+      the loop had one (an outer `AsyncSignalHandlers`), else the exact previous one.
     * Every number of seconds is checked: ``math.inf`` means as long as it takes; nan, a
       negative number, a bool or a string is a `ValueError` naming the argument.
     * When the task awaiting `run_in_thread` is cancelled, the token is set, the task waits
@@ -99,27 +95,6 @@ DEFAULT_CANCEL_TIMEOUT = 5.0
 
 #: Seconds a forced exit spends flushing logging and stdio before `os._exit`.
 _FORCE_FLUSH_TIMEOUT = 0.5
-
-
-# The same code is in exit_hooks.py and server_shutdown.py (each module is copied alone); pinned by
-# tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow
-
-
-def _timeout(budget: float) -> float | None:
-    """``budget`` for `asyncio.wait`: None for "as long as it takes" (no timer at all)."""
-    return None if budget == math.inf else budget
-
-
-def _check_report(terminated: bool, still_running: tuple[str, ...]) -> None:
-    if terminated and still_running:
-        raise ValueError(f"a report cannot say terminated=True with still_running={still_running}")
 
 
 @dataclass(frozen=True)
@@ -222,15 +197,11 @@ def _sort(
 class TaskSet:
     """Background tasks with strong references, logged failures and a bounded stop.
 
-    The lifecycle contract, mapped to coroutines: the constructor touches no event loop;
-    `start` is a plain method (there is nothing to wait for) that must run inside the
-    loop, which it remembers; `stop` is a coroutine, ``await tasks.stop(timeout)``,
+    The lifecycle contract, mapped to coroutines: `start` is a plain method, run inside
+    the loop, which it remembers; `stop` is a coroutine, ``await tasks.stop(timeout)``,
     because waiting for tasks means letting the loop run; ``async with`` calls both, and
-    enters a running set as it is (``async with TaskSet().start() as tasks:``). Once a
-    ``stop()`` has completed, every later one returns its report object; one made while
-    another is still waiting waits at most its own budget. Everything runs in the loop's
-    thread, so no lock is needed; calling from another thread is an error, as it is for
-    the loop itself.
+    enters a running set as it is. Everything runs in the loop's thread, so no lock is
+    needed; calling from another thread is an error, as it is for the loop itself.
     """
 
     def __init__(self, *, stop_timeout: float = 5.0, name: str = "tasks") -> None:
@@ -293,15 +264,13 @@ class TaskSet:
     async def stop(self, timeout: float | None = None) -> TaskShutdownReport:
         """Refuse new tasks, cancel the running ones, wait at most ``timeout``; report.
 
-        ``None`` means ``stop_timeout``; ``math.inf`` waits as long as it takes. Raises
-        `ValueError` for a bad timeout; never for a task that would not stop (the report
-        names it). If the caller is cancelled, the stop goes on and a later ``stop()``
-        returns its report. Awaited from one of the set's own tasks, it is a request: the
-        stop starts (that task is cancelled too, at its next ``await``) and a provisional
-        report naming it comes back at once. A ``stop()`` made while another is under way
-        waits at most its own ``timeout`` for that one's report, then returns a
-        provisional one. A provisional report says ``terminated=False`` and is not kept;
-        the first stop that completes keeps its report, and every later call returns it.
+        ``None`` means ``stop_timeout``; ``math.inf`` waits as long as it takes. Never
+        raises for a task that would not stop (the report names it). If the caller is
+        cancelled, the stop goes on and a later ``stop()`` returns its report. From one of
+        the set's own tasks it is a request: the stop starts (that task is cancelled too)
+        and a provisional report (``terminated=False``, not kept) comes back at once; a
+        ``stop()`` made while another is under way waits at most its own ``timeout`` for
+        that one's report. Once a stop has completed, every call returns its report.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         if self._report is not None:
@@ -313,15 +282,11 @@ class TaskSet:
                 self._stop(budget), name=f"{self.name}-stop"
             )
         if asyncio.current_task() in self._tasks:  # it would wait for itself
-            return self._provisional()
+            return _provisional(self._tasks)
         if first:  # bounded by budget already: shutdown_tasks waits at most that
             return await asyncio.shield(self._stopping)
         await asyncio.wait([self._stopping], timeout=_timeout(budget))
-        return self._report or self._provisional()
-
-    def _provisional(self) -> TaskShutdownReport:
-        names = tuple(sorted(t.get_name() for t in self._tasks if not t.done()))
-        return TaskShutdownReport(terminated=False, still_running=names)
+        return self._report or _provisional(self._tasks)
 
     async def _stop(self, budget: float) -> TaskShutdownReport:
         # The done callbacks log failures; shutdown_tasks only retrieves them.
@@ -335,12 +300,7 @@ class TaskSet:
             return self
         return self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
 
@@ -362,11 +322,6 @@ async def retry_forever(
         except Exception:
             logger.exception("%s failed; retrying", name)
         await asyncio.sleep(seconds)
-
-
-# Cleanup tasks whose caller stopped waiting at their deadline: referenced here until they
-# end, so the collector cannot destroy them mid-flight, and their outcome is logged then.
-_overdue: set[asyncio.Task[Any]] = set()
 
 
 async def shielded(cleanup: Awaitable[T], timeout: float, *, name: str = "cleanup") -> T:
@@ -408,12 +363,6 @@ async def shielded(cleanup: Awaitable[T], timeout: float, *, name: str = "cleanu
             logger.error("%s failed while its caller was being cancelled", name, exc_info=failure)
         raise interrupted
     return inner.result()  # the cleanup's own exception, if it failed
-
-
-def _log_overdue(name: str, task: asyncio.Task[Any]) -> None:
-    _overdue.discard(task)
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        logger.error("%s failed after its deadline", name, exc_info=exc)
 
 
 class _StopRequested(Exception):
@@ -612,12 +561,6 @@ async def run_in_thread_with(
         raise
 
 
-def _log_late_outcome(name: str, future: asyncio.Future[Any]) -> None:
-    """Retrieve the outcome nobody awaits any more (no "exception was never retrieved")."""
-    if not future.cancelled() and (exc := future.exception()) is not None:
-        logger.error("%s failed after its task was cancelled", name, exc_info=exc)
-
-
 @dataclass(frozen=True)
 class SignalReport:
     """What `AsyncSignalHandlers.stop` left behind (nothing runs, so it always terminated)."""
@@ -745,6 +688,37 @@ class AsyncSignalHandlers:
             _force_exit(128 + signum, f"second signal ({signum.name}) while stopping")
 
 
+async def run_until_signalled(
+    work: Callable[[asyncio.Event], Coroutine[Any, Any, object]],
+    *,
+    drain_timeout: float,
+    cancel_timeout: float = 1.0,
+    signals: Iterable[int] = DEFAULT_SIGNALS,
+) -> TaskShutdownReport:
+    """Run ``work(stop)`` as a task until it returns or a signal asks to stop.
+
+    The first signal sets ``stop``; ``work`` gets ``drain_timeout`` seconds to finish and
+    return, then it is cancelled and gets ``cancel_timeout`` more. The handlers stay
+    installed until then, so a second signal forces the exit with status ``128 + signum``.
+    Returns the `shutdown_tasks` report of the work task (``finished`` names it when it
+    returned by itself; a failure of ``work`` is logged and named in ``failed``).
+    """
+    drain = _seconds(drain_timeout, "drain_timeout")
+    cancel = _seconds(cancel_timeout, "cancel_timeout")
+    stop = asyncio.Event()  # set by the first signal; work watches it
+    with AsyncSignalHandlers(lambda _signum: stop.set(), signals):
+        task = asyncio.get_running_loop().create_task(work(stop), name="work")
+        stopped = asyncio.get_running_loop().create_task(stop.wait(), name="stop-wait")
+        try:
+            await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                logger.info("draining: waiting up to %.3gs for work to stop", drain)
+                await asyncio.wait([task], timeout=_timeout(drain))
+        finally:
+            stopped.cancel()
+        return await shutdown_tasks([task], cancel)
+
+
 _LoopHandler = tuple[Callable[..., object], tuple[Any, ...]]
 
 
@@ -781,32 +755,53 @@ def _force_exit(status: int, reason: str) -> None:
     os._exit(status)
 
 
-async def run_until_signalled(
-    work: Callable[[asyncio.Event], Coroutine[Any, Any, object]],
-    *,
-    drain_timeout: float,
-    cancel_timeout: float = 1.0,
-    signals: Iterable[int] = DEFAULT_SIGNALS,
-) -> TaskShutdownReport:
-    """Run ``work(stop)`` as a task until it returns or a signal asks to stop.
+# --- the lifecycle contract: seconds, report self-checks, outcomes nobody awaits ----------
+#
+# _seconds is the seconds family's, the same code in every pattern module that holds it;
+# pinned by tests/test_copies.py. asyncio's timers do the waiting, so it needs no other.
 
-    The first signal sets ``stop``; ``work`` gets ``drain_timeout`` seconds to finish and
-    return, then it is cancelled and gets ``cancel_timeout`` more. The handlers stay
-    installed until then, so a second signal forces the exit with status ``128 + signum``.
-    Returns the `shutdown_tasks` report of the work task (``finished`` names it when it
-    returned by itself; a failure of ``work`` is logged and named in ``failed``).
+
+def _check_report(terminated: bool, still_running: tuple[str, ...]) -> None:
+    """A report's self-check: it cannot say it terminated and name what still runs."""
+    if terminated and still_running:
+        raise ValueError(f"a report cannot say terminated=True with still_running={still_running}")
+
+
+def _provisional(tasks: Iterable[asyncio.Task[Any]]) -> TaskShutdownReport:
+    """The report of a stop that cannot wait: ``terminated=False``, the live tasks named."""
+    names = tuple(sorted(t.get_name() for t in tasks if not t.done()))
+    return TaskShutdownReport(terminated=False, still_running=names)
+
+
+def _timeout(budget: float) -> float | None:
+    """``budget`` for `asyncio.wait`: None for "as long as it takes" (no timer at all)."""
+    return None if budget == math.inf else budget
+
+
+# Cleanup tasks whose caller stopped waiting at their deadline: referenced here until they
+# end, so the collector cannot destroy them mid-flight, and their outcome is logged then.
+_overdue: set[asyncio.Task[Any]] = set()
+
+
+def _log_overdue(name: str, task: asyncio.Task[Any]) -> None:
+    _overdue.discard(task)
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.error("%s failed after its deadline", name, exc_info=exc)
+
+
+def _log_late_outcome(name: str, future: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome nobody awaits any more (no "exception was never retrieved")."""
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        logger.error("%s failed after its task was cancelled", name, exc_info=exc)
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes".
+
+    `_timeout` turns inf into no timer at all for `asyncio.wait`.
     """
-    drain = _seconds(drain_timeout, "drain_timeout")
-    cancel = _seconds(cancel_timeout, "cancel_timeout")
-    stop = asyncio.Event()  # set by the first signal; work watches it
-    with AsyncSignalHandlers(lambda _signum: stop.set(), signals):
-        task = asyncio.get_running_loop().create_task(work(stop), name="work")
-        stopped = asyncio.get_running_loop().create_task(stop.wait(), name="stop-wait")
-        try:
-            await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                logger.info("draining: waiting up to %.3gs for work to stop", drain)
-                await asyncio.wait([task], timeout=_timeout(drain))
-        finally:
-            stopped.cancel()
-        return await shutdown_tasks([task], cancel)
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow

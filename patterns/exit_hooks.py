@@ -12,30 +12,22 @@ clean up. `register_exit_hook` registers an `atexit` handler that still has logg
 Guarantees:
     * Once `SignalHandlers.start` returns, the first of its signals calls ``on_stop``
       exactly once, promptly, in a thread that is not the main thread, even while the
-      main thread is blocked in ``Event.wait()``; later signals never call it again.
-    * A second signal ends the process with status ``128 + signum`` within
-      ``FORCE_FLUSH_TIMEOUT`` (0.5 s) plus scheduling noise, whatever other threads do.
-    * ``start()`` is all or nothing: if it raises, handlers, wakeup fd and file descriptors
-      are as they were and ``on_stop`` is never called.
-    * After ``stop()`` every handled signal has exactly the handler object it had before,
-      and the wakeup fd is what it was, even if a handler put back raises on the way
-      (``stop()`` re-raises that afterwards). ``stop()`` waits at most ``stop_timeout``
-      (``math.inf``: as long as it takes), and its report is true even after a Ctrl-C
-      interrupted an earlier ``stop()``. The wakeup pipe is closed once the dispatcher
-      has ended, by ``stop()`` or, if the dispatcher outlived the budget, by itself.
-    * ``on_stop`` calling ``sys.exit(code)`` ends the program with ``code``: the exit is
-      logged and raised in the main thread; any other exception from it is logged.
-    * A child forked while started gets the handlers it had before and no wakeup fd.
+      main thread is blocked in ``Event.wait()``. A second signal ends the process with
+      status ``128 + signum`` within ``FORCE_FLUSH_TIMEOUT`` (0.5 s), whatever threads do.
+    * ``start()`` is all or nothing. After ``stop()`` every handled signal has exactly the
+      handler it had before, and the wakeup fd is what it was, even if a handler put back
+      raises on the way (re-raised afterwards); ``stop()`` waits at most ``stop_timeout``
+      and its report stays true after a Ctrl-C interrupted an earlier ``stop()``.
+    * ``sys.exit(code)`` in ``on_stop`` ends the program with ``code``; any other exception
+      from it is logged. A child forked while started gets the handlers it had before.
     * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and its
       failure is logged with its traceback.
 
 Python:
     3.11+, POSIX (the wakeup fd is a pipe); checked on 3.11.7, 3.12.1 and 3.13.0. 3.12.1
-    refuses to start a thread in an `atexit` handler (:gh:`104690`; :gh:`113964` allowed it again
-    in 3.12.3 and 3.13), so there `force_exit` exits without its flush. Forking after
-    ``start()`` forks a multi-threaded process, which 3.12+ warn about. An asyncio loop's
-    ``add_signal_handler`` takes the wakeup fd, so ``start()`` refuses to run while one is
-    set.
+    refuses threads in `atexit` handlers (:gh:`104690`, fixed in 3.12.3 by :gh:`113964`), so
+    there `force_exit` exits without its flush. An asyncio loop's ``add_signal_handler``
+    takes the wakeup fd, so ``start()`` refuses to run while one is set.
 
 Docs: docs/patterns/exit_hooks.md (the pitfalls, the Java counterpart, budgets, forking).
 """
@@ -100,26 +92,6 @@ class SignalHandlersReport:
             )
 
 
-# The same code is in asyncio_shutdown.py and server_shutdown.py; pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow
-
-
-def _wait(event: threading.Event, deadline: float) -> bool:
-    """Wait for ``event`` until ``deadline`` (monotonic, may be inf), in waits a C call accepts."""
-    while not event.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        event.wait(min(remaining, threading.TIMEOUT_MAX))
-    return True
-
-
 def _wake_only(signum: int, frame: FrameType | None) -> None:
     """The Python-level handler: nothing to do here, unless on_stop asked for an exit.
 
@@ -137,30 +109,17 @@ def _wake_only(signum: int, frame: FrameType | None) -> None:
             raise exit_
 
 
-def _require_main_thread(what: str) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError(
-            f"{what} must be called from the main thread: Python runs signal handlers only "
-            "there, and signal.signal() and signal.set_wakeup_fd() refuse other threads"
-        )
-
-
 class SignalHandlers:
     """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
 
-    The constructor only checks its options. `start` (main thread only) takes the wakeup
-    fd, starts the dispatcher thread and installs the handlers, all or nothing; `stop`
-    (main thread, or any thread if never started) puts back exactly what was there, within
-    ``stop_timeout``, and returns the same `SignalHandlersReport` every time once one has
-    completed. ``start()`` after ``start()`` or ``stop()`` raises `RuntimeError`; ``with``
-    starts a handle never started and enters a running one as it is, so ``with
-    install_signal_handlers(on_stop):`` works too.
+    `start` (main thread only) takes the wakeup fd, starts the dispatcher thread and
+    installs the handlers, all or nothing; `stop` puts back exactly what was there within
+    ``stop_timeout`` and, once one has completed, returns the same `SignalHandlersReport`
+    every time. ``with`` starts a handle never started and enters a running one as it is.
 
-    ``on_stop`` runs in a thread of its own. If it raises `SystemExit` (``sys.exit(0)``),
-    which would end only that thread, silently (P8), the exit is logged and handed to the
-    main thread: one of our signals is sent to it, and its handler raises the `SystemExit`
-    there, wherever the main thread is; if ``stop()`` has already begun, ``stop()`` raises
-    it once it is done. Any other exception from ``on_stop`` is logged.
+    ``on_stop`` runs in a thread of its own. A `SystemExit` it raises would end only that
+    thread, silently (P8): it is logged and raised in the main thread instead, by one of
+    our signals sent there (or by ``stop()``, once begun). Other exceptions are logged.
     """
 
     def __init__(
@@ -178,13 +137,8 @@ class SignalHandlers:
             raise ValueError("signals must name at least one signal")
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self._on_stop = on_stop
-        # Guards _started, _armed, _held, _closed, _received, _on_stop_thread, _stopper,
-        # _self_signals and _report. Taken by the dispatcher thread for each signal, by
-        # start() and stop() for a few assignments; never held while anything waits or
-        # on_stop runs. Reentrant: a stop() from a signal handler that interrupted the main
-        # thread while it held the lock must not wait for itself (E1, R4). It also guards
-        # _dispatcher_reading and _pipe_for_dispatcher, so that exactly one of stop() and the
-        # dispatcher closes the pipe.
+        # Guards the state below; never held while anything waits or on_stop runs. Reentrant:
+        # a stop() from a signal handler that interrupted its holder must not wait (E1, R4).
         self._lock = threading.RLock()
         self._started = False
         self._armed = False  # set once start() has succeeded; signals before it wait in _held
@@ -196,31 +150,20 @@ class SignalHandlers:
         # that a Ctrl-C interrupted (gh-90882 marks a live thread finished on 3.11/3.12).
         self._on_stop_ended = threading.Event()
         self._report: SignalHandlersReport | None = None
-        # The ident of the thread inside stop(), so that a stop() from a signal handler
-        # that interrupted it returns at once instead of waiting for itself.
-        self._stopper: int | None = None
+        self._stopper: int | None = None  # the ident of the thread inside stop()
         self._stop_done = threading.Event()  # set once _report is recorded
-        # A SystemExit raised by on_stop in its thread, waiting for the main thread to
-        # raise it (from _wake_only, or at the end of stop()); and how many signals we
-        # sent to the main thread to get it there, which the dispatcher must not count.
-        self._exit: SystemExit | None = None
-        self._self_signals = 0
-        # What _install changed, each undone by _restore and then marked undone, so that a
-        # _restore interrupted half-way (a KeyboardInterrupt from a handler already put back)
-        # can be called again and finish.
+        self._exit: SystemExit | None = None  # on_stop's, for the main thread to raise
+        self._self_signals = 0  # signals sent to main for it: not a second signal
+        # What _install changed, each marked undone by _restore, which can then be redone.
         self._previous: dict[signal.Signals, _Handler] = {}
         self._wakeup_installed = False
         self._dispatcher: threading.Thread | None = None
         self._dispatcher_ended = threading.Event()  # set in the finally of the dispatcher
         self._dispatcher_running = False
         # The C-level handler writes signal numbers to _write_fd (non-blocking: a full pipe
-        # drops a byte rather than block in a signal handler); the dispatcher reads _read_fd.
-        # -1 once closed, or once handed to the dispatcher: a number kept after that could
-        # be closed again when the process has reused it for another file.
+        # drops a byte rather than block); the dispatcher reads _read_fd. -1 once closed or
+        # handed to a dispatcher that outlived stop()'s deadline, which closes them itself.
         self._read_fd = self._write_fd = -1
-        # True from just before the dispatcher starts until it has stopped reading; a pipe
-        # that stop() gave up waiting for is left in _pipe_for_dispatcher, closed by the
-        # dispatcher on its way out.
         self._dispatcher_reading = False
         self._pipe_for_dispatcher: tuple[int, ...] = ()
 
@@ -246,7 +189,7 @@ class SignalHandlers:
 
         Raises `RuntimeError` outside the main thread, when called twice or after `stop`,
         or when a wakeup fd is already set; `ValueError` for a signal whose handler was
-        installed outside Python (it could not be put back). Nothing is changed then.
+        installed outside Python. Nothing is changed then.
         """
         _require_main_thread("SignalHandlers.start()")
         with self._lock:
@@ -258,7 +201,7 @@ class SignalHandlers:
         except BaseException as exc:
             with self._lock:
                 self._closed = True  # a signal already in the pipe must not call on_stop now
-            failure = self._restore_all(time.monotonic() + self.stop_timeout)
+            failure = _restore_all(self, _deadline(self.stop_timeout))
             if failure is not None:
                 raise failure from exc
             raise
@@ -268,44 +211,20 @@ class SignalHandlers:
         """Put back the previous handlers and wakeup fd; wait for the helper threads.
 
         Bounded by ``timeout`` (None: ``stop_timeout``; ``math.inf``: as long as it takes).
-        A signal that arrives once ``stop()`` has begun is no longer acted on; from the
-        moment its previous handler is back, that handler gets it, and if it raises (a
-        second Ctrl-C meeting `signal.default_int_handler`), ``stop()`` still puts
-        everything back, records its report and then re-raises it. Once started, only the
-        main thread can put the handlers back; from elsewhere, ``stop()``:
-
-        * from ``on_stop`` (or the dispatcher): a request that changes nothing and returns
-          a provisional report at once, naming the calling thread; the handlers stay, so a
-          second signal still forces the exit, until the main thread's ``stop()``;
-        * from another thread while the main thread is inside ``stop()``: waits at most
-          ``timeout`` for it, then returns its report, or a provisional one;
-        * from a signal handler that interrupted the main thread's ``stop()``: returns a
-          provisional report at once;
-        * from another thread otherwise: `RuntimeError`.
-
-        A provisional report says ``terminated=False`` and is not recorded; the first
-        ``stop()`` that completes records its report, and every later call returns it.
+        From then on no signal is acted on; a previous handler put back that raises (a
+        second Ctrl-C) is re-raised once everything is back and the report recorded.
+        Once started, only the main thread puts the handlers back. From ``on_stop``, the
+        dispatcher, or a signal handler that interrupted the main thread's ``stop()``, it
+        is a request that returns at once; from another thread while the main thread is
+        in ``stop()``, it waits at most ``timeout`` for that report; from any other thread
+        it raises `RuntimeError`. A request or a wait that runs out returns a provisional
+        report (``terminated=False``, not recorded); every call after the first completed
+        one returns that one's report.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        me = threading.get_ident()
-        with self._lock:
-            if self._report is not None:
-                return self._report
-            own = me in (
-                self._thread_ident(self._dispatcher),
-                self._thread_ident(self._on_stop_thread),
-            )
-            inside = self._stopper == me
-            busy = self._stopper is not None
-            if not (own or inside or busy):
-                if self._started and threading.current_thread() is not threading.main_thread():
-                    _require_main_thread("SignalHandlers.stop()")
-                self._stopper = me
-        if own or inside:
-            return self._provisional()
-        if busy:
-            _wait(self._stop_done, time.monotonic() + budget)
-            return self._report or self._provisional()
+        report = _unless_this_call_stops(self, budget)  # the stopper hand-off
+        if report is not None:
+            return report
         try:
             return self._stop(budget)
         finally:
@@ -313,16 +232,16 @@ class SignalHandlers:
                 self._stopper = None
 
     def _stop(self, budget: float) -> SignalHandlersReport:
-        deadline = time.monotonic() + budget
+        deadline = _deadline(budget)
         with self._lock:
-            self._closed = True
+            self._closed = True  # from now on no signal is acted on
             on_stop_thread = self._on_stop_thread
-        failure = self._restore_all(deadline)
+        failure = _restore_all(self, deadline)  # handlers, wakeup fd, dispatcher, pipe
         if on_stop_thread is not None and not _wait(self._on_stop_ended, deadline):
             logger.warning("on_stop is still running %.3gs after stop()", budget)
         with self._lock:
             if self._report is None:
-                alive = self._still_running()
+                alive = _still_running(self)
                 first = self._received[0] if self._received else None
                 self._report = SignalHandlersReport(not alive, alive, first)
                 self._stop_done.set()
@@ -334,28 +253,6 @@ class SignalHandlers:
             raise failure
         return report
 
-    def _still_running(self) -> tuple[str, ...]:
-        """The names of our threads whose "ended" event is not set (caller holds _lock)."""
-        threads = [(self._dispatcher, self._dispatcher_ended)]
-        threads.append((self._on_stop_thread, self._on_stop_ended))
-        return tuple(t.name for t, ended in threads if t is not None and not ended.is_set())
-
-    def _provisional(self) -> SignalHandlersReport:
-        with self._lock:
-            first = self._received[0] if self._received else None
-            return SignalHandlersReport(False, self._still_running(), first)
-
-    @staticmethod
-    def _thread_ident(thread: threading.Thread | None) -> int | None:
-        return None if thread is None else thread.ident
-
-    def _take_exit(self) -> SystemExit | None:
-        """The SystemExit on_stop raised, once; called in the main thread only, without a lock."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        exit_, self._exit = self._exit, None
-        return exit_
-
     def __enter__(self) -> Self:
         """Start if never started; a running object is returned as is (``with x.start():``)."""
         with self._lock:
@@ -364,175 +261,6 @@ class SignalHandlers:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-    def _install(self) -> None:
-        global _installed  # noqa: PLW0603 - the one handle the fork hooks must know about
-        foreign = [s.name for s in self._signals if signal.getsignal(s) is None]
-        if foreign:
-            raise ValueError(
-                f"{', '.join(foreign)} has a handler installed outside Python "
-                "(signal.getsignal() returns None); it could not be put back after stop(), "
-                "so SignalHandlers leaves it alone: leave it out of signals="
-            )
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
-        previous_fd = signal.set_wakeup_fd(self._write_fd)
-        if previous_fd != -1:
-            signal.set_wakeup_fd(previous_fd)
-            raise RuntimeError(
-                "a signal wakeup fd is already set (by another SignalHandlers, or by an "
-                "asyncio event loop's add_signal_handler): stop that first"
-            )
-        self._wakeup_installed = True
-        _installed = self
-        self._dispatcher = threading.Thread(
-            target=_setting_when_done(self._dispatch, self._dispatcher_ended),
-            # Its own copy of the number: a stop() right after start() may hand the pipe
-            # over (clearing the field) before the new thread has run a line.
-            args=(self._read_fd,),
-            name="signal-dispatcher",
-            daemon=True,
-        )
-        self._dispatcher_reading = True
-        try:
-            self._dispatcher.start()
-        except BaseException:
-            self._dispatcher_reading = False  # it never ran, so it has ended
-            self._dispatcher_ended.set()
-            raise
-        self._dispatcher_running = True
-        for signum in self._signals:
-            # Recorded before it is replaced: putting back a handler that was not replaced
-            # yet is harmless, losing one is not.
-            self._previous[signum] = signal.getsignal(signum)
-            try:
-                signal.signal(signum, _wake_only)
-            except (OSError, ValueError):  # not replaced (SIGKILL, say): nothing to put back
-                del self._previous[signum]
-                raise
-        with self._lock:
-            self._armed = True
-            held, self._held = self._held, []
-        for signum in held:  # arrived while installing, after our handler was in place
-            self.on_signal(signum)
-
-    def _restore_all(self, deadline: float) -> BaseException | None:
-        """Undo everything _install did; return what a handler put back raised on the way."""
-        failure: BaseException | None = None
-        # Each call makes progress (every step is marked done once done), so a few calls
-        # always suffice; the bound only guards against a step that fails every time.
-        for _ in range(len(self._previous) + 4):
-            try:
-                self._restore(deadline)
-            except BaseException as exc:  # noqa: BLE001 - returned, raised by the caller
-                failure = failure or exc
-            else:
-                break
-        return failure
-
-    def _restore(self, deadline: float) -> None:
-        """Handlers (Python callables last), wakeup fd, dispatcher, pipe; each step once."""
-        global _installed  # noqa: PLW0603 - see _install
-        # A previous handler that is a Python callable can raise (default_int_handler raises
-        # KeyboardInterrupt) as soon as it is back; putting those back last keeps that
-        # window at the end, and _restore_all calls this again to finish the rest.
-        for signum, previous in sorted(self._previous.items(), key=lambda i: callable(i[1])):
-            signal.signal(signum, previous)
-            del self._previous[signum]
-        if self._wakeup_installed:
-            current = signal.set_wakeup_fd(-1)
-            if current not in (self._write_fd, -1):  # someone replaced ours: leave theirs
-                signal.set_wakeup_fd(current)
-                logger.warning("the signal wakeup fd was replaced while handlers were installed")
-            self._wakeup_installed = False
-        if self._dispatcher_running:
-            os.write(self._write_fd, bytes([_CLOSE]))
-            self._dispatcher_running = False
-        # Not join()/is_alive(): after a join() that a Ctrl-C interrupted, 3.11/3.12 say a
-        # live thread has finished (gh-90882), and the pipe would close under it.
-        if self._dispatcher is None or _wait(self._dispatcher_ended, deadline):
-            self._close_pipe()
-        else:  # the deadline came first: the dispatcher closes the pipe when it ends
-            self._hand_pipe_to_dispatcher()
-        if _installed is self:
-            _installed = None
-
-    def _close_pipe(self) -> None:
-        """Close each end once: its field is cleared before its close.
-
-        A Ctrl-C (from a handler put back) is raised after a call returns, so at worst
-        between the two closes; the redone _restore then closes only the end still open,
-        never a number that the process may by then have reused for another file.
-        """
-        fd, self._read_fd = self._read_fd, -1
-        if fd != -1:
-            with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
-                os.close(fd)
-        fd, self._write_fd = self._write_fd, -1
-        if fd != -1:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def _hand_pipe_to_dispatcher(self) -> None:
-        """Leave the pipe to a dispatcher still reading it, or close it if it has stopped.
-
-        Decided under the lock the dispatcher takes as it stops reading, so exactly one of
-        the two closes the pipe, and it is closed even when the dispatcher outlives the
-        deadline (nothing else would close it: both ends would stay open for good).
-        """
-        with self._lock:
-            if self._dispatcher_reading:
-                pipe = tuple(fd for fd in (self._read_fd, self._write_fd) if fd != -1)
-                self._pipe_for_dispatcher += pipe
-                self._read_fd = self._write_fd = -1
-                return
-        self._close_pipe()
-
-    def _forget_after_fork(self) -> None:
-        """In a child forked while started: put back the previous handlers, let go of the pipe.
-
-        The child has none of the parent's threads, so nothing would read the pipe, and
-        the pipe is the parent's: a signal written there would stop the parent, and a
-        ``stop()`` in the child would end the parent's dispatcher. The child gets the
-        handlers it would have had without us, as a process of its own.
-        """
-        self._lock = threading.RLock()  # the dispatcher may have held it at the fork
-        self._closed = True
-        self._on_stop_thread = None
-        self._stopper = None  # a stop() under way is the parent's, and so is an exit handed over
-        self._exit, self._self_signals = None, 0
-        # The parent's threads do not exist here: they have ended, as far as this process
-        # goes. New events, set: the old ones' locks may have been held at the fork.
-        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
-        self._dispatcher_ended.set()
-        self._on_stop_ended.set()
-        self._stop_done = threading.Event()
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous.clear()
-        if self._wakeup_installed:
-            signal.set_wakeup_fd(-1)
-            self._wakeup_installed = False
-        self._dispatcher_running = self._dispatcher_reading = False  # not in this process
-        self._close_pipe()
-
-    def _dispatch(self, read_fd: int) -> None:
-        """Read signal numbers from the pipe until stop() writes _CLOSE.
-
-        On the way out, close the pipe if a stop() whose deadline passed first left it here.
-        """
-        try:
-            while True:
-                for signum in os.read(read_fd, 64):
-                    if signum == _CLOSE:
-                        return
-                    self.on_signal(signum)
-        finally:
-            with self._lock:
-                self._dispatcher_reading = False
-                pipe, self._pipe_for_dispatcher = self._pipe_for_dispatcher, ()
-            for fd in pipe:
-                os.close(fd)
 
     def on_signal(self, signum: int) -> None:
         """Act on one signal; the dispatcher thread calls it for each signal it reads.
@@ -599,10 +327,9 @@ class SignalHandlers:
     def _hand_exit_to_main(self, exc: SystemExit, signum: signal.Signals) -> None:
         """Make the main thread raise ``exc``: now by a signal, or at the end of its stop().
 
-        The signal is one of ours, so its Python handler is `_wake_only`, which raises the
-        exit in the main thread, even one blocked in ``Event.wait()``. Sent under the lock,
-        before stop() can mark us closed and put the previous handler back; once closed,
-        the main thread is in stop(), which raises it when it is done.
+        The signal is one of ours, so `_wake_only` raises the exit in the main thread, even
+        one blocked in ``Event.wait()``. Sent under the lock, before stop() can mark us
+        closed and put the previous handler back; once closed, stop() raises it when done.
         """
         with self._lock:
             self._exit = exc
@@ -613,60 +340,106 @@ class SignalHandlers:
             if main is not None:
                 signal.pthread_kill(main, signum)
 
+    def _take_exit(self) -> SystemExit | None:
+        """The SystemExit on_stop raised, once; called in the main thread only, without a lock."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        exit_, self._exit = self._exit, None
+        return exit_
 
-def _setting_when_done(target: Callable[..., None], ended: threading.Event) -> Callable[..., None]:
-    """``target`` wrapped to set ``ended`` however it ends: a thread's own "ended" signal."""
-
-    def run(*args: Any) -> None:
+    def _dispatch(self, read_fd: int) -> None:
+        """Read signal numbers until stop() writes _CLOSE; then close a pipe stop() left here."""
         try:
-            target(*args)
+            while True:
+                for signum in os.read(read_fd, 64):
+                    if signum == _CLOSE:
+                        return
+                    self.on_signal(signum)
         finally:
-            ended.set()
+            with self._lock:
+                self._dispatcher_reading = False
+                pipe, self._pipe_for_dispatcher = self._pipe_for_dispatcher, ()
+            for fd in pipe:
+                os.close(fd)
 
-    return run
+    def _install(self) -> None:
+        global _installed  # noqa: PLW0603 - the one handle the fork hooks must know about
+        foreign = [s.name for s in self._signals if signal.getsignal(s) is None]
+        if foreign:
+            raise ValueError(
+                f"{', '.join(foreign)} has a handler installed outside Python "
+                "(signal.getsignal() returns None); it could not be put back after stop(), "
+                "so SignalHandlers leaves it alone: leave it out of signals="
+            )
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+        previous_fd = signal.set_wakeup_fd(self._write_fd)
+        if previous_fd != -1:
+            signal.set_wakeup_fd(previous_fd)
+            raise RuntimeError(
+                "a signal wakeup fd is already set (by another SignalHandlers, or by an "
+                "asyncio event loop's add_signal_handler): stop that first"
+            )
+        self._wakeup_installed = True
+        _installed = self
+        self._dispatcher = threading.Thread(
+            target=_setting_when_done(self._dispatch, self._dispatcher_ended),
+            # Its own copy of the number: a stop() right after start() may hand the pipe
+            # over (clearing the field) before the new thread has run a line.
+            args=(self._read_fd,),
+            name="signal-dispatcher",
+            daemon=True,
+        )
+        self._dispatcher_reading = True
+        try:
+            self._dispatcher.start()
+        except BaseException:
+            self._dispatcher_reading = False  # it never ran, so it has ended
+            self._dispatcher_ended.set()
+            raise
+        self._dispatcher_running = True
+        for signum in self._signals:
+            # Recorded before it is replaced: putting back a handler that was not replaced
+            # yet is harmless, losing one is not.
+            self._previous[signum] = signal.getsignal(signum)
+            try:
+                signal.signal(signum, _wake_only)
+            except (OSError, ValueError):  # not replaced (SIGKILL, say): nothing to put back
+                del self._previous[signum]
+                raise
+        with self._lock:
+            self._armed = True
+            held, self._held = self._held, []
+        for signum in held:  # arrived while installing, after our handler was in place
+            self.on_signal(signum)
 
+    def _forget_after_fork(self) -> None:
+        """In a child forked while started: put back the previous handlers, let go of the pipe.
 
-# The handle whose wakeup fd is set (there can be only one), for the fork hooks below.
-_installed: SignalHandlers | None = None
-
-# The forking thread's signal mask, saved by _before_fork for the after-fork hooks.
-_fork_mask = threading.local()
-
-
-def _before_fork() -> None:
-    """Block our signals in the forking thread, so the child starts with them blocked.
-
-    Until _after_fork_in_child has run, the child still has our do-nothing handlers and
-    the parent's wakeup fd: a signal delivered in that window would be written into the
-    parent's pipe. Blocked, it waits, and meets the child's restored handler.
-    """
-    handlers = _installed
-    if handlers is not None:
-        _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, handlers.signals)
-
-
-def _after_fork_in_parent() -> None:
-    saved: set[signal.Signals] | None = getattr(_fork_mask, "saved", None)
-    if saved is not None:
-        del _fork_mask.saved
-        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
-
-
-def _after_fork_in_child() -> None:
-    global _installed
-    handlers, _installed = _installed, None
-    if handlers is not None:
-        handlers._forget_after_fork()
-    _after_fork_in_parent()  # unblock: whatever arrived meanwhile meets the old handler
-
-
-# Forked children (os.fork, multiprocessing's "fork" start method) do not inherit the
-# handles' threads; subprocess children exec, which resets handlers and closes the pipe.
-os.register_at_fork(
-    before=_before_fork,
-    after_in_parent=_after_fork_in_parent,
-    after_in_child=_after_fork_in_child,
-)
+        The child has none of the parent's threads, so nothing would read the pipe, and
+        the pipe is the parent's: a signal written there would stop the parent, and a
+        ``stop()`` in the child would end the parent's dispatcher. The child gets the
+        handlers it would have had without us, as a process of its own.
+        """
+        self._lock = threading.RLock()  # the dispatcher may have held it at the fork
+        self._closed = True
+        self._on_stop_thread = None
+        self._stopper = None  # a stop() under way is the parent's, and so is an exit handed over
+        self._exit, self._self_signals = None, 0
+        # The parent's threads do not exist here: they have ended, as far as this process
+        # goes. New events, set: the old ones' locks may have been held at the fork.
+        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
+        self._dispatcher_ended.set()
+        self._on_stop_ended.set()
+        self._stop_done = threading.Event()
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+        if self._wakeup_installed:
+            signal.set_wakeup_fd(-1)
+            self._wakeup_installed = False
+        self._dispatcher_running = self._dispatcher_reading = False  # not in this process
+        _close_pipe(self)
 
 
 def install_signal_handlers(
@@ -772,7 +545,7 @@ def run_until_signalled(
             wake.wait()  # safe without a timeout: on_stop never runs in this thread
             if stop.is_set():
                 logger.info("draining: waiting up to %.3gs for work to stop", drain)
-            drained = _wait(ended, time.monotonic() + drain)
+            drained = _wait(ended, _deadline(drain))
             if not drained:
                 logger.error("work did not stop within %.3gs; abandoning it", drain)
         finally:
@@ -802,3 +575,207 @@ def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
 
     atexit.register(run_hook)
     return run_hook
+
+
+# --- forked children: the handlers they had before, no wakeup fd, no pipe -----------------
+#
+# Forked children (os.fork, multiprocessing's "fork" start method) do not inherit the
+# handles' threads; subprocess children exec, which resets handlers and closes the pipe.
+
+_installed: SignalHandlers | None = None  # the handle whose wakeup fd is set (only one can be)
+_fork_mask = threading.local()  # the forking thread's signal mask, saved by _before_fork
+
+
+def _before_fork() -> None:
+    """Block our signals in the forking thread, so the child starts with them blocked.
+
+    Until _after_fork_in_child has run, the child still has our do-nothing handlers and
+    the parent's wakeup fd: a signal delivered in that window would be written into the
+    parent's pipe. Blocked, it waits, and meets the child's restored handler.
+    """
+    handlers = _installed
+    if handlers is not None:
+        _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, handlers.signals)
+
+
+def _after_fork_in_parent() -> None:
+    saved: set[signal.Signals] | None = getattr(_fork_mask, "saved", None)
+    if saved is not None:
+        del _fork_mask.saved
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+
+
+def _after_fork_in_child() -> None:
+    global _installed
+    handlers, _installed = _installed, None
+    if handlers is not None:
+        handlers._forget_after_fork()
+    _after_fork_in_parent()  # unblock: whatever arrived meanwhile meets the old handler
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
+# --- the lifecycle contract: stop hand-off, Ctrl-C-safe restore, seconds and deadlines ----
+
+
+def _unless_this_call_stops(h: SignalHandlers, budget: float) -> SignalHandlersReport | None:
+    """None if the calling thread is to stop ``h`` (now its stopper), else the report to return.
+
+    A request from ``h``'s own threads or from a signal handler that interrupted the stopper
+    returns at once; a caller that finds a stop under way waits at most ``budget`` for it.
+    """
+    me = threading.get_ident()
+    with h._lock:
+        if h._report is not None:
+            return h._report
+        own = me in (t.ident for t in (h._dispatcher, h._on_stop_thread) if t is not None)
+        inside = h._stopper == me
+        busy = h._stopper is not None
+        if not (own or inside or busy):
+            if h._started and threading.current_thread() is not threading.main_thread():
+                _require_main_thread("SignalHandlers.stop()")
+            h._stopper = me
+    if own or inside:
+        return _provisional(h)
+    if busy:
+        _wait(h._stop_done, _deadline(budget))
+        return h._report or _provisional(h)
+    return None
+
+
+def _provisional(h: SignalHandlers) -> SignalHandlersReport:
+    """A report that says ``terminated=False`` and is not recorded: a stop that cannot wait."""
+    with h._lock:
+        first = h._received[0] if h._received else None
+        return SignalHandlersReport(False, _still_running(h), first)
+
+
+def _still_running(h: SignalHandlers) -> tuple[str, ...]:
+    """The names of ``h``'s threads whose "ended" event is not set (caller holds its lock)."""
+    threads = [(h._dispatcher, h._dispatcher_ended), (h._on_stop_thread, h._on_stop_ended)]
+    return tuple(t.name for t, ended in threads if t is not None and not ended.is_set())
+
+
+def _restore_all(h: SignalHandlers, deadline: float) -> BaseException | None:
+    """Undo everything _install did; return what a handler put back raised on the way."""
+    failure: BaseException | None = None
+    # Each call makes progress (every step is marked done once done), so a few calls
+    # always suffice; the bound only guards against a step that fails every time.
+    for _ in range(len(h._previous) + 4):
+        try:
+            _restore(h, deadline)
+        except BaseException as exc:  # noqa: BLE001 - returned, raised by the caller
+            failure = failure or exc
+        else:
+            break
+    return failure
+
+
+def _restore(h: SignalHandlers, deadline: float) -> None:
+    """Handlers (Python callables last), wakeup fd, dispatcher, pipe; each step once."""
+    global _installed  # noqa: PLW0603 - see _install
+    # A previous handler that is a Python callable can raise (default_int_handler raises
+    # KeyboardInterrupt) as soon as it is back; putting those back last keeps that
+    # window at the end, and _restore_all calls this again to finish the rest.
+    for signum, previous in sorted(h._previous.items(), key=lambda i: callable(i[1])):
+        signal.signal(signum, previous)
+        del h._previous[signum]
+    if h._wakeup_installed:
+        current = signal.set_wakeup_fd(-1)
+        if current not in (h._write_fd, -1):  # someone replaced ours: leave theirs
+            signal.set_wakeup_fd(current)
+            logger.warning("the signal wakeup fd was replaced while handlers were installed")
+        h._wakeup_installed = False
+    if h._dispatcher_running:
+        os.write(h._write_fd, bytes([_CLOSE]))
+        h._dispatcher_running = False
+    # Not join()/is_alive(): after a join() that a Ctrl-C interrupted, 3.11/3.12 say a
+    # live thread has finished (gh-90882), and the pipe would close under it.
+    if h._dispatcher is None or _wait(h._dispatcher_ended, deadline):
+        _close_pipe(h)
+    else:  # the deadline came first: the dispatcher closes the pipe when it ends
+        _hand_pipe_to_dispatcher(h)
+    if _installed is h:
+        _installed = None
+
+
+def _close_pipe(h: SignalHandlers) -> None:
+    """Close each end once, its field cleared first.
+
+    A _restore redone after a Ctrl-C between the two closes never closes a number the
+    process may have reused since.
+    """
+    fd, h._read_fd = h._read_fd, -1
+    if fd != -1:
+        with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
+            os.close(fd)
+    fd, h._write_fd = h._write_fd, -1
+    if fd != -1:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _hand_pipe_to_dispatcher(h: SignalHandlers) -> None:
+    """Leave the pipe to a dispatcher still reading it, or close it: one of them, under the lock."""
+    with h._lock:
+        if h._dispatcher_reading:
+            h._pipe_for_dispatcher += tuple(fd for fd in (h._read_fd, h._write_fd) if fd != -1)
+            h._read_fd = h._write_fd = -1
+            return
+    _close_pipe(h)
+
+
+def _setting_when_done(target: Callable[..., None], ended: threading.Event) -> Callable[..., None]:
+    """``target`` wrapped to set ``ended`` however it ends: a thread's own "ended" signal."""
+
+    def run(*args: Any) -> None:
+        try:
+            target(*args)
+        finally:
+            ended.set()
+
+    return run
+
+
+def _require_main_thread(what: str) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            f"{what} must be called from the main thread: Python runs signal handlers only "
+            "there, and signal.signal() and signal.set_wakeup_fd() refuse other threads"
+        )
+
+
+# The seconds family, the same code in every pattern module that holds it; pinned by
+# tests/test_copies.py.
+
+
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow
+
+
+def _deadline(seconds: float) -> float:
+    """The monotonic time ``seconds`` from now (inf for "as long as it takes")."""
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``, never below 0, capped at what a C-level wait accepts."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """Wait for ``event`` until ``deadline`` (may be inf); whether it was set."""
+    while not event.wait(_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
