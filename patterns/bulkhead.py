@@ -8,23 +8,12 @@ TL;DR::
     with Bulkhead(max_concurrent=4, queue_size=8, name="db") as db:
         rows = db.call(query, sql, timeout=2.0)  # BulkheadFull at once when full
 
-Guarantees:
-    * No constructor starts a thread; ``start()`` starts every worker or none, once.
-    * Admission never blocks: at most ``max_concurrent`` handlers run and at most
-      ``max_concurrent + queue_size`` jobs run or wait; anyone else gets `BulkheadFull`.
-    * Every accepted call ends one way: the result, the handler's exception (with its
-      traceback), `BulkheadTimeout` (a queued job is skipped, a running one finishes and
-      its `JobToken` is cancelled) or `BulkheadStopped`; `Bulkhead.stats` has counted it.
-    * ``stop()`` keeps to its budget, names the handlers still running from each worker's
-      own "ended" event (never ``Thread.join``), and records one report; a call that
-      cannot wait for it (signal handler, another thread, a handler) gets a provisional one.
-    * An exception (a Ctrl-C) leaving a ``with`` block is logged with the stop's budget,
-      then what it left; a second Ctrl-C stops now and ends in one KeyboardInterrupt.
-
-Python: 3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0 (GIL
-builds). No version can stop a running thread: a timed-out handler keeps its worker.
-
-Docs: docs/patterns/bulkhead.md; the naive code is in ``patterns/naive/bulkhead.py``.
+Admission never blocks: at most ``max_concurrent`` handlers run and at most
+``max_concurrent + queue_size`` jobs run or wait; anyone else gets `BulkheadFull`. Every
+accepted call ends one way: the result, the handler's exception, `BulkheadTimeout` or
+`BulkheadStopped`. Python 3.11+ (GIL builds), standard library only; no version can stop
+a running thread: a timed-out handler keeps its worker. Guarantees and limits:
+docs/patterns/bulkhead.md; the naive code is in ``patterns/naive/bulkhead.py``.
 """
 
 from __future__ import annotations
@@ -83,11 +72,7 @@ class BulkheadStopped(BulkheadRejected):
 
 
 class BulkheadTimeout(TimeoutError):
-    """The caller's ``timeout`` passed first (HTTP 504); nothing is cancelled.
-
-    If a worker had ``started`` the job, it runs to its end with its `JobToken`
-    cancelled; otherwise the worker that reaches it skips it.
-    """
+    """The caller's ``timeout`` passed first (HTTP 504); the job is not stopped (``started``)."""
 
     def __init__(self, bulkhead: str, *, started: bool, timeout: float) -> None:
         where = "still running, left to finish" if started else "still queued, will be skipped"
@@ -100,13 +85,8 @@ class BulkheadTimeout(TimeoutError):
 class Bulkhead:
     """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
 
-    Building one starts no thread: `start` (or ``with``) starts the workers, which are
-    non-daemon: stop the bulkhead, or its idle workers keep the process alive.
+    Building one starts no thread: `start` (or ``with``) starts the non-daemon workers.
     ``stop_timeout`` is the budget of ``stop()``; ``name`` names threads, errors and logs.
-
-    Raises:
-        ValueError: ``max_concurrent`` < 1, ``queue_size`` < 0 (or not integers), or
-            ``stop_timeout`` not a number of seconds >= 0; inf is as long as it takes.
     """
 
     def __init__(
@@ -141,12 +121,7 @@ class Bulkhead:
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         """Admit ``fn(*args, **kwargs)`` and return its `concurrent.futures.Future` at once.
 
-        It ends with the result or exception, or `BulkheadStopped` if ``stop`` releases
-        the queued job. Cancelling it while queued withdraws the job. No timeout: use `call`.
-
-        Raises:
-            BulkheadFull: every worker is busy and the queue is full.
-            BulkheadStopped: the bulkhead is stopped.
+        Refused as by `call`; cancelling the future while the job is queued withdraws it.
         """
         return self._admit(fn, args, kwargs).future
 
@@ -181,7 +156,6 @@ class Bulkhead:
         Raises:
             BulkheadFull, BulkheadStopped: refused at once (or released by ``stop``).
             BulkheadTimeout: the timeout passed first; the work was not cancelled.
-            ValueError: ``timeout`` is not a number of seconds >= 0.
         """
         limit = _seconds(timeout, "timeout", allow_none=True)
         job = self._admit(fn, args, kwargs)
@@ -201,14 +175,12 @@ class Bulkhead:
     def stop(self, timeout: float | None = None, *, cancel_running: bool = False) -> BulkheadReport:
         """Stop for good: release queued callers, refuse later ones, report what still runs.
 
-        Queued callers get `BulkheadStopped`, as does every later call. Running handlers
-        are left to finish (``cancel_running=True`` cancels their tokens) for up to
-        ``timeout`` seconds (None: ``stop_timeout``; inf: as long as it takes). The first
-        stop that completes is recorded; a stop that cannot wait for it (from a signal
-        handler, another thread past its budget, a handler) returns a provisional report.
+        Running handlers are left to finish (``cancel_running=True`` cancels their tokens)
+        for up to ``timeout`` seconds (None: ``stop_timeout``; inf: as long as it takes).
+        The first stop that completes is recorded; one that cannot wait for it (from a
+        signal handler, a handler, another thread past its budget) gets a provisional one.
 
         Raises:
-            ValueError: ``timeout`` is not a number of seconds >= 0.
             KeyboardInterrupt, SystemExit: from a token callback, once the report is kept.
         """
         limit = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
@@ -266,11 +238,9 @@ class Bulkhead:
     def start(self) -> Self:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
 
-        If a thread fails to start, or a KeyboardInterrupt lands part-way, the workers
-        already started are stopped, the bulkhead is left stopped and the error propagates.
-
-        Raises:
-            RuntimeError: ``start`` was already called, or ``stop`` ran before or during it.
+        If one fails to start (or a KeyboardInterrupt lands part-way), those started are
+        stopped, the bulkhead is left stopped and the error propagates. RuntimeError if
+        ``start`` was already called, or ``stop`` ran before or during it.
         """
         with self._lock:
             if self._stopped:
@@ -397,8 +367,6 @@ class Bulkhead:
         """What holds the slots, for `BulkheadFull`: a timed-out caller's job holds one too."""
         abandoned = self._counts["abandoned"]  # running on after its caller timed out
         skipped = sum(1 for job in self._pending if job.future.cancelled())
-        # Waiting jobs are counted against the room in all: a job a free worker has not
-        # picked up yet waits too, so "waiting" can exceed queue_size.
         return (
             f"full: {len(self._running)} of {self._max_concurrent} worker(s) running "
             f"({abandoned} abandoned by timed-out callers), "
@@ -473,17 +441,13 @@ class Bulkhead:
             job.future.set_result(result)
             return
         if abandoned:  # nobody else will ever see it
-            info = (type(error), error, error.__traceback__)
-            logger.error(
-                "%s: %s failed after its caller left", self.name, job.describe(), exc_info=info
-            )
+            message = "%s: %s failed after its caller left"
+            logger.error(message, self.name, job.describe(), exc_info=error)
         job.future.set_exception(error)
 
     def _snapshot(self) -> BulkheadStats:
-        counts = self._counts
-        return BulkheadStats(
-            self.name, active=len(self._running), queued=len(self._pending), **counts
-        )
+        active, queued = len(self._running), len(self._pending)
+        return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
 
     def _still_running(self) -> tuple[str, ...]:
         """Each running handler, and each worker with no job that has not ended."""
@@ -551,11 +515,7 @@ _current = threading.local()
 
 
 def current_token() -> JobToken:
-    """The `JobToken` of the job this thread is running for a `Bulkhead`.
-
-    Raises:
-        RuntimeError: the calling thread is not running a bulkhead job.
-    """
+    """The `JobToken` of the job this thread is running for a `Bulkhead` (else RuntimeError)."""
     token: JobToken | None = getattr(_current, "token", None)
     if token is None:
         raise RuntimeError("current_token() called outside a function run by a Bulkhead")
@@ -648,13 +608,7 @@ def _check_count(option: str, value: object, minimum: int) -> int:
 
 
 def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> BulkheadReport:
-    """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned.
-
-    A stop that must not wait returns `_provisional`: a signal handler inside this
-    thread's stop() (running it or waiting for another's), one on a thread holding
-    ``_lock`` (it hands the stop to ``<name>-stopper``), a handler's (a request: the
-    stop begins), and one from another thread once its own budget is spent.
-    """
+    """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned."""
     report = bulkhead._report
     if report is not None:
         return report
@@ -675,8 +629,9 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
     deadline = _deadline(limit)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         bulkhead._in_stop.add(me)
-        if not _acquire(bulkhead._stop_lock, deadline):
-            return _provisional(bulkhead)  # the first stop is still running: its truth now
+        while not bulkhead._stop_lock.acquire(timeout=_left(deadline)):
+            if time.monotonic() >= deadline:
+                return _provisional(bulkhead)  # the first stop is still running: its truth now
         try:
             if bulkhead._report is None:
                 bulkhead._report = bulkhead._stop(deadline, limit, cancel_running, exits)
@@ -717,7 +672,7 @@ def _run_callbacks(
     """Run each token callback, logging what it raises; the others still run.
 
     A KeyboardInterrupt or SystemExit goes to ``exits``, for the caller to raise once its
-    own cleanup is done, or is raised here once all have run if ``exits`` is None.
+    own cleanup is done, or (``exits`` None) is raised here once all have run.
     """
     pending: list[BaseException] = [] if exits is None else exits
     for callback in callbacks:
@@ -731,8 +686,7 @@ def _run_callbacks(
         raise pending[0]
 
 
-# Seconds and deadlines: the same code in every module that needs them (each module is
-# copied alone), pinned by tests/test_copies.py. inf means as long as it takes.
+# Seconds and deadlines, pinned by tests/test_copies.py: inf means as long as it takes.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     if value is None and allow_none:
         return math.inf
@@ -756,20 +710,9 @@ def _wait(event: threading.Event, deadline: float) -> bool:
     return True
 
 
-def _acquire(lock: threading.Lock, deadline: float) -> bool:
-    while not lock.acquire(timeout=_left(deadline)):
-        if time.monotonic() >= deadline:
-            return False
-    return True
-
-
 # The same code is in executor_shutdown.py; pinned by tests/test_copies.py.
 class _OwnedLock:
-    """A `threading.Lock` that knows which thread holds it (also a Condition's lock).
-
-    A signal handler's stop() on a thread interrupted while it held the lock (inside
-    ``call()``, say) must not wait for it: only its own thread can release it.
-    """
+    """A `threading.Lock` that knows its holder: a signal handler must not wait for it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
