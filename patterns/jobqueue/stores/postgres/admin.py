@@ -17,21 +17,23 @@ import logging
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patterns.jobqueue.stores.postgres.schema import check_timestamp
-from patterns.jobqueue.stores.protocol import (
-    FINISHED_STATES,
-    CancelResult,
-    Job,
-    JobState,
-    StoreBase,
-    WorkerRecord,
-    WorkerRow,
+from patterns.jobqueue.stores.base import StoreBase
+from patterns.jobqueue.stores.checks import (
     check_job_id,
     check_limit,
     check_state,
     check_states,
     check_text,
     check_time,
+)
+from patterns.jobqueue.stores.postgres.schema import check_timestamp
+from patterns.jobqueue.stores.records import (
+    FINISHED_STATES,
+    CancelResult,
+    Job,
+    JobState,
+    WorkerRecord,
+    WorkerRow,
     job_from_row,
 )
 

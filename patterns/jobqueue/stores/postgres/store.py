@@ -34,7 +34,7 @@ Pattern:
     a statement that fails because the connection broke before ``COMMIT`` was sent changed
     nothing, so the store reconnects and retries it with backoff; a break during
     ``COMMIT``, or while a statement that is its own commit runs, leaves the outcome
-    unknown and raises `~patterns.jobqueue.stores.protocol.CommitUnknown`, which the worker handles
+    unknown and raises `~patterns.jobqueue.stores.records.CommitUnknown`, which the worker handles
     like any failed store call (the lease brings the job back). The schema lives in its
     own PostgreSQL schema with a version table, created and migrated under an advisory
     lock.
@@ -49,8 +49,8 @@ Guarantees:
     * Complete, fail, retry, release and renew change the row only while the claim's
       token still holds the lease; they return False (None for renew) otherwise. So does
       each item of ``settle_many``, whose items commit together in one transaction.
-    * A call that raises `~patterns.jobqueue.stores.protocol.StoreUnavailable` (other than
-      `~patterns.jobqueue.stores.protocol.CommitUnknown`) changed nothing. Connection loss is
+    * A call that raises `~patterns.jobqueue.stores.records.StoreUnavailable` (other than
+      `~patterns.jobqueue.stores.records.CommitUnknown`) changed nothing. Connection loss is
       retried ``RETRIES`` times with backoff first.
     * Every subscriber is called after each commit that enqueued or released a job, and
       again each time the listener (re)connects, since a notification may have been
@@ -94,6 +94,19 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from patterns.jobqueue.stores.checks import (
+    cancelled_reason,
+    check_lease,
+    check_limit,
+    check_max_payload_bytes,
+    check_owner,
+    check_share,
+    expired_reason,
+    new_token,
+    prepare_enqueue,
+    prepare_many,
+    prepare_settlement,
+)
 from patterns.jobqueue.stores.postgres.admin import PostgresAdmin
 from patterns.jobqueue.stores.postgres.connection import Database, StoreSchemaError
 from patterns.jobqueue.stores.postgres.listen import Listener
@@ -104,7 +117,7 @@ from patterns.jobqueue.stores.postgres.schema import (
     settle_claim_text,
     settle_names,
 )
-from patterns.jobqueue.stores.protocol import (
+from patterns.jobqueue.stores.records import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     Claim,
@@ -115,18 +128,7 @@ from patterns.jobqueue.stores.protocol import (
     Settle,
     Settlement,
     StoreUnavailable,
-    cancelled_reason,
-    check_lease,
-    check_limit,
-    check_max_payload_bytes,
-    check_owner,
-    check_share,
-    expired_reason,
     job_from_row,
-    new_token,
-    prepare_enqueue,
-    prepare_many,
-    prepare_settlement,
 )
 
 if TYPE_CHECKING:
@@ -136,7 +138,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RETRIES",
     "SCHEMA_VERSION",
-    "CommitUnknown",  # defined in patterns.jobqueue.stores.protocol, with the protocol; re-exported
+    "CommitUnknown",  # defined in patterns.jobqueue.stores.records, with the records; re-exported
     "PostgresStore",
     "StoreSchemaError",
     "StoreUnavailable",  # the same
@@ -215,7 +217,7 @@ class PostgresStore(PostgresAdmin):
             raises `StoreSchemaError` ("no such queue") and nothing is created.
 
     The constructor connects, checks or creates the schema, and raises
-    `~patterns.jobqueue.stores.protocol.StoreUnavailable` if the server cannot be reached within
+    `~patterns.jobqueue.stores.records.StoreUnavailable` if the server cannot be reached within
     ``RETRIES`` attempts, `StoreSchemaError` if the schema is not usable, and `ImportError`
     naming the extra to install if psycopg is missing.
 
@@ -437,7 +439,7 @@ class PostgresStore(PostgresAdmin):
         The outcomes and the claim are parts of one statement (common table expressions),
         so they commit together, with no ``BEGIN`` or ``COMMIT`` round trip; the claim is
         the same ``SKIP LOCKED`` claim and leaves the settled rows alone. A connection lost
-        while it runs raises `~patterns.jobqueue.stores.protocol.CommitUnknown`.
+        while it runs raises `~patterns.jobqueue.stores.records.CommitUnknown`.
         """
         count = check_share(items, owner, lease, limit)
         if count is None:
@@ -477,7 +479,7 @@ class PostgresStore(PostgresAdmin):
         applied; up to ``SETTLE_ROWS`` items it is one statement in autocommit, its own
         transaction (no ``BEGIN`` or ``COMMIT``), and more items take one statement per
         ``SETTLE_ROWS`` in one transaction. A connection that breaks while the statement
-        (or the ``COMMIT``) runs raises `~patterns.jobqueue.stores.protocol.CommitUnknown`; one
+        (or the ``COMMIT``) runs raises `~patterns.jobqueue.stores.records.CommitUnknown`; one
         found broken before is reconnected and the call retried.
         """
         if not items:

@@ -90,19 +90,8 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from patterns.jobqueue.stores.protocol import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    FINISHED_STATES,
-    CancelResult,
-    Claim,
-    Job,
-    JobState,
-    NewJob,
-    Settle,
-    Settlement,
-    StoreBase,
-    WorkerRecord,
-    WorkerRow,
+from patterns.jobqueue.stores.base import StoreBase
+from patterns.jobqueue.stores.checks import (
     cancelled_reason,
     check_job_id,
     check_lease,
@@ -115,12 +104,25 @@ from patterns.jobqueue.stores.protocol import (
     check_text,
     check_time,
     expired_reason,
-    job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
     storable_error,
+)
+from patterns.jobqueue.stores.records import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    FINISHED_STATES,
+    CancelResult,
+    Claim,
+    Job,
+    JobState,
+    NewJob,
+    Settle,
+    Settlement,
+    WorkerRecord,
+    WorkerRow,
+    job_from_row,
 )
 from patterns.jobqueue.stores.sqlite import schema as sqlite_schema
 from patterns.jobqueue.stores.sqlite.checkpoint import WalRecovery
