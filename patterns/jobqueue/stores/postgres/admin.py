@@ -5,7 +5,7 @@ A worker's path through the store is short: enqueue, claim, settle, renew. The r
 dashboard, a test) asks of the queue: a job or a list of them, the counts by state,
 requeueing failed jobs, cancelling, purging finished ones, and the table of live workers
 that each worker's heartbeat keeps. `PostgresAdmin` holds those methods, each one short
-transaction on the store's connection, so that ``postgres.py`` reads as the worker's path;
+transaction on the store's connection, so that ``store.py`` reads as the worker's path;
 `~.PostgresStore` subclasses it, and is the class to use.
 
 Docs: docs/jobqueue/many_machines.md
