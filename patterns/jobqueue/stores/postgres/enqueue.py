@@ -138,15 +138,15 @@ class PostgresEnqueue(PostgresAdmin):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         timeout: float | None = None,
     ) -> int:
-        """`enqueue` on the caller's connection, in the caller's transaction: an outbox.
+        """`~.PostgresStore.enqueue` on the caller's connection, in its transaction: an outbox.
 
         The job and its ``NOTIFY`` commit with the caller's own writes, or neither does:
         a rolled-back transaction leaves no job and wakes nobody. The store neither
         commits nor retries; ``conn`` is the caller's psycopg connection to the same
         database (its transaction, if one is open, is joined). The arguments are checked
-        as `enqueue` checks them; a delay counts from that transaction's ``now()``. The
-        connection's ``row_factory`` may be any: the store reads its id through a cursor
-        of its own factory.
+        as `~.PostgresStore.enqueue` checks them; a delay counts from that transaction's
+        ``now()``. The connection's ``row_factory`` may be any: the store reads its id
+        through a cursor of its own factory.
         """
         spec = {
             "task": task,
