@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.worker.states import TRANSITIONS, WorkerState
 
 ROOT = Path(__file__).resolve().parent.parent

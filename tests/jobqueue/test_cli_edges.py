@@ -25,7 +25,7 @@ import pytest
 
 from patterns.jobqueue.cli import demo_tasks
 from patterns.jobqueue.cli import main as cli
-from patterns.jobqueue.stores.protocol import DEFAULT_MAX_PAYLOAD_BYTES, Job
+from patterns.jobqueue.stores.records import DEFAULT_MAX_PAYLOAD_BYTES, Job
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import JobContext
 from patterns.jobqueue.worker.worker import Worker, WorkerReport

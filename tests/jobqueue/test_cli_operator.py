@@ -19,7 +19,8 @@ import pytest
 from patterns.jobqueue.cli import main as cli
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import Claim, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Claim
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 
 ERROR = "python -m patterns.jobqueue: error: "

@@ -29,7 +29,7 @@ import pytest
 
 import patterns
 from patterns.jobqueue.cli import main as cli
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker.worker import Worker

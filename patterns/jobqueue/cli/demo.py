@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from patterns.jobqueue.cli.demo_tasks import tasks as demo_tasks
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.worker.worker import Worker, WorkerReport
 

@@ -138,6 +138,7 @@ from patterns.exit_hooks import force_exit
 from patterns.jobqueue.cli import demo
 from patterns.jobqueue.cli.signal_guard import SignalGuard
 from patterns.jobqueue.cli.worker_signals import WorkerSignals
+from patterns.jobqueue.stores.checks import encode_payload
 from patterns.jobqueue.stores.deadline import Deadline, StoreTimeout, bounded_by
 from patterns.jobqueue.stores.postgres.store import (
     PostgresStore,
@@ -145,7 +146,8 @@ from patterns.jobqueue.stores.postgres.store import (
     StoreUnavailable,
     is_postgres_url,
 )
-from patterns.jobqueue.stores.protocol import (
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import (
     FINISHED_STATES,
     MAX_ATTEMPTS_LIMIT,
     MAX_SECONDS,
@@ -153,9 +155,7 @@ from patterns.jobqueue.stores.protocol import (
     Job,
     JobState,
     JsonValue,
-    Store,
     WorkerRecord,
-    encode_payload,
 )
 from patterns.jobqueue.stores.sqlite.schema import is_busy
 from patterns.jobqueue.stores.sqlite.store import WATCH_INTERVAL, SQLiteStore, StoreFileError

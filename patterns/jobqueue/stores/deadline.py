@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from patterns.jobqueue.stores.protocol import StoreUnavailable
+from patterns.jobqueue.stores.records import StoreUnavailable
 
 __all__ = [
     "LAST_TRY",
@@ -60,7 +60,7 @@ class StoreTimeout(StoreUnavailable):
     """A store call gave up because its thread's `Deadline` passed; it changed nothing.
 
     Only a call whose ``COMMIT`` was interrupted may have applied: that one raises
-    `~patterns.jobqueue.stores.protocol.CommitUnknown` instead.
+    `~patterns.jobqueue.stores.records.CommitUnknown` instead.
     """
 
 
