@@ -27,6 +27,14 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 COPIES = [
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
     ("ServerStopReport", ["server_shutdown", "server_shutdown_asyncio"]),
+    ("TaskShutdownReport", ["asyncio_shutdown", "asyncio_signals"]),
+    ("shutdown_tasks", ["asyncio_shutdown", "asyncio_signals"]),
+    ("_sort", ["asyncio_shutdown", "asyncio_signals"]),
+    ("_timeout", ["asyncio_shutdown", "asyncio_signals"]),
+    (
+        "_check_report",
+        ["asyncio_shutdown", "asyncio_signals", "server_shutdown", "server_shutdown_asyncio"],
+    ),
 ]
 
 # Seconds and deadlines: one family, the same code in every module that holds any of it

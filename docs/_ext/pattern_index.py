@@ -144,14 +144,22 @@ PATTERNS = [
         "asyncio shutdown",
         "asyncio_shutdown",
         "12-asyncio-shutdown",
-        "`asyncio.run` never returns; a task vanishes or fails unheard; SIGTERM skips cleanup",
+        "`asyncio.run` never returns; a task vanishes or fails unheard",
         "a cancellation swallowed by `except BaseException`; cancel-then-gather with no "
         "deadline; a fire-and-forget task collected mid-flight; a background failure nobody "
         "hears of; `to_thread` work no cancel can reach, and `asyncio.run` waiting for it at "
-        "exit; SIGTERM killing `asyncio.run` with no cleanup; a second signal that cannot "
-        "force the exit; a shielded cleanup nobody waits for or hears fail; a `TaskGroup` that "
-        "no deadline can end; a stop a `TaskGroup` drops, or a cancel it leaves counted, on "
+        "exit; a shielded cleanup nobody waits for or hears fail; a `TaskGroup` that no "
+        "deadline can end; a stop a `TaskGroup` drops, or a cancel it leaves counted, on "
         "3.11 and 3.12",
+    ),
+    Pattern(
+        "asyncio signals",
+        "asyncio_signals",
+        "19-asyncio-signals",
+        "SIGTERM kills an asyncio program with no cleanup; a second signal cannot end a stuck "
+        "drain",
+        "SIGTERM killing `asyncio.run` with no cleanup; a second signal that cannot force the "
+        "exit; a nested handler that leaves SIGTERM doing nothing once it is removed",
     ),
     Pattern(
         "Process shutdown",
