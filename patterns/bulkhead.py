@@ -8,12 +8,9 @@ TL;DR::
     with Bulkhead(max_concurrent=4, queue_size=8, name="db") as db:
         rows = db.call(query, sql, timeout=2.0)  # BulkheadFull at once when full
 
-Admission never blocks: at most ``max_concurrent`` handlers run and at most
-``max_concurrent + queue_size`` jobs run or wait; anyone else gets `BulkheadFull`. Every
-accepted call ends one way: the result, the handler's exception, `BulkheadTimeout` or
-`BulkheadStopped`. Python 3.11+ (GIL builds), standard library only; no version can stop
-a running thread: a timed-out handler keeps its worker. Guarantees and limits:
-docs/patterns/bulkhead.md; the naive code is in ``patterns/naive/bulkhead.py``.
+At most ``max_concurrent`` handlers run and ``queue_size`` more jobs wait; anyone else
+gets `BulkheadFull` at once. No Python can stop a running thread: a timed-out handler keeps
+its worker. Guarantees and limits: docs/patterns/bulkhead.md; naive code: patterns/naive/.
 """
 
 from __future__ import annotations
@@ -66,8 +63,8 @@ class BulkheadFull(BulkheadRejected):
 class BulkheadStopped(BulkheadRejected):
     """Stopped: refused at admission (``drained`` False) or released from the queue (True)."""
 
-    def __init__(self, bulkhead: str, message: str, *, drained: bool) -> None:
-        super().__init__(bulkhead, message)
+    def __init__(self, bulkhead: str, *, drained: bool) -> None:
+        super().__init__(bulkhead, "stopped while the call was queued" if drained else "stopped")
         self.drained = drained
 
 
@@ -87,6 +84,8 @@ class Bulkhead:
 
     Building one starts no thread: `start` (or ``with``) starts the non-daemon workers.
     ``stop_timeout`` is the budget of ``stop()``; ``name`` names threads, errors and logs.
+    These four, ``started`` (`start` succeeded) and ``stopped`` (``stop`` was called or a
+    ``start`` failed: for good) are attributes to read, never to set.
     """
 
     def __init__(
@@ -97,19 +96,18 @@ class Bulkhead:
         name: str | None = None,
         stop_timeout: float = 5.0,
     ) -> None:
-        self._max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
-        self._queue_size = _check_count("queue_size", queue_size, 0)
+        self.max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
+        self.queue_size = _check_count("queue_size", queue_size, 0)
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
-        # Guards every field below and each _Job's settled/abandoned/thread; never held
-        # while user code runs. Idle workers wait on _wakeup for a job or for stop().
+        # Guards the fields below and each _Job's settled/abandoned/thread; never held while
+        # user code runs. Idle workers wait on _wakeup for a job or for stop().
         self._lock = _OwnedLock()
         self._wakeup = threading.Condition(cast(threading.Lock, self._lock))
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
         self._running: set[_Job] = set()
-        self._stopped = False
+        self.started = self.stopped = False
         self._counts = dict.fromkeys(_COUNTS, 0)  # the counters of BulkheadStats
-        self._state = "new"  # -> "starting" -> "running"; a failed start() ends stopped
         # (thread, its "ended" event), listed before it starts: none is ever unknown.
         self._workers: list[tuple[threading.Thread, threading.Event]] = []
         self._not_starting = threading.Event()  # clear while a start() runs
@@ -128,15 +126,15 @@ class Bulkhead:
     def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
         """Accept the job or raise at once; never waits."""
         with self._lock:
-            if self._stopped:
+            if self.stopped:
                 self._counts["shutdown_rejections"] += 1
-                raise BulkheadStopped(self.name, "stopped", drained=False)
-            if self._state != "running":  # a bug in the caller, not a load condition
+                raise BulkheadStopped(self.name, drained=False)
+            if not self.started:  # a bug in the caller, not a load condition
                 raise RuntimeError(f"{self.name}: not started; call start() or use a with block")
             # Running plus waiting, including jobs whose caller left: a skipped job holds
             # its slot until a worker reaches it. With queue_size 0 this admits only
             # while some worker has nothing to do: a hand-off, not a queue.
-            if len(self._running) + len(self._pending) >= self._max_concurrent + self._queue_size:
+            if len(self._running) + len(self._pending) >= self.max_concurrent + self.queue_size:
                 self._counts["rejections"] += 1
                 raise BulkheadFull(self.name, self._holders())
             job = _Job(fn, args, kwargs)
@@ -150,12 +148,9 @@ class Bulkhead:
     ) -> T:
         """Run ``fn(*args, **kwargs)`` on a worker and return its result (or raise its error).
 
-        ``timeout`` (seconds; None or inf: no limit) counts from admission, queue included.
+        `BulkheadFull` or `BulkheadStopped` at once when refused; `BulkheadTimeout` when
+        ``timeout`` (seconds from admission, queue included; None: no limit) passes first.
         To pass a keyword named ``timeout`` to ``fn``, wrap it with `functools.partial`.
-
-        Raises:
-            BulkheadFull, BulkheadStopped: refused at once (or released by ``stop``).
-            BulkheadTimeout: the timeout passed first; the work was not cancelled.
         """
         limit = _seconds(timeout, "timeout", allow_none=True)
         job = self._admit(fn, args, kwargs)
@@ -163,14 +158,13 @@ class Bulkhead:
         try:
             while not concurrent.futures.wait([job.future], _left(deadline))[0]:
                 if time.monotonic() >= deadline:
-                    self._leave(job, timed_out=True, limit=limit)
                     break
-        except BaseException as exc:  # KeyboardInterrupt while waiting: the caller is gone
-            if not isinstance(exc, BulkheadTimeout):
-                self._leave(job, timed_out=False, limit=limit)
+        except BaseException:  # KeyboardInterrupt while waiting: the caller is gone
+            self._leave(job, timed_out=False, limit=limit)
             raise
-        result: T = job.future.result()  # settled by now: a result, an error, BulkheadStopped
-        return result
+        if not job.future.done():
+            self._leave(job, timed_out=True, limit=limit)  # returns if it settled just now
+        return cast(T, job.future.result())  # a result, an error, or BulkheadStopped
 
     def stop(self, timeout: float | None = None, *, cancel_running: bool = False) -> BulkheadReport:
         """Stop for good: release queued callers, refuse later ones, report what still runs.
@@ -179,9 +173,7 @@ class Bulkhead:
         for up to ``timeout`` seconds (None: ``stop_timeout``; inf: as long as it takes).
         The first stop that completes is recorded; one that cannot wait for it (from a
         signal handler, a handler, another thread past its budget) gets a provisional one.
-
-        Raises:
-            KeyboardInterrupt, SystemExit: from a token callback, once the report is kept.
+        A token callback's KeyboardInterrupt or SystemExit is raised once the report is kept.
         """
         limit = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         return _stop_once(self, limit, cancel_running)  # calls _stop, on every path
@@ -214,7 +206,7 @@ class Bulkhead:
         """Mark stopped, release the queued callers, wake idle workers; never waits."""
         released: list[_Job] = []
         with self._lock:
-            self._stopped = True
+            self.stopped = True
             while self._pending:
                 job = self._pending.popleft()
                 # Same lock as the caller's cancel(): each job is drained or skipped, once.
@@ -228,8 +220,7 @@ class Bulkhead:
             running = list(self._running)
             self._wakeup.notify_all()  # idle workers see _stopped and end
         for job in released:
-            why = "stopped while the call was queued"
-            job.future.set_exception(BulkheadStopped(self.name, why, drained=True))
+            job.future.set_exception(BulkheadStopped(self.name, drained=True))
         for job in running if cancel_running else ():
             job.token._cancel("bulkhead stopped", exits)
         message = "%s: stopped; %d queued caller(s) released, %d handler(s) running"
@@ -238,31 +229,32 @@ class Bulkhead:
     def start(self) -> Self:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
 
-        If one fails to start (or a KeyboardInterrupt lands part-way), those started are
-        stopped, the bulkhead is left stopped and the error propagates. RuntimeError if
-        ``start`` was already called, or ``stop`` ran before or during it.
+        If one fails to start (or a KeyboardInterrupt lands part-way), the bulkhead is
+        stopped and the error propagates. RuntimeError if ``start`` was already called, or
+        ``stop`` ran before or during it.
         """
         with self._lock:
-            if self._stopped:
+            if self.stopped:
                 raise RuntimeError(f"{self.name}: stopped; a stopped bulkhead cannot start")
-            if self._state != "new":
+            if self.started or not self._not_starting.is_set():
                 raise RuntimeError(f"{self.name}: start() was already called")
-            self._state = "starting"
             self._not_starting.clear()
         try:
             self._start_workers()
-        except BaseException:
-            _abort_start(self)
-            raise
-        finally:
+        except BaseException:  # the caller gets nothing to stop: we do it, then re-raise
             self._not_starting.set()
+            started = sum(1 for thread in self.threads if thread.ident is not None)
+            self.stop()
+            logger.warning("%s: start() did not complete; %d worker(s) stopped", self.name, started)
+            raise
+        self._not_starting.set()
         return self
 
     def _start_workers(self) -> None:
         """Start every worker, then mark the bulkhead running; raise if stop() came first."""
-        for i in range(self._max_concurrent):
+        for i in range(self.max_concurrent):
             with self._lock:
-                if self._stopped:  # stop() ran while we were starting: give up
+                if self.stopped:  # stop() ran while we were starting: give up
                     break
                 ended = threading.Event()
                 name = f"{self.name}-worker-{i}"
@@ -275,18 +267,14 @@ class Bulkhead:
                     ended.set()
                 raise
         with self._lock:
-            if not self._stopped:
-                self._state = "running"
-                return
-        raise RuntimeError(f"{self.name}: stopped while start() was starting the workers")
+            if self.stopped:
+                raise RuntimeError(f"{self.name}: stopped while start() was starting the workers")
+            self.started = True
 
     def __enter__(self) -> Self:
         """Start the bulkhead if it never was; return it if it runs; refuse once stopped."""
-        with self._lock:
-            if self._stopped:
-                raise RuntimeError(f"{self.name}: stopped; a stopped bulkhead cannot be entered")
-            if self._state == "running":  # `with bulkhead.start():`
-                return self
+        if self.started and not self.stopped:  # `with bulkhead.start():`
+            return self
         return self.start()
 
     # The same code is in bulkhead, closable_queue, daemon_threads and supervisor (each
@@ -328,37 +316,14 @@ class Bulkhead:
             return self._snapshot()
 
     @property
-    def max_concurrent(self) -> int:
-        """How many handlers may run at once (the number of worker threads)."""
-        return self._max_concurrent
-
-    @property
-    def queue_size(self) -> int:
-        """How many accepted jobs may wait for a worker; 0 means hand-off only."""
-        return self._queue_size
-
-    @property
-    def stopped(self) -> bool:
-        """Whether ``stop`` was called (or a ``start`` failed); it never runs again."""
-        with self._lock:
-            return self._stopped
-
-    @property
-    def started(self) -> bool:
-        """Whether `start` has succeeded (the bulkhead may have been stopped since)."""
-        with self._lock:
-            return self._state == "running"
-
-    @property
     def threads(self) -> list[threading.Thread]:
         """The worker threads (none before `start`)."""
         with self._lock:
             return [thread for thread, _ in self._workers]
 
     def __repr__(self) -> str:
-        with self._lock:
-            state = "stopped" if self._stopped else self._state
-        size = f"max_concurrent={self._max_concurrent} queue_size={self._queue_size}"
+        state = "stopped" if self.stopped else "running" if self.started else "not running"
+        size = f"max_concurrent={self.max_concurrent} queue_size={self.queue_size}"
         return f"<Bulkhead {self.name!r} {size} {state}>"
 
     # --- the caller's side ----------------------------------------------------------------
@@ -368,13 +333,13 @@ class Bulkhead:
         abandoned = self._counts["abandoned"]  # running on after its caller timed out
         skipped = sum(1 for job in self._pending if job.future.cancelled())
         return (
-            f"full: {len(self._running)} of {self._max_concurrent} worker(s) running "
+            f"full: {len(self._running)} of {self.max_concurrent} worker(s) running "
             f"({abandoned} abandoned by timed-out callers), "
             f"{len(self._pending)} waiting ({skipped} by timed-out callers, to be skipped); "
-            f"room for {self._max_concurrent + self._queue_size} in all"
+            f"room for {self.max_concurrent + self.queue_size} in all"
         )
 
-    def _leave(self, job: _Job, *, timed_out: bool, limit: float | None) -> None:
+    def _leave(self, job: _Job, *, timed_out: bool, limit: float) -> None:
         """The caller stops waiting; raise `BulkheadTimeout`, or return if it just settled."""
         with self._lock:
             # cancel() succeeds only while the job is queued; a worker's start and
@@ -393,7 +358,7 @@ class Bulkhead:
             job.token._cancel("caller timed out" if timed_out else "caller interrupted")
         if timed_out:
             logger.debug("%s: caller timed out (%s)", self.name, "running" if started else "queued")
-            raise BulkheadTimeout(self.name, started=started, timeout=limit or 0.0)
+            raise BulkheadTimeout(self.name, started=started, timeout=limit)
 
     # --- the worker's side ----------------------------------------------------------------
 
@@ -403,7 +368,7 @@ class Bulkhead:
         try:
             while True:
                 with self._lock:
-                    while not self._pending and not self._stopped:
+                    while not self._pending and not self.stopped:
                         self._wakeup.wait()
                     if not self._pending:  # stopped: stop() drained the queue
                         return
@@ -432,15 +397,12 @@ class Bulkhead:
             self._running.discard(job)
             job.settled = True
             self._counts["processed"] += 1
-            if error is not None:
-                self._counts["errors"] += 1
-            abandoned = job.abandoned
-            if abandoned:
-                self._counts["abandoned"] -= 1
+            self._counts["errors"] += error is not None
+            self._counts["abandoned"] -= job.abandoned  # final once settled
         if error is None:
             job.future.set_result(result)
             return
-        if abandoned:  # nobody else will ever see it
+        if job.abandoned:  # nobody else will ever see it
             message = "%s: %s failed after its caller left"
             logger.error(message, self.name, job.describe(), exc_info=error)
         job.future.set_exception(error)
@@ -470,8 +432,9 @@ class JobToken:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _callbacks; never held while one runs
-        self._event = threading.Event()  # set once, by _cancel(), after _reason
-        self._reason: str | None = None
+        self._event = threading.Event()  # set once, by _cancel(), after reason
+        # Why it was cancelled ("caller timed out", "bulkhead stopped"); read, never set.
+        self.reason: str | None = None
         self._callbacks: list[Callable[[], object]] = []
 
     @property
@@ -479,21 +442,13 @@ class JobToken:
         """Whether the token was cancelled; once True it stays True."""
         return self._event.is_set()
 
-    @property
-    def reason(self) -> str | None:
-        """Why it was cancelled (``"caller timed out"``, ``"bulkhead stopped"``), or None."""
-        return self._reason
-
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on cancel; return `cancelled`."""
         _wait(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
         return self._event.is_set()
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
-        """Run ``callback()`` once, on cancel (in that thread, in order) or now if cancelled.
-
-        What it raises is logged; a KeyboardInterrupt or SystemExit is raised again.
-        """
+        """Run ``callback()`` once, on cancel (in that thread, in order) or now if cancelled."""
         with self._lock:
             if not self._event.is_set():
                 self._callbacks.append(callback)
@@ -504,7 +459,7 @@ class JobToken:
         with self._lock:
             if self._event.is_set():
                 return
-            self._reason = reason
+            self.reason = reason
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         _run_callbacks(callbacks, exits)
@@ -620,12 +575,10 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
         name = f"{bulkhead.name}-stopper"
         threading.Thread(target=bulkhead.stop, args=(limit,), kwargs=options, name=name).start()
         return _provisional(bulkhead)
-    exits: list[BaseException] = []
     if getattr(_current, "bulkhead", None) is bulkhead:  # from one of its own handlers
-        bulkhead._begin_stop(cancel_running, exits)
-        for exc in exits:  # logged by the token already; this thread is a worker
-            logger.warning("%s: %r from a token callback in a worker", bulkhead.name, exc)
+        bulkhead._begin_stop(cancel_running, [])  # a callback's Ctrl-C: logged, not raised here
         return _provisional(bulkhead)
+    exits: list[BaseException] = []
     deadline = _deadline(limit)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         bulkhead._in_stop.add(me)
@@ -653,27 +606,12 @@ def _provisional(bulkhead: Bulkhead) -> BulkheadReport:
     )
 
 
-def _abort_start(bulkhead: Bulkhead) -> None:
-    """Stop the workers a failed or overtaken `Bulkhead.start` began, within stop_timeout."""
-    with bulkhead._lock:
-        bulkhead._stopped = True
-        bulkhead._wakeup.notify_all()  # no job was ever admitted: each worker just ends
-        workers = list(bulkhead._workers)
-    deadline = _deadline(bulkhead.stop_timeout)
-    for _, ended in workers:
-        _wait(ended, deadline)
-    started = sum(1 for thread, _ in workers if thread.ident is not None)
-    logger.warning("%s: start() did not complete; %d worker(s) stopped", bulkhead.name, started)
-
-
 def _run_callbacks(
     callbacks: list[Callable[[], object]], exits: list[BaseException] | None
 ) -> None:
-    """Run each token callback, logging what it raises; the others still run.
-
-    A KeyboardInterrupt or SystemExit goes to ``exits``, for the caller to raise once its
-    own cleanup is done, or (``exits`` None) is raised here once all have run.
-    """
+    """Run each token callback, logging what it raises; the others still run."""
+    # A KeyboardInterrupt or SystemExit goes to exits, raised by their owner once its own
+    # cleanup is done, or (exits None) is raised here once all have run.
     pending: list[BaseException] = [] if exits is None else exits
     for callback in callbacks:
         try:
