@@ -23,10 +23,10 @@ import math
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar, cast
 
 __all__ = [
@@ -74,9 +74,7 @@ class BulkheadTimeout(TimeoutError):
     def __init__(self, bulkhead: str, *, started: bool, timeout: float) -> None:
         where = "still running, left to finish" if started else "still queued, will be skipped"
         super().__init__(f"{bulkhead}: no result within {timeout:.3g}s ({where})")
-        self.bulkhead = bulkhead
-        self.started = started
-        self.timeout = timeout
+        self.bulkhead, self.started, self.timeout = bulkhead, started, timeout
 
 
 class Bulkhead:
@@ -100,14 +98,14 @@ class Bulkhead:
         self.queue_size = _check_count("queue_size", queue_size, 0)
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
-        # Guards the fields below and each _Job's settled/abandoned/thread; never held while
-        # user code runs. Idle workers wait on _wakeup for a job or for stop().
+        # Guards the fields below and each _Job's abandoned/thread; never held while user
+        # code runs. Idle workers wait on _wakeup for a job or for stop().
         self._lock = _OwnedLock()
         self._wakeup = threading.Condition(cast(threading.Lock, self._lock))
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
         self._running: set[_Job] = set()
         self.started = self.stopped = False
-        self._counts = dict.fromkeys(_COUNTS, 0)  # the counters of BulkheadStats
+        self._counts: Counter[str] = Counter()  # the counters of BulkheadStats, by name
         # (thread, its "ended" event), listed before it starts: none is ever unknown.
         self._workers: list[tuple[threading.Thread, threading.Event]] = []
         self._not_starting = threading.Event()  # clear while a start() runs
@@ -178,12 +176,10 @@ class Bulkhead:
         limit = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         return _stop_once(self, limit, cancel_running)  # calls _stop, on every path
 
-    def _stop(
-        self, deadline: float, limit: float, cancel_running: bool, exits: list[BaseException]
-    ) -> BulkheadReport:
+    def _stop(self, deadline: float, cancel: bool, exits: list[BaseException]) -> BulkheadReport:
         """Refuse and release, wait until ``deadline`` for each worker to end, report."""
         start = time.monotonic()
-        self._begin_stop(cancel_running, exits)
+        self._begin_stop(cancel, exits)
         _wait(self._not_starting, deadline)  # a start() in progress sees _stopped and ends
         with self._lock:
             workers = list(self._workers)
@@ -194,27 +190,22 @@ class Bulkhead:
                     thread.join(_left(deadline))
         with self._lock:
             still_running, stats = self._still_running(), self._snapshot()
+        elapsed = time.monotonic() - start
         if still_running:
             where = "; ".join(still_running)
             message = "%s: %d handler(s) still running after %.3gs: %s"
-            logger.warning(message, self.name, len(still_running), limit, where)
+            logger.warning(message, self.name, len(still_running), elapsed, where)
         terminated = self._not_starting.is_set() and not still_running
-        elapsed = time.monotonic() - start
         return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
 
     def _begin_stop(self, cancel_running: bool, exits: list[BaseException]) -> None:
         """Mark stopped, release the queued callers, wake idle workers; never waits."""
-        released: list[_Job] = []
         with self._lock:
             self.stopped = True
-            while self._pending:
-                job = self._pending.popleft()
-                # Same lock as the caller's cancel(): each job is drained or skipped, once.
-                if job.future.set_running_or_notify_cancel():
-                    job.settled = True
-                    released.append(job)
-                else:
-                    self._counts["skipped"] += 1
+            queued, self._pending = self._pending, deque()
+            # Same lock as the caller's cancel(): each job is drained or skipped, once.
+            released = [job for job in queued if job.future.set_running_or_notify_cancel()]
+            self._counts["skipped"] += len(queued) - len(released)
             self._counts["drained"] += len(released)
             self._counts["shutdown_rejections"] += len(released)
             running = list(self._running)
@@ -346,8 +337,8 @@ class Bulkhead:
             # stop()'s drain go through the same future lock, so exactly one wins.
             if job.future.cancel():
                 started = False
-            elif job.settled:
-                return  # the outcome was decided as the time ran out: deliver it
+            elif job not in self._running:
+                return  # finished or drained as the time ran out: deliver the outcome
             else:
                 started = True
                 job.abandoned = True
@@ -384,18 +375,16 @@ class Bulkhead:
 
     def _run(self, job: _Job) -> None:
         """Run one job, count it, then release its outcome: in that order (B5)."""
-        result: Any = None
         error: BaseException | None = None
         _current.token = job.token
         try:
             result = job.fn(*job.args, **job.kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises it
-            error = exc
+            result, error = None, exc
         finally:
             _current.token = None
         with self._lock:
-            self._running.discard(job)
-            job.settled = True
+            self._running.discard(job)  # settled: _leave() now delivers the outcome
             self._counts["processed"] += 1
             self._counts["errors"] += error is not None
             self._counts["abandoned"] -= job.abandoned  # final once settled
@@ -503,9 +492,6 @@ class BulkheadStats:
     abandoned: int = 0
 
 
-_COUNTS = [f.name for f in fields(BulkheadStats) if f.name not in ("name", "active", "queued")]
-
-
 @dataclass(frozen=True)
 class BulkheadReport:
     """What the first ``stop`` call did and found (every later call returns it too).
@@ -541,8 +527,7 @@ class _Job:
     kwargs: dict[str, Any]
     future: Future[Any] = field(default_factory=Future)
     token: JobToken = field(default_factory=JobToken)
-    # The next three are written under the bulkhead's lock only.
-    settled: bool = False  # its outcome is decided: finished, or drained by stop()
+    # Written under the bulkhead's lock only.
     abandoned: bool = False  # its caller timed out while it was running
     thread: str = ""  # the worker running it
 
@@ -564,9 +549,8 @@ def _check_count(option: str, value: object, minimum: int) -> int:
 
 def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> BulkheadReport:
     """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned."""
-    report = bulkhead._report
-    if report is not None:
-        return report
+    if bulkhead._report is not None:
+        return bulkhead._report
     me = threading.get_ident()
     if me in bulkhead._in_stop:
         return _provisional(bulkhead)  # a signal handler inside this thread's stop(): no lock
@@ -587,7 +571,7 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
                 return _provisional(bulkhead)  # the first stop is still running: its truth now
         try:
             if bulkhead._report is None:
-                bulkhead._report = bulkhead._stop(deadline, limit, cancel_running, exits)
+                bulkhead._report = bulkhead._stop(deadline, cancel_running, exits)
             report = bulkhead._report
         finally:
             bulkhead._stop_lock.release()
@@ -601,9 +585,7 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
 def _provisional(bulkhead: Bulkhead) -> BulkheadReport:
     """The truth now, for a stop() that cannot wait: not recorded; reads, takes no lock."""
     stats = bulkhead._snapshot()  # copies of a set or dict: one step each under the GIL
-    return BulkheadReport(
-        False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0.0
-    )
+    return BulkheadReport(False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0)
 
 
 def _run_callbacks(
