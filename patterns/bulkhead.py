@@ -8,9 +8,8 @@ TL;DR::
     with Bulkhead(max_concurrent=4, queue_size=8, name="db") as db:
         rows = db.call(query, sql, timeout=2.0)  # BulkheadFull at once when full
 
-At most ``max_concurrent`` handlers run and ``queue_size`` more jobs wait; anyone else
-gets `BulkheadFull` at once. No Python can stop a running thread: a timed-out handler keeps
-its worker. Guarantees and limits: docs/patterns/bulkhead.md; naive code: patterns/naive/.
+No Python can stop a running thread: a timed-out handler keeps its worker. Guarantees
+and limits: docs/patterns/bulkhead.md; the naive code: patterns/naive/bulkhead.py.
 """
 
 from __future__ import annotations
@@ -78,12 +77,12 @@ class BulkheadTimeout(TimeoutError):
 
 
 class Bulkhead:
-    """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
+    """``max_concurrent`` worker threads, a wait queue for ``queue_size`` callers, a fast no.
 
     Building one starts no thread: `start` (or ``with``) starts the non-daemon workers.
     ``stop_timeout`` is the budget of ``stop()``; ``name`` names threads, errors and logs.
-    These four, ``started`` (`start` succeeded) and ``stopped`` (``stop`` was called or a
-    ``start`` failed: for good) are attributes to read, never to set.
+    These four, ``threads`` (the workers), ``started`` (`start` succeeded) and ``stopped``
+    (``stop`` was called or a ``start`` failed: for good) are attributes to read, never set.
     """
 
     def __init__(
@@ -98,16 +97,16 @@ class Bulkhead:
         self.queue_size = _check_count("queue_size", queue_size, 0)
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
-        # Guards the fields below and each _Job's abandoned/thread; never held while user
-        # code runs. Idle workers wait on _wakeup for a job or for stop().
+        # Guards the fields below and _Job.abandoned/thread; never held while user code runs.
         self._lock = _OwnedLock()
-        self._wakeup = threading.Condition(cast(threading.Lock, self._lock))
+        self._wakeup = threading.Condition(cast(threading.Lock, self._lock))  # for idle workers
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
         self._running: set[_Job] = set()
         self.started = self.stopped = False
         self._counts: Counter[str] = Counter()  # the counters of BulkheadStats, by name
-        # (thread, its "ended" event), listed before it starts: none is ever unknown.
-        self._workers: list[tuple[threading.Thread, threading.Event]] = []
+        # Each worker, listed (its "ended" event first) before it starts: none is ever unknown.
+        self.threads: list[threading.Thread] = []
+        self._ended: list[threading.Event] = []
         self._not_starting = threading.Event()  # clear while a start() runs
         self._not_starting.set()
         self._stop_lock = threading.Lock()  # held for the whole of a stop(); see _stop_once
@@ -115,10 +114,7 @@ class Bulkhead:
         self._report: BulkheadReport | None = None  # the first completed stop's, kept
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        """Admit ``fn(*args, **kwargs)`` and return its `concurrent.futures.Future` at once.
-
-        Refused as by `call`; cancelling the future while the job is queued withdraws it.
-        """
+        """Admit ``fn(*args, **kwargs)`` like `call`; cancel the Future to withdraw a queued job."""
         return self._admit(fn, args, kwargs).future
 
     def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
@@ -129,9 +125,8 @@ class Bulkhead:
                 raise BulkheadStopped(self.name, drained=False)
             if not self.started:  # a bug in the caller, not a load condition
                 raise RuntimeError(f"{self.name}: not started; call start() or use a with block")
-            # Running plus waiting, including jobs whose caller left: a skipped job holds
-            # its slot until a worker reaches it. With queue_size 0 this admits only
-            # while some worker has nothing to do: a hand-off, not a queue.
+            # Running plus waiting, a job whose caller left included (until a worker skips
+            # it). With queue_size 0: only while a worker is idle, a hand-off, not a queue.
             if len(self._running) + len(self._pending) >= self.max_concurrent + self.queue_size:
                 self._counts["rejections"] += 1
                 raise BulkheadFull(self.name, self._holders())
@@ -182,7 +177,7 @@ class Bulkhead:
         self._begin_stop(cancel, exits)
         _wait(self._not_starting, deadline)  # a start() in progress sees _stopped and ends
         with self._lock:
-            workers = list(self._workers)
+            workers = list(zip(self.threads, self._ended, strict=False))
         for thread, ended in workers:
             # The worker's own event, not join() (gh-90882); once set, the join is instant.
             if _wait(ended, deadline) and thread.ident is not None:
@@ -250,7 +245,8 @@ class Bulkhead:
                 ended = threading.Event()
                 name = f"{self.name}-worker-{i}"
                 thread = threading.Thread(target=self._work, args=(ended,), name=name)
-                self._workers.append((thread, ended))  # listed first: see __init__
+                self._ended.append(ended)
+                self.threads.append(thread)  # listed first: see __init__
             try:
                 thread.start()
             except BaseException:
@@ -268,8 +264,7 @@ class Bulkhead:
             return self
         return self.start()
 
-    # The same code is in bulkhead, closable_queue, daemon_threads and supervisor (each
-    # module is copied alone); pinned by tests/test_copies.py.
+    # Also in closable_queue, daemon_threads and supervisor; pinned by tests/test_copies.py.
     def __exit__(self, *exc_info: object) -> None:
         """`stop`; with an exception (a Ctrl-C) on its way out, say so; Ctrl-C again: stop now."""
         exc_type = exc_info[0] if exc_info else None
@@ -305,12 +300,6 @@ class Bulkhead:
         """A consistent snapshot of the counters and gauges (see `BulkheadStats`)."""
         with self._lock:
             return self._snapshot()
-
-    @property
-    def threads(self) -> list[threading.Thread]:
-        """The worker threads (none before `start`)."""
-        with self._lock:
-            return [thread for thread, _ in self._workers]
 
     def __repr__(self) -> str:
         state = "stopped" if self.stopped else "running" if self.started else "not running"
@@ -404,7 +393,7 @@ class Bulkhead:
         """Each running handler, and each worker with no job that has not ended."""
         jobs = tuple(self._running)  # one C-level copy: safe without the lock, under the GIL
         busy = {job.thread for job in jobs}
-        workers = tuple(self._workers)
+        workers = tuple(zip(self.threads, self._ended, strict=False))
         idle = [
             f"{t.name}: (ending)" for t, end in workers if not end.is_set() and t.name not in busy
         ]
@@ -470,12 +459,11 @@ def current_token() -> JobToken:
 class BulkheadStats:
     """A snapshot of a bulkhead's counters and gauges, all read under one lock.
 
-    Counters only grow: ``accepted``, ``processed`` (returned or raised; counted before
-    the result is released), ``errors``, ``timeouts``, ``skipped`` (dropped unrun: the
-    caller left), ``rejections`` (full), ``shutdown_rejections`` (stopped, ``drained``
-    included: queued calls ``stop`` released). Gauges: ``active``, ``queued`` and
-    ``abandoned`` (running after their caller timed out). Always ``accepted == processed
-    + skipped + drained + active + queued``; the docs page lists the other invariants.
+    Counters only grow: ``accepted``, ``processed`` (returned or raised, counted before the
+    caller sees it), ``errors``, ``timeouts``, ``skipped`` (unrun: the caller left),
+    ``rejections`` (full), ``shutdown_rejections`` (stopped; ``drained``: queued calls ``stop``
+    released). Gauges: ``active``, ``queued``, ``abandoned`` (running, the caller timed out).
+    ``accepted == processed + skipped + drained + active + queued``; more on the docs page.
     """
 
     name: str
@@ -496,14 +484,11 @@ class BulkheadStats:
 class BulkheadReport:
     """What the first ``stop`` call did and found (every later call returns it too).
 
-    Attributes:
-        terminated: every worker had left its loop and no ``start`` was still running;
-            never True with a non-empty still_running.
-        still_running: ``"<worker thread>: <function>"`` per handler still running
-            (`` (abandoned)`` if its caller timed out), ``"<worker thread>: (ending)"``
-            per idle worker not yet out of its loop.
-        name, drained, stats, elapsed: the bulkhead's name, the queued callers released
-            with `BulkheadStopped`, the counters at the end, the seconds the call took.
+    ``terminated``: every worker left its loop and no ``start`` still runs; never True with
+    ``still_running``: ``"<worker thread>: <function>"`` per handler still running (marked
+    `` (abandoned)`` if its caller timed out), ``"<worker thread>: (ending)"`` per idle worker
+    not out of its loop. ``drained`` queued callers got `BulkheadStopped`; ``stats`` holds
+    the counters at the end; ``elapsed``, the seconds the call took.
     """
 
     terminated: bool
@@ -592,8 +577,7 @@ def _run_callbacks(
     callbacks: list[Callable[[], object]], exits: list[BaseException] | None
 ) -> None:
     """Run each token callback, logging what it raises; the others still run."""
-    # A KeyboardInterrupt or SystemExit goes to exits, raised by their owner once its own
-    # cleanup is done, or (exits None) is raised here once all have run.
+    # A KeyboardInterrupt or SystemExit: to exits, raised by their owner when done; else here.
     pending: list[BaseException] = [] if exits is None else exits
     for callback in callbacks:
         try:
