@@ -97,11 +97,11 @@ class Bulkhead:
         self.queue_size = _check_count("queue_size", queue_size, 0)
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
-        # Guards the fields below and _Job.abandoned/thread; never held while user code runs.
+        # Guards the fields below and _Job.abandoned; never held while user code runs.
         self._lock = _OwnedLock()
         self._wakeup = threading.Condition(cast(threading.Lock, self._lock))  # for idle workers
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
-        self._running: set[_Job] = set()
+        self._running: dict[str, _Job] = {}  # by the name of the worker running it
         self.started = self.stopped = False
         self._counts: Counter[str] = Counter()  # the counters of BulkheadStats, by name
         # Each worker, listed (its "ended" event first) before it starts: none is ever unknown.
@@ -203,7 +203,7 @@ class Bulkhead:
             self._counts["skipped"] += len(queued) - len(released)
             self._counts["drained"] += len(released)
             self._counts["shutdown_rejections"] += len(released)
-            running = list(self._running)
+            running = list(self._running.values())
             self._wakeup.notify_all()  # idle workers see _stopped and end
         for job in released:
             job.future.set_exception(BulkheadStopped(self.name, drained=True))
@@ -324,16 +324,12 @@ class Bulkhead:
         with self._lock:
             # cancel() succeeds only while the job is queued; a worker's start and
             # stop()'s drain go through the same future lock, so exactly one wins.
-            if job.future.cancel():
-                started = False
-            elif job not in self._running:
+            started = not job.future.cancel()
+            if started and job not in self._running.values():
                 return  # finished or drained as the time ran out: deliver the outcome
-            else:
-                started = True
-                job.abandoned = True
-                self._counts["abandoned"] += 1
-            if timed_out:
-                self._counts["timeouts"] += 1
+            job.abandoned = started  # left running: it keeps its worker
+            self._counts["abandoned"] += started
+            self._counts["timeouts"] += timed_out
         if started:
             job.token._cancel("caller timed out" if timed_out else "caller interrupted")
         if timed_out:
@@ -344,7 +340,7 @@ class Bulkhead:
 
     def _work(self, ended: threading.Event) -> None:
         """Worker thread body: take jobs until stopped; skip those whose caller left."""
-        _current.bulkhead = self
+        _current.bulkhead, name = self, threading.current_thread().name
         try:
             while True:
                 with self._lock:
@@ -356,13 +352,12 @@ class Bulkhead:
                     if not job.future.set_running_or_notify_cancel():
                         self._counts["skipped"] += 1  # the caller left while it was queued
                         continue
-                    job.thread = threading.current_thread().name
-                    self._running.add(job)
-                self._run(job)
+                    self._running[name] = job
+                self._run(job, name)
         finally:
             ended.set()  # the only "this worker is done" that stop() believes
 
-    def _run(self, job: _Job) -> None:
+    def _run(self, job: _Job, name: str) -> None:
         """Run one job, count it, then release its outcome: in that order (B5)."""
         error: BaseException | None = None
         _current.token = job.token
@@ -373,7 +368,7 @@ class Bulkhead:
         finally:
             _current.token = None
         with self._lock:
-            self._running.discard(job)  # settled: _leave() now delivers the outcome
+            del self._running[name]  # settled: _leave() now delivers the outcome
             self._counts["processed"] += 1
             self._counts["errors"] += error is not None
             self._counts["abandoned"] -= job.abandoned  # final once settled
@@ -382,7 +377,7 @@ class Bulkhead:
             return
         if job.abandoned:  # nobody else will ever see it
             message = "%s: %s failed after its caller left"
-            logger.error(message, self.name, job.describe(), exc_info=error)
+            logger.error(message, self.name, job.describe(name), exc_info=error)
         job.future.set_exception(error)
 
     def _snapshot(self) -> BulkheadStats:
@@ -391,13 +386,13 @@ class Bulkhead:
 
     def _still_running(self) -> tuple[str, ...]:
         """Each running handler, and each worker with no job that has not ended."""
-        jobs = tuple(self._running)  # one C-level copy: safe without the lock, under the GIL
-        busy = {job.thread for job in jobs}
-        workers = tuple(zip(self.threads, self._ended, strict=False))
-        idle = [
-            f"{t.name}: (ending)" for t, end in workers if not end.is_set() and t.name not in busy
+        running = dict(self._running)  # one C-level copy: safe without the lock, under the GIL
+        found = [
+            running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
+            for t, ended in tuple(zip(self.threads, self._ended, strict=False))
+            if t.name in running or not ended.is_set()
         ]
-        return tuple(sorted([job.describe() for job in jobs] + idle))
+        return tuple(sorted(found))
 
 
 class JobToken:
@@ -411,8 +406,7 @@ class JobToken:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _callbacks; never held while one runs
         self._event = threading.Event()  # set once, by _cancel(), after reason
-        # Why it was cancelled ("caller timed out", "bulkhead stopped"); read, never set.
-        self.reason: str | None = None
+        self.reason: str | None = None  # why: "caller timed out", ...; read, never set
         self._callbacks: list[Callable[[], object]] = []
 
     @property
@@ -512,14 +506,12 @@ class _Job:
     kwargs: dict[str, Any]
     future: Future[Any] = field(default_factory=Future)
     token: JobToken = field(default_factory=JobToken)
-    # Written under the bulkhead's lock only.
-    abandoned: bool = False  # its caller timed out while it was running
-    thread: str = ""  # the worker running it
+    abandoned: bool = False  # its caller timed out while it ran; under the bulkhead's lock
 
-    def describe(self) -> str:
+    def describe(self, thread: str) -> str:
         """``"<worker thread>: <function>"``, marked if its caller timed out."""
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
-        return f"{self.thread}: {name}" + (" (abandoned)" if self.abandoned else "")
+        return f"{thread}: {name}" + (" (abandoned)" if self.abandoned else "")
 
 
 def _check_count(option: str, value: object, minimum: int) -> int:
@@ -573,13 +565,11 @@ def _provisional(bulkhead: Bulkhead) -> BulkheadReport:
     return BulkheadReport(False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0)
 
 
-def _run_callbacks(
-    callbacks: list[Callable[[], object]], exits: list[BaseException] | None
-) -> None:
+def _run_callbacks(todo: list[Callable[[], object]], exits: list[BaseException] | None) -> None:
     """Run each token callback, logging what it raises; the others still run."""
     # A KeyboardInterrupt or SystemExit: to exits, raised by their owner when done; else here.
     pending: list[BaseException] = [] if exits is None else exits
-    for callback in callbacks:
+    for callback in todo:
         try:
             callback()
         except BaseException as exc:  # contained: the other callbacks still run
