@@ -175,10 +175,8 @@ class Bulkhead:
         """Refuse and release, wait until ``deadline`` for each worker to end, report."""
         start = time.monotonic()
         self._begin_stop(cancel, exits)
-        _wait(self._not_starting, deadline)  # a start() in progress sees _stopped and ends
-        with self._lock:
-            workers = list(zip(self.threads, self._ended, strict=False))
-        for thread, ended in workers:
+        _wait(self._not_starting, deadline)  # a start() in progress sees stopped and ends
+        for thread, ended in list(zip(self.threads, self._ended, strict=False)):  # one C-level copy
             # The worker's own event, not join() (gh-90882); once set, the join is instant.
             if _wait(ended, deadline) and thread.ident is not None:
                 with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
@@ -204,7 +202,7 @@ class Bulkhead:
             self._counts["drained"] += len(released)
             self._counts["shutdown_rejections"] += len(released)
             running = list(self._running.values())
-            self._wakeup.notify_all()  # idle workers see _stopped and end
+            self._wakeup.notify_all()  # idle workers see stopped and end
         for job in released:
             job.future.set_exception(BulkheadStopped(self.name, drained=True))
         for job in running if cancel_running else ():
