@@ -404,7 +404,7 @@ class JobToken:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _callbacks; never held while one runs
         self._event = threading.Event()  # set once, by _cancel(), after reason
-        self.reason: str | None = None  # why: "caller timed out", ...; read, never set
+        self.reason: str | None = None  #: why it was cancelled ("caller timed out", ...); read only
         self._callbacks: list[Callable[[], object]] = []
 
     @property
