@@ -81,15 +81,15 @@ else:
         The same class as ``queue.ShutDown`` on Python 3.13; here, a back-port.
         """
 
-    def _deadline(timeout: float | None) -> float | None:
-        """Turn a blocking call's ``timeout`` into a `time.monotonic` deadline (None: never)."""
+    def _timeout_at(timeout: float | None) -> float | None:
+        """A blocking call's ``timeout`` as a `time.monotonic` deadline (None: never)."""
         if timeout is None:
             return None
         if timeout < 0:
             raise ValueError("'timeout' must be a non-negative number")
         return time.monotonic() + timeout
 
-    def _wait(
+    def _wait_or_raise(
         condition: threading.Condition, deadline: float | None, timed_out: type[Exception]
     ) -> None:
         """Wait on ``condition`` until notified or ``deadline``; raise ``timed_out`` after it."""
@@ -133,9 +133,9 @@ else:
                         if self._qsize() >= self.maxsize:
                             raise queue.Full
                     else:
-                        deadline = _deadline(timeout)
+                        deadline = _timeout_at(timeout)
                         while self._qsize() >= self.maxsize:
-                            _wait(self.not_full, deadline, queue.Full)
+                            _wait_or_raise(self.not_full, deadline, queue.Full)
                             if self.is_shutdown:  # woken by shutdown(), or shut while asleep
                                 raise ShutDown
                 self._put(item)
@@ -157,9 +157,9 @@ else:
                     if not self._qsize():
                         raise queue.Empty
                 else:
-                    deadline = _deadline(timeout)
+                    deadline = _timeout_at(timeout)
                     while not self._qsize():
-                        _wait(self.not_empty, deadline, queue.Empty)
+                        _wait_or_raise(self.not_empty, deadline, queue.Empty)
                         if self.is_shutdown and not self._qsize():
                             raise ShutDown
                 item = self._get()
@@ -228,56 +228,7 @@ def put_until_shutdown(q: ClosableQueue[T], items: Iterable[T]) -> int:
     return delivered
 
 
-# The same code is in async_queue.py and poison_pill.py; pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as a number of seconds; None means forever where allowed (math.inf).
-
-    inf and huge values are accepted ("as long as it takes"); every wait built on them is
-    cut into slices of at most `threading.TIMEOUT_MAX`, so no `OverflowError` escapes.
-    """
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond a float's range, such as 10**400
-            seconds = math.inf if value > 0 else -math.inf
-        if seconds >= 0:  # False for nan
-            return seconds
-    raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-
-
-def _wait_until(event: threading.Event, deadline: float) -> bool:
-    """``event.wait()`` until the `time.monotonic` ``deadline`` (may be inf); True if set."""
-    while not event.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        event.wait(min(remaining, threading.TIMEOUT_MAX))
-    return True
-
-
-def _inside(q: queue.Queue[Any]) -> bool:
-    """True if the calling thread is inside a method of ``q`` or of its conditions.
-
-    There it may hold ``q.mutex``, a plain lock: a signal handler that landed there and
-    takes the mutex deadlocks its own thread. The frames say where the thread is; the
-    ``self`` of each frame whose code is a `queue.Queue` or `threading.Condition`
-    method says whether it is this queue.
-    """
-    guarded = (q, q.not_empty, q.not_full, q.all_tasks_done)
-    codes = {
-        f.__code__
-        for cls in (*type(q).__mro__, threading.Condition)
-        for f in vars(cls).values()
-        if isinstance(f, types.FunctionType)
-    }
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code in codes and any(frame.f_locals.get("self") is g for g in guarded):
-            return True
-        frame = frame.f_back
-    return False
+# --- a pool of consumer threads, stopped by closing their queue ------------------------------
 
 
 @dataclass(frozen=True)
@@ -303,21 +254,6 @@ class PoolReport(Generic[T]):
     def __post_init__(self) -> None:
         if self.terminated and self.still_running:
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
-
-
-class _Slot:
-    """The hand-shake between start() and one consumer whose Thread.start() may fail.
-
-    ``_launch`` holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
-    anything. So when start() sees ``Thread.start()`` fail, the consumer cannot have begun,
-    and setting ``cancelled`` makes it return at once if it runs at all.
-    """
-
-    __slots__ = ("cancelled", "lock")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cancelled = False
 
 
 class ConsumerPool(Generic[T]):
@@ -365,13 +301,12 @@ class ConsumerPool(Generic[T]):
         # exit, by start() across each Thread.start() (so a stop() from another thread sees
         # a consumer either started and listed, or not launched at all), and by stop().
         # Never held while a handler runs, while blocking on the queue, or while waiting.
-        # Reentrant so that a stop() from a signal handler landing while the main thread
-        # holds it does not deadlock.
+        # Reentrant, so a stop() from a signal handler on a thread holding it cannot deadlock.
         self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
         # One per consumer, set in the finally of its thread's target: the truth stop()
         # reports from (never Thread.is_alive(), which lies after an interrupted join on
-        # 3.11 and 3.12, gh-90882). Set by the consumer, waited on by stop().
+        # 3.11 and 3.12, gh-90882).
         self._ended: dict[threading.Thread, threading.Event] = {}
         self._alive = 0  # consumers launched and not yet ended
         self._started = False
@@ -383,8 +318,8 @@ class ConsumerPool(Generic[T]):
         self._stopper: threading.Thread | None = None  # the thread running the first stop()
         self._requested: float | None = None  # when a consumer asked the pool to stop
         self._handed_off = False  # a signal handler started the <name>-stopper thread
-        # Idents of the threads inside stop(): a stop() that finds its own thread there is
-        # a signal handler (or a callback) and must not block. A set, not a lock: add and
+        # Idents of the threads inside stop(): one that finds its own thread there is a
+        # signal handler (or a callback) and must not block. A set, not a lock: add and
         # discard are atomic, and a handler reading it takes no lock.
         self._in_stop: set[int] = set()
         self._stopped = threading.Event()  # set once _report is final
@@ -409,17 +344,12 @@ class ConsumerPool(Generic[T]):
             queue.Full: the queue is bounded and stayed full for ``timeout`` seconds.
             ValueError: ``timeout`` is not a number of seconds >= 0.
         """
-        seconds = _seconds(timeout, "timeout", allow_none=True)
-        if seconds == math.inf:
-            self._queue.put(item)
-            return
-        deadline = time.monotonic() + seconds
-        while True:  # slices of at most TIMEOUT_MAX, so 1e10 is no OverflowError
-            remaining = max(0.0, deadline - time.monotonic())
+        deadline = _deadline(_seconds(timeout, "timeout", allow_none=True))
+        while True:  # in waits of at most TIMEOUT_MAX: 1e10 is no OverflowError
             try:
-                self._queue.put(item, timeout=min(remaining, threading.TIMEOUT_MAX))
+                self._queue.put(item, timeout=_left(deadline))
             except queue.Full:
-                if remaining <= threading.TIMEOUT_MAX:
+                if time.monotonic() >= deadline:
                     raise
             else:
                 return
@@ -443,46 +373,12 @@ class ConsumerPool(Generic[T]):
         try:
             for i in range(self._consumers):
                 if not self._launch(f"{self._name}-{i}"):
-                    break
+                    break  # stopped meanwhile
         except BaseException as exc:
-            self._starting_done()
-            logger.warning("%s: start() failed part-way (%r); stopping the rest", self._name, exc)
-            self._close(immediate=True)
-            self._wait_ended(time.monotonic() + self.stop_timeout)
+            _start_failed(self, exc)
             raise
-        self._starting_done()
+        _starting_done(self)
         return self
-
-    def _launch(self, name: str) -> bool:
-        """Start one consumer and list it; False if the pool was stopped meanwhile."""
-        slot = _Slot()
-        ended = threading.Event()
-        thread = threading.Thread(target=self._run, args=(slot, ended), name=name)
-        with self._lock, slot.lock:
-            if self._closed:
-                return False
-            self._alive += 1
-            self._threads.append(thread)
-            self._ended[thread] = ended
-            try:
-                thread.start()
-            except BaseException:
-                # The consumer has not begun (it needs slot.lock) and now never will.
-                slot.cancelled = True
-                self._alive -= 1
-                if not thread.is_alive():  # never started: nothing to wait for or report
-                    self._threads.remove(thread)
-                    del self._ended[thread]
-                raise
-        return True
-
-    def _starting_done(self) -> None:
-        """End the launch phase; if every consumer already died, act as the last one would."""
-        with self._lock:
-            self._starting = False
-            nobody_left = self._alive == 0
-        if nobody_left:
-            self._discard()
 
     def stop(self, timeout: float | None = None, *, immediate: bool = False) -> PoolReport[T]:
         """Shut the queue down, wait up to ``timeout`` for the consumers, and report.
@@ -494,70 +390,13 @@ class ConsumerPool(Generic[T]):
         a signal handler does is on the class; it never blocks on its own thread.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        start = time.monotonic()
-        me = threading.get_ident()
-        if me in self._in_stop:  # a signal handler inside this thread's stop(): never block
-            return self._snapshot(start)
-        try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
-            self._in_stop.add(me)
-            return self._stop(budget, start, immediate=immediate)
-        finally:
-            self._in_stop.discard(me)
-
-    def _stop(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
-        current = threading.current_thread()
-        with self._lock:
-            if self._report is not None:
-                return self._report
-            if current in self._ended:  # a consumer: a request, it cannot wait for itself
-                self._closed = True
-                if self._requested is None:
-                    self._requested = start
-                request = True
-            elif _inside(self._queue):  # a signal handler that may hold the queue's lock
-                self._closed = True
-                return self._hand_off(budget, start, immediate=immediate)
-            else:
-                request = False
-                first = self._stopper is None
-                if first:
-                    self._stopper = current
-        if request:
-            self._close(immediate=immediate)
-            return self._snapshot(start)
-        if not first:  # another thread's stop() is running: wait for it, within our budget
-            if _wait_until(self._stopped, start + budget) and self._report is not None:
-                return self._report
-            return self._snapshot(start)
-        try:
-            report = self._stop_once(budget, start, immediate=immediate)
-        except BaseException:  # Ctrl-C mid-stop: let a later stop() do it all again
-            with self._lock:
-                self._stopper = None
-            raise
-        return self._record(report)
-
-    def _hand_off(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
-        """Start ``<name>-stopper`` to run the stop; called with ``_lock`` held, never blocks."""
-        if not self._handed_off:
-            self._handed_off = True
-            stopper = threading.Thread(
-                target=self.stop,
-                args=(budget,),
-                kwargs={"immediate": immediate},
-                name=f"{self._name}-stopper",
-            )
-            try:
-                stopper.start()
-            except RuntimeError:
-                self._handed_off = False
-                logger.exception("%s: cannot hand the stop to a thread; stop() again", self._name)
-        return self._snapshot(start)
+        # Once, whoever calls: the first plain call runs _stop_once, the others report.
+        return _stop_from_anywhere(self, budget, immediate=immediate)
 
     def _stop_once(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
-        deadline = start + budget
+        """Refuse new work, let the consumers drain until the deadline, discard the rest."""
         self._close(immediate=immediate)
-        if not self._wait_ended(deadline) and not immediate:
+        if not self._wait_ended(start + budget) and not immediate:
             self._discard()
             report = self._snapshot(start)
             logger.error(
@@ -569,15 +408,6 @@ class ConsumerPool(Generic[T]):
             )
             return report
         return self._snapshot(start)
-
-    def _record(self, report: PoolReport[T]) -> PoolReport[T]:
-        """Make ``report`` final unless one already is; return the final one."""
-        with self._lock:
-            if self._report is None:
-                self._report = report
-            final = self._report
-        self._stopped.set()
-        return final
 
     def __enter__(self) -> Self:
         """Start the pool if it never started; a running pool is returned as it is.
@@ -626,82 +456,6 @@ class ConsumerPool(Generic[T]):
             ", ".join(report.still_running) or "nothing",
         )
 
-    def _close(self, *, immediate: bool) -> None:
-        """Refuse new work, and discard what is queued or let the consumers drain it."""
-        with self._lock:
-            self._closed = True
-            nobody = not self._threads
-        if immediate or nobody:  # without consumers, nobody would ever take the rest
-            self._discard()
-        else:
-            self._queue.shutdown()
-
-    def _wait_ended(self, deadline: float) -> bool:
-        """Wait until every consumer's ended event is set, or ``deadline``; True if all are."""
-        with self._lock:
-            consumers = list(self._ended.items())
-        all_ended = True
-        for thread, ended in consumers:
-            if _wait_until(ended, deadline):
-                # Its target has returned: this join only waits for the thread's last steps.
-                thread.join(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX))
-            else:
-                all_ended = False
-        return all_ended
-
-    def _snapshot(self, start: float) -> PoolReport[T]:
-        with self._lock:
-            still_running = tuple(t.name for t, ended in self._ended.items() if not ended.is_set())
-            return PoolReport(
-                terminated=not still_running,
-                still_running=still_running,
-                processed=self._processed,
-                failed=self._failed,
-                discarded=tuple(self._discarded),
-                elapsed=time.monotonic() - start,
-            )
-
-    def _discard(self) -> None:
-        dropped = shutdown_and_drain(self._queue)
-        if dropped:
-            with self._lock:
-                self._discarded.extend(dropped)
-            logger.warning("%s: discarded %d queued item(s)", self._name, len(dropped))
-
-    def _run(self, slot: _Slot, ended: threading.Event) -> None:
-        """Consumer thread body: consume; the last one out closes the queue and may report."""
-        last = False
-        try:
-            with slot.lock:  # waits until start() knows whether Thread.start() succeeded
-                if slot.cancelled:
-                    return
-            try:
-                self._consume()
-            except BaseException:  # SystemExit and the like from a handler: never die silently
-                logger.critical("%s died", threading.current_thread().name, exc_info=True)
-            finally:
-                with self._lock:
-                    self._alive -= 1
-                    last = self._alive == 0 and not self._starting
-                if last:
-                    # Normally the queue is already shut down and empty and this finds
-                    # nothing. If the last consumer died instead, it shuts the queue so that
-                    # producers blocked in put() wake with ShutDown, and reports what nobody
-                    # will take.
-                    self._discard()
-        finally:
-            ended.set()
-            if last:
-                self._finish_request()
-
-    def _finish_request(self) -> None:
-        """The last consumer is gone: if one of them asked for the stop, record its report."""
-        with self._lock:
-            if self._requested is None or self._stopper is not None or self._report is not None:
-                return  # no request, or a stop() from outside is running and will record
-            report = self._snapshot(self._requested)
-        self._record(report)
-
     def _consume(self) -> None:
         """Take items until the queue is shut down and empty; no pill, no stop flag."""
         while True:
@@ -728,3 +482,267 @@ class ConsumerPool(Generic[T]):
                     self._processed += 1
                 else:
                     self._failed += 1
+
+    def _run(self, slot: _Slot, ended: threading.Event) -> None:
+        """Consumer thread body: consume; the last one out closes the queue and may report."""
+        last = False
+        try:
+            with slot.lock:  # waits until start() knows whether Thread.start() succeeded
+                if slot.cancelled:
+                    return
+            try:
+                self._consume()
+            except BaseException:  # SystemExit and the like from a handler: never die silently
+                logger.critical("%s died", threading.current_thread().name, exc_info=True)
+            finally:
+                with self._lock:
+                    self._alive -= 1
+                    last = self._alive == 0 and not self._starting
+                if last:
+                    # Normally the queue is already shut down and empty and this finds
+                    # nothing. If the last consumer died instead, it shuts the queue so that
+                    # producers blocked in put() wake with ShutDown, and reports what nobody
+                    # will take.
+                    self._discard()
+        finally:
+            ended.set()
+            if last:
+                _finish_request(self)
+
+    def _launch(self, name: str) -> bool:
+        """Start one consumer and list it; False if the pool was stopped meanwhile."""
+        slot = _Slot()
+        ended = threading.Event()
+        thread = threading.Thread(target=self._run, args=(slot, ended), name=name)
+        with self._lock, slot.lock:
+            if self._closed:
+                return False
+            self._alive += 1
+            self._threads.append(thread)
+            self._ended[thread] = ended
+            try:
+                thread.start()
+            except BaseException:
+                # The consumer has not begun (it needs slot.lock) and now never will.
+                slot.cancelled = True
+                self._alive -= 1
+                if not thread.is_alive():  # never started: nothing to wait for or report
+                    self._threads.remove(thread)
+                    del self._ended[thread]
+                raise
+        return True
+
+    def _close(self, *, immediate: bool) -> None:
+        """Refuse new work, and discard what is queued or let the consumers drain it."""
+        with self._lock:
+            self._closed = True
+            nobody = not self._threads
+        if immediate or nobody:  # without consumers, nobody would ever take the rest
+            self._discard()
+        else:
+            self._queue.shutdown()
+
+    def _wait_ended(self, deadline: float) -> bool:
+        """Wait until every consumer's ended event is set, or ``deadline``; True if all are."""
+        with self._lock:
+            consumers = list(self._ended.items())
+        all_ended = True
+        for thread, ended in consumers:
+            if _wait(ended, deadline):
+                # Its target has returned: this join only waits for the thread's last steps.
+                thread.join(_left(deadline))
+            else:
+                all_ended = False
+        return all_ended
+
+    def _discard(self) -> None:
+        dropped = shutdown_and_drain(self._queue)
+        if dropped:
+            with self._lock:
+                self._discarded.extend(dropped)
+            logger.warning("%s: discarded %d queued item(s)", self._name, len(dropped))
+
+    def _snapshot(self, start: float) -> PoolReport[T]:
+        with self._lock:
+            still_running = tuple(t.name for t, ended in self._ended.items() if not ended.is_set())
+            return PoolReport(
+                terminated=not still_running,
+                still_running=still_running,
+                processed=self._processed,
+                failed=self._failed,
+                discarded=tuple(self._discarded),
+                elapsed=time.monotonic() - start,
+            )
+
+
+class _Slot:
+    """The hand-shake between start() and one consumer whose Thread.start() may fail.
+
+    ``_launch`` holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
+    anything. So when start() sees ``Thread.start()`` fail, the consumer cannot have begun,
+    and setting ``cancelled`` makes it return at once if it runs at all.
+    """
+
+    __slots__ = ("cancelled", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cancelled = False
+
+
+# --- the lifecycle contract: seconds, deadlines, who may stop, the stopper hand-off ----------
+
+
+# The same code is in every pattern module that needs it; pinned by tests/test_copies.py.
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """``value`` as seconds >= 0; inf and huge values (None too, if allowed) mean no limit."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    """The `time.monotonic` time ``seconds`` from now (inf stays inf)."""
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``, capped at `threading.TIMEOUT_MAX` so no wait overflows."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _wait(event: threading.Event, deadline: float) -> bool:
+    """``event.wait()`` until the ``deadline`` (may be inf); True if it was set."""
+    while not event.wait(_left(deadline)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _start_failed(pool: ConsumerPool[Any], exc: BaseException) -> None:
+    """All or nothing: stop the consumers a failed start() launched, within stop_timeout."""
+    _starting_done(pool)
+    logger.warning("%s: start() failed part-way (%r); stopping the rest", pool._name, exc)
+    pool._close(immediate=True)
+    pool._wait_ended(_deadline(pool.stop_timeout))
+
+
+def _starting_done(pool: ConsumerPool[Any]) -> None:
+    """End the launch phase; if every consumer already died, act as the last one would."""
+    with pool._lock:
+        pool._starting = False
+        nobody_left = pool._alive == 0
+    if nobody_left:
+        pool._discard()
+
+
+def _stop_from_anywhere(pool: ConsumerPool[T], budget: float, *, immediate: bool) -> PoolReport[T]:
+    """Run ``pool._stop_once`` once, whoever calls; never block on the calling thread itself."""
+    start = time.monotonic()
+    me = threading.get_ident()
+    if me in pool._in_stop:  # a signal handler inside this thread's stop(): never block
+        return pool._snapshot(start)
+    try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
+        pool._in_stop.add(me)
+        return _stop(pool, budget, start, immediate=immediate)
+    finally:
+        pool._in_stop.discard(me)
+
+
+def _stop(pool: ConsumerPool[T], budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
+    """Sort the callers: a consumer's call is a request, a handler's hands off, one stops."""
+    current = threading.current_thread()
+    with pool._lock:
+        if pool._report is not None:
+            return pool._report
+        if current in pool._ended:  # a consumer: a request, it cannot wait for itself
+            pool._closed = True
+            if pool._requested is None:
+                pool._requested = start
+            request = True
+        elif _inside(pool._queue):  # a signal handler that may hold the queue's lock
+            pool._closed = True
+            return _hand_off(pool, budget, start, immediate=immediate)
+        else:
+            request = False
+            first = pool._stopper is None
+            if first:
+                pool._stopper = current
+    if request:
+        pool._close(immediate=immediate)
+        return pool._snapshot(start)
+    if not first:  # another thread's stop() is running: wait for it, within our budget
+        if _wait(pool._stopped, start + budget) and pool._report is not None:
+            return pool._report
+        return pool._snapshot(start)
+    try:
+        report = pool._stop_once(budget, start, immediate=immediate)
+    except BaseException:  # Ctrl-C mid-stop: let a later stop() do it all again
+        with pool._lock:
+            pool._stopper = None
+        raise
+    return _record(pool, report)
+
+
+def _hand_off(
+    pool: ConsumerPool[T], budget: float, start: float, *, immediate: bool
+) -> PoolReport[T]:
+    """Start ``<name>-stopper`` to run the stop; called with ``_lock`` held, never blocks."""
+    if not pool._handed_off:
+        pool._handed_off = True
+        stopper = threading.Thread(
+            target=pool.stop,
+            args=(budget,),
+            kwargs={"immediate": immediate},
+            name=f"{pool._name}-stopper",
+        )
+        try:
+            stopper.start()
+        except RuntimeError:
+            pool._handed_off = False
+            logger.exception("%s: cannot hand the stop to a thread; stop() again", pool._name)
+    return pool._snapshot(start)
+
+
+def _record(pool: ConsumerPool[T], report: PoolReport[T]) -> PoolReport[T]:
+    """Make ``report`` final unless one already is; return the final one."""
+    with pool._lock:
+        if pool._report is None:
+            pool._report = report
+        final = pool._report
+    pool._stopped.set()
+    return final
+
+
+def _finish_request(pool: ConsumerPool[Any]) -> None:
+    """The last consumer is gone: if one of them asked for the stop, record its report."""
+    with pool._lock:
+        if pool._requested is None or pool._stopper is not None or pool._report is not None:
+            return  # no request, or a stop() from outside is running and will record
+        report = pool._snapshot(pool._requested)
+    _record(pool, report)
+
+
+def _inside(q: queue.Queue[Any]) -> bool:
+    """True if the calling thread is inside a method of ``q`` or of its conditions.
+
+    There it may hold ``q.mutex``, a plain lock: a signal handler that landed there and
+    takes the mutex deadlocks its own thread. The frames say where the thread is; the
+    ``self`` of each frame whose code is a `queue.Queue` or `threading.Condition`
+    method says whether it is this queue.
+    """
+    guarded = (q, q.not_empty, q.not_full, q.all_tasks_done)
+    codes = {
+        f.__code__
+        for cls in (*type(q).__mro__, threading.Condition)
+        for f in vars(cls).values()
+        if isinstance(f, types.FunctionType)
+    }
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in codes and any(frame.f_locals.get("self") is g for g in guarded):
+            return True
+        frame = frame.f_back
+    return False
