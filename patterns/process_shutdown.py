@@ -106,55 +106,6 @@ _ABANDON_WAIT = 5.0
 _LONGEST_WAIT = 86400.0
 
 
-# The same code is in bulkhead, cancellation, daemon_threads, executor_shutdown and supervisor
-# (each module is copied alone); pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float: as long as it takes
-        return math.inf
-
-
-def _join(process: BaseProcess, deadline: float) -> None:
-    # join() reaps the child (waitpid), so a process that ended is not left a zombie.
-    while process.exitcode is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        process.join(min(remaining, _LONGEST_WAIT))
-
-
-def _name(fn: object) -> str:
-    return str(getattr(fn, "__qualname__", None) or repr(fn))
-
-
-def _proc_name(process: BaseProcess) -> str:
-    return f"{process.name} (pid {process.pid})"
-
-
-def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
-    for process in processes:
-        _join(process, deadline)
-
-
-def _join_thread(thread: threading.Thread, deadline: float) -> None:
-    # Not Thread.join(): on 3.11 and 3.12 a Ctrl-C that lands inside join() marks the
-    # thread finished while it still runs (gh-90882); for the pool's manager thread,
-    # 3.12 then hung at exit in our runs. is_alive() never blocks, so it cannot be hit.
-    while thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
-
-
-def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
-    # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
-    return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
-
-
 # --- process pools ------------------------------------------------------------------------
 
 
@@ -187,104 +138,6 @@ class PoolShutdownReport:
     def __post_init__(self) -> None:
         if self.terminated and self.still_running:
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
-
-
-def _pool_workers(executor: ProcessPoolExecutor) -> dict[int, BaseProcess]:
-    # Private on 3.11-3.13 (and read by 3.14's terminate_workers too): pid -> process,
-    # filled as workers are spawned, and set to None by shutdown(). We keep the dict
-    # itself, not a copy, so a worker the pool spawns after this call is seen as well.
-    if not hasattr(executor, "_processes"):
-        logger.warning("this ProcessPoolExecutor has no _processes: cannot reach its workers")
-        return {}
-    workers = executor._processes
-    if workers is None:
-        logger.warning("the pool was shut down already: its workers cannot be reached")
-        return {}
-    if not isinstance(workers, dict):
-        raise TypeError(f"ProcessPoolExecutor._processes is {type(workers).__name__}, not dict")
-    return workers
-
-
-def _wake(wakeup: Any) -> None:
-    if wakeup is not None:
-        with contextlib.suppress(OSError, ValueError):  # closed: the manager has ended
-            wakeup.wakeup()
-
-
-def _wait_until_none_pending(futures: list[Future[Any]], deadline: float) -> None:
-    # A future leaves PENDING when the manager thread cancels it or hands it to the
-    # workers' call queue (RUNNING). Nothing signals "the manager got round to it", so
-    # poll, briefly and within the deadline.
-    while any(not (f.running() or f.done()) for f in futures):
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.001)
-
-
-@dataclass(frozen=True)
-class _Pool:
-    """What shutdown_process_pool needs of a pool's internals, read before its shutdown()."""
-
-    executor: ProcessPoolExecutor
-    workers: dict[int, BaseProcess]  # the pool's own dict: workers spawned later show up
-    manager: threading.Thread | None
-    wakeup: Any  # the manager's wake-up pipe (a private _ThreadWakeup), or None
-    items: list[Any]  # the pool's work items (future, fn, args), in submission order
-
-
-def _wait_then_force(
-    pool: _Pool, deadline: float, force_timeout: float
-) -> tuple[bool, list[str], list[int]]:
-    executor, workers, manager, items = pool.executor, pool.workers, pool.manager, pool.items
-    if manager is not None:
-        _join_thread(manager, deadline)
-    _join_all(_alive(workers.values()), deadline)
-    forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
-    never_started: list[str] = []
-    killed: list[int] = []
-    if not forced:
-        return forced, never_started, killed
-    force_start = time.monotonic()
-    force_deadline = force_start + force_timeout
-    # The pool's manager thread cancels what has not started, and forgets it. Cancelling
-    # here instead would race it: 3.11's manager dies with InvalidStateError when a
-    # worker dies after a queued future was cancelled behind its back. This second
-    # shutdown() cannot wake the manager (the first one dropped the wake-up pipe), so
-    # we use the pipe we kept.
-    executor.shutdown(wait=False, cancel_futures=True)
-    _wake(pool.wakeup)
-    _wait_until_none_pending(
-        [item.future for item in items], force_start + force_timeout * _CANCEL_SHARE
-    )
-    never_started = [_name(item.fn) for item in items if item.future.cancelled()]
-    for process in _alive(workers.values()):
-        killed.append(process.pid or 0)
-        process.terminate()
-    _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
-    for process in _alive(workers.values()):
-        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
-        process.kill()
-    _join_all(_alive(workers.values()), force_deadline)
-    if manager is not None:
-        # A dead worker breaks the pool: the manager fails the running futures with
-        # BrokenProcessPool and ends.
-        _join_thread(manager, force_deadline)
-    return forced, never_started, killed
-
-
-def _kill_now(pool: _Pool, reap: float) -> None:
-    pool.executor.shutdown(wait=False, cancel_futures=True)
-    _wake(pool.wakeup)
-    deadline = time.monotonic() + reap
-    alive = _alive(pool.workers.values())
-    for process in alive:
-        process.kill()
-    _join_all(alive, deadline)
-    if pool.manager is not None:
-        # Let the manager finish marking the pool broken (it joins the pool's queue
-        # threads); 3.12 can hang at exit collecting a pool left half-way through it.
-        _join_thread(pool.manager, deadline)
-    logger.warning("interrupted: killed worker pids %s", [p.pid for p in alive])
 
 
 def shutdown_process_pool(
@@ -355,6 +208,89 @@ def shutdown_process_pool(
 
 
 @dataclass(frozen=True)
+class _Pool:
+    """What shutdown_process_pool needs of a pool's internals, read before its shutdown()."""
+
+    executor: ProcessPoolExecutor
+    workers: dict[int, BaseProcess]  # the pool's own dict: workers spawned later show up
+    manager: threading.Thread | None
+    wakeup: Any  # the manager's wake-up pipe (a private _ThreadWakeup), or None
+    items: list[Any]  # the pool's work items (future, fn, args), in submission order
+
+
+def _wait_then_force(
+    pool: _Pool, deadline: float, force_timeout: float
+) -> tuple[bool, list[str], list[int]]:
+    executor, workers, manager, items = pool.executor, pool.workers, pool.manager, pool.items
+    if manager is not None:
+        _join_thread(manager, deadline)
+    _join_all(_alive(workers.values()), deadline)
+    forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
+    never_started: list[str] = []
+    killed: list[int] = []
+    if not forced:
+        return forced, never_started, killed
+    force_start = time.monotonic()
+    force_deadline = force_start + force_timeout
+    # The pool's manager thread cancels what has not started, and forgets it. Cancelling
+    # here instead would race it: 3.11's manager dies with InvalidStateError when a
+    # worker dies after a queued future was cancelled behind its back. This second
+    # shutdown() cannot wake the manager (the first one dropped the wake-up pipe), so
+    # we use the pipe we kept.
+    executor.shutdown(wait=False, cancel_futures=True)
+    _wake(pool.wakeup)
+    _wait_until_none_pending(
+        [item.future for item in items], force_start + force_timeout * _CANCEL_SHARE
+    )
+    never_started = [_name(item.fn) for item in items if item.future.cancelled()]
+    for process in _alive(workers.values()):
+        killed.append(process.pid or 0)
+        process.terminate()
+    _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
+    for process in _alive(workers.values()):
+        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+        process.kill()
+    _join_all(_alive(workers.values()), force_deadline)
+    if manager is not None:
+        # A dead worker breaks the pool: the manager fails the running futures with
+        # BrokenProcessPool and ends.
+        _join_thread(manager, force_deadline)
+    return forced, never_started, killed
+
+
+def _pool_workers(executor: ProcessPoolExecutor) -> dict[int, BaseProcess]:
+    # Private on 3.11-3.13 (and read by 3.14's terminate_workers too): pid -> process,
+    # filled as workers are spawned, and set to None by shutdown(). We keep the dict
+    # itself, not a copy, so a worker the pool spawns after this call is seen as well.
+    if not hasattr(executor, "_processes"):
+        logger.warning("this ProcessPoolExecutor has no _processes: cannot reach its workers")
+        return {}
+    workers = executor._processes
+    if workers is None:
+        logger.warning("the pool was shut down already: its workers cannot be reached")
+        return {}
+    if not isinstance(workers, dict):
+        raise TypeError(f"ProcessPoolExecutor._processes is {type(workers).__name__}, not dict")
+    return workers
+
+
+def _wake(wakeup: Any) -> None:
+    if wakeup is not None:
+        with contextlib.suppress(OSError, ValueError):  # closed: the manager has ended
+            wakeup.wakeup()
+
+
+def _wait_until_none_pending(futures: list[Future[Any]], deadline: float) -> None:
+    # A future leaves PENDING when the manager thread cancels it or hands it to the
+    # workers' call queue (RUNNING). Nothing signals "the manager got round to it", so
+    # poll, briefly and within the deadline.
+    while any(not (f.running() or f.done()) for f in futures):
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)
+
+
+@dataclass(frozen=True)
 class Collected:
     """What `collect` found: results by position, failures, and work lost to a broken pool."""
 
@@ -371,7 +307,7 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     ``lost`` (positions), apart from the tasks' own errors; the results that did arrive
     are kept. A future still pending at the deadline counts as lost too.
     """
-    deadline = time.monotonic() + _seconds(timeout, "timeout")
+    deadline = _deadline(_seconds(timeout, "timeout"))
     results: dict[int, Any] = {}
     errors: dict[int, BaseException] = {}
     lost: list[int] = []
@@ -392,166 +328,7 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     return Collected(results=results, errors=errors, lost=tuple(lost))
 
 
-def _exception(future: Future[Any], deadline: float) -> BaseException | None:
-    while True:  # in waits a lock can take (TIMEOUT_MAX): an infinite deadline is a loop
-        remaining = max(0.0, deadline - time.monotonic())
-        try:
-            return future.exception(min(remaining, _LONGEST_WAIT))
-        except TimeoutError:
-            if remaining <= _LONGEST_WAIT:
-                raise
-
-
-# --- multiprocessing.Pool -------------------------------------------------------------------
-
-# The threads a Pool runs in the parent (private on 3.11-3.13): one keeps the workers
-# (replacing any that exit), one feeds them tasks, one collects the results.
-_POOL_THREADS = ("_worker_handler", "_task_handler", "_result_handler")
-
-
-def _mp_watch(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> None:
-    # Pool._pool (private on 3.11-3.13) holds only the current workers: the worker-handler
-    # thread drops one that exited and appends its replacement (maxtasksperchild, a crash).
-    # So we read it again on every look, keeping every worker we have ever seen.
-    for process in list(getattr(pool, "_pool", ())):  # a copy: that thread edits the list
-        if isinstance(process, BaseProcess) and process.pid is not None:
-            seen.setdefault(process.pid, process)
-
-
-def _mp_died(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> list[BaseProcess]:
-    # Workers the pool's worker-handler thread has reaped and dropped, with an exit code
-    # other than 0 (a worker that retired, maxtasksperchild, or got its sentinel): killed
-    # by a signal, or ended by an exit code of its own. Only those: reading the exit code
-    # of a forkserver worker that thread may be reading too can see 255 instead.
-    current = {id(process) for process in list(getattr(pool, "_pool", ()))}
-    return [p for p in list(seen.values()) if id(p) not in current and p.exitcode not in (None, 0)]
-
-
-class _Result(Protocol):
-    # What shutdown_mp_pool reads of a result: the AsyncResult that apply_async,
-    # map_async and starmap_async return has it.
-    def ready(self) -> bool: ...
-
-
-def _mp_threads(pool: multiprocessing.pool.Pool) -> list[threading.Thread]:
-    found = (getattr(pool, name, None) for name in _POOL_THREADS)
-    return [thread for thread in found if isinstance(thread, threading.Thread)]
-
-
-def _wait_for_pool(
-    pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess], deadline: float
-) -> bool:
-    # After close() the pool ends by itself once every task has returned: its threads
-    # end and each worker exits on a sentinel. A task whose worker died never returns
-    # (the pool replaces the worker and forgets the task), so a death ends the wait.
-    threads = _mp_threads(pool)
-    while True:
-        _mp_watch(pool, seen)
-        if not any(t.is_alive() for t in threads):
-            if not _alive(seen.values()):  # polled only now that no pool thread does
-                return True
-        elif dead := _mp_died(pool, seen):
-            logger.warning("%s died: its task will never return", _proc_name(dead[0]))
-            return False
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(0.01, remaining))  # nothing signals "the pool has ended": poll
-
-
-def _force_mp(
-    pool: multiprocessing.pool.Pool,
-    seen: dict[int, BaseProcess],
-    terminator: threading.Thread,
-    kill_at: float,
-    deadline: float,
-) -> list[int]:
-    # Pool.terminate() stops the worker handler (no more replacements), sends SIGTERM
-    # and then joins each worker with no timeout: a worker that ignores SIGTERM holds it
-    # for ever (M11). So it runs in a thread of its own, and SIGKILL ends what is left.
-    killed = [p.pid or 0 for p in _alive(seen.values())]
-    terminator.start()
-    _join_thread(terminator, kill_at)
-    _mp_watch(pool, seen)
-    for process in _alive(seen.values()):
-        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
-        if process.pid not in killed:
-            killed.append(process.pid or 0)
-        process.kill()
-    _join_all(_alive(seen.values()), deadline)
-    if terminator.is_alive() and _all_workers_gone(pool, seen):
-        _free_dead_workers_locks(pool)
-    _join_thread(terminator, deadline)
-    return killed
-
-
-def _the_interrupt(exc: BaseException) -> BaseException:
-    """What to re-raise once the workers are killed: the Ctrl-C itself, if it broke a lock.
-
-    A `KeyboardInterrupt` that lands inside threading's own code (``Thread.start()``
-    waiting for the thread, a ``Condition``) can surface as a `RuntimeError` such as
-    "release unlocked lock", with the interrupt as its context: the caller's
-    ``except KeyboardInterrupt`` should still see the Ctrl-C (seen once on 3.12).
-    """
-    context = exc.__context__
-    if isinstance(context, KeyboardInterrupt) and not isinstance(exc, KeyboardInterrupt):
-        return context
-    return exc
-
-
-def _kill_mp_now(
-    pool: multiprocessing.pool.Pool,
-    seen: dict[int, BaseProcess],
-    terminator: threading.Thread,
-    reap: float,
-) -> None:
-    # A Ctrl-C: SIGKILL, no SIGTERM and no wait. terminate() (started here unless the
-    # forced phase started it) ends the worker handler, so a worker killed before that
-    # may still be replaced: kill until the handler has ended and no worker is left.
-    deadline = time.monotonic() + reap
-    if terminator.ident is None:  # not started
-        terminator.start()
-    killed: list[int] = []
-    while True:
-        _mp_watch(pool, seen)
-        alive = _alive(seen.values())
-        for process in alive:
-            process.kill()
-        killed += [p.pid or 0 for p in alive if p.pid not in killed]
-        _join_all(alive, deadline)
-        if _all_workers_gone(pool, seen) or time.monotonic() >= deadline:
-            break
-        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))  # for the handler to end
-    if terminator.is_alive() and _all_workers_gone(pool, seen):
-        _free_dead_workers_locks(pool)
-    _join_thread(terminator, deadline)
-    logger.warning("interrupted: killed worker pids %s", killed)
-
-
-def _all_workers_gone(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> bool:
-    handler = getattr(pool, "_worker_handler", None)  # ended: it starts no worker again
-    _mp_watch(pool, seen)
-    return not (isinstance(handler, threading.Thread) and handler.is_alive()) and not _alive(
-        seen.values()
-    )
-
-
-def _free_dead_workers_locks(pool: multiprocessing.pool.Pool) -> None:
-    # A worker waits for its next task holding the task queue's read lock, and sends a
-    # result holding the result queue's write lock. Killed meanwhile, it never releases
-    # it: its replacement starves, and terminate() waits for the lock for ever (M12).
-    # Once every worker is dead, a held lock that no thread of ours holds (the test
-    # Lock.__repr__ makes) was a dead worker's: release it, once.
-    for queue_name, lock_name in (("_inqueue", "_rlock"), ("_outqueue", "_wlock")):
-        lock = getattr(getattr(pool, queue_name, None), lock_name, None)
-        semlock = getattr(lock, "_semlock", None)
-        if lock is None or semlock is None:
-            continue
-        if lock.acquire(False):  # free
-            lock.release()
-        elif semlock._count() == 0:  # held, by no thread of ours: by a dead worker
-            logger.warning("releasing %s.%s: a dead worker held it", queue_name, lock_name)
-            lock.release()
+# --- multiprocessing.Pool -----------------------------------------------------------------
 
 
 def shutdown_mp_pool(
@@ -609,6 +386,113 @@ def shutdown_mp_pool(
     if still:
         logger.error("pool did not terminate: %s still running", ", ".join(still))
     return report
+
+
+# The threads a Pool runs in the parent (private on 3.11-3.13): one keeps the workers
+# (replacing any that exit), one feeds them tasks, one collects the results.
+_POOL_THREADS = ("_worker_handler", "_task_handler", "_result_handler")
+
+
+class _Result(Protocol):
+    # What shutdown_mp_pool reads of a result: the AsyncResult that apply_async,
+    # map_async and starmap_async return has it.
+    def ready(self) -> bool: ...
+
+
+def _wait_for_pool(
+    pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess], deadline: float
+) -> bool:
+    # After close() the pool ends by itself once every task has returned: its threads
+    # end and each worker exits on a sentinel. A task whose worker died never returns
+    # (the pool replaces the worker and forgets the task), so a death ends the wait.
+    threads = _mp_threads(pool)
+    while True:
+        _mp_watch(pool, seen)
+        if not any(t.is_alive() for t in threads):
+            if not _alive(seen.values()):  # polled only now that no pool thread does
+                return True
+        elif dead := _mp_died(pool, seen):
+            logger.warning("%s died: its task will never return", _proc_name(dead[0]))
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(0.01, remaining))  # nothing signals "the pool has ended": poll
+
+
+def _force_mp(
+    pool: multiprocessing.pool.Pool,
+    seen: dict[int, BaseProcess],
+    terminator: threading.Thread,
+    kill_at: float,
+    deadline: float,
+) -> list[int]:
+    # Pool.terminate() stops the worker handler (no more replacements), sends SIGTERM
+    # and then joins each worker with no timeout: a worker that ignores SIGTERM holds it
+    # for ever (M11). So it runs in a thread of its own, and SIGKILL ends what is left.
+    killed = [p.pid or 0 for p in _alive(seen.values())]
+    terminator.start()
+    _join_thread(terminator, kill_at)
+    _mp_watch(pool, seen)
+    for process in _alive(seen.values()):
+        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+        if process.pid not in killed:
+            killed.append(process.pid or 0)
+        process.kill()
+    _join_all(_alive(seen.values()), deadline)
+    if terminator.is_alive() and _all_workers_gone(pool, seen):
+        _free_dead_workers_locks(pool)
+    _join_thread(terminator, deadline)
+    return killed
+
+
+def _free_dead_workers_locks(pool: multiprocessing.pool.Pool) -> None:
+    # A worker waits for its next task holding the task queue's read lock, and sends a
+    # result holding the result queue's write lock. Killed meanwhile, it never releases
+    # it: its replacement starves, and terminate() waits for the lock for ever (M12).
+    # Once every worker is dead, a held lock that no thread of ours holds (the test
+    # Lock.__repr__ makes) was a dead worker's: release it, once.
+    for queue_name, lock_name in (("_inqueue", "_rlock"), ("_outqueue", "_wlock")):
+        lock = getattr(getattr(pool, queue_name, None), lock_name, None)
+        semlock = getattr(lock, "_semlock", None)
+        if lock is None or semlock is None:
+            continue
+        if lock.acquire(False):  # free
+            lock.release()
+        elif semlock._count() == 0:  # held, by no thread of ours: by a dead worker
+            logger.warning("releasing %s.%s: a dead worker held it", queue_name, lock_name)
+            lock.release()
+
+
+def _mp_watch(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> None:
+    # Pool._pool (private on 3.11-3.13) holds only the current workers: the worker-handler
+    # thread drops one that exited and appends its replacement (maxtasksperchild, a crash).
+    # So we read it again on every look, keeping every worker we have ever seen.
+    for process in list(getattr(pool, "_pool", ())):  # a copy: that thread edits the list
+        if isinstance(process, BaseProcess) and process.pid is not None:
+            seen.setdefault(process.pid, process)
+
+
+def _mp_died(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> list[BaseProcess]:
+    # Workers the pool's worker-handler thread has reaped and dropped, with an exit code
+    # other than 0 (a worker that retired, maxtasksperchild, or got its sentinel): killed
+    # by a signal, or ended by an exit code of its own. Only those: reading the exit code
+    # of a forkserver worker that thread may be reading too can see 255 instead.
+    current = {id(process) for process in list(getattr(pool, "_pool", ()))}
+    return [p for p in list(seen.values()) if id(p) not in current and p.exitcode not in (None, 0)]
+
+
+def _mp_threads(pool: multiprocessing.pool.Pool) -> list[threading.Thread]:
+    found = (getattr(pool, name, None) for name in _POOL_THREADS)
+    return [thread for thread in found if isinstance(thread, threading.Thread)]
+
+
+def _all_workers_gone(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> bool:
+    handler = getattr(pool, "_worker_handler", None)  # ended: it starts no worker again
+    _mp_watch(pool, seen)
+    return not (isinstance(handler, threading.Thread) and handler.is_alive()) and not _alive(
+        seen.values()
+    )
 
 
 def ignore_sigint() -> None:
@@ -687,46 +571,11 @@ class StopSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the parent asks this process to stop or ``timeout`` passes."""
-        deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
-        while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            if self._reader.poll(min(remaining, _LONGEST_WAIT)):
-                return True
-            if remaining <= _LONGEST_WAIT:
+        deadline = _deadline(_seconds(timeout, "timeout", allow_none=True))
+        while not self._reader.poll(min(_left(deadline), _LONGEST_WAIT)):
+            if time.monotonic() >= deadline:
                 return False
-
-
-def _child_main(
-    target: Callable[..., object], stop: StopSignal, args: tuple[Any, ...], exit_path: bool
-) -> None:
-    ignore_sigint()  # before the target runs: a Ctrl-C is the parent's to handle
-    if not exit_path:
-        target(stop, *args)
-        return
-    # A fork or forkserver child before 3.13: multiprocessing ends it with os._exit, which
-    # skips atexit. Do what 3.13 does: forget the handlers inherited from the process that
-    # forked (they are not this child's), and run the child's own when the target ends.
-    atexit._clear()
-    try:
-        target(stop, *args)
-    finally:
-        atexit._run_exitfuncs()
-
-
-def _request_stop(writer: Connection) -> None:
-    # One byte makes the read end readable even when a forked child holds a copy of the
-    # write end (so closing alone would never give it EOF). Neither call blocks.
-    with contextlib.suppress(OSError):  # the child is gone, its end closed: nothing to tell
-        writer.send_bytes(b"s")
-    writer.close()
-
-
-def _acquire(lock: threading.Lock, deadline: float) -> bool:
-    # Bounded by the caller's deadline, in waits a lock can take (at most TIMEOUT_MAX).
-    while not lock.acquire(timeout=min(max(0.0, deadline - time.monotonic()), _LONGEST_WAIT)):
-        if time.monotonic() >= deadline:
-            return False
-    return True
+        return True
 
 
 class StoppableProcess:
@@ -834,7 +683,7 @@ class StoppableProcess:
             return report
         if getattr(self._here, "busy", False):  # a handler or callback on a stopping thread
             return self._provisional()
-        deadline = time.monotonic() + budget
+        deadline = _deadline(budget)
         self._here.busy = True
         try:
             if not _acquire(self._busy, deadline):  # another thread's stop outlasted ours
@@ -903,13 +752,168 @@ class StoppableProcess:
         self.stop()
 
 
+def _child_main(
+    target: Callable[..., object], stop: StopSignal, args: tuple[Any, ...], exit_path: bool
+) -> None:
+    ignore_sigint()  # before the target runs: a Ctrl-C is the parent's to handle
+    if not exit_path:
+        target(stop, *args)
+        return
+    # A fork or forkserver child before 3.13: multiprocessing ends it with os._exit, which
+    # skips atexit. Do what 3.13 does: forget the handlers inherited from the process that
+    # forked (they are not this child's), and run the child's own when the target ends.
+    atexit._clear()
+    try:
+        target(stop, *args)
+    finally:
+        atexit._run_exitfuncs()
+
+
+def _request_stop(writer: Connection) -> None:
+    # One byte makes the read end readable even when a forked child holds a copy of the
+    # write end (so closing alone would never give it EOF). Neither call blocks.
+    with contextlib.suppress(OSError):  # the child is gone, its end closed: nothing to tell
+        writer.send_bytes(b"s")
+    writer.close()
+
+
+# --- the lifecycle contract: seconds, deadlines, reaping, Ctrl-C-safe waits and kills -----
+
+
+# The same code is in every pattern module that needs it; pinned by tests/test_copies.py.
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    """The `time.monotonic` time ``seconds`` from now (inf stays inf)."""
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``, capped at `threading.TIMEOUT_MAX`; callers cap lower."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+def _join(process: BaseProcess, deadline: float) -> None:
+    # join() reaps the child (waitpid), so a process that ended is not left a zombie.
+    while process.exitcode is None and time.monotonic() < deadline:
+        process.join(min(_left(deadline), _LONGEST_WAIT))
+
+
+def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
+    for process in processes:
+        _join(process, deadline)
+
+
+def _join_thread(thread: threading.Thread, deadline: float) -> None:
+    # Not Thread.join(): on 3.11 and 3.12 a Ctrl-C that lands inside join() marks the
+    # thread finished while it still runs (gh-90882); for the pool's manager thread,
+    # 3.12 then hung at exit in our runs. is_alive() never blocks, so it cannot be hit.
+    while thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(min(0.01, _left(deadline)))
+
+
+def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
+    # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
+    return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
+
+
+def _acquire(lock: threading.Lock, deadline: float) -> bool:
+    # Bounded by the caller's deadline, in waits a lock can take (at most TIMEOUT_MAX).
+    while not lock.acquire(timeout=min(_left(deadline), _LONGEST_WAIT)):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
+def _exception(future: Future[Any], deadline: float) -> BaseException | None:
+    while True:  # in waits a lock can take (TIMEOUT_MAX): an infinite deadline is a loop
+        try:
+            return future.exception(min(_left(deadline), _LONGEST_WAIT))
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def _name(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def _proc_name(process: BaseProcess) -> str:
+    return f"{process.name} (pid {process.pid})"
+
+
+def _the_interrupt(exc: BaseException) -> BaseException:
+    """What to re-raise once the workers are killed: the Ctrl-C itself, if it broke a lock.
+
+    A `KeyboardInterrupt` that lands inside threading's own code (``Thread.start()``
+    waiting for the thread, a ``Condition``) can surface as a `RuntimeError` such as
+    "release unlocked lock", with the interrupt as its context: the caller's
+    ``except KeyboardInterrupt`` should still see the Ctrl-C (seen once on 3.12).
+    """
+    context = exc.__context__
+    if isinstance(context, KeyboardInterrupt) and not isinstance(exc, KeyboardInterrupt):
+        return context
+    return exc
+
+
+def _kill_now(pool: _Pool, reap: float) -> None:
+    pool.executor.shutdown(wait=False, cancel_futures=True)
+    _wake(pool.wakeup)
+    deadline = _deadline(reap)
+    alive = _alive(pool.workers.values())
+    for process in alive:
+        process.kill()
+    _join_all(alive, deadline)
+    if pool.manager is not None:
+        # Let the manager finish marking the pool broken (it joins the pool's queue
+        # threads); 3.12 can hang at exit collecting a pool left half-way through it.
+        _join_thread(pool.manager, deadline)
+    logger.warning("interrupted: killed worker pids %s", [p.pid for p in alive])
+
+
+def _kill_mp_now(
+    pool: multiprocessing.pool.Pool,
+    seen: dict[int, BaseProcess],
+    terminator: threading.Thread,
+    reap: float,
+) -> None:
+    # A Ctrl-C: SIGKILL, no SIGTERM and no wait. terminate() (started here unless the
+    # forced phase started it) ends the worker handler, so a worker killed before that
+    # may still be replaced: kill until the handler has ended and no worker is left.
+    deadline = _deadline(reap)
+    if terminator.ident is None:  # not started
+        terminator.start()
+    killed: list[int] = []
+    while True:
+        _mp_watch(pool, seen)
+        alive = _alive(seen.values())
+        for process in alive:
+            process.kill()
+        killed += [p.pid or 0 for p in alive if p.pid not in killed]
+        _join_all(alive, deadline)
+        if _all_workers_gone(pool, seen) or time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.01, _left(deadline)))  # for the handler to end
+    if terminator.is_alive() and _all_workers_gone(pool, seen):
+        _free_dead_workers_locks(pool)
+    _join_thread(terminator, deadline)
+    logger.warning("interrupted: killed worker pids %s", killed)
+
+
 def _abandon(process: BaseProcess | None, writer: Connection) -> None:
     # A start() that failed part-way: kill and reap what it started, close what it opened.
     _request_stop(writer)
     if process is None or process.pid is None:  # never started
         return
     process.kill()
-    _join(process, time.monotonic() + _ABANDON_WAIT)
+    _join(process, _deadline(_ABANDON_WAIT))
     if process.exitcode is None:
         logger.error("%s outlived SIGKILL after a failed start()", _proc_name(process))
     else:
