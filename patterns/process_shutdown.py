@@ -650,27 +650,6 @@ class StoppableProcess:
             self._here.busy = inside
         return self
 
-    def _spawn(self) -> None:
-        method = self._context.get_start_method()
-        exit_path = sys.version_info < (3, 13) and method in ("fork", "forkserver")
-        reader, writer = self._context.Pipe(duplex=False)
-        process: BaseProcess | None = None
-        try:
-            process = self._context.Process(  # type: ignore[attr-defined]
-                target=_child_main,
-                args=(self._target, StopSignal(reader), self._args, exit_path),
-                name=self._name,
-            )
-            process.start()
-            reader.close()  # the child has its own copy now
-            self._pid, self._label = process.pid, _proc_name(process)
-            self._stop_writer, self._process = writer, process
-        except BaseException:
-            reader.close()
-            self._process = self._stop_writer = None
-            _abandon(process, writer)
-            raise
-
     def stop(self, timeout: float | None = None) -> ProcessStopReport:
         """Ask, wait, force near the end of ``timeout``; the first completed report thereafter.
 
@@ -678,32 +657,19 @@ class StoppableProcess:
         (and never forces).
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        report = self._report
-        if report is not None:
-            return report
-        if getattr(self._here, "busy", False):  # a handler or callback on a stopping thread
-            return self._provisional()
-        deadline = _deadline(budget)
-        self._here.busy = True
-        try:
-            if not _acquire(self._busy, deadline):  # another thread's stop outlasted ours
-                return self._provisional()
-            try:
-                return self._report or self._stop_once(deadline)
-            finally:
-                self._busy.release()
-        finally:
-            self._here.busy = False
+        # Once, whoever calls: the first stop runs _stop_once; a handler on a thread inside
+        # start() or stop(), or one that waited out its budget for another, is provisional.
+        return self._report or _stop_guarded(self, budget)
 
-    def _provisional(self) -> ProcessStopReport:
-        # The truth now, without blocking: a live child is still running.
-        process = self._process
-        with contextlib.suppress(ValueError):  # closed meanwhile: reaped, so not running
-            if process is not None and process.exitcode is None:
-                return ProcessStopReport(
-                    terminated=False, still_running=(self._label,), escalation=self._escalation
-                )
-        return ProcessStopReport(terminated=False, still_running=(), escalation=self._escalation)
+    def __enter__(self) -> Self:
+        if self._report is not None:
+            raise RuntimeError("a stopped StoppableProcess cannot be started again")
+        if self._process is not None:  # started with start(): `with p.start():`
+            return self
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def _stop_once(self, deadline: float) -> ProcessStopReport:
         start = time.monotonic()
@@ -741,15 +707,36 @@ class StoppableProcess:
             process.close()  # reaped: release its sentinel and the pipe multiprocessing kept
         return self._report
 
-    def __enter__(self) -> Self:
-        if self._report is not None:
-            raise RuntimeError("a stopped StoppableProcess cannot be started again")
-        if self._process is not None:  # started with start(): `with p.start():`
-            return self
-        return self.start()
+    def _spawn(self) -> None:
+        method = self._context.get_start_method()
+        exit_path = sys.version_info < (3, 13) and method in ("fork", "forkserver")
+        reader, writer = self._context.Pipe(duplex=False)
+        process: BaseProcess | None = None
+        try:
+            process = self._context.Process(  # type: ignore[attr-defined]
+                target=_child_main,
+                args=(self._target, StopSignal(reader), self._args, exit_path),
+                name=self._name,
+            )
+            process.start()
+            reader.close()  # the child has its own copy now
+            self._pid, self._label = process.pid, _proc_name(process)
+            self._stop_writer, self._process = writer, process
+        except BaseException:
+            reader.close()
+            self._process = self._stop_writer = None
+            _abandon(process, writer)
+            raise
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def _provisional(self) -> ProcessStopReport:
+        # The truth now, without blocking: a live child is still running.
+        process = self._process
+        with contextlib.suppress(ValueError):  # closed meanwhile: reaped, so not running
+            if process is not None and process.exitcode is None:
+                return ProcessStopReport(
+                    terminated=False, still_running=(self._label,), escalation=self._escalation
+                )
+        return ProcessStopReport(terminated=False, still_running=(), escalation=self._escalation)
 
 
 def _child_main(
@@ -822,6 +809,23 @@ def _join_thread(thread: threading.Thread, deadline: float) -> None:
 def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
     # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
     return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
+
+
+def _stop_guarded(child: StoppableProcess, budget: float) -> ProcessStopReport:
+    """Run ``child._stop_once`` once; never wait on the thread that holds the stop itself."""
+    if getattr(child._here, "busy", False):  # a handler or callback on a stopping thread
+        return child._provisional()
+    deadline = _deadline(budget)
+    child._here.busy = True
+    try:
+        if not _acquire(child._busy, deadline):  # another thread's stop outlasted ours
+            return child._provisional()
+        try:
+            return child._report or child._stop_once(deadline)
+        finally:
+            child._busy.release()
+    finally:
+        child._here.busy = False
 
 
 def _acquire(lock: threading.Lock, deadline: float) -> bool:
