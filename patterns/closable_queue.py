@@ -12,23 +12,16 @@ TL;DR:
 
 Guarantees:
     * Once ``shutdown()`` returns, no ``put`` succeeds and every blocked putter raises
-      `ShutDown`; queued items are still handed out in order (not after ``immediate=True``),
-      then every ``get``, blocked or not, raises `ShutDown`.
-    * ``shutdown(immediate=True)`` counts a ``task_done()`` per removed item (never below
-      zero) and wakes ``join()``.
-    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing, and
-      ``with pool.start():`` enters the running pool; ``stop()`` is bounded by its budget
-      (inf: as long as it takes), never raises for unfinished work, never blocks on its
-      own thread (from a handler it is a request, from a signal handler it returns a
-      provisional report at once), and once one call has completed every later call
-      returns its report. Reports come from each consumer's own "ended" event, never
-      from ``Thread.is_alive()``. Every item the pool accepted is processed, failed
-      (logged) or listed as discarded; a consumer killed by a `BaseException` is logged
-      at CRITICAL, and when the last one is gone the queue is shut so no producer hangs.
-    * An exception (a Ctrl-C) leaving its ``with`` block is logged at WARNING with the
-      budget the stop may take, then what the stop left; a second Ctrl-C during that
-      wait stops now (``stop(0)``), names what is still running in one line and ends
-      in one KeyboardInterrupt, not two chained tracebacks.
+      `ShutDown`; queued items are still handed out in order (not after ``immediate=True``,
+      which counts a ``task_done()`` per removed item), then every ``get`` raises it.
+    * `ConsumerPool` follows the lifecycle contract: ``start()`` is all or nothing;
+      ``stop()`` keeps to its budget, never raises for unfinished work, never blocks on its
+      own thread, and once one call has completed every later call returns its report.
+      Every item the pool accepted is processed, failed (logged) or listed as discarded; a
+      consumer killed by a `BaseException` is logged at CRITICAL, and the last one to go
+      shuts the queue so no producer hangs.
+    * A Ctrl-C leaving its ``with`` block is logged with the budget the stop may take; a
+      second one stops now (``stop(0)``) and ends in one KeyboardInterrupt, not two.
 
 Python:
     3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`
@@ -47,7 +40,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
 
 __all__ = [
@@ -67,22 +60,14 @@ if sys.version_info >= (3, 13):
     from queue import ShutDown
 
     class ClosableQueue(queue.Queue[T]):
-        """`queue.Queue` itself: since Python 3.13 it has ``shutdown()`` and ``is_shutdown``.
-
-        This subclass adds nothing, so code written against it behaves exactly like the
-        standard library and keeps working when the back-port is deleted.
-        """
+        """`queue.Queue` itself, which has ``shutdown()`` since 3.13: drop the back-port freely."""
 
 else:
 
     class ShutDown(Exception):
-        """Raised by ``put`` on a shut-down queue, and by ``get`` once it is also empty.
-
-        The same class as ``queue.ShutDown`` on Python 3.13; here, a back-port.
-        """
+        """Raised by ``put`` on a shut-down queue, and by ``get`` once it is also empty."""
 
     def _timeout_at(timeout: float | None) -> float | None:
-        """A blocking call's ``timeout`` as a `time.monotonic` deadline (None: never)."""
         if timeout is None:
             return None
         if timeout < 0:
@@ -92,7 +77,6 @@ else:
     def _wait_or_raise(
         condition: threading.Condition, deadline: float | None, timed_out: type[Exception]
     ) -> None:
-        """Wait on ``condition`` until notified or ``deadline``; raise ``timed_out`` after it."""
         if deadline is None:
             condition.wait()
             return
@@ -102,104 +86,57 @@ else:
         condition.wait(remaining)
 
     class ClosableQueue(queue.Queue[T]):
-        """A `queue.Queue` with Python 3.13's ``shutdown()``, for Python 3.11 and 3.12.
-
-        Until ``shutdown()`` is called it is an ordinary `queue.Queue`. The rules after it
-        are listed on ``shutdown``; every other method (``task_done``, ``join``, ``qsize``,
-        ``put_nowait``, ``get_nowait``...) is the base class's and follows them through
-        ``put`` and ``get``.
-        """
+        """A `queue.Queue` with 3.13's ``shutdown()``; every other method is the base class's."""
 
         def __init__(self, maxsize: int = 0) -> None:
             super().__init__(maxsize)
-            # Set once, by shutdown(), under self.mutex; put() and get() read it under the
-            # same lock, after every wake-up. The base class's conditions do the waiting:
-            # putters wait on not_full, getters on not_empty, join() on all_tasks_done, and
-            # shutdown() notifies all of them. A public attribute, as in 3.13.
+            # Set by shutdown() under self.mutex; put() and get() check it after every wake-up.
             self.is_shutdown = False
 
         def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
-            """Put ``item`` in the queue as `queue.Queue.put` does; raise `ShutDown` once shut down.
-
-            A thread blocked here on a full queue when ``shutdown()`` is called wakes and
-            raises `ShutDown`; its item is not added. `ShutDown` wins over `queue.Full`
-            and over a negative ``timeout``'s `ValueError`.
-            """
+            """`queue.Queue.put`, but `ShutDown` (before `queue.Full` or `ValueError`) once shut."""
             with self.not_full:
                 if self.is_shutdown:
                     raise ShutDown
                 if self.maxsize > 0:
-                    if not block:
-                        if self._qsize() >= self.maxsize:
-                            raise queue.Full
-                    else:
-                        deadline = _timeout_at(timeout)
-                        while self._qsize() >= self.maxsize:
-                            _wait_or_raise(self.not_full, deadline, queue.Full)
-                            if self.is_shutdown:  # woken by shutdown(), or shut while asleep
-                                raise ShutDown
+                    deadline = _timeout_at(timeout) if block else -math.inf
+                    while self._qsize() >= self.maxsize:
+                        _wait_or_raise(self.not_full, deadline, queue.Full)
+                        if self.is_shutdown:  # woken by shutdown(), or shut while asleep
+                            raise ShutDown
                 self._put(item)
                 self.unfinished_tasks += 1
                 self.not_empty.notify()
 
         def get(self, block: bool = True, timeout: float | None = None) -> T:
-            """Remove and return an item, as `queue.Queue.get` does; raise `ShutDown` when closed.
-
-            After ``shutdown()`` the items still queued are returned as usual; once the
-            queue is empty (at once after ``shutdown(immediate=True)``) every call, and
-            every thread blocked here, raises `ShutDown` instead of `queue.Empty` or
-            waiting.
-            """
+            """`queue.Queue.get`, but `ShutDown` (no `queue.Empty`, no wait) once shut and empty."""
             with self.not_empty:
                 if self.is_shutdown and not self._qsize():
                     raise ShutDown
-                if not block:
-                    if not self._qsize():
-                        raise queue.Empty
-                else:
-                    deadline = _timeout_at(timeout)
-                    while not self._qsize():
-                        _wait_or_raise(self.not_empty, deadline, queue.Empty)
-                        if self.is_shutdown and not self._qsize():
-                            raise ShutDown
+                deadline = _timeout_at(timeout) if block else -math.inf
+                while not self._qsize():
+                    _wait_or_raise(self.not_empty, deadline, queue.Empty)
+                    if self.is_shutdown and not self._qsize():
+                        raise ShutDown
                 item = self._get()
                 self.not_full.notify()
                 return item
 
         def shutdown(self, immediate: bool = False) -> None:
-            """Close the queue: ``put`` raises `ShutDown` from now on, and blocked callers wake.
-
-            With ``immediate=False`` the items already queued can still be taken with
-            ``get``, which raises `ShutDown` once the queue is empty. With
-            ``immediate=True`` the queue is emptied now, ``unfinished_tasks`` drops by the
-            number of items removed (never below zero), and ``join()`` is woken: it
-            returns unless items taken earlier still await their ``task_done()``.
-            ``task_done()`` itself works as before. Calling it again is harmless, and
-            ``shutdown(immediate=True)`` after a plain one empties what is left.
-            """
+            """Close the queue and wake every blocked caller; ``immediate=True`` also empties it."""
             with self.mutex:
                 self.is_shutdown = True
                 if immediate:
-                    removed = 0
                     while self._qsize():
                         self._get()
-                        removed += 1
-                    # As if a consumer had called task_done() for each removed item.
-                    self.unfinished_tasks = max(0, self.unfinished_tasks - removed)
+                        self.unfinished_tasks = max(0, self.unfinished_tasks - 1)
                     self.all_tasks_done.notify_all()
-                # Every waiter re-checks its loop condition and finds is_shutdown set.
                 self.not_empty.notify_all()
                 self.not_full.notify_all()
 
 
 def shutdown_and_drain(q: ClosableQueue[T]) -> list[T]:
-    """Shut ``q`` down and return the items it still held, each counted as done.
-
-    Ends in the state ``q.shutdown(immediate=True)`` leaves, but hands the dropped items
-    back, in queue order. It closes the queue first, so no ``put`` slips in while it
-    empties it; an item a consumer takes meanwhile is either returned here or got by the
-    consumer, never both, never neither.
-    """
+    """``q.shutdown(immediate=True)`` handing back the items; each is here or got, never both."""
     q.shutdown()  # from here on nothing can be added, so the loop below ends
     removed: list[T] = []
     while True:
@@ -211,12 +148,7 @@ def shutdown_and_drain(q: ClosableQueue[T]) -> list[T]:
 
 
 def put_until_shutdown(q: ClosableQueue[T], items: Iterable[T]) -> int:
-    """Put every item of ``items`` on ``q``, stopping at `ShutDown`; return how many were put.
-
-    A producer blocked on a full queue whose consumers are gone is woken by ``shutdown()``
-    and returns instead of waiting forever. The refused item and the ones after it are not
-    put; an iterator's later items stay unread.
-    """
+    """Put each of ``items`` on ``q`` until `ShutDown` (which wakes a full ``put``); count them."""
     delivered = 0
     for item in items:
         try:
@@ -259,23 +191,11 @@ class PoolReport(Generic[T]):
 class ConsumerPool(Generic[T]):
     """Consumer threads that call ``handler(item)`` for each item, stopped by closing the queue.
 
-    Items can be put before ``start()``; they wait for the consumers. Stopping a pool that
-    was never started discards what was queued, since no consumer will ever take it.
-
-    Where ``stop()`` is called from decides what it does:
-
-    * from any other thread: it stops the pool within its budget and returns the report;
-      the first one to complete is recorded and every later call returns it. A call made
-      while another thread's stop runs waits for it within its own budget, then returns a
-      provisional report (``terminated=False``) that is not recorded;
-    * from a consumer (inside the handler): a request. The queue closes (graceful: the
-      consumers drain it; ``immediate=True`` discards it now), the call returns at once a
-      provisional report naming its consumer, and the last consumer to end records the
-      final report, unless a ``stop()`` from outside does it first;
-    * from a signal handler: inside this thread's own ``stop()`` it returns a provisional
-      report at once; inside a method of the pool's queue (``put``...), where the main
-      thread may hold the queue's lock, it hands the stop to a thread of its own, named
-      ``<name>-stopper``, and returns a provisional report at once.
+    Items put before ``start()`` wait for the consumers. A ``stop()`` while another runs
+    waits for it within its own budget, else returns a provisional, unrecorded report. From
+    a consumer it is a request: the queue closes, the last consumer to end records the
+    report. From a signal handler it reports at once, inside the queue's methods (whose
+    lock the thread may hold) after handing the stop to a ``<name>-stopper`` thread.
     """
 
     def __init__(
@@ -297,31 +217,23 @@ class ConsumerPool(Generic[T]):
         self._consumers = consumers
         self._name = name
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
-        # Guards every field below. Held by consumers to count an item and to note their
-        # exit, by start() across each Thread.start() (so a stop() from another thread sees
-        # a consumer either started and listed, or not launched at all), and by stop().
-        # Never held while a handler runs, while blocking on the queue, or while waiting.
-        # Reentrant, so a stop() from a signal handler on a thread holding it cannot deadlock.
+        # Guards the fields below, across each Thread.start() too; never held while waiting.
+        # Reentrant: a stop() from a signal handler on a thread holding it cannot deadlock.
         self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
-        # One per consumer, set in the finally of its thread's target: the truth stop()
-        # reports from (never Thread.is_alive(), which lies after an interrupted join on
-        # 3.11 and 3.12, gh-90882).
+        # Set as each consumer's target ends: what stop() reports from, never is_alive(),
+        # which lies after an interrupted join on 3.11 and 3.12 (gh-90882).
         self._ended: dict[threading.Thread, threading.Event] = {}
         self._alive = 0  # consumers launched and not yet ended
         self._started = False
         self._starting = False  # start() is still launching consumers
         self._closed = False
-        self._processed = 0
-        self._failed = 0
+        self._processed = self._failed = 0
         self._discarded: list[T] = []
         self._stopper: threading.Thread | None = None  # the thread running the first stop()
         self._requested: float | None = None  # when a consumer asked the pool to stop
         self._handed_off = False  # a signal handler started the <name>-stopper thread
-        # Idents of the threads inside stop(): one that finds its own thread there is a
-        # signal handler (or a callback) and must not block. A set, not a lock: add and
-        # discard are atomic, and a handler reading it takes no lock.
-        self._in_stop: set[int] = set()
+        self._in_stop: set[int] = set()  # threads in stop(); a set, not a lock: atomic
         self._stopped = threading.Event()  # set once _report is final
         self._report: PoolReport[T] | None = None
 
@@ -337,12 +249,9 @@ class ConsumerPool(Generic[T]):
             return list(self._threads)
 
     def put(self, item: T, timeout: float | None = None) -> None:
-        """Queue ``item``; with ``timeout`` None or inf, wait for room as long as it takes.
+        """Queue ``item``, waiting for room up to ``timeout`` (None or inf: as long as it takes).
 
-        Raises:
-            ShutDown: the pool is stopping or stopped.
-            queue.Full: the queue is bounded and stayed full for ``timeout`` seconds.
-            ValueError: ``timeout`` is not a number of seconds >= 0.
+        Raises `ShutDown` once the pool stops, `queue.Full` if it stayed full for ``timeout``.
         """
         deadline = _deadline(_seconds(timeout, "timeout", allow_none=True))
         while True:  # in waits of at most TIMEOUT_MAX: 1e10 is no OverflowError
@@ -355,16 +264,7 @@ class ConsumerPool(Generic[T]):
                 return
 
     def start(self) -> Self:
-        """Start the consumer threads; return the pool. All or nothing.
-
-        If a consumer cannot be started (``RuntimeError: can't start new thread``, or a
-        `KeyboardInterrupt` landing in here), the consumers already running are stopped as
-        by ``stop(immediate=True)`` within ``stop_timeout`` and the error propagates. A
-        ``stop()`` that arrives while this runs wins: no further consumer is started.
-
-        Raises:
-            RuntimeError: the pool was started or stopped before.
-        """
+        """Start the consumers, all or nothing; return the pool. Once only, else `RuntimeError`."""
         with self._lock:
             if self._started or self._closed:
                 raise RuntimeError(f"{self._name}: a pool can be started only once")
@@ -377,20 +277,15 @@ class ConsumerPool(Generic[T]):
         except BaseException as exc:
             _start_failed(self, exc)
             raise
-        _starting_done(self)
+        self._starting_done()
         return self
 
     def stop(self, timeout: float | None = None, *, immediate: bool = False) -> PoolReport[T]:
-        """Shut the queue down, wait up to ``timeout`` for the consumers, and report.
+        """Close the queue, let the consumers drain it up to ``timeout`` (None: ``stop_timeout``).
 
-        ``immediate=False``: the consumers drain the queue until the deadline; what is
-        still queued then is discarded. ``immediate=True``: what is queued is discarded
-        now, and each consumer ends after its current item. ``timeout=None`` means
-        ``stop_timeout``; inf waits as long as it takes. What a call from a consumer or
-        a signal handler does is on the class; it never blocks on its own thread.
+        What is left then, or at once with ``immediate=True``, is discarded and reported.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        # Once, whoever calls: the first plain call runs _stop_once, the others report.
         return _stop_from_anywhere(self, budget, immediate=immediate)
 
     def _stop_once(self, budget: float, start: float, *, immediate: bool) -> PoolReport[T]:
@@ -410,21 +305,14 @@ class ConsumerPool(Generic[T]):
         return self._snapshot(start)
 
     def __enter__(self) -> Self:
-        """Start the pool if it never started; a running pool is returned as it is.
-
-        So ``with pool:`` and ``with pool.start():`` both work, and both stop it at the end.
-
-        Raises:
-            RuntimeError: the pool was stopped (or its start failed).
-        """
+        """Start the pool unless running: ``with pool:`` and ``with pool.start():`` both work."""
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self._name}: a stopped pool cannot be entered")
             running = self._started
         return self if running else self.start()
 
-    # The same code is in bulkhead, closable_queue, daemon_threads and supervisor (each
-    # module is copied alone); pinned by tests/test_copies.py.
+    # The same code as in bulkhead, daemon_threads and supervisor; pinned by tests/test_copies.py.
     def __exit__(self, *exc_info: object) -> None:
         """`stop`; with an exception (a Ctrl-C) on its way out, say so; Ctrl-C again: stop now."""
         exc_type = exc_info[0] if exc_info else None
@@ -469,7 +357,6 @@ class ConsumerPool(Generic[T]):
                 self._queue.task_done()
 
     def _handle(self, item: T) -> None:
-        """Run the handler on one item, log its failure, count the outcome."""
         ok = False
         try:
             self._handler(item)
@@ -498,11 +385,7 @@ class ConsumerPool(Generic[T]):
                 with self._lock:
                     self._alive -= 1
                     last = self._alive == 0 and not self._starting
-                if last:
-                    # Normally the queue is already shut down and empty and this finds
-                    # nothing. If the last consumer died instead, it shuts the queue so that
-                    # producers blocked in put() wake with ShutDown, and reports what nobody
-                    # will take.
+                if last:  # normally a no-op; if it died, shut the queue so no put() hangs
                     self._discard()
         finally:
             ended.set()
@@ -510,7 +393,6 @@ class ConsumerPool(Generic[T]):
                 _finish_request(self)
 
     def _launch(self, name: str) -> bool:
-        """Start one consumer and list it; False if the pool was stopped meanwhile."""
         slot = _Slot()
         ended = threading.Event()
         thread = threading.Thread(target=self._run, args=(slot, ended), name=name)
@@ -523,8 +405,7 @@ class ConsumerPool(Generic[T]):
             try:
                 thread.start()
             except BaseException:
-                # The consumer has not begun (it needs slot.lock) and now never will.
-                slot.cancelled = True
+                slot.cancelled = True  # it needs slot.lock: it has not begun, and never will
                 self._alive -= 1
                 if not thread.is_alive():  # never started: nothing to wait for or report
                     self._threads.remove(thread)
@@ -532,8 +413,14 @@ class ConsumerPool(Generic[T]):
                 raise
         return True
 
+    def _starting_done(self) -> None:
+        with self._lock:  # the launch phase ends; if every consumer died, act as the last one
+            self._starting = False
+            nobody_left = self._alive == 0
+        if nobody_left:
+            self._discard()
+
     def _close(self, *, immediate: bool) -> None:
-        """Refuse new work, and discard what is queued or let the consumers drain it."""
         with self._lock:
             self._closed = True
             nobody = not self._threads
@@ -543,14 +430,12 @@ class ConsumerPool(Generic[T]):
             self._queue.shutdown()
 
     def _wait_ended(self, deadline: float) -> bool:
-        """Wait until every consumer's ended event is set, or ``deadline``; True if all are."""
         with self._lock:
             consumers = list(self._ended.items())
         all_ended = True
         for thread, ended in consumers:
             if _wait(ended, deadline):
-                # Its target has returned: this join only waits for the thread's last steps.
-                thread.join(_left(deadline))
+                thread.join(_left(deadline))  # its target has returned: a short join
             else:
                 all_ended = False
         return all_ended
@@ -575,27 +460,19 @@ class ConsumerPool(Generic[T]):
             )
 
 
+@dataclass(slots=True, eq=False)
 class _Slot:
-    """The hand-shake between start() and one consumer whose Thread.start() may fail.
+    """Held by ``_launch`` across ``Thread.start()``, taken by the consumer before anything."""
 
-    ``_launch`` holds ``lock`` across ``Thread.start()``; the consumer takes it before doing
-    anything. So when start() sees ``Thread.start()`` fail, the consumer cannot have begun,
-    and setting ``cancelled`` makes it return at once if it runs at all.
-    """
-
-    __slots__ = ("cancelled", "lock")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.cancelled = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    cancelled: bool = False  # its Thread.start() failed: the consumer returns if it runs
 
 
 # --- the lifecycle contract: seconds, deadlines, who may stop, the stopper hand-off ----------
 
 
-# The same code is in every pattern module that needs it; pinned by tests/test_copies.py.
+# Seconds and deadlines: the same code in every pattern module, pinned by tests/test_copies.py.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """``value`` as seconds >= 0; inf and huge values (None too, if allowed) mean no limit."""
     if value is None and allow_none:
         return math.inf
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
@@ -604,17 +481,14 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
 
 
 def _deadline(seconds: float) -> float:
-    """The `time.monotonic` time ``seconds`` from now (inf stays inf)."""
     return time.monotonic() + seconds
 
 
 def _left(deadline: float) -> float:
-    """Seconds until ``deadline``, capped at `threading.TIMEOUT_MAX` so no wait overflows."""
     return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
 
 def _wait(event: threading.Event, deadline: float) -> bool:
-    """``event.wait()`` until the ``deadline`` (may be inf); True if it was set."""
     while not event.wait(_left(deadline)):
         if time.monotonic() >= deadline:
             return False
@@ -623,19 +497,10 @@ def _wait(event: threading.Event, deadline: float) -> bool:
 
 def _start_failed(pool: ConsumerPool[Any], exc: BaseException) -> None:
     """All or nothing: stop the consumers a failed start() launched, within stop_timeout."""
-    _starting_done(pool)
+    pool._starting_done()
     logger.warning("%s: start() failed part-way (%r); stopping the rest", pool._name, exc)
     pool._close(immediate=True)
     pool._wait_ended(_deadline(pool.stop_timeout))
-
-
-def _starting_done(pool: ConsumerPool[Any]) -> None:
-    """End the launch phase; if every consumer already died, act as the last one would."""
-    with pool._lock:
-        pool._starting = False
-        nobody_left = pool._alive == 0
-    if nobody_left:
-        pool._discard()
 
 
 def _stop_from_anywhere(pool: ConsumerPool[T], budget: float, *, immediate: bool) -> PoolReport[T]:
@@ -664,7 +529,8 @@ def _stop(pool: ConsumerPool[T], budget: float, start: float, *, immediate: bool
             request = True
         elif _inside(pool._queue):  # a signal handler that may hold the queue's lock
             pool._closed = True
-            return _hand_off(pool, budget, start, immediate=immediate)
+            _hand_off(pool, budget, immediate=immediate)
+            return pool._snapshot(start)
         else:
             request = False
             first = pool._stopper is None
@@ -686,28 +552,20 @@ def _stop(pool: ConsumerPool[T], budget: float, start: float, *, immediate: bool
     return _record(pool, report)
 
 
-def _hand_off(
-    pool: ConsumerPool[T], budget: float, start: float, *, immediate: bool
-) -> PoolReport[T]:
+def _hand_off(pool: ConsumerPool[Any], budget: float, *, immediate: bool) -> None:
     """Start ``<name>-stopper`` to run the stop; called with ``_lock`` held, never blocks."""
     if not pool._handed_off:
         pool._handed_off = True
-        stopper = threading.Thread(
-            target=pool.stop,
-            args=(budget,),
-            kwargs={"immediate": immediate},
-            name=f"{pool._name}-stopper",
-        )
+        name, kwargs = f"{pool._name}-stopper", {"immediate": immediate}
+        stopper = threading.Thread(target=pool.stop, args=(budget,), kwargs=kwargs, name=name)
         try:
             stopper.start()
         except RuntimeError:
             pool._handed_off = False
             logger.exception("%s: cannot hand the stop to a thread; stop() again", pool._name)
-    return pool._snapshot(start)
 
 
 def _record(pool: ConsumerPool[T], report: PoolReport[T]) -> PoolReport[T]:
-    """Make ``report`` final unless one already is; return the final one."""
     with pool._lock:
         if pool._report is None:
             pool._report = report
@@ -726,13 +584,7 @@ def _finish_request(pool: ConsumerPool[Any]) -> None:
 
 
 def _inside(q: queue.Queue[Any]) -> bool:
-    """True if the calling thread is inside a method of ``q`` or of its conditions.
-
-    There it may hold ``q.mutex``, a plain lock: a signal handler that landed there and
-    takes the mutex deadlocks its own thread. The frames say where the thread is; the
-    ``self`` of each frame whose code is a `queue.Queue` or `threading.Condition`
-    method says whether it is this queue.
-    """
+    """Is this thread in a method of ``q`` or its conditions (maybe holding ``q.mutex``)?"""
     guarded = (q, q.not_empty, q.not_full, q.all_tasks_done)
     codes = {
         f.__code__
