@@ -26,6 +26,8 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 # (helper, the modules that hold the same code); the modules' comments point here.
 COPIES = [
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
+    ("_join", ["process_shutdown", "stoppable_process"]),
+    ("_proc_name", ["process_shutdown", "stoppable_process"]),
 ]
 
 # Seconds and deadlines: one family, the same code in every module that holds any of it
