@@ -24,8 +24,7 @@ Guarantees:
       second one stops now (``stop(0)``) and ends in one KeyboardInterrupt, not two.
 
 Python:
-    3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.13 `ShutDown`
-    *is* ``queue.ShutDown`` and `ClosableQueue` adds nothing to `queue.Queue`.
+    3.11+, stdlib only; checked on 3.11.7, 3.12.1 and 3.13.0 (on 3.13 `ShutDown` is ``queue``'s).
 
 Docs: docs/patterns/closable_queue.md
 """
@@ -61,7 +60,6 @@ if sys.version_info >= (3, 13):
 
     class ClosableQueue(queue.Queue[T]):
         """`queue.Queue` itself, which has ``shutdown()`` since 3.13: drop the back-port freely."""
-
 else:
 
     class ShutDown(Exception):
@@ -99,11 +97,15 @@ else:
                 if self.is_shutdown:
                     raise ShutDown
                 if self.maxsize > 0:
-                    deadline = _timeout_at(timeout) if block else -math.inf
-                    while self._qsize() >= self.maxsize:
-                        _wait_or_raise(self.not_full, deadline, queue.Full)
-                        if self.is_shutdown:  # woken by shutdown(), or shut while asleep
-                            raise ShutDown
+                    if not block:
+                        if self._qsize() >= self.maxsize:
+                            raise queue.Full
+                    else:
+                        deadline = _timeout_at(timeout)
+                        while self._qsize() >= self.maxsize:
+                            _wait_or_raise(self.not_full, deadline, queue.Full)
+                            if self.is_shutdown:  # woken by shutdown(), or shut while asleep
+                                raise ShutDown
                 self._put(item)
                 self.unfinished_tasks += 1
                 self.not_empty.notify()
@@ -113,11 +115,15 @@ else:
             with self.not_empty:
                 if self.is_shutdown and not self._qsize():
                     raise ShutDown
-                deadline = _timeout_at(timeout) if block else -math.inf
-                while not self._qsize():
-                    _wait_or_raise(self.not_empty, deadline, queue.Empty)
-                    if self.is_shutdown and not self._qsize():
-                        raise ShutDown
+                if not block:
+                    if not self._qsize():
+                        raise queue.Empty
+                else:
+                    deadline = _timeout_at(timeout)
+                    while not self._qsize():
+                        _wait_or_raise(self.not_empty, deadline, queue.Empty)
+                        if self.is_shutdown and not self._qsize():
+                            raise ShutDown
                 item = self._get()
                 self.not_full.notify()
                 return item
@@ -191,11 +197,10 @@ class PoolReport(Generic[T]):
 class ConsumerPool(Generic[T]):
     """Consumer threads that call ``handler(item)`` for each item, stopped by closing the queue.
 
-    Items put before ``start()`` wait for the consumers. A ``stop()`` while another runs
-    waits for it within its own budget, else returns a provisional, unrecorded report. From
-    a consumer it is a request: the queue closes, the last consumer to end records the
-    report. From a signal handler it reports at once, inside the queue's methods (whose
-    lock the thread may hold) after handing the stop to a ``<name>-stopper`` thread.
+    Items put before ``start()`` wait for the consumers. A ``stop()`` while another runs waits
+    for it within its own budget, else returns a provisional report. From a consumer it is a
+    request: the queue closes; the last consumer to end records the report. From a signal
+    handler it reports at once (in a queue method, a ``<name>-stopper`` thread does the stop).
     """
 
     def __init__(
@@ -217,12 +222,10 @@ class ConsumerPool(Generic[T]):
         self._consumers = consumers
         self._name = name
         self._queue: ClosableQueue[T] = ClosableQueue(maxsize)
-        # Guards the fields below, across each Thread.start() too; never held while waiting.
-        # Reentrant: a stop() from a signal handler on a thread holding it cannot deadlock.
+        # Guards the fields below, also across each Thread.start(); reentrant for signal handlers.
         self._lock = threading.RLock()
         self._threads: list[threading.Thread] = []
-        # Set as each consumer's target ends: what stop() reports from, never is_alive(),
-        # which lies after an interrupted join on 3.11 and 3.12 (gh-90882).
+        # Set as each consumer's target ends: stop() reports from these (is_alive() lies, gh-90882).
         self._ended: dict[threading.Thread, threading.Event] = {}
         self._alive = 0  # consumers launched and not yet ended
         self._started = False
@@ -249,10 +252,7 @@ class ConsumerPool(Generic[T]):
             return list(self._threads)
 
     def put(self, item: T, timeout: float | None = None) -> None:
-        """Queue ``item``, waiting for room up to ``timeout`` (None or inf: as long as it takes).
-
-        Raises `ShutDown` once the pool stops, `queue.Full` if it stayed full for ``timeout``.
-        """
+        """Queue ``item`` within ``timeout`` (else `queue.Full`); `ShutDown` once the pool stops."""
         deadline = _deadline(_seconds(timeout, "timeout", allow_none=True))
         while True:  # in waits of at most TIMEOUT_MAX: 1e10 is no OverflowError
             try:
