@@ -417,7 +417,7 @@ def _collect(value: Any) -> None:
 def _stop_signal_wait(value: Any) -> None:
     import multiprocessing  # noqa: PLC0415
 
-    from patterns.process_shutdown import StopSignal  # noqa: PLC0415
+    from patterns.stoppable_process import StopSignal  # noqa: PLC0415
 
     reader, writer = multiprocessing.Pipe(duplex=False)
     try:

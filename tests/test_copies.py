@@ -35,6 +35,8 @@ COPIES = [
         "_check_report",
         ["asyncio_shutdown", "asyncio_signals", "server_shutdown", "server_shutdown_asyncio"],
     ),
+    ("_join", ["process_shutdown", "stoppable_process"]),
+    ("_proc_name", ["process_shutdown", "stoppable_process"]),
 ]
 
 # Seconds and deadlines: one family, the same code in every module that holds any of it

@@ -165,15 +165,21 @@ PATTERNS = [
         "Process shutdown",
         "process_shutdown",
         "13-process-shutdown",
-        "a stuck child process holds the exit; `terminate()` skips cleanup; "
-        "Ctrl-C reaches every child",
+        "a stuck pool worker holds the exit; a dead one breaks the pool or loses a result",
         "a stuck worker keeping `with ProcessPoolExecutor()` and the exit waiting; a dead "
-        "worker breaking the pool; `terminate()` skipping `finally` and `atexit`; a "
-        "`multiprocessing.Queue` holding the exit; Ctrl-C reaching every child; `fork()` "
-        "copying a held lock; `Event.set()` waiting for a killed child; `with Pool()` "
-        "killing running tasks; `Pool.join()` with no timeout; a killed `Pool` worker's "
-        "result never arriving; `Pool.terminate()` waiting for a worker deaf to SIGTERM; "
-        "a killed idle `Pool` worker's lock hanging `join()` and `terminate()`",
+        "worker breaking the pool; `with Pool()` killing running tasks; `Pool.join()` with "
+        "no timeout; a killed `Pool` worker's result never arriving; `Pool.terminate()` "
+        "waiting for a worker deaf to SIGTERM; a killed idle `Pool` worker's lock hanging "
+        "`join()` and `terminate()`",
+    ),
+    Pattern(
+        "Stoppable process",
+        "stoppable_process",
+        "18-stoppable-process",
+        "`terminate()` skips a child's cleanup; Ctrl-C reaches every child",
+        "`terminate()` skipping a child's `finally` and `atexit`; a `multiprocessing.Queue` "
+        "holding the exit; Ctrl-C reaching every child; `fork()` copying a held lock; "
+        "`Event.set()` waiting for a killed child",
     ),
     Pattern(
         "Server shutdown",
