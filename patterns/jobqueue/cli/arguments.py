@@ -178,7 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     _reading_commands(one_shot)
     _changing_commands(one_shot)
     _json_flag(one_shot("workers", "print the live workers"))
-    commands.add_parser("demo", help="run the walkthrough on a temporary database")
+    demo = commands.add_parser("demo", help="run the walkthrough on a temporary database")
+    demo.add_argument(
+        "--mini",
+        action="store_true",
+        help="walk through the mini job queue instead (patterns.jobqueue.mini: the whole "
+        "queue in one file)",
+    )
     return parser
 
 

@@ -15,7 +15,7 @@ Usage (``--db`` may come before or after the command, or from ``$JOBQUEUE_DB``):
     python -m patterns.jobqueue --db PATH cancel ID [--wait S]
     python -m patterns.jobqueue --db PATH purge [--older-than S] [--state S ...] [--wait S]
     python -m patterns.jobqueue --db PATH workers [--json] [--wait S]
-    python -m patterns.jobqueue demo
+    python -m patterns.jobqueue demo [--mini]
 
 ``enqueue`` prints the new job's id (``-`` reads the payload from stdin). ``status`` prints
 the number of jobs in each state (``--json``: an object keyed by every state). ``show``
@@ -26,7 +26,8 @@ kept), ``cancel`` cancels a queued job or asks a running one's worker to cancel 
 ``TaskRegistry`` named by ``MODULE:ATTRIBUTE`` (importable from the current directory or
 ``PYTHONPATH``), logging to stderr, until a signal stops it (see Signals below).
 ``demo`` runs a self-contained walkthrough on a temporary database
-(`patterns.jobqueue.cli.demo`).
+(`patterns.jobqueue.cli.demo`); ``demo --mini`` runs the same story with the mini job
+queue, `patterns.jobqueue.mini` (`patterns.jobqueue.cli.mini_demo`).
 
 ``--db`` is an SQLite file, or a ``postgresql://`` URL (the queue then lives in that
 database's ``jobqueue`` schema, shared by workers on several machines). Every command but
@@ -116,7 +117,8 @@ This module parses the command line and runs one command. The parts, in
 `~patterns.jobqueue.cli.store_access` (which queue, opened within ``--wait``),
 `~patterns.jobqueue.cli.commands` (``enqueue`` and the operator's commands),
 `~patterns.jobqueue.cli.worker_command` (``worker``), `~patterns.jobqueue.cli.output`
-(the exit statuses, the lines, the formats) and `~patterns.jobqueue.cli.demo`.
+(the exit statuses, the lines, the formats), `~patterns.jobqueue.cli.demo` and
+`~patterns.jobqueue.cli.mini_demo`.
 
 Docs: docs/jobqueue/operations.md
 """
@@ -126,7 +128,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from patterns.jobqueue.cli import demo
+from patterns.jobqueue.cli import demo, mini_demo
 from patterns.jobqueue.cli.arguments import build_parser
 from patterns.jobqueue.cli.commands import COMMANDS
 from patterns.jobqueue.cli.output import (
@@ -179,8 +181,9 @@ def main(argv: Sequence[str] | None = None, *, guard: SignalGuard | None = None)
         if guard is not None and args.command != "worker":
             guard.release()  # a SIGINT it held raises KeyboardInterrupt here: "interrupted"
         if args.command == "demo":
+            walkthrough = mini_demo.run if args.mini else demo.run
             try:
-                return demo.run(stdout())
+                return walkthrough(stdout())
             except demo.DemoOutputLost as exc:
                 raise OutputLost(exc.cause) from exc
         args.db = queue_name(args)
