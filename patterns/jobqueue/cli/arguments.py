@@ -3,9 +3,10 @@
 `build_parser` returns the whole command line, its commands in the order of ``--help``.
 A value out of range (a negative ``--delay``, ``--concurrency 0``, a job id past what
 the stores hold, an idle interval short enough to keep a CPU busy) is refused here, as
-one line and exit status 2 (`UsageError`), before a store is opened. The commands are in
-`patterns.jobqueue.cli.commands` and `patterns.jobqueue.cli.worker_command`; the exit
-statuses in the module docstring of `patterns.jobqueue.cli.main`.
+one line and exit status 2 (`~patterns.jobqueue.cli.output.UsageError`), before a store
+is opened. The commands are in `patterns.jobqueue.cli.commands` and
+`patterns.jobqueue.cli.worker_command`; the exit statuses in the module docstring of
+`patterns.jobqueue.cli.main`.
 
 Docs: docs/jobqueue/operations.md
 """

@@ -3,10 +3,11 @@
 ``enqueue`` adds a job and prints its id; ``status``, ``show``, ``list`` and ``workers``
 read the queue; ``requeue``, ``cancel`` and ``purge`` change it. Each is a function of the
 parsed arguments that returns an exit status, run by `patterns.jobqueue.cli.main` from
-`COMMANDS`; each reaches the store through `with_store`
-(`patterns.jobqueue.cli.store_access`), so it keeps to ``--wait`` and a store error is one
-line, exit 2. A command that changed the queue confirms it with `confirm`: if that line
-is lost, the error says what was changed.
+`COMMANDS`. Each reaches the store through
+`~patterns.jobqueue.cli.store_access.with_store`, so it keeps to ``--wait`` and a store
+error is one line, exit 2. A command that changed the queue confirms it with
+`~patterns.jobqueue.cli.output.confirm`: if that line is lost, the error says what was
+changed.
 
 Docs: docs/jobqueue/operations.md
 """

@@ -27,7 +27,7 @@ kept), ``cancel`` cancels a queued job or asks a running one's worker to cancel 
 ``PYTHONPATH``), logging to stderr, until a signal stops it (see Signals below).
 ``demo`` runs a self-contained walkthrough on a temporary database
 (`patterns.jobqueue.cli.demo`); ``demo --mini`` runs the same story with the mini job
-queue, `patterns.jobqueue.mini` (`patterns.jobqueue.cli.mini_demo`).
+queue, ``patterns.jobqueue.mini`` (`patterns.jobqueue.cli.mini_demo`).
 
 ``--db`` is an SQLite file, or a ``postgresql://`` URL (the queue then lives in that
 database's ``jobqueue`` schema, shared by workers on several machines). Every command but

@@ -1,10 +1,10 @@
 """``python -m patterns.jobqueue demo --mini``: the mini job queue's walkthrough, on a temp file.
 
-The same story as `patterns.jobqueue.cli.demo`, told with `patterns.jobqueue.mini` (the
+The same story as `patterns.jobqueue.cli.demo`, told with ``patterns.jobqueue.mini`` (the
 whole queue in one file): it enqueues cooperative, slow, fast, flaky and doomed jobs in a
-`MiniStore` on a temporary SQLite file, starts a mini `Worker`, stops it in the middle
-(the running jobs drain; the one still running when the drain budget is spent is
-cancelled and goes back to the queue with its attempt given back), then opens the file
+``MiniStore`` on a temporary SQLite file, starts a mini ``Worker``, stops it in the middle
+(the running jobs drain; the ones still running when the drain budget is spent are
+cancelled and go back to the queue with their attempt given back), then opens the file
 again, as a restarted process would, runs a new worker until the queue is empty, and
 ends with a tally that accounts for every job. `run` is the whole of it; it prints,
 because it is a user interface (the library logs).
@@ -86,7 +86,8 @@ def run(out: TextIO = sys.stdout) -> int:
     """Run the walkthrough, writing to ``out``; the exit status: 0 if the tally reconciles.
 
     If writing to ``out`` fails, the walkthrough still runs to its end (its workers stopped,
-    its file removed), then the first write error is raised as `DemoOutputLost`.
+    its file removed), then the first write error is raised as
+    `~patterns.jobqueue.cli.demo.DemoOutputLost`.
     """
     screen = Screen(out)
     handler = ScreenHandler(screen)  # the mini queue's warnings (a refused outcome) as lines

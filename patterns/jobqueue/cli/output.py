@@ -110,7 +110,7 @@ def stdout() -> TextIO:
 
 
 def out(text: str = "") -> None:
-    """Print a line of output (flushed by `main` once the command is done)."""
+    """Print a line of output (`~patterns.jobqueue.cli.main.main` flushes it once done)."""
     try:
         print(text, file=stdout())
     except OSError as exc:

@@ -1,11 +1,14 @@
-"""The ``worker`` command: a `Worker` in a process of its own, its signals, its exit status.
+"""The ``worker`` command: a worker in a process of its own, its signals, its exit status.
 
 `run_worker_command` loads the ``--tasks`` registry (`load_registry`), opens the store
-(within the stop's budget once a stop signal has come), runs a `Worker` under
-`WorkerSignals` and `LoggingExcepthook`, and turns the worker's report into the exit
-status the module docstring of `patterns.jobqueue.cli.main` lists: a job still running
-past the budget, a store that did not answer, or a worker thread that did not end leave
-through `force_exit`, because the interpreter would wait for their threads forever.
+(within the stop's budget once a stop signal has come), runs a
+`~patterns.jobqueue.worker.worker.Worker` under
+`~patterns.jobqueue.cli.worker_signals.WorkerSignals` and
+`~patterns.thread_exceptions.LoggingExcepthook`, and turns the worker's report into the
+exit status the module docstring of `patterns.jobqueue.cli.main` lists. A job still
+running past the budget, a store that did not answer, or a worker thread that did not end
+leave through `~patterns.exit_hooks.force_exit`, because the interpreter would wait for
+their threads forever.
 
 Docs: docs/jobqueue/operations.md, docs/jobqueue/composition.md
 """
@@ -43,10 +46,13 @@ logger = logging.getLogger(__name__)
 
 
 def load_registry(spec: str) -> TaskRegistry:
-    """The `TaskRegistry` named by ``--tasks MODULE:ATTRIBUTE``; `UsageError` if there is none.
+    """The registry named by ``--tasks MODULE:ATTRIBUTE``.
 
-    The only import of a name that is not a literal in the job queue: the operator types
-    it on the command line; it is never read from the queue.
+    Raises `~patterns.jobqueue.cli.output.UsageError` if it cannot be imported or is not a
+    `~patterns.jobqueue.tasks.TaskRegistry`.
+
+    The module's name comes from the operator's command line, never from the queue:
+    ``tests/jobqueue/test_hostile_file.py`` allows this dynamic import by its function.
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
