@@ -91,7 +91,11 @@ def without_retry_warnings() -> Iterator[None]:
 
 
 def queue_name(args: argparse.Namespace) -> str:
-    """The queue ``args`` name (``--db``, else ``$JOBQUEUE_DB``); `UsageError` if none or unfit."""
+    """The queue ``args`` name: ``--db``, else ``$JOBQUEUE_DB``.
+
+    Raises `~patterns.jobqueue.cli.output.UsageError` if there is none, or if it names a
+    queue that would vanish with the process (``:memory:``) or an SQLite URI.
+    """
     name: str | None = args.db or os.environ.get(DB_VARIABLE) or None
     if name is None:
         raise UsageError(
