@@ -46,7 +46,7 @@ CODE_BUILTINS = {"eval", "exec", "compile", "__import__"}
 # operator on the command line, never read from the database; and the package's lazy
 # exports, whose module names come from its own fixed table (pinned below).
 DYNAMIC_IMPORT_ALLOWED = {
-    ("jobqueue/cli/main.py", "_load_registry"),
+    ("jobqueue/cli/worker_command.py", "load_registry"),
     ("jobqueue/__init__.py", "__getattr__"),
 }
 
