@@ -23,7 +23,7 @@ from tests.support import FakeClock
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
 SHORT = 10.0  # a lease the test lets lapse
-LOGGER = "patterns.jobqueue.worker.worker"  # the fallback's lines are the worker's (a child logger)
+LOGGER = "patterns.jobqueue.worker.fallback"  # the fallback logs under its own module
 
 
 class Bench:
