@@ -55,7 +55,7 @@ class Ledger(Protocol[_R]):
 
     @property
     def accepting(self) -> bool:
-        """The refill may claim now (lock held): the worker is RUNNING."""
+        """Whether the refill may claim now, read with the lock held: the worker is RUNNING."""
         ...
 
     def give_back(self, slots: int) -> None:

@@ -65,9 +65,9 @@ class Shared:
 class StoppingThread:
     """The thread running the owning stop, and a callback's Ctrl-C or exit kept for it.
 
-    Set by the stop (`own`, `disown`); read by the error log, which defers a hook's
-    ``KeyboardInterrupt`` or ``SystemExit`` raised in that thread (`defer`) until the
-    stop has recorded its report (`take_deferred`).
+    Its ``thread`` is set and cleared by the stop (under the worker's lock) and read by
+    the error log, which defers a hook's ``KeyboardInterrupt`` or ``SystemExit`` raised in
+    that thread (`defer`) until the stop has recorded its report (`take_deferred`).
     """
 
     def __init__(self) -> None:
