@@ -55,7 +55,7 @@ class Ledger(Protocol[_R]):
 
     @property
     def accepting(self) -> bool:
-        """Whether the refill may claim now, read with the lock held: the worker is RUNNING."""
+        """Whether the refill may claim now (the worker is RUNNING), read with the lock held."""
         ...
 
     def give_back(self, slots: int) -> None:
