@@ -2,17 +2,23 @@
 
 `ScriptedStore` is a `MemoryStore` whose next calls can be made to raise and which
 records what was asked of it; `Held` is the worker's record of a claim as far as the
-settler and its fallback read it.
+settler and its fallback read it; `shared` is what a worker hands every part, with
+callbacks of the test's own.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.records import Claim
-from tests.support import FakeClock
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, Job
+from patterns.jobqueue.tasks import Phase
+from patterns.jobqueue.worker.shared import Shared, Target
+from patterns.jobqueue.worker.states import Step
+from tests.support import MUST_HAPPEN, FakeClock
 
 
 class ScriptedStore(MemoryStore):
@@ -69,3 +75,41 @@ class Held:
 
     claim: Claim
     released_at_deadline: bool = False
+
+
+def _ignore(*args: object) -> None:
+    """A callback whose calls the test does not look at."""
+
+
+def _untracked(target: Target, name: str) -> Target:
+    """A part's thread target, run as it is (no marks, no deadline)."""
+    return target
+
+
+def shared(
+    store: WorkerStore,
+    clock: Callable[[], float],
+    *,
+    lease: float,
+    lock: threading.RLock | None = None,
+    wake: threading.Event | None = None,
+    error: Callable[[Phase, Job | None, BaseException], object] = _ignore,
+    died: Callable[[BaseException], None] = _ignore,
+    step: Callable[[Step, Claim, Phase | None], object] = _ignore,
+    request_stop: Callable[[str], None] = _ignore,
+) -> Shared:
+    """What a worker named ``w1`` hands each part, wired to the test's callbacks."""
+    return Shared(
+        store=store,
+        owner="w1",
+        lock=lock or threading.RLock(),
+        clock=clock,
+        lease=lease,
+        stop_timeout=MUST_HAPPEN,
+        wake=wake or threading.Event(),
+        error=error,
+        died=died,
+        step=step,
+        track=_untracked,
+        request_stop=request_stop,
+    )

@@ -23,9 +23,11 @@ from patterns.closable_queue import ClosableQueue
 from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker import claimer as claimer_module
-from patterns.jobqueue.worker.claimer import MAX_BACKOFF, Claimer
+from patterns.jobqueue.worker.claimer import MAX_BACKOFF, Claimer, Polling
 from patterns.jobqueue.worker.ledger import ClaimLedger
 from patterns.jobqueue.worker.outcomes import Outcome
+from patterns.jobqueue.worker.states import Step
+from tests.jobqueue import fakes
 from tests.jobqueue.fakes import ScriptedStore
 from tests.support import MUST_HAPPEN, FakeClock, wait_until_parked_inside
 
@@ -72,40 +74,39 @@ class Bench:
     ) -> None:
         self.clock = FakeClock()
         self.store = ScriptedStore(self.clock)
-        self.cond = threading.Condition(threading.RLock())
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.ledger = ClaimLedger(self.cond, root=CancelToken(), slots=slots, claim_at=claim_at)
         self.handoff: ClosableQueue[Claim] = ClosableQueue()
         self.wake = Wake()
         self.released: list[int] = []
         self.stops: list[str] = []
-        self.gave_up: list[str] = []
         self.errors: list[tuple[Phase, Job | None, BaseException]] = []
         self.deaths: list[BaseException] = []
         self.after_claim: list[int] = []
         self.fail_after_claim: dict[int, BaseException] = {}  # job id -> raised by the hook
         self.shut_after_claim: int | None = None  # job id whose hook closes the hand-off
-        self.claimer = Claimer(
+        shared = fakes.shared(
             self.store,
-            self.ledger,
-            self.handoff,
-            owner="w1",
+            self.clock,
             lease=LEASE,
-            poll_interval=poll_interval,
-            outage_limit=outage_limit,
-            exit_when_empty=exit_when_empty,
-            clock=self.clock,
+            lock=self.lock,
             wake=self.wake,
-            release_unstarted=lambda claim: self.released.append(claim.job.id),
-            request_stop=self.stops.append,
-            give_up=self.gave_up.append,
             error=lambda phase, job, exc: self.errors.append((phase, job, exc)),
             died=self.deaths.append,
-            after_claim=self._after_claim,
-            track=lambda target: target,
-            stop_timeout=MUST_HAPPEN,
+            step=self._after_claim,
+            request_stop=self.stops.append,
+        )
+        self.claimer = Claimer(
+            shared,
+            self.ledger,
+            self.handoff,
+            polling=Polling(poll_interval, outage_limit, exit_when_empty),
+            release_unstarted=lambda claim: self.released.append(claim.job.id),
         )
 
-    def _after_claim(self, claim: Claim) -> None:
+    def _after_claim(self, step: Step, claim: Claim, phase: Phase | None) -> None:
+        assert step is Step.AFTER_CLAIM
         self.after_claim.append(claim.job.id)
         if claim.job.id == self.shut_after_claim:
             self.handoff.shutdown()
@@ -210,7 +211,7 @@ def test_a_failing_claim_backs_off_doubling_up_to_30_s_and_reports_each_error(
     assert [exc for _, _, exc in bench.errors] == errors
     with bench.cond:
         assert bench.ledger.idle == 2  # a failed claim took no slot
-    assert (bench.gave_up, bench.stops, bench.deaths) == ([], [], [])
+    assert (bench.claimer.failure, bench.stops, bench.deaths) == (None, [], [])
 
 
 def test_next_wait_doubles_from_the_poll_interval_and_never_overflows(
@@ -234,7 +235,7 @@ def test_next_wait_doubles_from_the_poll_interval_and_never_overflows(
 def test_after_outage_limit_seconds_of_failures_it_gives_up_naming_the_limit_and_the_error(
     make: Callable[..., Bench], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Failures for 59 s go on; at 60 s give_up gets the reason, the slots are free, it ends."""
+    """Failures for 59 s go on; at 60 s it stops the worker with the reason, slots free, ends."""
     monotonic = FakeClock(0.0)  # the outage is timed on the claimer's monotonic clock
     monkeypatch.setattr(claimer_module, "time", SimpleNamespace(monotonic=monotonic))
     bench = make(outage_limit=60.0)
@@ -248,7 +249,7 @@ def test_after_outage_limit_seconds_of_failures_it_gives_up_naming_the_limit_and
     monotonic.advance(59.0)
     bench.wake.set()
     assert bench.wake.next_wait() == 2 * POLL  # 59 s of failures: under the limit
-    assert bench.gave_up == []
+    assert (bench.claimer.failure, bench.stops) == (None, [])
     monotonic.advance(1.0)
     bench.wake.set()
     assert bench.ended()
@@ -256,11 +257,11 @@ def test_after_outage_limit_seconds_of_failures_it_gives_up_naming_the_limit_and
         "the store failed every claim for 60.0 s (3 claims; store_outage_limit 60 s): "
         "ConnectionRefusedError: connection refused (injected)"
     )
-    assert bench.gave_up == [reason]
+    assert bench.claimer.failure == reason  # the report's failure
     assert len(bench.errors) == 3
     with bench.cond:
         assert bench.ledger.idle == bench.ledger.slots
-    assert (bench.stops, bench.deaths) == ([], [])
+    assert (bench.stops, bench.deaths) == ([reason], [])
 
 
 @pytest.mark.parametrize("delay", [None, 100.0], ids=["empty", "only-a-job-due-later"])

@@ -16,12 +16,14 @@ from patterns.jobqueue.stores.records import Claim, CommitUnknown, JobState, Set
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.fallback import Fallback, Pending
 from patterns.jobqueue.worker.outcomes import Outcome
+from patterns.jobqueue.worker.states import Step
+from tests.jobqueue import fakes
 from tests.jobqueue.fakes import Held, ScriptedStore
 from tests.support import FakeClock
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
 SHORT = 10.0  # a lease the test lets lapse
-LOGGER = "patterns.jobqueue.worker.worker"  # the fallback's lines are the worker's (a child logger)
+LOGGER = "patterns.jobqueue.worker.fallback"  # the fallback logs under its own module
 
 
 class Bench:
@@ -32,13 +34,19 @@ class Bench:
         self.store = ScriptedStore(self.clock)
         self.errors: list[tuple[Phase, int | None]] = []
         self.steps: list[tuple[str, int, Phase]] = []
-        self.fallback: Fallback[Held] = Fallback(
+        self.shared = fakes.shared(
             self.store,
-            owner="w1",
-            clock=self.clock,
+            self.clock,
+            lease=LEASE,
             error=lambda phase, job, exc: self.errors.append((phase, job.id if job else None)),
-            before_commit=lambda claim, phase: self.steps.append(("before", claim.job.id, phase)),
-            after_commit=lambda claim, phase: self.steps.append(("after", claim.job.id, phase)),
+            step=self._step,
+        )
+        self.fallback: Fallback[Held] = Fallback(self.shared)
+
+    def _step(self, step: Step, claim: Claim, phase: Phase | None) -> None:
+        assert phase is not None
+        self.steps.append(
+            ("before" if step is Step.BEFORE_COMMIT else "after", claim.job.id, phase)
         )
 
     def claim(self, *, lease: float = LEASE) -> Claim:
@@ -151,9 +159,9 @@ def test_an_unknown_release_is_released_again_once_and_no_more(bench: Bench) -> 
 
 
 def test_commit_runs_the_action_between_the_two_step_hooks(bench: Bench) -> None:
-    """`Fallback.commit` (the worker's release goes through it): before, the call, after."""
+    """`Shared.commit` (the fallback's and the release's calls): before, the call, after."""
     claim = bench.claim()
-    assert bench.fallback.commit(Phase.RELEASE, claim, bench.store.release)
+    assert bench.shared.commit(Phase.RELEASE, claim, bench.store.release)
     job_id = claim.job.id
     assert bench.steps == [("before", job_id, Phase.RELEASE), ("after", job_id, Phase.RELEASE)]
     assert bench.store.calls == ["release"]

@@ -20,6 +20,8 @@ from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.heartbeat import Heartbeat
 from patterns.jobqueue.worker.outcomes import ClaimState
+from patterns.jobqueue.worker.states import Step
+from tests.jobqueue import fakes
 from tests.support import MUST_HAPPEN, FakeClock, wait_until
 
 LEASE = 1_000.0  # fake seconds; only the test moves the fake clock past it
@@ -67,21 +69,22 @@ class Bench:
         self.errors: list[tuple[Phase, int | None, BaseException]] = []
         self.deaths: list[BaseException] = []
         self.renewing: list[int] = []
-        self.heartbeat: Heartbeat[Record] = Heartbeat(
+        shared = fakes.shared(
             self.store,
-            owner="w1",
+            self.clock,
             lease=LEASE,
-            interval=BEAT,
-            clock=self.clock,
             lock=self.lock,
-            held=self.held,
-            state=lambda: self.state,
-            lost=self._lost,
             error=lambda phase, job, exc: self.errors.append((phase, job.id if job else None, exc)),
             died=self.deaths.append,
-            before_renew=lambda claim: self.renewing.append(claim.job.id),
-            track=lambda target: target,
+            step=self._before_renew,
         )
+        self.heartbeat: Heartbeat[Record] = Heartbeat(
+            shared, interval=BEAT, held=self.held, state=lambda: self.state, lost=self._lost
+        )
+
+    def _before_renew(self, step: Step, claim: Claim, phase: Phase | None) -> None:
+        assert step is Step.HEARTBEAT
+        self.renewing.append(claim.job.id)
 
     def _lost(self, record: Record) -> None:
         # As the worker does (the lock is held): the waiting claim moves to LOST.

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.tasks import TaskRegistry
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.tasks import JobContext, Retry, TaskRegistry
 from patterns.jobqueue.worker.worker import Worker
-from tests.support import MUST_HAPPEN
+from tests.support import MUST_HAPPEN, wait_until
 
 JOBS = 200  # enough that the worker's fixed calls (its row, LISTEN) weigh little
 STATEMENTS_PER_JOB = 1.5  # the bound at the worker's defaults
@@ -168,26 +169,45 @@ def test_enqueue_in_works_whatever_the_callers_row_factory_and_writes_once(
     assert store.counts()["queued"] == 1  # written once
 
 
+RETRY_DELAY = 1_000.0  # seconds a failed job is requeued for (never due again in a test)
+
+
+def _retry_clock(store: Store, clock: Callable[[], float] | None = None) -> float:
+    """The clock reading a worker counted a retry's run time from (``run_at - delay``).
+
+    One job whose handler raises, requeued with ``Retry(RETRY_DELAY)`` by a worker made
+    with ``clock`` (None: the default).
+    """
+    tasks = TaskRegistry()
+
+    @tasks.task(name="flaky", retry=lambda job, error: Retry(RETRY_DELAY))
+    def flaky(payload: object, ctx: JobContext) -> None:
+        raise RuntimeError("injected")
+
+    job_id = store.enqueue("flaky")
+    with Worker(store, tasks, clock=clock, poll_interval=0.01) as worker:
+        wait_until(lambda: worker.stats().retried == 1, "the job is retried")
+    job = store.get(job_id)
+    assert job is not None
+    return job.run_at - RETRY_DELAY
+
+
 def test_a_worker_on_a_postgres_store_takes_the_database_clock_by_default(
     store: PostgresStore,
 ) -> None:
     """Worker(store, tasks) with no clock: a retry's run time is on the store's clock."""
-    tasks = TaskRegistry()
-    worker = Worker(store, tasks)
-    assert worker._settler._fallback._clock == store.clock
-    runner_clock = worker._handlers._runner._clock
-    assert runner_clock == store.clock
-    other = Worker(store, tasks, clock=lambda: 0.0)
-    assert other._handlers._runner._clock != store.clock
+    before = store.clock()
+    counted_from = _retry_clock(store)
+    tick = 1e-3  # run_at is kept to the microsecond
+    assert before - tick <= counted_from <= store.clock() + tick
+    assert _retry_clock(store, clock=lambda: 0.0) == pytest.approx(0.0, abs=tick)
 
 
 def test_the_worker_default_clock_is_the_store_clock_for_every_store() -> None:
     """A store's own clock is the worker's default: a test clock given to the store applies."""
     from patterns.jobqueue.stores.memory import MemoryStore  # noqa: PLC0415
 
-    store = MemoryStore(clock=lambda: 42.0)
-    worker = Worker(store, TaskRegistry())
-    assert worker._handlers._runner._clock() == 42.0
+    assert _retry_clock(MemoryStore(clock=lambda: 42.0)) == 42.0
 
 
 def test_jobs_claimed_by_an_outcomes_statement_while_a_stop_begins_are_released_unchanged(

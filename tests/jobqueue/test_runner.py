@@ -24,6 +24,7 @@ from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import Outcome
 from patterns.jobqueue.worker.runner import JobRunner
 from patterns.jobqueue.worker.states import Step
+from tests.jobqueue import fakes
 from tests.support import MUST_HAPPEN, FakeClock
 
 LEASE = 1_000.0
@@ -46,15 +47,15 @@ class Bench:
         self.errors: list[tuple[Phase, int | None, BaseException]] = []
         self.hooks: list[tuple[Phase, int, tuple[Any, ...]]] = []
         self.steps: list[tuple[Step, Phase | None]] = []
-        self.runner = JobRunner(
-            self.tasks,
-            self.ledger,
-            owner="w1",
-            clock=self.clock,
-            stopping=lambda: self.stopping,
+        shared = fakes.shared(
+            self.store,
+            self.clock,
+            lease=LEASE,
             error=lambda phase, job, exc: self.errors.append((phase, job.id if job else None, exc)),
-            hook=self._hook,
-            step_hook=self._step,
+            step=self._step,
+        )
+        self.runner = JobRunner(
+            shared, self.tasks, self.ledger, stopping=lambda: self.stopping, hook=self._hook
         )
 
     def _hook(self, phase: Phase, job: Job, fn: object, *args: Any) -> None:

@@ -20,6 +20,8 @@ from patterns.jobqueue.stores.records import Claim, Job, JobState, JsonValue, Se
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.outcomes import Outcome
 from patterns.jobqueue.worker.settler import Pending, Settler
+from patterns.jobqueue.worker.states import Step
+from tests.jobqueue import fakes
 from tests.jobqueue.fakes import Held
 from tests.support import MUST_HAPPEN, FakeClock, wait_until
 
@@ -74,34 +76,45 @@ class Bench:
         self.deaths: list[BaseException] = []
         self.steps: list[tuple[str, int, Phase]] = []
         self.wake = threading.Event()
-        self.settler: Settler[Held] = Settler(
+        shared = fakes.shared(
             self.store,
-            owner="w1",
+            self.clock,
             lease=LEASE,
-            clock=self.clock,
             lock=self.lock,
-            claiming=lambda: self.claiming,
-            free_slots=self._free,
-            settled=self._settled,
-            unsettled=lambda pending: self.unsettled.append(pending.run.claim.job.id),
-            claimed=self._claimed,
-            completed=self._completed,
+            wake=self.wake,
             error=lambda phase, job, exc: self.errors.append(
                 (phase, None if job is None else job.id)
             ),
             died=self.deaths.append,
-            before_commit=lambda claim, phase: self.steps.append(("before", claim.job.id, phase)),
-            after_commit=lambda claim, phase: self.steps.append(("after", claim.job.id, phase)),
-            wake=self.wake,
-            stop_timeout=MUST_HAPPEN,
-            track=lambda target: target,
+            step=self._step,
+        )
+        # The bench is the settler's ledger: it records what the settler reports back.
+        self.settler: Settler[Held] = Settler(
+            shared, self, claimed=self._claimed, completed=self._completed
         )
 
-    def _free(self, slots: int) -> None:
+    @property
+    def accepting(self) -> bool:
+        """The ledger's gate, as the worker's state sets it (``claiming``)."""
+        return self.claiming
+
+    def give_back(self, slots: int) -> None:
+        """Slots reserved for a refill that no claim filled."""
         self.freed += slots
 
-    def _settled(self, batch: list[Pending[Held]]) -> None:
+    def record_batch(self, batch: list[Pending[Held]]) -> None:
+        """Each committed outcome, by job id."""
         self.settled.update((p.run.claim.job.id, p.outcome) for p in batch)
+
+    def unsettled_pending(self, pending: Pending[Held]) -> None:
+        """An outcome a dying thread never committed."""
+        self.unsettled.append(pending.run.claim.job.id)
+
+    def _step(self, step: Step, claim: Claim, phase: Phase | None) -> None:
+        assert phase is not None
+        self.steps.append(
+            ("before" if step is Step.BEFORE_COMMIT else "after", claim.job.id, phase)
+        )
 
     def _claimed(self, claims: list[Claim], want: int, stopping: threading.Event | None) -> None:
         self.claimed.append(([c.job.id for c in claims], want))

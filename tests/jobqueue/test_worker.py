@@ -1078,7 +1078,7 @@ def test_a_store_whose_claim_keeps_raising_is_claimed_from_with_exponential_back
         wait_until(lambda: len(store.claim_states) >= 6, "six claims")
         spent = took()
     assert spent >= 0.01 + 0.02 + 0.04 + 0.08 + 0.16  # the five waits between six claims
-    assert worker._claimer.next_wait(5_000) == 30.0  # capped, though 2.0 ** 4999 would overflow
+    # The cap (and no overflow for a long outage): test_claimer.py, on the claimer alone.
 
 
 class CommitThenBreak(RecordingStore):

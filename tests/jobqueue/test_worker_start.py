@@ -270,6 +270,9 @@ def test_a_ctrl_c_inside_start_after_a_claim_releases_it_and_stops_everything(
 RACE_POINTS = ["subscribe", "settler", "handler-1", "handler-2", "heartbeat", "claimer"]
 
 
+PARKED_POOLS: list[TrackingExecutor] = []  # the handler threads' pool a start parked in
+
+
 def parked_before(where: str, gate: Gate) -> Any:
     """A patch that parks the worker's start at ``gate`` just before the step ``where``."""
     if where == "subscribe":
@@ -282,6 +285,7 @@ def parked_before(where: str, gate: Gate) -> Any:
         def submit(executor: TrackingExecutor, fn: Any, /, *args: Any, **kw: Any) -> Any:
             calls[0] += 1
             if calls[0] == k:
+                PARKED_POOLS[:] = [executor]
                 gate.arrive()
             return real_submit(executor, fn, *args, **kw)
 
@@ -350,8 +354,10 @@ def test_a_stop_requested_while_the_handler_threads_start_lets_the_start_finish(
             starter, started = run_in_thread(worker.start, "starter")
             gate.wait_reached()
             worker.request_stop("SIGTERM received")
-            # The pool's own count of idle threads (CPython's ThreadPoolExecutor).
-            idle = worker._executor._idle_semaphore  # type: ignore[attr-defined]
+            # The pool's own count of idle threads (CPython's ThreadPoolExecutor); the pool
+            # is the one whose submit parked the start.
+            [pool] = PARKED_POOLS
+            idle = pool._idle_semaphore  # type: ignore[attr-defined]
             wait_until(lambda: idle._value > 0, "the first handler thread is idle")
             gate.open()
             join_or_fail(starter)

@@ -16,7 +16,7 @@ Pattern:
 Guarantees:
     * Claims that keep raising are retried after a doubling wait, from ``poll_interval``
       up to 30 s; once they have failed for ``outage_limit`` seconds the worker is stopped
-      with the reason (``give_up``). A failed claim never counts as an empty queue.
+      with the reason (``failure``). A failed claim never counts as an empty queue.
     * With ``exit_when_empty``, the worker is stopped once no job is due or running
       anywhere, read only after this worker holds nothing, so a retry it committed is
       never missed.
@@ -28,70 +28,74 @@ See also: ``patterns.jobqueue.worker.worker`` (what wires it), ``patterns.jobque
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from patterns.closable_queue import ClosableQueue, ShutDown
 from patterns.daemon_threads import BackgroundService, StopReport
-from patterns.jobqueue.stores.protocol import WorkerStore
-from patterns.jobqueue.stores.records import Claim, Job
+from patterns.jobqueue.stores.records import Claim
 from patterns.jobqueue.tasks import Phase, describe_error
 from patterns.jobqueue.worker.ledger import ClaimLedger
+from patterns.jobqueue.worker.shared import Shared
+from patterns.jobqueue.worker.states import Step
 
-__all__ = ["Claimer"]
+__all__ = ["Claimer", "Polling"]
+
+logger = logging.getLogger(__name__)
 
 MAX_BACKOFF = 30.0  # seconds between claims while the store keeps failing
+
+
+@dataclass(frozen=True, slots=True)
+class Polling:
+    """When the claimer claims again, and when it stops claiming for good."""
+
+    interval: float  # the idle wait (``poll_interval``), and the first backoff
+    outage_limit: float  # seconds of failed claims before the worker stops itself
+    exit_when_empty: bool  # stop once no job is due or running anywhere
 
 
 class Claimer:
     """Claims jobs for the free slots and hands them over; see the module docstring.
 
-    Collaborators (none is the worker itself): ``store``; ``ledger``, the claims in hand
-    and the free slots; ``handoff``, the queue the handler threads take claims from;
-    ``wake``, set to end the idle wait; ``release_unstarted(claim)``: give back a claim no
-    handler will take; ``request_stop(reason)``; ``give_up(reason)``: the store failed for
-    too long; ``error(phase, job, exc)``; ``died(exc)``; ``after_claim(claim)``: the step
-    hook; ``track``: wraps the thread's target. Options: ``owner`` (the lease owner),
-    ``lease``, ``poll_interval``, ``outage_limit``, ``exit_when_empty``, ``clock`` (the
-    store's) and ``stop_timeout``.
+    Collaborators (none is the worker itself): ``shared`` (the store, the lease owner,
+    the lease, the store's clock, ``wake``, set to end the idle wait, ``request_stop``,
+    ``error``, ``died``, the step hook and ``track``, which wraps the thread's target);
+    ``ledger``, the claims in hand and the free slots; ``handoff``, the queue the
+    handler threads take claims from; ``polling``, the waits and limits;
+    ``release_unstarted(claim)``: give back a claim no handler will take. Once the store
+    has failed every claim for ``outage_limit`` it stops the worker, and ``failure``
+    (read under the lock) says why.
     """
 
     def __init__(
         self,
-        store: WorkerStore,
+        shared: Shared,
         ledger: ClaimLedger,
         handoff: ClosableQueue[Claim],
         *,
-        owner: str,
-        lease: float,
-        poll_interval: float,
-        outage_limit: float,
-        exit_when_empty: bool,
-        clock: Callable[[], float],
-        wake: threading.Event,
+        polling: Polling,
         release_unstarted: Callable[[Claim], None],
-        request_stop: Callable[[str], None],
-        give_up: Callable[[str], None],
-        error: Callable[[Phase, Job | None, BaseException], object],
-        died: Callable[[BaseException], None],
-        after_claim: Callable[[Claim], object],
-        track: Callable[[Callable[[threading.Event], None]], Callable[[threading.Event], None]],
-        stop_timeout: float,
     ) -> None:
-        self._store, self._ledger, self._handoff = store, ledger, handoff
-        self._owner, self._lease, self._clock = owner, lease, clock
-        self._poll_interval, self._outage_limit = poll_interval, outage_limit
-        self._exit_when_empty = exit_when_empty
-        self._wake, self._release_unstarted = wake, release_unstarted
-        self._request_stop, self._give_up = request_stop, give_up
-        self._error, self._died, self._after_claim = error, died, after_claim
+        self._shared, self._store = shared, shared.store
+        self._ledger, self._handoff = ledger, handoff
+        self._owner, self._lease, self._clock = shared.owner, shared.lease, shared.clock
+        self._poll_interval, self._outage_limit = polling.interval, polling.outage_limit
+        self._exit_when_empty = polling.exit_when_empty
+        self._wake, self._release_unstarted = shared.wake, release_unstarted
+        self._request_stop, self._lock = shared.request_stop, shared.lock
+        self.failure: str | None = None  # why the claimer stopped the worker (lock held)
+        self._error, self._died = shared.error, shared.died
         # Set as the loop begins and once it has left it (its claims settled); waited on
         # by the stop, which cannot always join the thread (a Ctrl-C in Thread.start).
         self.loop_began = threading.Event()
         self.loop_ended = threading.Event()
+        name = f"{shared.owner}-claimer"
         self._service = BackgroundService(
-            track(self._loop), name=f"{owner}-claimer", stop_timeout=stop_timeout
+            shared.track(self._loop, name), name=name, stop_timeout=shared.stop_timeout
         )
 
     @property
@@ -149,6 +153,13 @@ class Claimer:
                 return
             self._wake.wait(min(wait, threading.TIMEOUT_MAX))  # poll_interval may be inf
 
+    def _give_up(self, reason: str) -> None:
+        """Stop the worker: the store has failed every claim for ``outage_limit``."""
+        with self._lock:
+            self.failure = reason
+        logger.critical("worker %s: %s; stopping", self._owner, reason)
+        self._request_stop(reason)
+
     def hand_over(
         self, claims: list[Claim], reserved: int, stopping: threading.Event | None = None
     ) -> bool:
@@ -162,7 +173,7 @@ class Claimer:
             self._ledger.hold(claims, reserved)
         for index, claim in enumerate(claims):
             try:
-                self._after_claim(claim)
+                self._shared.step(Step.AFTER_CLAIM, claim, None)
                 # This thread's own service was stopped (a start that failed part-way stops
                 # what it started) before the worker's stop began: hand nothing more over.
                 handed = stopping is None or not stopping.is_set()

@@ -10,7 +10,8 @@ Pattern:
     `~patterns.thread_exceptions.ThreadFailure` record, logged at CRITICAL, not a
     traceback on stderr that nobody reads. A hook's ``KeyboardInterrupt`` or
     ``SystemExit`` run by the stopping thread is deferred until the report is recorded
-    (``defer``), as ``patterns.exit_hooks`` contains callbacks.
+    (`~patterns.jobqueue.worker.shared.StoppingThread`), as ``patterns.exit_hooks``
+    contains callbacks.
 
 Guarantees:
     * Every error is logged once and counted exactly; the most recent 100 are kept.
@@ -28,6 +29,7 @@ from collections.abc import Callable
 from patterns.jobqueue.stores.deadline import StoreTimeout
 from patterns.jobqueue.stores.records import CommitUnknown, Job
 from patterns.jobqueue.tasks import Phase, PhaseError
+from patterns.jobqueue.worker.shared import StoppingThread
 from patterns.thread_exceptions import ThreadFailure
 
 __all__ = ["ErrorLog"]
@@ -41,9 +43,9 @@ class ErrorLog:
     """The worker's errors and dead threads; see the module docstring.
 
     Collaborators: ``lock``, the worker's; ``on_unexpected_error(error)``, the tasks' hook;
-    ``own_thread()``: is the caller one of the worker's threads; ``stopping_thread()``: is
-    the caller the thread running the stop; ``defer(exc)``: keep a Ctrl-C or exit for the
-    stop to raise once its report is recorded; ``request_stop(reason)``.
+    ``own_thread()``: is the caller one of the worker's threads; ``stopping``: which
+    thread runs the stop, and where a Ctrl-C or exit raised in it is kept for the stop to
+    raise once its report is recorded; ``request_stop(reason)``.
     """
 
     def __init__(
@@ -53,14 +55,13 @@ class ErrorLog:
         lock: threading.RLock,
         on_unexpected_error: Callable[[PhaseError], object] | None,
         own_thread: Callable[[], bool],
-        stopping_thread: Callable[[], bool],
-        defer: Callable[[BaseException], None],
+        stopping: StoppingThread,
         request_stop: Callable[[str], None],
     ) -> None:
         self._worker, self._lock = worker, lock
         self._on_unexpected_error = on_unexpected_error
-        self._own_thread, self._stopping_thread = own_thread, stopping_thread
-        self._defer, self._request_stop = defer, request_stop
+        self._own_thread, self._stopping = own_thread, stopping
+        self._request_stop = request_stop
         self.count = 0  # guarded by ``lock``, with the lists below
         self._errors: list[PhaseError] = []
         self._thread_failures: list[ThreadFailure] = []
@@ -111,7 +112,7 @@ class ErrorLog:
             hook(*args)
         except BaseException as exc:  # logged and contained; see below
             exiting = isinstance(exc, KeyboardInterrupt | SystemExit)
-            stopping = self._stopping_thread()
+            stopping = self._stopping.is_current()
             if exiting and not stopping and not self._own_thread():
                 raise  # the caller's own Ctrl-C or exit, outside a stop: theirs at once
             if phase is None:  # on_unexpected_error itself: log, never recurse
@@ -119,7 +120,7 @@ class ErrorLog:
             else:
                 self.unexpected(phase, job, exc)
             if exiting and stopping:
-                self._defer(exc)  # raised once the stop is recorded
+                self._stopping.defer(exc)  # raised once the stop is recorded
 
     def thread_died(self, exc: BaseException) -> None:
         """Record the calling thread's death, log it at CRITICAL and stop the worker."""

@@ -5,8 +5,8 @@ job; `Fallback.answered` turns it into the job's `~patterns.jobqueue.worker.work
 (accepted, refused by fencing, or an error of that job alone). When a store call raised,
 `Fallback.raised` reports it and makes one bounded fallback call that keeps the attempt
 spent: the job is requeued while attempts are left, failed after. When ``settle_many``
-itself failed, `Fallback.group_failed` commits each job on its own. `Fallback.commit`
-makes one store call between the two step hooks; the worker's release goes through it too.
+itself failed, `Fallback.group_failed` commits each job on its own. Each store call it
+makes goes through `~patterns.jobqueue.worker.shared.Shared.commit`, between the two step hooks.
 
 Pattern:
     Fencing (the lease token on every store call) makes a repeated call safe: a commit
@@ -33,15 +33,14 @@ from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
 
 from patterns.jobqueue.stores.checks import storable_error
-from patterns.jobqueue.stores.protocol import WorkerStore
-from patterns.jobqueue.stores.records import Claim, CommitUnknown, Job, Settle, Settlement
+from patterns.jobqueue.stores.records import Claim, CommitUnknown, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.tasks import describe_error as _describe
 from patterns.jobqueue.worker.outcomes import DEFAULT_POLICY, Outcome
+from patterns.jobqueue.worker.shared import Shared
 
 __all__ = ["Fallback", "Pending", "Run"]
 
-# The settler's logger (a child of the worker's): these lines were the worker's own.
 logger = logging.getLogger(__name__)
 
 
@@ -75,30 +74,18 @@ class Pending(Generic[_R]):
     outcome: Outcome | None = None  # set by the settler
 
 
-_StepHook = Callable[[Claim, Phase], object]
-
-
 class Fallback(Generic[_R]):
     """One job's outcome from its answer, and its fallback; see the module docstring.
 
-    Collaborators: ``store``; ``owner``, the worker's name (for the log); ``clock``, the
-    time a requeue's ``run_at`` is counted from; ``error(phase, job, exc)``: report a
-    store call that raised; ``before_commit``/``after_commit(claim, phase)``: the step
-    hooks around each store call.
+    ``shared``: the store; the worker's name (for the log); the clock a requeue's
+    ``run_at`` is counted from; ``error(phase, job, exc)``, which reports a store call
+    that raised; and `~patterns.jobqueue.worker.shared.Shared.commit`, which makes each
+    store call between its step hooks.
     """
 
-    def __init__(
-        self,
-        store: WorkerStore,
-        *,
-        owner: str,
-        clock: Callable[[], float],
-        error: Callable[[Phase, Job | None, BaseException], object],
-        before_commit: _StepHook,
-        after_commit: _StepHook,
-    ) -> None:
-        self._store, self._owner, self._clock, self._error = store, owner, clock, error
-        self._before_commit, self._after_commit = before_commit, after_commit
+    def __init__(self, shared: Shared) -> None:
+        self._shared, self._store, self._owner = shared, shared.store, shared.owner
+        self._clock, self._error = shared.clock, shared.error
 
     def answered(self, pending: Pending[_R], answer: bool | Exception) -> Outcome:
         """The outcome of one item from its `~.Store.settle_many` answer."""
@@ -163,7 +150,9 @@ class Fallback(Generic[_R]):
         )
         for pending in sent:
             try:
-                answer = self.commit(pending.phase, pending.item.claim, self._settle_one(pending))
+                answer = self._shared.commit(
+                    pending.phase, pending.item.claim, self._settle_one(pending)
+                )
             except Exception as again:  # noqa: BLE001 - reported by error()
                 pending.outcome = self.raised(pending, again)
             else:
@@ -237,7 +226,7 @@ class Fallback(Generic[_R]):
                 fallback_phase.value,
             )
         try:
-            accepted = self.commit(fallback_phase, claim, action)
+            accepted = self._shared.commit(fallback_phase, claim, action)
         except Exception as again:  # noqa: BLE001 - reported by error()
             self._error(fallback_phase, job, again)
             if unknown:
@@ -280,10 +269,3 @@ class Fallback(Generic[_R]):
             job.id,
             phase.value,
         )
-
-    def commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
-        """Make one store call that settles a job, between its two step boundaries."""
-        self._before_commit(claim, phase)
-        accepted = action(claim)
-        self._after_commit(claim, phase)
-        return accepted

@@ -23,7 +23,6 @@ See also: ``patterns.jobqueue.worker.worker`` (what wires it), ``patterns.jobque
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -34,6 +33,7 @@ from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import ClaimState
 from patterns.jobqueue.worker.runner import JobRunner
 from patterns.jobqueue.worker.settler import Settler
+from patterns.jobqueue.worker.shared import Shared
 
 __all__ = ["HandlerLoop"]
 
@@ -41,26 +41,25 @@ __all__ = ["HandlerLoop"]
 class HandlerLoop:
     """The loop each handler thread runs; see the module docstring.
 
-    Collaborators: ``handoff``, the queue of claims from the claimer (and the settler's
-    refills); ``ledger``; ``runner``; ``settler``; ``release_unstarted(claim)``: give
-    back a claim that must not start; ``wake``, set when this thread commits an outcome
-    itself; ``died(exc)``.
+    Collaborators: ``shared`` (``wake``, set when this thread commits an outcome
+    itself, and ``died``); ``handoff``, the queue of claims from the claimer (and the
+    settler's refills); ``ledger``; ``runner``; ``settler``; ``release_unstarted(claim)``:
+    give back a claim that must not start.
     """
 
     def __init__(
         self,
+        shared: Shared,
         handoff: ClosableQueue[Claim],
         ledger: ClaimLedger,
         runner: JobRunner,
         settler: Settler[Held],
         *,
         release_unstarted: Callable[[Claim], None],
-        wake: threading.Event,
-        died: Callable[[BaseException], None],
     ) -> None:
         self._handoff, self._ledger, self._runner = handoff, ledger, runner
         self._settler, self._release_unstarted = settler, release_unstarted
-        self._wake, self._died = wake, died
+        self._wake, self._died = shared.wake, shared.died
 
     def consume(self) -> None:
         """Run claims until the hand-off is closed and empty (one handler thread's life)."""

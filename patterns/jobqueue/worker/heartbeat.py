@@ -41,16 +41,15 @@ from typing import Generic, Protocol, TypeVar
 
 from patterns.cancellation import DEADLINE_EXCEEDED, CancelToken
 from patterns.daemon_threads import HousekeepingDaemon, StopReport, every
-from patterns.jobqueue.stores.protocol import WorkerStore
-from patterns.jobqueue.stores.records import Claim, Job
+from patterns.jobqueue.stores.records import Claim
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.tasks import describe_error as _describe
 from patterns.jobqueue.worker.outcomes import ClaimState
+from patterns.jobqueue.worker.shared import Shared
+from patterns.jobqueue.worker.states import Step
 
 __all__ = ["Heartbeat", "Held"]
 
-# A child of the worker's logger: a program that configured ``patterns.jobqueue.worker.worker``
-# sees the heartbeat's lines as it did when they were the worker's own.
 logger = logging.getLogger(__name__)
 
 _OVERDUE_GRACE = 0.5  # seconds past its timeout before a running handler is reported
@@ -75,44 +74,38 @@ _H = TypeVar("_H", bound=Held)
 class Heartbeat(Generic[_H]):
     """Renews the worker's leases and writes its row, in a daemon thread; see the module docstring.
 
-    Collaborators (none is the worker itself): ``store``; ``owner``, the worker's name
-    (the row's key and the thread's name prefix); ``lease`` and ``interval`` (seconds);
-    ``clock``, the store's (the row's ``started_at``); ``lock``, the worker's, guarding
-    ``held`` (the claims in hand, by job id) and the records in it; ``state()`` (lock
-    held): the worker's state for the row; ``lost(held)`` (lock held): a waiting claim's
-    lease was lost; ``error(phase, job, exc)``; ``died(exc)``; ``before_renew(claim)``:
-    the step hook; ``track``: wraps the thread's target.
+    Collaborators (none is the worker itself): ``shared`` (the store; the worker's name,
+    the row's key and the thread's name prefix; the lease; the store's clock, for the
+    row's ``started_at``; the worker's lock, guarding ``held`` and the records in it;
+    ``error``, ``died``, the step hook and ``track``, which wraps the thread's target);
+    ``interval``, seconds between beats; ``held``, the claims in hand by job id;
+    ``state()`` (lock held): the worker's state for the row; ``lost(held)`` (lock held):
+    a waiting claim's lease was lost.
     """
 
     def __init__(
         self,
-        store: WorkerStore,
+        shared: Shared,
         *,
-        owner: str,
-        lease: float,
         interval: float,
-        clock: Callable[[], float],
-        lock: threading.RLock,
         held: Mapping[int, _H],
         state: Callable[[], str],
         lost: Callable[[_H], None],
-        error: Callable[[Phase, Job | None, BaseException], object],
-        died: Callable[[BaseException], None],
-        before_renew: Callable[[Claim], object],
-        track: Callable[[Callable[[threading.Event], None]], Callable[[threading.Event], None]],
     ) -> None:
-        self._store, self._owner, self._lease, self._interval = store, owner, lease, interval
-        self._clock, self._lock, self._held, self._state = clock, lock, held, state
-        self._lost, self._error, self._died, self._before_renew = lost, error, died, before_renew
+        self._shared, self._store, self._owner = shared, shared.store, shared.owner
+        self._lease, self._interval, self._clock = shared.lease, interval, shared.clock
+        self._lock, self._held, self._state, self._lost = shared.lock, held, state, lost
+        self._error, self._died = shared.error, shared.died
         # Guarded by ``lock``, with the records in ``held``.
         self._overdue = 0  # handlers found still running past their timeout (each once)
         self._row_failures = 0  # record_worker calls that raised; logged rate-limited
         self._row_logged_at = -math.inf  # monotonic time of the last such log line
         self._started_at = 0.0  # the store's clock at start, for the worker row
         self._host = socket.gethostname()
+        name = f"{shared.owner}-heartbeat"
+        beats = every(min(interval, threading.TIMEOUT_MAX), self.beat)
         self._daemon = HousekeepingDaemon(
-            track(self._reporting_death(every(min(interval, threading.TIMEOUT_MAX), self.beat))),
-            name=f"{owner}-heartbeat",
+            shared.track(self._reporting_death(beats), name), name=name
         )
 
     @property
@@ -175,7 +168,7 @@ class Heartbeat(Generic[_H]):
         for run, was, claim in snapshot:
             job = claim.job
             try:
-                self._before_renew(claim)
+                self._shared.step(Step.HEARTBEAT, claim, None)
                 renewed = self._store.renew(claim, lease=self._lease)
             except Exception as exc:  # noqa: BLE001 - reported; the heartbeat goes on
                 self._error(Phase.HEARTBEAT, job, exc)

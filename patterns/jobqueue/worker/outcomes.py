@@ -58,7 +58,7 @@ class ClaimState(enum.StrEnum):
     LOST = "lost"  # its lease was lost before it started: it will not run
 
 
-# The only moves a claim makes (`Worker._transition` checks each against this table).
+# The only moves a claim makes (`ClaimLedger.move` checks each against this table).
 CLAIM_MOVES: Mapping[ClaimState, frozenset[ClaimState]] = MappingProxyType(
     {
         ClaimState.WAITING: frozenset({ClaimState.RUNNING, ClaimState.LOST}),

@@ -1,8 +1,8 @@
 """Giving claims back: a claim never started, and a job still running at the stop deadline.
 
-TL;DR: `Releaser.unstarted` releases a claim whose handler never started (the stop began,
-or its lease was lost) and records its outcome; `Releaser.still_running` releases, at the
-stop's deadline, every job whose handler outlived the budget.
+TL;DR: `Releaser.release_unstarted` releases a claim whose handler never started (the stop
+began, or its lease was lost) and records its outcome; `Releaser.release_still_running`
+releases, at the stop's deadline, every job whose handler outlived the budget.
 
 Pattern:
     The "forced" half of ``patterns.executor_shutdown``'s graceful-then-forced stop, for
@@ -16,21 +16,19 @@ Guarantees:
     * A release whose commit's outcome is unknown is repeated once (refused if the first
       applied), so a connection broken at ``COMMIT`` does not leave the job leased.
 
-See also: ``patterns.jobqueue.worker.worker`` (the stop that calls it),
+See also: ``patterns.jobqueue.worker.stop_script`` (the stop that calls it),
 ``patterns.jobqueue.stores.protocol`` (the fencing rule).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from patterns.jobqueue.stores.protocol import WorkerStore
-from patterns.jobqueue.stores.records import Claim, CommitUnknown, Job
+from patterns.jobqueue.stores.records import Claim, CommitUnknown
 from patterns.jobqueue.tasks import Phase
-from patterns.jobqueue.worker.ledger import ClaimLedger, Held
+from patterns.jobqueue.worker.ledger import ClaimLedger
 from patterns.jobqueue.worker.outcomes import ClaimState, Outcome
-from patterns.jobqueue.worker.settler import Settler
+from patterns.jobqueue.worker.shared import Shared
 
 __all__ = ["Releaser"]
 
@@ -40,22 +38,16 @@ logger = logging.getLogger(__name__)
 class Releaser:
     """Releases claims the worker will not run; see the module docstring.
 
-    Collaborators: ``store``; ``ledger``; ``settler``, whose
-    `~patterns.jobqueue.worker.settler.Settler.commit` makes each store call between the step
-    hooks; ``error(phase, job, exc)``.
+    Collaborators: ``shared`` (the store, ``error(phase, job, exc)``, and
+    `~patterns.jobqueue.worker.shared.Shared.commit`, which makes each store call between
+    the step hooks); ``ledger``, where each outcome is recorded.
     """
 
-    def __init__(
-        self,
-        store: WorkerStore,
-        ledger: ClaimLedger,
-        settler: Settler[Held],
-        *,
-        error: Callable[[Phase, Job | None, BaseException], object],
-    ) -> None:
-        self._store, self._ledger, self._settler, self._error = store, ledger, settler, error
+    def __init__(self, shared: Shared, ledger: ClaimLedger) -> None:
+        self._shared, self._store, self._ledger = shared, shared.store, ledger
+        self._error = shared.error
 
-    def unstarted(self, claim: Claim) -> None:
+    def release_unstarted(self, claim: Claim) -> None:
         """Release a claim whose handler never started, and record its outcome."""
         job = claim.job
         with self._ledger.cond:
@@ -77,7 +69,7 @@ class Releaser:
         logger.info("job %d: released before it started (%s)", job.id, outcome.value)
         self._ledger.record(job, outcome, held)
 
-    def still_running(self) -> None:
+    def release_still_running(self) -> None:
         """Give back the attempt of every job whose handler outlived the budget.
 
         A stop must never turn a job failed: kept under its lease, such a job would come
@@ -117,7 +109,7 @@ class Releaser:
         left leased with its attempt spent because a connection broke at ``COMMIT``.
         """
         try:
-            return self._settler.commit(Phase.RELEASE, claim, self._store.release)
+            return self._shared.commit(Phase.RELEASE, claim, self._store.release)
         except CommitUnknown as exc:
             self._error(Phase.RELEASE, claim.job, exc)
             logger.warning(
@@ -125,4 +117,4 @@ class Releaser:
                 "releasing again (refused if it did)",
                 claim.job.id,
             )
-            return self._settler.commit(Phase.RELEASE, claim, self._store.release) or True
+            return self._shared.commit(Phase.RELEASE, claim, self._store.release) or True

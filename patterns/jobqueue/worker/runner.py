@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
 from patterns.jobqueue.stores.checks import storable_error
-from patterns.jobqueue.stores.records import Claim, Job, Settle, Settlement
+from patterns.jobqueue.stores.records import Settle, Settlement
 from patterns.jobqueue.tasks import (
     Decision,
     Fail,
@@ -52,6 +52,7 @@ from patterns.jobqueue.tasks import (
 from patterns.jobqueue.worker.fallback import Pending
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import DEFAULT_POLICY, Outcome, decide
+from patterns.jobqueue.worker.shared import Shared
 from patterns.jobqueue.worker.states import Step
 
 __all__ = ["JobRunner"]
@@ -64,30 +65,27 @@ _Hook = Callable[..., None]
 class JobRunner:
     """Runs one job's handler and decides its outcome; see the module docstring.
 
-    Collaborators: ``tasks``, the handlers, policies and hooks; ``ledger``, for the
-    handler's token and the timeout count; ``stopping()``: is the worker stopping (what
-    ``ctx.stopping()`` answers); ``error(phase, job, exc)``; ``hook(phase, job, fn,
-    *args)``: run a task's hook, errors contained; ``step_hook(step, claim, phase)``;
-    ``owner``, the worker's name; ``clock``, the store's, for a retry's run time. One
-    runner serves every handler thread: what it knows of a job is in its
+    Collaborators: ``shared`` (the worker's name, the store's clock for a retry's run
+    time, ``error(phase, job, exc)`` and the step hook); ``tasks``, the handlers,
+    policies and hooks; ``ledger``, for the handler's token and the timeout count;
+    ``stopping()``: is the worker stopping (what ``ctx.stopping()`` answers); ``hook(phase,
+    job, fn, *args)``: run a task's hook, errors contained. One runner serves every
+    handler thread: what it knows of a job is in its
     `~patterns.jobqueue.worker.ledger.Held` record.
     """
 
     def __init__(
         self,
+        shared: Shared,
         tasks: TaskRegistry,
         ledger: ClaimLedger,
         *,
-        owner: str,
-        clock: Callable[[], float],
         stopping: Callable[[], bool],
-        error: Callable[[Phase, Job | None, BaseException], object],
         hook: _Hook,
-        step_hook: Callable[[Step, Claim, Phase | None], object],
     ) -> None:
-        self._tasks, self._ledger, self._owner, self._clock = tasks, ledger, owner, clock
-        self._stopping, self._error, self._hook = stopping, error, hook
-        self._step = step_hook
+        self._tasks, self._ledger, self._owner = tasks, ledger, shared.owner
+        self._clock, self._error, self._step = shared.clock, shared.error, shared.step
+        self._stopping, self._hook = stopping, hook
 
     def run(self, run: Held) -> Pending[Held] | None:
         """Run the job and return its decided outcome (None: no decision was made)."""

@@ -13,7 +13,7 @@ Pattern:
     (``patterns.closable_queue``): then `Settler.put` refuses and the handler thread
     commits its own outcome. The outbox is guarded by the worker's lock, so a hand-over is
     one lock hold with the claim's move and its slot, and the refill's "may I claim?"
-    (``claiming``) is read under the lock ``request_stop`` closes the gate with.
+    (the ledger's ``accepting``) is read under the lock ``request_stop`` closes the gate with.
 
 Guarantees:
     * Each outcome is fenced on its own: one refused leaves the others applied.
@@ -33,78 +33,71 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from patterns.daemon_threads import BackgroundService, StopReport
-from patterns.jobqueue.stores.protocol import WorkerStore
 from patterns.jobqueue.stores.records import Claim, Job, JsonValue, Settle
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.fallback import Fallback, Pending, Run
+from patterns.jobqueue.worker.shared import Shared
+from patterns.jobqueue.worker.states import Step
 
-__all__ = ["Pending", "Run", "Settler"]
+__all__ = ["Ledger", "Pending", "Run", "Settler"]
 
 logger = logging.getLogger(__name__)
 
 _R = TypeVar("_R", bound=Run)
-_StepHook = Callable[[Claim, Phase], object]
-_NEVER_SET = threading.Event()  # a led commit's "stopping": ``claiming()`` decides there
+_NEVER_SET = threading.Event()  # a led commit's "stopping": the ledger's gate decides there
+
+
+class Ledger(Protocol[_R]):
+    """What the settler reads of the claims in hand, and what it reports back to them."""
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the refill may claim now (the worker is RUNNING), read with the lock held."""
+        ...
+
+    def give_back(self, slots: int) -> None:
+        """Free ``slots`` reserved for a refill that no claim filled (lock held)."""
+        ...
+
+    def record_batch(self, batch: list[Pending[_R]]) -> None:
+        """Record each committed item's ``outcome`` (None: unsettled)."""
+        ...
+
+    def unsettled_pending(self, pending: Pending[_R]) -> None:
+        """An outcome a dying thread never committed."""
+        ...
 
 
 class Settler(Generic[_R]):
     """Commits handed-over outcomes in groups, in its own thread; see the module docstring.
 
-    Collaborators (none is the worker itself): ``store``; ``lock``, the worker's, guarding
-    the outbox; ``claiming()`` (lock held): may the refill claim now; ``free_slots(n)``
-    (lock held): slots reserved for a refill that no claim filled; ``settled(batch)``:
-    record each item's ``outcome`` (None: unsettled); ``unsettled(pending)``: one a dying
-    thread never committed; ``claimed(claims, want, stopping)``: the refill's claims;
-    ``completed(job, result)``: an accepted completion's hook; ``clock`` and
-    ``error(phase, job, exc)``, also handed to the `~patterns.jobqueue.worker.fallback.Fallback`;
-    ``died(exc)``; ``before_commit``/``after_commit(claim, phase)``: the step hooks;
-    ``wake``: set after each commit; ``track``: wraps the thread's target.
+    Collaborators (none is the worker itself): ``shared`` (the store, the worker's lock
+    guarding the outbox, ``error``, ``died``, the step hooks, ``wake``, set after each
+    commit, and ``track``, which wraps the thread's target); ``ledger``, the claims in
+    hand; ``claimed(claims, want, stopping)``: the refill's claims; ``completed(job,
+    result)``: an accepted completion's hook.
     """
 
     def __init__(
         self,
-        store: WorkerStore,
+        shared: Shared,
+        ledger: Ledger[_R],
         *,
-        owner: str,
-        lease: float,
-        clock: Callable[[], float],
-        lock: threading.RLock,
-        claiming: Callable[[], bool],
-        free_slots: Callable[[int], None],
-        settled: Callable[[list[Pending[_R]]], None],
-        unsettled: Callable[[Pending[_R]], None],
         claimed: Callable[[list[Claim], int, threading.Event | None], object],
         completed: Callable[[Job, JsonValue], None],
-        error: Callable[[Phase, Job | None, BaseException], object],
-        died: Callable[[BaseException], None],
-        before_commit: _StepHook,
-        after_commit: _StepHook,
-        wake: threading.Event,
-        stop_timeout: float,
-        track: Callable[[Callable[[threading.Event], None]], Callable[[threading.Event], None]],
     ) -> None:
-        self._store, self._owner, self._lease = store, owner, lease
-        self._claiming, self._free_slots, self._claimed = claiming, free_slots, claimed
-        self._settled, self._unsettled, self._completed = settled, unsettled, completed
-        self._error, self._died, self._wake = error, died, wake
-        self._before_commit, self._after_commit = before_commit, after_commit
-        self._lock = lock
+        self._shared, self._ledger, self._lock = shared, ledger, shared.lock
+        self._claimed, self._completed = claimed, completed
+        self._error, self._died, self._wake = shared.error, shared.died, shared.wake
         # A job's answer read, and a failed commit's fallback (patterns.jobqueue.worker.fallback).
-        self._fallback: Fallback[_R] = Fallback(
-            store,
-            owner=owner,
-            clock=clock,
-            error=error,
-            before_commit=before_commit,
-            after_commit=after_commit,
-        )
+        self._fallback: Fallback[_R] = Fallback(shared)
         # Guards every field below it, with everything the worker guards by the same lock.
         # Waited on by the settler's thread alone (``_waiting`` says so); notified by put()
         # while it waits, and by close().
-        self._ready = threading.Condition(lock)
+        self._ready = threading.Condition(self._lock)
         self._outbox: list[Pending[_R]] = []  # handed over, not yet taken by the thread
         self._closed = False  # set by close() (or the thread's death): put() refuses
         self._waiting = False
@@ -112,8 +105,9 @@ class Settler(Generic[_R]):
         # While it runs, outcomes collect in the outbox for the next commit.
         self._in_flight = False
         self._refill = 0  # slots freed by outcomes in the outbox: the commit claims for them
+        name = f"{shared.owner}-settler"
         self._service = BackgroundService(
-            track(self._loop), name=f"{owner}-settler", stop_timeout=stop_timeout
+            shared.track(self._loop, name), name=name, stop_timeout=shared.stop_timeout
         )
 
     @property
@@ -156,9 +150,9 @@ class Settler(Generic[_R]):
         if self._closed or self._in_flight:
             return None
         self._in_flight = True
-        if self._claiming():
+        if self._ledger.accepting:
             return 1
-        self._free_slots(1)
+        self._ledger.give_back(1)
         return 0
 
     def commit_led(self, pending: Pending[_R], want: int) -> None:
@@ -210,9 +204,9 @@ class Settler(Generic[_R]):
             with self._lock:
                 self._closed = True  # from now on each handler thread commits its own
                 left, self._outbox = self._outbox, []
-                self._free_slots(self._take_refill(stopping, claiming=False))
+                self._ledger.give_back(self._take_refill(stopping, claiming=False))
             for pending in left:
-                self._unsettled(pending)
+                self._ledger.unsettled_pending(pending)
             self._died(exc)
 
     def _take_refill(self, stopping: threading.Event, *, claiming: bool = True) -> int:
@@ -222,9 +216,9 @@ class Settler(Generic[_R]):
         free again at once and 0 is returned.
         """
         want, self._refill = self._refill, 0
-        if claiming and self._claiming() and not stopping.is_set():
+        if claiming and self._ledger.accepting and not stopping.is_set():
             return want
-        self._free_slots(want)
+        self._ledger.give_back(want)
         return 0
 
     def commit_batch(
@@ -242,11 +236,11 @@ class Settler(Generic[_R]):
             claims = self._commit_group(batch, want)
         except BaseException:
             with self._lock:
-                self._free_slots(want)
+                self._ledger.give_back(want)
             for pending in batch:
-                self._unsettled(pending)
+                self._ledger.unsettled_pending(pending)
             raise
-        self._settled(batch)
+        self._ledger.record_batch(batch)
         if want:  # before the hooks: the handlers start on them while the hooks run
             self._claimed(claims, want, stopping)
         for pending in batch:
@@ -270,7 +264,7 @@ class Settler(Generic[_R]):
         sent: list[Pending[_R]] = []
         for pending in batch:
             try:
-                self._before_commit(pending.item.claim, pending.phase)
+                self._shared.step(Step.BEFORE_COMMIT, pending.item.claim, pending.phase)
             except Exception as exc:  # noqa: BLE001 - as if its own store call raised
                 pending.outcome = self._fallback.raised(pending, exc)
                 continue
@@ -279,7 +273,7 @@ class Settler(Generic[_R]):
             return []
         try:
             items = [pending.item for pending in sent]
-            answers, claims = self._fallback.group_call(items, lease=self._lease, want=want)
+            answers, claims = self._fallback.group_call(items, lease=self._shared.lease, want=want)
         except Exception as exc:  # noqa: BLE001 - reported by error()
             if sent:
                 self._fallback.group_failed(sent, exc)
@@ -288,13 +282,9 @@ class Settler(Generic[_R]):
             return []
         for pending, answer in zip(sent, answers, strict=True):
             try:
-                self._after_commit(pending.item.claim, pending.phase)
+                self._shared.step(Step.AFTER_COMMIT, pending.item.claim, pending.phase)
             except Exception as exc:  # noqa: BLE001 - as if its own store call raised
                 pending.outcome = self._fallback.raised(pending, exc)
                 continue
             pending.outcome = self._fallback.answered(pending, answer)
         return claims
-
-    def commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
-        """Make one store call that settles a job, between its two step boundaries."""
-        return self._fallback.commit(phase, claim, action)

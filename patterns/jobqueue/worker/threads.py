@@ -3,8 +3,9 @@
 TL;DR: `ThreadMarks.track` wraps the target of each thread the worker starts (the
 claimer, the settler, the heartbeat, each handler), running it inside the context the
 marks were made with (the worker's: its store calls keep to the stop's deadline);
-`ThreadMarks.all_ended` waits for them within a budget and `ThreadMarks.unended` names
-the ones still running, for the report. `wait` is ``Event.wait`` for any number of
+`ThreadMarks.all_ended` waits for them within a budget, `ThreadMarks.unended` names
+the ones still running, for the report, and `ThreadMarks.is_own` says whether the caller
+is one of them. `wait` is ``Event.wait`` for any number of
 seconds, inf included.
 
 Pattern:
@@ -36,6 +37,7 @@ class _Mark:
 
     name: str
     handler: bool  # a handler thread (named in ``still_running``), not the claimer & co.
+    thread: threading.Thread | None = None  # the thread running the target, once it began
     began: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
 
@@ -62,7 +64,8 @@ class ThreadMarks:
         self._marks.append(mark)
 
         def run(*args: _P.args, **kwargs: _P.kwargs) -> None:
-            mark.name = threading.current_thread().name
+            mark.thread = threading.current_thread()
+            mark.name = mark.thread.name
             mark.began.set()
             try:
                 with self._around():
@@ -75,6 +78,11 @@ class ThreadMarks:
     def all_ended(self, left: Callable[[], float]) -> bool:
         """Wait (within ``left()``) until every thread that began has ended."""
         return all(wait(m.ended, left()) for m in list(self._marks) if m.began.is_set())
+
+    def is_own(self) -> bool:
+        """The caller is one of these threads, inside its target (a handler, a hook)."""
+        current = threading.current_thread()
+        return any(m.thread is current and not m.ended.is_set() for m in list(self._marks))
 
     def unended(self, *, handlers: bool) -> tuple[str, ...]:
         """Names of the (handler) threads that began and have not ended."""
