@@ -27,6 +27,8 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 COPIES = [
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
     ("ServerStopReport", ["server_shutdown", "server_shutdown_asyncio"]),
+    ("force_exit", ["exit_hooks", "signal_handlers"]),
+    ("_log_and_flush", ["exit_hooks", "signal_handlers"]),
 ]
 
 # Seconds and deadlines: one family, the same code in every module that holds any of it

@@ -80,7 +80,6 @@ from typing import Self
 from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue, shutdown_and_drain
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
-from patterns.exit_hooks import SignalHandlers, install_signal_handlers
 from patterns.jobqueue.stores.deadline import Deadline, bounded_by
 from patterns.jobqueue.stores.protocol import Claim, JsonValue, Store
 from patterns.jobqueue.tasks import Phase, TaskRegistry
@@ -104,6 +103,7 @@ from patterns.jobqueue.worker.states import StateMachine, Step, WorkerState
 from patterns.jobqueue.worker.stop_once import StopOnce
 from patterns.jobqueue.worker.threads import ThreadMarks
 from patterns.jobqueue.worker.threads import wait as _wait
+from patterns.signal_handlers import SignalHandlers, install_signal_handlers
 
 __all__ = [
     "Outcome",
