@@ -28,7 +28,7 @@ Python:
     takes the wakeup fd, so ``start()`` refuses to run while one is set.
 
 Docs: docs/patterns/signal_handlers.md (the pitfalls, the Java counterpart, budgets, forking);
-what runs at exit, and `register_exit_hook`, are in exit_hooks.py.
+what runs at exit, and ``register_exit_hook``, are in exit_hooks.py.
 """
 
 from __future__ import annotations
