@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patterns.jobqueue import JobContext, PostgresStore, SQLiteStore, TaskRegistry
-from patterns.jobqueue.stores.protocol import JsonValue
+from patterns.jobqueue.stores.records import JsonValue
 
 ROOT = Path(__file__).resolve().parent.parent
 EFFECTS_ENV = "JOBQUEUE_CHAOS_EFFECTS"

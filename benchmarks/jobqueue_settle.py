@@ -37,7 +37,8 @@ from benchmarks._tables import (
     scratch_dir,
     stats_table,
 )
-from patterns.jobqueue.stores.protocol import Claim, Settle, Settlement, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Claim, Settle, Settlement
 
 DSN_VARIABLE = "PATTERNS_PG_DSN"
 SIZES = (1, 4, 16)

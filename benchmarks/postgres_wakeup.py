@@ -38,7 +38,8 @@ from typing import Any, cast
 
 from benchmarks._tables import end_line, load_average, pg_schema
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import JsonValue, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import JsonValue
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
 from patterns.jobqueue.worker.worker import Worker
 

@@ -5,7 +5,8 @@
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-from patterns.process_shutdown import ignore_sigint, shutdown_process_pool
+from patterns.process_shutdown import shutdown_process_pool
+from patterns.stoppable_process import ignore_sigint
 
 
 def main() -> None:

@@ -5,13 +5,11 @@
 
 TL;DR: ``report = await shutdown_tasks(tasks, timeout=5)`` cancels every task and waits at
 most ``timeout``; ``async with TaskSet() as tasks: tasks.spawn(coro)`` keeps background
-tasks alive and logs their failures; ``await run_until_signalled(work, drain_timeout=10)``
-turns SIGTERM or SIGINT into a graceful stop and a second signal into an exit with status
-``128 + signum``; ``await run_in_thread(fn)`` runs ``fn(token)`` in a thread and sets
-``token`` when the awaiting task is cancelled; ``await shielded(save(), timeout=2)``
-finishes a cleanup even when its caller is cancelled, then lets the cancellation go on;
-``async with StoppableTaskGroup() as group:`` is an `asyncio.TaskGroup` that another task
-can stop with ``await group.stop(timeout)``.
+tasks alive and logs their failures; ``await run_in_thread(fn)`` runs ``fn(token)`` in a
+thread and sets ``token`` when the awaiting task is cancelled; ``await shielded(save(),
+timeout=2)`` finishes a cleanup even when its caller is cancelled, then lets the
+cancellation go on; ``async with StoppableTaskGroup() as group:`` is an `asyncio.TaskGroup`
+that another task can stop with ``await group.stop(timeout)``.
 
 Guarantees:
     * `shutdown_tasks` returns within ``timeout`` (plus scheduling noise) whatever the tasks
@@ -20,8 +18,6 @@ Guarantees:
     * A task spawned by a `TaskSet` is strongly referenced until it ends; its failure is
       logged at ERROR, with its name, when it happens ("never retrieved" never appears).
       `TaskSet.stop` keeps the lifecycle contract and refuses new tasks from its first call.
-    * `AsyncSignalHandlers` puts back, when stopped, the loop's own handler for a signal if
-      the loop had one (an outer `AsyncSignalHandlers`), else the exact previous one.
     * Every number of seconds is checked: ``math.inf`` means as long as it takes; nan, a
       negative number, a bool or a string is a `ValueError` naming the argument.
     * When the task awaiting `run_in_thread` is cancelled, the token is set, the task waits
@@ -35,13 +31,15 @@ Guarantees:
       that task from outside survives a child's failure.
 
 Python:
-    3.11+ (``Task.cancelling``/``uncancel``, `asyncio.TaskGroup`, `asyncio.timeout`), POSIX
-    for the signal handlers; checked on 3.11.7, 3.12.1 and 3.13.0. At exit `asyncio.run`
-    waits for the default executor's threads: with no limit on 3.11.7 and 3.12.1, for at
-    most 300 s on 3.13.0 (after which the interpreter's own exit still waits for them).
+    3.11+ (``Task.cancelling``/``uncancel``, `asyncio.TaskGroup`, `asyncio.timeout`);
+    checked on 3.11.7, 3.12.1 and 3.13.0. At exit `asyncio.run` waits for the default
+    executor's threads: with no limit on 3.11.7 and 3.12.1, for at most 300 s on 3.13.0
+    (after which the interpreter's own exit still waits for them).
     An `asyncio.TaskGroup` that raises an `ExceptionGroup` while its task is being cancelled
     from outside drops that cancellation on 3.11.7 and 3.12.1 and keeps it on 3.13.0
     (gh-116720); `StoppableTaskGroup` keeps it on every version.
+
+Turning SIGTERM into a stop, and a second signal into an exit, is patterns/asyncio_signals.py.
 
 Docs: docs/patterns/asyncio_shutdown.md
 """
@@ -49,14 +47,11 @@ Docs: docs/patterns/asyncio_shutdown.md
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import dataclasses
 import functools
 import logging
 import math
-import os
-import signal
 import sys
 import threading
 import time
@@ -68,16 +63,12 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 __all__ = [
     "DEFAULT_CANCEL_TIMEOUT",
-    "DEFAULT_SIGNALS",
-    "AsyncSignalHandlers",
-    "SignalReport",
     "StoppableTaskGroup",
     "TaskSet",
     "TaskShutdownReport",
     "retry_forever",
     "run_in_thread",
     "run_in_thread_with",
-    "run_until_signalled",
     "shielded",
     "shutdown_tasks",
 ]
@@ -87,14 +78,8 @@ logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: The signals a service stops on, SIGTERM (``kill``, Docker, systemd, Kubernetes) and SIGINT.
-DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
-
 #: Seconds `run_in_thread` waits, once cancelled, for its function to notice the token.
 DEFAULT_CANCEL_TIMEOUT = 5.0
-
-#: Seconds a forced exit spends flushing logging and stdio before `os._exit`.
-_FORCE_FLUSH_TIMEOUT = 0.5
 
 
 @dataclass(frozen=True)
@@ -561,204 +546,10 @@ async def run_in_thread_with(
         raise
 
 
-@dataclass(frozen=True)
-class SignalReport:
-    """What `AsyncSignalHandlers.stop` left behind (nothing runs, so it always terminated)."""
-
-    terminated: bool
-    still_running: tuple[str, ...]
-    first_signal: signal.Signals | None  # the signal that called on_stop, if one came
-
-    def __post_init__(self) -> None:
-        _check_report(self.terminated, self.still_running)
-
-
-class AsyncSignalHandlers:
-    """Handle SIGTERM like SIGINT in an event loop: stop on the first, exit on the second.
-
-    `asyncio.Runner` (and so `asyncio.run`) turns only SIGINT into a cancellation of the
-    main task; SIGTERM keeps its default action and kills the process with no cleanup
-    (A6). ``start()`` (in the loop's thread, the main thread) installs each signal with
-    ``loop.add_signal_handler``: the first calls ``on_stop(signum)`` in the loop, once; a
-    second forces the exit with status ``128 + signum`` (A9). ``stop()`` removes them and
-    puts back what was there: the loop's own handler if it had one (an outer
-    ``AsyncSignalHandlers``, as nested `run_until_signalled` makes), else the Python
-    handler (the loop alone would put back the default). A plain context manager, usable
-    inside a coroutine: ``with AsyncSignalHandlers(lambda s: stop.set()):``; it enters a
-    running one as it is.
-    """
-
-    def __init__(
-        self,
-        on_stop: Callable[[signal.Signals], object],
-        signals: Iterable[int] = DEFAULT_SIGNALS,
-    ) -> None:
-        try:
-            self._signals = tuple(dict.fromkeys(signal.Signals(s) for s in signals))
-        except ValueError as exc:
-            raise ValueError(f"signals: {exc}") from None
-        if not self._signals:
-            raise ValueError("signals must name at least one signal")
-        self._on_stop = on_stop
-        self._loop: asyncio.AbstractEventLoop | None = None
-        # What to put back, per signal added: the Python handler, and the loop's own
-        # handler (callback and arguments) if the loop had one for it.
-        self._previous: dict[signal.Signals, tuple[Any, _LoopHandler | None]] = {}
-        self._received: list[signal.Signals] = []
-        self._closed = False
-        self._report: SignalReport | None = None
-
-    @property
-    def first_signal(self) -> signal.Signals | None:
-        """The signal that asked to stop, or None if none has arrived yet."""
-        return self._received[0] if self._received else None
-
-    def start(self) -> Self:
-        """Install the handlers in the running loop, all or nothing.
-
-        Raises `RuntimeError` outside a running loop, outside the main thread, or when
-        called twice or after `stop`; whatever was installed is removed again then.
-        """
-        loop = asyncio.get_running_loop()
-        if self._loop is not None or self._closed:
-            raise RuntimeError("AsyncSignalHandlers.start() can be called once, before stop()")
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("signal handlers can only be installed from the main thread")
-        self._loop = loop
-        try:
-            for signum in self._signals:
-                previous = (signal.getsignal(signum), _loop_handler(loop, signum))
-                loop.add_signal_handler(signum, self._on_signal, signum)
-                self._previous[signum] = previous
-        except BaseException:
-            self._remove()
-            self._closed = True
-            raise
-        return self
-
-    def stop(self, timeout: float | None = None) -> SignalReport:
-        """Remove the handlers and put back the previous ones; the same report every time.
-
-        ``timeout`` is accepted for the contract; nothing here waits. Call it in the loop's
-        thread while the loop is open (or never started).
-        """
-        _seconds(timeout, "timeout", allow_none=True)
-        if self._report is None:
-            self._closed = True
-            self._remove()
-            self._report = SignalReport(True, (), self.first_signal)
-        return self._report
-
-    def _remove(self) -> None:
-        loop = self._loop
-        for signum, (previous, in_loop) in list(self._previous.items()):
-            del self._previous[signum]
-            if loop is not None and not loop.is_closed():
-                loop.remove_signal_handler(signum)  # puts back SIG_DFL / default_int_handler
-                if in_loop is not None:  # the loop had one (an outer AsyncSignalHandlers)
-                    loop.add_signal_handler(signum, in_loop[0], *in_loop[1])
-                    continue
-            if getattr(previous, "__name__", "") == "_sighandler_noop":
-                # asyncio's placeholder for a loop handler we could not read: putting it
-                # back would make the signal do nothing at all. Leave the default.
-                logger.warning("%s: the loop's previous handler is lost", signum.name)
-            elif previous is not None:  # None: installed outside Python; nothing to put back
-                signal.signal(signum, previous)
-
-    def __enter__(self) -> Self:
-        """Start if never started; a running one is returned as is (``with h.start():``)."""
-        if self._loop is not None and not self._closed:
-            return self
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _on_signal(self, signum: signal.Signals) -> None:
-        if self._closed:
-            return
-        self._received.append(signum)
-        if len(self._received) == 1:
-            logger.warning("%s received: stopping (send it again to exit at once)", signum.name)
-            try:
-                self._on_stop(signum)
-            except Exception:
-                logger.exception("on_stop failed; a second signal still forces the exit")
-        else:
-            _force_exit(128 + signum, f"second signal ({signum.name}) while stopping")
-
-
-async def run_until_signalled(
-    work: Callable[[asyncio.Event], Coroutine[Any, Any, object]],
-    *,
-    drain_timeout: float,
-    cancel_timeout: float = 1.0,
-    signals: Iterable[int] = DEFAULT_SIGNALS,
-) -> TaskShutdownReport:
-    """Run ``work(stop)`` as a task until it returns or a signal asks to stop.
-
-    The first signal sets ``stop``; ``work`` gets ``drain_timeout`` seconds to finish and
-    return, then it is cancelled and gets ``cancel_timeout`` more. The handlers stay
-    installed until then, so a second signal forces the exit with status ``128 + signum``.
-    Returns the `shutdown_tasks` report of the work task (``finished`` names it when it
-    returned by itself; a failure of ``work`` is logged and named in ``failed``).
-    """
-    drain = _seconds(drain_timeout, "drain_timeout")
-    cancel = _seconds(cancel_timeout, "cancel_timeout")
-    stop = asyncio.Event()  # set by the first signal; work watches it
-    with AsyncSignalHandlers(lambda _signum: stop.set(), signals):
-        task = asyncio.get_running_loop().create_task(work(stop), name="work")
-        stopped = asyncio.get_running_loop().create_task(stop.wait(), name="stop-wait")
-        try:
-            await asyncio.wait([task, stopped], return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                logger.info("draining: waiting up to %.3gs for work to stop", drain)
-                await asyncio.wait([task], timeout=_timeout(drain))
-        finally:
-            stopped.cancel()
-        return await shutdown_tasks([task], cancel)
-
-
-_LoopHandler = tuple[Callable[..., object], tuple[Any, ...]]
-
-
-def _loop_handler(loop: asyncio.AbstractEventLoop, signum: int) -> _LoopHandler | None:
-    """The callback and arguments ``loop`` runs for ``signum``, if it has one and we can see it.
-
-    asyncio has no public way to read a loop's signal handler; its Unix loops keep them
-    in ``_signal_handlers`` as `asyncio.Handle` objects. Read with getattr, so that a loop
-    without them (uvloop, a future asyncio) only loses the restore, never the start.
-    """
-    handlers = getattr(loop, "_signal_handlers", None)
-    handle = handlers.get(signum) if isinstance(handlers, dict) else None
-    callback = getattr(handle, "_callback", None)
-    if handle is None or callback is None or handle.cancelled():
-        return None
-    return callback, tuple(getattr(handle, "_args", None) or ())
-
-
-def _force_exit(status: int, reason: str) -> None:
-    """Log ``reason``, flush logging and stdio for at most half a second, then `os._exit`."""
-
-    def flush() -> None:
-        logger.critical("%s: exiting now with status %d", reason, status)
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(AttributeError, OSError, ValueError):
-                stream.flush()
-
-    # In a helper thread: a blocked stream must not hold the exit.
-    flusher = threading.Thread(target=flush, name="force-exit-flush", daemon=True)
-    with contextlib.suppress(RuntimeError):  # no thread to be had: exit without the flush
-        flusher.start()
-        flusher.join(_FORCE_FLUSH_TIMEOUT)
-    os._exit(status)
-
-
 # --- the lifecycle contract: seconds, report self-checks, outcomes nobody awaits ----------
 #
-# _seconds is the seconds family's, the same code in every pattern module that holds it;
-# pinned by tests/test_copies.py. asyncio's timers do the waiting, so it needs no other.
+# _seconds is the seconds family's, pinned by tests/test_copies.py, as are _check_report and
+# _timeout (with TaskShutdownReport, shutdown_tasks and _sort, also in asyncio_signals.py).
 
 
 def _check_report(terminated: bool, still_running: tuple[str, ...]) -> None:

@@ -8,23 +8,8 @@ TL;DR::
     with Bulkhead(max_concurrent=4, queue_size=8, name="db") as db:
         rows = db.call(query, sql, timeout=2.0)  # BulkheadFull at once when full
 
-Guarantees:
-    * No constructor starts a thread; ``start()`` starts every worker or none, once.
-    * Admission never blocks: at most ``max_concurrent`` handlers run and at most
-      ``max_concurrent + queue_size`` jobs run or wait; anyone else gets `BulkheadFull`.
-    * Every accepted call ends one way: the result, the handler's exception (with its
-      traceback), `BulkheadTimeout` (a queued job is skipped, a running one finishes and
-      its `JobToken` is cancelled) or `BulkheadStopped`; `Bulkhead.stats` has counted it.
-    * ``stop()`` keeps to its budget, names the handlers still running from each worker's
-      own "ended" event (never ``Thread.join``), and records one report; a call that
-      cannot wait for it (signal handler, another thread, a handler) gets a provisional one.
-    * An exception (a Ctrl-C) leaving a ``with`` block is logged with the stop's budget,
-      then what it left; a second Ctrl-C stops now and ends in one KeyboardInterrupt.
-
-Python: 3.11+, standard library only; checked on CPython 3.11.7, 3.12.1 and 3.13.0 (GIL
-builds). No version can stop a running thread: a timed-out handler keeps its worker.
-
-Docs: docs/patterns/bulkhead.md; the naive code is in ``patterns/naive/bulkhead.py``.
+No Python can stop a running thread: a timed-out handler keeps its worker. Guarantees
+and limits: docs/patterns/bulkhead.md; the naive code: patterns/naive/bulkhead.py.
 """
 
 from __future__ import annotations
@@ -37,10 +22,10 @@ import math
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar, cast
 
 __all__ = [
@@ -77,36 +62,27 @@ class BulkheadFull(BulkheadRejected):
 class BulkheadStopped(BulkheadRejected):
     """Stopped: refused at admission (``drained`` False) or released from the queue (True)."""
 
-    def __init__(self, bulkhead: str, message: str, *, drained: bool) -> None:
-        super().__init__(bulkhead, message)
+    def __init__(self, bulkhead: str, *, drained: bool) -> None:
+        super().__init__(bulkhead, "stopped while the call was queued" if drained else "stopped")
         self.drained = drained
 
 
 class BulkheadTimeout(TimeoutError):
-    """The caller's ``timeout`` passed first (HTTP 504); nothing is cancelled.
-
-    If a worker had ``started`` the job, it runs to its end with its `JobToken`
-    cancelled; otherwise the worker that reaches it skips it.
-    """
+    """The caller's ``timeout`` passed first (HTTP 504); the job is not stopped (``started``)."""
 
     def __init__(self, bulkhead: str, *, started: bool, timeout: float) -> None:
         where = "still running, left to finish" if started else "still queued, will be skipped"
         super().__init__(f"{bulkhead}: no result within {timeout:.3g}s ({where})")
-        self.bulkhead = bulkhead
-        self.started = started
-        self.timeout = timeout
+        self.bulkhead, self.started, self.timeout = bulkhead, started, timeout
 
 
 class Bulkhead:
-    """``max_concurrent`` worker threads and a wait queue for ``queue_size`` callers.
+    """``max_concurrent`` worker threads, a wait queue for ``queue_size`` callers, a fast no.
 
-    Building one starts no thread: `start` (or ``with``) starts the workers, which are
-    non-daemon: stop the bulkhead, or its idle workers keep the process alive.
+    Building one starts no thread: `start` (or ``with``) starts the non-daemon workers.
     ``stop_timeout`` is the budget of ``stop()``; ``name`` names threads, errors and logs.
-
-    Raises:
-        ValueError: ``max_concurrent`` < 1, ``queue_size`` < 0 (or not integers), or
-            ``stop_timeout`` not a number of seconds >= 0; inf is as long as it takes.
+    These four, ``threads`` (the workers), ``started`` (`start` succeeded) and ``stopped``
+    (``stop`` was called or a ``start`` failed: for good) are attributes to read, never set.
     """
 
     def __init__(
@@ -117,21 +93,20 @@ class Bulkhead:
         name: str | None = None,
         stop_timeout: float = 5.0,
     ) -> None:
-        self._max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
-        self._queue_size = _check_count("queue_size", queue_size, 0)
+        self.max_concurrent = _check_count("max_concurrent", max_concurrent, 1)
+        self.queue_size = _check_count("queue_size", queue_size, 0)
         self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
         self.name = name if name is not None else f"bulkhead-{next(_names)}"
-        # Guards every field below and each _Job's settled/abandoned/thread; never held
-        # while user code runs. Idle workers wait on _wakeup for a job or for stop().
+        # Guards the fields below and _Job.abandoned; never held while user code runs.
         self._lock = _OwnedLock()
-        self._wakeup = threading.Condition(cast(threading.Lock, self._lock))
+        self._wakeup = threading.Condition(cast(threading.Lock, self._lock))  # for idle workers
         self._pending: deque[_Job] = deque()  # accepted, not yet taken by a worker
-        self._running: set[_Job] = set()
-        self._stopped = False
-        self._counts = dict.fromkeys(_COUNTS, 0)  # the counters of BulkheadStats
-        self._state = "new"  # -> "starting" -> "running"; a failed start() ends stopped
-        # (thread, its "ended" event), listed before it starts: none is ever unknown.
-        self._workers: list[tuple[threading.Thread, threading.Event]] = []
+        self._running: dict[str, _Job] = {}  # by the name of the worker running it
+        self.started = self.stopped = False
+        self._counts: Counter[str] = Counter()  # the counters of BulkheadStats, by name
+        # Each worker, listed (its "ended" event first) before it starts: none is ever unknown.
+        self.threads: list[threading.Thread] = []
+        self._ended: list[threading.Event] = []
         self._not_starting = threading.Event()  # clear while a start() runs
         self._not_starting.set()
         self._stop_lock = threading.Lock()  # held for the whole of a stop(); see _stop_once
@@ -139,29 +114,20 @@ class Bulkhead:
         self._report: BulkheadReport | None = None  # the first completed stop's, kept
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        """Admit ``fn(*args, **kwargs)`` and return its `concurrent.futures.Future` at once.
-
-        It ends with the result or exception, or `BulkheadStopped` if ``stop`` releases
-        the queued job. Cancelling it while queued withdraws the job. No timeout: use `call`.
-
-        Raises:
-            BulkheadFull: every worker is busy and the queue is full.
-            BulkheadStopped: the bulkhead is stopped.
-        """
+        """Admit ``fn(*args, **kwargs)`` like `call`; cancel the Future to withdraw a queued job."""
         return self._admit(fn, args, kwargs).future
 
     def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
         """Accept the job or raise at once; never waits."""
         with self._lock:
-            if self._stopped:
+            if self.stopped:
                 self._counts["shutdown_rejections"] += 1
-                raise BulkheadStopped(self.name, "stopped", drained=False)
-            if self._state != "running":  # a bug in the caller, not a load condition
+                raise BulkheadStopped(self.name, drained=False)
+            if not self.started:  # a bug in the caller, not a load condition
                 raise RuntimeError(f"{self.name}: not started; call start() or use a with block")
-            # Running plus waiting, including jobs whose caller left: a skipped job holds
-            # its slot until a worker reaches it. With queue_size 0 this admits only
-            # while some worker has nothing to do: a hand-off, not a queue.
-            if len(self._running) + len(self._pending) >= self._max_concurrent + self._queue_size:
+            # Running plus waiting, a job whose caller left included (until a worker skips
+            # it). With queue_size 0: only while a worker is idle, a hand-off, not a queue.
+            if len(self._running) + len(self._pending) >= self.max_concurrent + self.queue_size:
                 self._counts["rejections"] += 1
                 raise BulkheadFull(self.name, self._holders())
             job = _Job(fn, args, kwargs)
@@ -175,13 +141,9 @@ class Bulkhead:
     ) -> T:
         """Run ``fn(*args, **kwargs)`` on a worker and return its result (or raise its error).
 
-        ``timeout`` (seconds; None or inf: no limit) counts from admission, queue included.
+        `BulkheadFull` or `BulkheadStopped` at once when refused; `BulkheadTimeout` when
+        ``timeout`` (seconds from admission, queue included; None: no limit) passes first.
         To pass a keyword named ``timeout`` to ``fn``, wrap it with `functools.partial`.
-
-        Raises:
-            BulkheadFull, BulkheadStopped: refused at once (or released by ``stop``).
-            BulkheadTimeout: the timeout passed first; the work was not cancelled.
-            ValueError: ``timeout`` is not a number of seconds >= 0.
         """
         limit = _seconds(timeout, "timeout", allow_none=True)
         job = self._admit(fn, args, kwargs)
@@ -189,75 +151,60 @@ class Bulkhead:
         try:
             while not concurrent.futures.wait([job.future], _left(deadline))[0]:
                 if time.monotonic() >= deadline:
-                    self._leave(job, timed_out=True, limit=limit)
                     break
-        except BaseException as exc:  # KeyboardInterrupt while waiting: the caller is gone
-            if not isinstance(exc, BulkheadTimeout):
-                self._leave(job, timed_out=False, limit=limit)
+        except BaseException:  # KeyboardInterrupt while waiting: the caller is gone
+            self._leave(job, timed_out=False, limit=limit)
             raise
-        result: T = job.future.result()  # settled by now: a result, an error, BulkheadStopped
-        return result
+        if not job.future.done():
+            self._leave(job, timed_out=True, limit=limit)  # returns if it settled just now
+        return cast(T, job.future.result())  # a result, an error, or BulkheadStopped
 
     def stop(self, timeout: float | None = None, *, cancel_running: bool = False) -> BulkheadReport:
         """Stop for good: release queued callers, refuse later ones, report what still runs.
 
-        Queued callers get `BulkheadStopped`, as does every later call. Running handlers
-        are left to finish (``cancel_running=True`` cancels their tokens) for up to
-        ``timeout`` seconds (None: ``stop_timeout``; inf: as long as it takes). The first
-        stop that completes is recorded; a stop that cannot wait for it (from a signal
-        handler, another thread past its budget, a handler) returns a provisional report.
-
-        Raises:
-            ValueError: ``timeout`` is not a number of seconds >= 0.
-            KeyboardInterrupt, SystemExit: from a token callback, once the report is kept.
+        Running handlers are left to finish (``cancel_running=True`` cancels their tokens)
+        for up to ``timeout`` seconds (None: ``stop_timeout``; inf: as long as it takes).
+        The first stop that completes is recorded; one that cannot wait for it (from a
+        signal handler, a handler, another thread past its budget) gets a provisional one.
+        A token callback's KeyboardInterrupt or SystemExit is raised once the report is kept.
         """
         limit = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         return _stop_once(self, limit, cancel_running)  # calls _stop, on every path
 
-    def _stop(
-        self, deadline: float, limit: float, cancel_running: bool, exits: list[BaseException]
-    ) -> BulkheadReport:
+    def _stop(self, deadline: float, cancel: bool, exits: list[BaseException]) -> BulkheadReport:
         """Refuse and release, wait until ``deadline`` for each worker to end, report."""
         start = time.monotonic()
-        self._begin_stop(cancel_running, exits)
-        _wait(self._not_starting, deadline)  # a start() in progress sees _stopped and ends
-        with self._lock:
-            workers = list(self._workers)
-        for thread, ended in workers:
+        self._begin_stop(cancel, exits)
+        _wait(self._not_starting, deadline)  # a start() in progress sees stopped and ends
+        for thread, ended in list(zip(self.threads, self._ended, strict=False)):  # one C-level copy
             # The worker's own event, not join() (gh-90882); once set, the join is instant.
             if _wait(ended, deadline) and thread.ident is not None:
                 with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
                     thread.join(_left(deadline))
         with self._lock:
             still_running, stats = self._still_running(), self._snapshot()
+        elapsed = time.monotonic() - start
         if still_running:
             where = "; ".join(still_running)
             message = "%s: %d handler(s) still running after %.3gs: %s"
-            logger.warning(message, self.name, len(still_running), limit, where)
+            logger.warning(message, self.name, len(still_running), elapsed, where)
         terminated = self._not_starting.is_set() and not still_running
-        elapsed = time.monotonic() - start
         return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
 
     def _begin_stop(self, cancel_running: bool, exits: list[BaseException]) -> None:
         """Mark stopped, release the queued callers, wake idle workers; never waits."""
-        released: list[_Job] = []
         with self._lock:
-            self._stopped = True
-            while self._pending:
-                job = self._pending.popleft()
-                # Same lock as the caller's cancel(): each job is drained or skipped, once.
-                if job.future.set_running_or_notify_cancel():
-                    job.settled = True
-                    released.append(job)
-                else:
-                    self._counts["skipped"] += 1
+            self.stopped = True
+            queued, self._pending = self._pending, deque()
+            # Same lock as the caller's cancel(): each job is drained or skipped, once.
+            released = [job for job in queued if job.future.set_running_or_notify_cancel()]
+            self._counts["skipped"] += len(queued) - len(released)
             self._counts["drained"] += len(released)
             self._counts["shutdown_rejections"] += len(released)
-            running = list(self._running)
-            self._wakeup.notify_all()  # idle workers see _stopped and end
+            running = list(self._running.values())
+            self._wakeup.notify_all()  # idle workers see stopped and end
         for job in released:
-            why = "stopped while the call was queued"
-            job.future.set_exception(BulkheadStopped(self.name, why, drained=True))
+            job.future.set_exception(BulkheadStopped(self.name, drained=True))
         for job in running if cancel_running else ():
             job.token._cancel("bulkhead stopped", exits)
         message = "%s: stopped; %d queued caller(s) released, %d handler(s) running"
@@ -266,38 +213,38 @@ class Bulkhead:
     def start(self) -> Self:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
 
-        If a thread fails to start, or a KeyboardInterrupt lands part-way, the workers
-        already started are stopped, the bulkhead is left stopped and the error propagates.
-
-        Raises:
-            RuntimeError: ``start`` was already called, or ``stop`` ran before or during it.
+        If one fails to start (or a KeyboardInterrupt lands part-way), the bulkhead is
+        stopped and the error propagates. RuntimeError if ``start`` was already called, or
+        ``stop`` ran before or during it.
         """
         with self._lock:
-            if self._stopped:
+            if self.stopped:
                 raise RuntimeError(f"{self.name}: stopped; a stopped bulkhead cannot start")
-            if self._state != "new":
+            if self.started or not self._not_starting.is_set():
                 raise RuntimeError(f"{self.name}: start() was already called")
-            self._state = "starting"
             self._not_starting.clear()
         try:
             self._start_workers()
-        except BaseException:
-            _abort_start(self)
-            raise
-        finally:
+        except BaseException:  # the caller gets nothing to stop: we do it, then re-raise
             self._not_starting.set()
+            started = sum(1 for thread in self.threads if thread.ident is not None)
+            self.stop()
+            logger.warning("%s: start() did not complete; %d worker(s) stopped", self.name, started)
+            raise
+        self._not_starting.set()
         return self
 
     def _start_workers(self) -> None:
         """Start every worker, then mark the bulkhead running; raise if stop() came first."""
-        for i in range(self._max_concurrent):
+        for i in range(self.max_concurrent):
             with self._lock:
-                if self._stopped:  # stop() ran while we were starting: give up
+                if self.stopped:  # stop() ran while we were starting: give up
                     break
                 ended = threading.Event()
                 name = f"{self.name}-worker-{i}"
                 thread = threading.Thread(target=self._work, args=(ended,), name=name)
-                self._workers.append((thread, ended))  # listed first: see __init__
+                self._ended.append(ended)
+                self.threads.append(thread)  # listed first: see __init__
             try:
                 thread.start()
             except BaseException:
@@ -305,22 +252,17 @@ class Bulkhead:
                     ended.set()
                 raise
         with self._lock:
-            if not self._stopped:
-                self._state = "running"
-                return
-        raise RuntimeError(f"{self.name}: stopped while start() was starting the workers")
+            if self.stopped:
+                raise RuntimeError(f"{self.name}: stopped while start() was starting the workers")
+            self.started = True
 
     def __enter__(self) -> Self:
         """Start the bulkhead if it never was; return it if it runs; refuse once stopped."""
-        with self._lock:
-            if self._stopped:
-                raise RuntimeError(f"{self.name}: stopped; a stopped bulkhead cannot be entered")
-            if self._state == "running":  # `with bulkhead.start():`
-                return self
+        if self.started and not self.stopped:  # `with bulkhead.start():`
+            return self
         return self.start()
 
-    # The same code is in bulkhead, closable_queue, daemon_threads and supervisor (each
-    # module is copied alone); pinned by tests/test_copies.py.
+    # Also in closable_queue, daemon_threads and supervisor; pinned by tests/test_copies.py.
     def __exit__(self, *exc_info: object) -> None:
         """`stop`; with an exception (a Ctrl-C) on its way out, say so; Ctrl-C again: stop now."""
         exc_type = exc_info[0] if exc_info else None
@@ -357,38 +299,9 @@ class Bulkhead:
         with self._lock:
             return self._snapshot()
 
-    @property
-    def max_concurrent(self) -> int:
-        """How many handlers may run at once (the number of worker threads)."""
-        return self._max_concurrent
-
-    @property
-    def queue_size(self) -> int:
-        """How many accepted jobs may wait for a worker; 0 means hand-off only."""
-        return self._queue_size
-
-    @property
-    def stopped(self) -> bool:
-        """Whether ``stop`` was called (or a ``start`` failed); it never runs again."""
-        with self._lock:
-            return self._stopped
-
-    @property
-    def started(self) -> bool:
-        """Whether `start` has succeeded (the bulkhead may have been stopped since)."""
-        with self._lock:
-            return self._state == "running"
-
-    @property
-    def threads(self) -> list[threading.Thread]:
-        """The worker threads (none before `start`)."""
-        with self._lock:
-            return [thread for thread, _ in self._workers]
-
     def __repr__(self) -> str:
-        with self._lock:
-            state = "stopped" if self._stopped else self._state
-        size = f"max_concurrent={self._max_concurrent} queue_size={self._queue_size}"
+        state = "stopped" if self.stopped else "running" if self.started else "not running"
+        size = f"max_concurrent={self.max_concurrent} queue_size={self.queue_size}"
         return f"<Bulkhead {self.name!r} {size} {state}>"
 
     # --- the caller's side ----------------------------------------------------------------
@@ -397,45 +310,39 @@ class Bulkhead:
         """What holds the slots, for `BulkheadFull`: a timed-out caller's job holds one too."""
         abandoned = self._counts["abandoned"]  # running on after its caller timed out
         skipped = sum(1 for job in self._pending if job.future.cancelled())
-        # Waiting jobs are counted against the room in all: a job a free worker has not
-        # picked up yet waits too, so "waiting" can exceed queue_size.
         return (
-            f"full: {len(self._running)} of {self._max_concurrent} worker(s) running "
+            f"full: {len(self._running)} of {self.max_concurrent} worker(s) running "
             f"({abandoned} abandoned by timed-out callers), "
             f"{len(self._pending)} waiting ({skipped} by timed-out callers, to be skipped); "
-            f"room for {self._max_concurrent + self._queue_size} in all"
+            f"room for {self.max_concurrent + self.queue_size} in all"
         )
 
-    def _leave(self, job: _Job, *, timed_out: bool, limit: float | None) -> None:
+    def _leave(self, job: _Job, *, timed_out: bool, limit: float) -> None:
         """The caller stops waiting; raise `BulkheadTimeout`, or return if it just settled."""
         with self._lock:
             # cancel() succeeds only while the job is queued; a worker's start and
             # stop()'s drain go through the same future lock, so exactly one wins.
-            if job.future.cancel():
-                started = False
-            elif job.settled:
-                return  # the outcome was decided as the time ran out: deliver it
-            else:
-                started = True
-                job.abandoned = True
-                self._counts["abandoned"] += 1
-            if timed_out:
-                self._counts["timeouts"] += 1
+            started = not job.future.cancel()
+            if started and job not in self._running.values():
+                return  # finished or drained as the time ran out: deliver the outcome
+            job.abandoned = started  # left running: it keeps its worker
+            self._counts["abandoned"] += started
+            self._counts["timeouts"] += timed_out
         if started:
             job.token._cancel("caller timed out" if timed_out else "caller interrupted")
         if timed_out:
             logger.debug("%s: caller timed out (%s)", self.name, "running" if started else "queued")
-            raise BulkheadTimeout(self.name, started=started, timeout=limit or 0.0)
+            raise BulkheadTimeout(self.name, started=started, timeout=limit)
 
     # --- the worker's side ----------------------------------------------------------------
 
     def _work(self, ended: threading.Event) -> None:
         """Worker thread body: take jobs until stopped; skip those whose caller left."""
-        _current.bulkhead = self
+        _current.bulkhead, name = self, threading.current_thread().name
         try:
             while True:
                 with self._lock:
-                    while not self._pending and not self._stopped:
+                    while not self._pending and not self.stopped:
                         self._wakeup.wait()
                     if not self._pending:  # stopped: stop() drained the queue
                         return
@@ -443,57 +350,47 @@ class Bulkhead:
                     if not job.future.set_running_or_notify_cancel():
                         self._counts["skipped"] += 1  # the caller left while it was queued
                         continue
-                    job.thread = threading.current_thread().name
-                    self._running.add(job)
-                self._run(job)
+                    self._running[name] = job
+                self._run(job, name)
         finally:
             ended.set()  # the only "this worker is done" that stop() believes
 
-    def _run(self, job: _Job) -> None:
+    def _run(self, job: _Job, name: str) -> None:
         """Run one job, count it, then release its outcome: in that order (B5)."""
-        result: Any = None
         error: BaseException | None = None
         _current.token = job.token
         try:
             result = job.fn(*job.args, **job.kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises it
-            error = exc
+            result, error = None, exc
         finally:
             _current.token = None
         with self._lock:
-            self._running.discard(job)
-            job.settled = True
+            del self._running[name]  # settled: _leave() now delivers the outcome
             self._counts["processed"] += 1
-            if error is not None:
-                self._counts["errors"] += 1
-            abandoned = job.abandoned
-            if abandoned:
-                self._counts["abandoned"] -= 1
+            self._counts["errors"] += error is not None
+            self._counts["abandoned"] -= job.abandoned  # final once settled
         if error is None:
             job.future.set_result(result)
             return
-        if abandoned:  # nobody else will ever see it
-            info = (type(error), error, error.__traceback__)
-            logger.error(
-                "%s: %s failed after its caller left", self.name, job.describe(), exc_info=info
-            )
+        if job.abandoned:  # nobody else will ever see it
+            message = "%s: %s failed after its caller left"
+            logger.error(message, self.name, job.describe(name), exc_info=error)
         job.future.set_exception(error)
 
     def _snapshot(self) -> BulkheadStats:
-        counts = self._counts
-        return BulkheadStats(
-            self.name, active=len(self._running), queued=len(self._pending), **counts
-        )
+        active, queued = len(self._running), len(self._pending)
+        return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
 
     def _still_running(self) -> tuple[str, ...]:
         """Each running handler, and each worker with no job that has not ended."""
-        jobs = tuple(self._running)  # one C-level copy: safe without the lock, under the GIL
-        busy = {job.thread for job in jobs}
-        workers = tuple(self._workers)
-        idle = [
-            f"{t.name}: (ending)" for t, end in workers if not end.is_set() and t.name not in busy
+        running = dict(self._running)  # one C-level copy: safe without the lock, under the GIL
+        found = [
+            running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
+            for t, ended in tuple(zip(self.threads, self._ended, strict=False))
+            if t.name in running or not ended.is_set()
         ]
-        return tuple(sorted([job.describe() for job in jobs] + idle))
+        return tuple(sorted(found))
 
 
 class JobToken:
@@ -506,8 +403,8 @@ class JobToken:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _callbacks; never held while one runs
-        self._event = threading.Event()  # set once, by _cancel(), after _reason
-        self._reason: str | None = None
+        self._event = threading.Event()  # set once, by _cancel(), after reason
+        self.reason: str | None = None  #: why it was cancelled ("caller timed out", ...); read only
         self._callbacks: list[Callable[[], object]] = []
 
     @property
@@ -515,21 +412,13 @@ class JobToken:
         """Whether the token was cancelled; once True it stays True."""
         return self._event.is_set()
 
-    @property
-    def reason(self) -> str | None:
-        """Why it was cancelled (``"caller timed out"``, ``"bulkhead stopped"``), or None."""
-        return self._reason
-
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on cancel; return `cancelled`."""
         _wait(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
         return self._event.is_set()
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
-        """Run ``callback()`` once, on cancel (in that thread, in order) or now if cancelled.
-
-        What it raises is logged; a KeyboardInterrupt or SystemExit is raised again.
-        """
+        """Run ``callback()`` once, on cancel (in that thread, in order) or now if cancelled."""
         with self._lock:
             if not self._event.is_set():
                 self._callbacks.append(callback)
@@ -540,7 +429,7 @@ class JobToken:
         with self._lock:
             if self._event.is_set():
                 return
-            self._reason = reason
+            self.reason = reason
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         _run_callbacks(callbacks, exits)
@@ -551,11 +440,7 @@ _current = threading.local()
 
 
 def current_token() -> JobToken:
-    """The `JobToken` of the job this thread is running for a `Bulkhead`.
-
-    Raises:
-        RuntimeError: the calling thread is not running a bulkhead job.
-    """
+    """The `JobToken` of the job this thread is running for a `Bulkhead` (else RuntimeError)."""
     token: JobToken | None = getattr(_current, "token", None)
     if token is None:
         raise RuntimeError("current_token() called outside a function run by a Bulkhead")
@@ -566,12 +451,11 @@ def current_token() -> JobToken:
 class BulkheadStats:
     """A snapshot of a bulkhead's counters and gauges, all read under one lock.
 
-    Counters only grow: ``accepted``, ``processed`` (returned or raised; counted before
-    the result is released), ``errors``, ``timeouts``, ``skipped`` (dropped unrun: the
-    caller left), ``rejections`` (full), ``shutdown_rejections`` (stopped, ``drained``
-    included: queued calls ``stop`` released). Gauges: ``active``, ``queued`` and
-    ``abandoned`` (running after their caller timed out). Always ``accepted == processed
-    + skipped + drained + active + queued``; the docs page lists the other invariants.
+    Counters only grow: ``accepted``, ``processed`` (returned or raised, counted before the
+    caller sees it), ``errors``, ``timeouts``, ``skipped`` (unrun: the caller left),
+    ``rejections`` (full), ``shutdown_rejections`` (stopped; ``drained``: queued calls ``stop``
+    released). Gauges: ``active``, ``queued``, ``abandoned`` (running, the caller timed out).
+    ``accepted == processed + skipped + drained + active + queued``; more on the docs page.
     """
 
     name: str
@@ -588,21 +472,15 @@ class BulkheadStats:
     abandoned: int = 0
 
 
-_COUNTS = [f.name for f in fields(BulkheadStats) if f.name not in ("name", "active", "queued")]
-
-
 @dataclass(frozen=True)
 class BulkheadReport:
     """What the first ``stop`` call did and found (every later call returns it too).
 
-    Attributes:
-        terminated: every worker had left its loop and no ``start`` was still running;
-            never True with a non-empty still_running.
-        still_running: ``"<worker thread>: <function>"`` per handler still running
-            (`` (abandoned)`` if its caller timed out), ``"<worker thread>: (ending)"``
-            per idle worker not yet out of its loop.
-        name, drained, stats, elapsed: the bulkhead's name, the queued callers released
-            with `BulkheadStopped`, the counters at the end, the seconds the call took.
+    ``terminated``: every worker left its loop and no ``start`` still runs; never True with
+    ``still_running``: ``"<worker thread>: <function>"`` per handler still running (marked
+    `` (abandoned)`` if its caller timed out), ``"<worker thread>: (ending)"`` per idle worker
+    not out of its loop. ``drained`` queued callers got `BulkheadStopped`; ``stats`` holds
+    the counters at the end; ``elapsed``, the seconds the call took.
     """
 
     terminated: bool
@@ -626,15 +504,12 @@ class _Job:
     kwargs: dict[str, Any]
     future: Future[Any] = field(default_factory=Future)
     token: JobToken = field(default_factory=JobToken)
-    # The next three are written under the bulkhead's lock only.
-    settled: bool = False  # its outcome is decided: finished, or drained by stop()
-    abandoned: bool = False  # its caller timed out while it was running
-    thread: str = ""  # the worker running it
+    abandoned: bool = False  # its caller timed out while it ran; under the bulkhead's lock
 
-    def describe(self) -> str:
+    def describe(self, thread: str) -> str:
         """``"<worker thread>: <function>"``, marked if its caller timed out."""
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
-        return f"{self.thread}: {name}" + (" (abandoned)" if self.abandoned else "")
+        return f"{thread}: {name}" + (" (abandoned)" if self.abandoned else "")
 
 
 def _check_count(option: str, value: object, minimum: int) -> int:
@@ -648,16 +523,9 @@ def _check_count(option: str, value: object, minimum: int) -> int:
 
 
 def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> BulkheadReport:
-    """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned.
-
-    A stop that must not wait returns `_provisional`: a signal handler inside this
-    thread's stop() (running it or waiting for another's), one on a thread holding
-    ``_lock`` (it hands the stop to ``<name>-stopper``), a handler's (a request: the
-    stop begins), and one from another thread once its own budget is spent.
-    """
-    report = bulkhead._report
-    if report is not None:
-        return report
+    """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned."""
+    if bulkhead._report is not None:
+        return bulkhead._report
     me = threading.get_ident()
     if me in bulkhead._in_stop:
         return _provisional(bulkhead)  # a signal handler inside this thread's stop(): no lock
@@ -666,20 +534,19 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
         name = f"{bulkhead.name}-stopper"
         threading.Thread(target=bulkhead.stop, args=(limit,), kwargs=options, name=name).start()
         return _provisional(bulkhead)
-    exits: list[BaseException] = []
     if getattr(_current, "bulkhead", None) is bulkhead:  # from one of its own handlers
-        bulkhead._begin_stop(cancel_running, exits)
-        for exc in exits:  # logged by the token already; this thread is a worker
-            logger.warning("%s: %r from a token callback in a worker", bulkhead.name, exc)
+        bulkhead._begin_stop(cancel_running, [])  # a callback's Ctrl-C: logged, not raised here
         return _provisional(bulkhead)
+    exits: list[BaseException] = []
     deadline = _deadline(limit)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         bulkhead._in_stop.add(me)
-        if not _acquire(bulkhead._stop_lock, deadline):
-            return _provisional(bulkhead)  # the first stop is still running: its truth now
+        while not bulkhead._stop_lock.acquire(timeout=_left(deadline)):
+            if time.monotonic() >= deadline:
+                return _provisional(bulkhead)  # the first stop is still running: its truth now
         try:
             if bulkhead._report is None:
-                bulkhead._report = bulkhead._stop(deadline, limit, cancel_running, exits)
+                bulkhead._report = bulkhead._stop(deadline, cancel_running, exits)
             report = bulkhead._report
         finally:
             bulkhead._stop_lock.release()
@@ -693,34 +560,14 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
 def _provisional(bulkhead: Bulkhead) -> BulkheadReport:
     """The truth now, for a stop() that cannot wait: not recorded; reads, takes no lock."""
     stats = bulkhead._snapshot()  # copies of a set or dict: one step each under the GIL
-    return BulkheadReport(
-        False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0.0
-    )
+    return BulkheadReport(False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0)
 
 
-def _abort_start(bulkhead: Bulkhead) -> None:
-    """Stop the workers a failed or overtaken `Bulkhead.start` began, within stop_timeout."""
-    with bulkhead._lock:
-        bulkhead._stopped = True
-        bulkhead._wakeup.notify_all()  # no job was ever admitted: each worker just ends
-        workers = list(bulkhead._workers)
-    deadline = _deadline(bulkhead.stop_timeout)
-    for _, ended in workers:
-        _wait(ended, deadline)
-    started = sum(1 for thread, _ in workers if thread.ident is not None)
-    logger.warning("%s: start() did not complete; %d worker(s) stopped", bulkhead.name, started)
-
-
-def _run_callbacks(
-    callbacks: list[Callable[[], object]], exits: list[BaseException] | None
-) -> None:
-    """Run each token callback, logging what it raises; the others still run.
-
-    A KeyboardInterrupt or SystemExit goes to ``exits``, for the caller to raise once its
-    own cleanup is done, or is raised here once all have run if ``exits`` is None.
-    """
+def _run_callbacks(todo: list[Callable[[], object]], exits: list[BaseException] | None) -> None:
+    """Run each token callback, logging what it raises; the others still run."""
+    # A KeyboardInterrupt or SystemExit: to exits, raised by their owner when done; else here.
     pending: list[BaseException] = [] if exits is None else exits
-    for callback in callbacks:
+    for callback in todo:
         try:
             callback()
         except BaseException as exc:  # contained: the other callbacks still run
@@ -731,8 +578,7 @@ def _run_callbacks(
         raise pending[0]
 
 
-# Seconds and deadlines: the same code in every module that needs them (each module is
-# copied alone), pinned by tests/test_copies.py. inf means as long as it takes.
+# Seconds and deadlines, pinned by tests/test_copies.py: inf means as long as it takes.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     if value is None and allow_none:
         return math.inf
@@ -756,20 +602,9 @@ def _wait(event: threading.Event, deadline: float) -> bool:
     return True
 
 
-def _acquire(lock: threading.Lock, deadline: float) -> bool:
-    while not lock.acquire(timeout=_left(deadline)):
-        if time.monotonic() >= deadline:
-            return False
-    return True
-
-
 # The same code is in executor_shutdown.py; pinned by tests/test_copies.py.
 class _OwnedLock:
-    """A `threading.Lock` that knows which thread holds it (also a Condition's lock).
-
-    A signal handler's stop() on a thread interrupted while it held the lock (inside
-    ``call()``, say) must not wait for it: only its own thread can release it.
-    """
+    """A `threading.Lock` that knows its holder: a signal handler must not wait for it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

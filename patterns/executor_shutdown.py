@@ -9,25 +9,12 @@ as usual; leaving the block calls `TrackingExecutor.stop`, which returns a
 `TrackingExecutor`, ``shutdown_and_await(pool, timeout, force_timeout=...)`` is Java's
 "shutdown, awaitTermination, shutdownNow, awaitTermination" idiom.
 
-Guarantees:
-    * ``stop()`` returns within its budget and `shutdown_and_await` within ``timeout +
-      force_timeout``, whatever the tasks do, and neither raises because one is stuck.
-    * The first ``stop()`` that completes records the report every later call returns; a
-      ``stop()`` that cannot wait (from ``on_force``, a signal handler, another thread
-      past its budget, or one of the pool's own tasks) returns a provisional report.
-    * A callable in ``report.never_started`` never ran and never will; every other one
-      ran, or its thread is in ``report.still_running``: the executor's own accounting,
-      never ``Thread.join``, which an interrupted wait can make lie (:gh:`90882`).
-    * ``on_force`` runs at most once; what it raises is logged (a KeyboardInterrupt or
-      SystemExit is raised again once the report is made). Failed tasks are logged at
-      ERROR when they fail; a refused submit raises `Rejected`, which carries the task.
-    * A Ctrl-C leaving a ``with`` block says how long the stop may wait and keeps its
-      report (``pool.report``); a second Ctrl-C stops now, in one line and one traceback.
-
-Python: 3.11+, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. None can
-stop a running thread: a task stops early only if it cooperates (``on_force`` tells it).
-
-Docs: docs/patterns/executor_shutdown.md
+A callable in ``report.never_started`` never ran and never will; every other one ran, or
+its thread is in ``report.still_running``: the executor's own accounting, never
+``Thread.join``, which an interrupted wait can make lie (:gh:`90882`). Python 3.11+,
+standard library only; no version can stop a running thread: a task stops early only
+if it cooperates (``on_force`` tells it). Guarantees and limits: the docs page,
+docs/patterns/executor_shutdown.md.
 """
 
 from __future__ import annotations
@@ -71,11 +58,7 @@ _current = threading.local()
 
 
 class Rejected(RuntimeError):
-    """A task was refused because the executor is shut down (Java: RejectedExecutionException).
-
-    A `RuntimeError`, as ``ThreadPoolExecutor.submit`` raises, that carries the refused
-    work as ``task``, ready to be logged, stored or handed to another executor.
-    """
+    """A submit after shutdown: a `RuntimeError` that carries the refused work as ``task``."""
 
     def __init__(self, task: Callable[[], object], reason: str) -> None:
         super().__init__(f"task {task!r} rejected: {reason}")
@@ -111,10 +94,8 @@ class ShutdownReport:
 class TrackingExecutor(ThreadPoolExecutor):
     """A `ThreadPoolExecutor` that remembers its unfinished futures, with a bounded `stop`.
 
-    ``start()`` (or ``with``) marks it started; workers still start lazily, in `submit`,
-    which also accepts work before ``start()``, as the base class does. ``stop()`` ends it
-    within ``stop_timeout``, the last quarter forced, beginning with ``on_force``.
-    Failed tasks are logged at ERROR when they fail; finished futures are forgotten.
+    Workers start lazily, in `submit`, as in the base class (which accepts work before
+    ``start()`` too). Failed tasks are logged at ERROR when they fail.
     """
 
     def __init__(
@@ -154,18 +135,14 @@ class TrackingExecutor(ThreadPoolExecutor):
     def stop(self, timeout: float | None = None) -> ShutdownReport:
         """`shutdown_and_await` within ``timeout`` (None: ``stop_timeout``; inf: no limit).
 
-        The first three quarters of the budget are the graceful wait, the last quarter
-        the forced one, which begins with ``on_force``. The first call that completes
-        records its report; every later call returns it. Never raises for a task that
-        is stuck (the report names it). From ``on_force``, a signal handler during a
-        stop, or another thread once its own budget is spent, it returns a provisional
-        report (not recorded) instead of blocking. From one of the pool's own tasks it
-        is a request: the pool shuts down gracefully, and a later stop() reports.
+        The last quarter of the budget is the forced wait, which begins with ``on_force``.
+        The first call that completes records the report every later call returns. A
+        call that cannot wait (from ``on_force``, a signal handler, one of the pool's own
+        tasks, another thread past its budget) returns a provisional report instead.
 
         Raises:
             ValueError: ``timeout`` is not a number of seconds >= 0.
-            KeyboardInterrupt, SystemExit: raised by ``on_force``, again once the report
-                is recorded.
+            KeyboardInterrupt, SystemExit: from ``on_force``, once the report is recorded.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         force = budget * _FORCE_SHARE
@@ -205,10 +182,7 @@ class TrackingExecutor(ThreadPoolExecutor):
 
     @property
     def report(self) -> ShutdownReport | None:
-        """The report of the stop that ended it, or of the stop a Ctrl-C forced; None before.
-
-        A forced stop's report is not recorded: a later ``stop()`` looks again.
-        """
+        """The report of the stop that ended it, or (not recorded) of one a Ctrl-C forced."""
         return self._report or self._interrupted
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
@@ -297,29 +271,22 @@ class TrackingExecutor(ThreadPoolExecutor):
         with self._tracking_lock:
             record = self._pending.pop(future, None)
         task = None if record is None else record.task
-        if future.cancelled():
-            return
-        exc = future.exception()
+        exc = None if future.cancelled() else future.exception()
         if exc is None:
             return
-        info = (type(exc), exc, exc.__traceback__)
         if isinstance(exc, Exception):
-            logger.error("task %r failed", task, exc_info=info)
+            logger.error("task %r failed", task, exc_info=exc)
         else:
             # A BaseException that is not an Exception (a cooperative Cancelled, a
             # KeyboardInterrupt) ended the task on purpose: worth a record, not an error.
-            logger.warning("task %r ended by %s", task, type(exc).__name__, exc_info=info)
+            logger.warning("task %r ended by %s", task, type(exc).__name__, exc_info=exc)
 
 
 def shutdown_now(executor: TrackingExecutor) -> list[Callable[[], object]]:
     """Stop accepting work, cancel everything not yet started, and return it in order.
 
-    Java's ``shutdownNow()`` minus the interrupt: running tasks are left running, because
-    Python cannot interrupt a thread. Does not block.
-
-    A task is "never started" exactly when `Future.cancel` succeeds on it: cancel and a
-    worker's ``set_running_or_notify_cancel`` take the same lock, so each queued task is
-    either cancelled here or started by a worker, never both and never neither.
+    Java's ``shutdownNow()`` minus the interrupt, which Python cannot do; never blocks.
+    A task never started exactly when `Future.cancel` succeeds on it (the page says why).
     """
     executor.shutdown(wait=False)  # after this returns no new task can be accepted
     never_started = [task for future, task in executor.pending() if future.cancel()]
@@ -331,11 +298,10 @@ def shutdown_now(executor: TrackingExecutor) -> list[Callable[[], object]]:
 
 
 def await_termination(executor: TrackingExecutor, timeout: float | None) -> bool:
-    """After a shutdown, wait until every task has finished and every worker has ended.
+    """After a shutdown, wait up to ``timeout`` (None: no limit) for every task to end.
 
-    True if the executor terminated within ``timeout`` seconds (None: no limit). Raises
-    `RuntimeError` if it was never shut down (it could only time out), and from one of
-    the executor's own tasks, which would wait for itself (P6).
+    Raises `RuntimeError` if it was never shut down (it could only time out), and from
+    one of the executor's own tasks, which would wait for itself (P6).
     """
     _refuse_own_worker(executor)
     if not executor.is_shutdown:
@@ -367,11 +333,9 @@ def shutdown_and_await(
     """Shut down gracefully, wait up to ``timeout``, then force and wait ``force_timeout`` more.
 
     ``on_force`` runs at most once per executor, right after `shutdown_now`: the place to
-    cancel the token your running tasks watch (Java interrupts them here; Python cannot).
-    What it raises is logged; a KeyboardInterrupt or SystemExit from it is raised again
-    once the report is made. A `KeyboardInterrupt` while waiting forces the executor
-    and is re-raised (Java: ``InterruptedException``). From one of the executor's own
-    tasks it raises `RuntimeError` at once (P6). inf waits as long as it takes.
+    cancel the token your running tasks watch (Java interrupts them here). What it raises
+    is logged; a KeyboardInterrupt or SystemExit from it is raised once the report is
+    made. From one of the executor's own tasks it raises `RuntimeError` at once (P6).
     """
     graceful = _seconds(timeout, "timeout")
     force = _seconds(force_timeout, "force_timeout")
@@ -437,14 +401,9 @@ def _summary(report: ShutdownReport) -> str:
     )
 
 
-def _own_task(executor: TrackingExecutor) -> bool:
-    owner: object = getattr(_current, "executor", None)
-    return owner is executor
-
-
 def _refuse_own_worker(executor: TrackingExecutor) -> None:
     # A task waiting for its own pool waits for itself: raise before anything changes.
-    if _own_task(executor):
+    if getattr(_current, "executor", None) is executor:
         raise RuntimeError(
             "cannot await termination from inside one of the executor's own tasks: "
             "call shutdown_now(executor) there, and wait from outside the pool"
@@ -465,11 +424,7 @@ class _Task:
 def stop_then_close(
     executor: TrackingExecutor, resource: Any, timeout: float, *, force_timeout: float
 ) -> ShutdownReport:
-    """Close ``resource`` only once no task can touch it any more (the fix for P1).
-
-    If the executor did not terminate, the resource is left open (a task still uses it)
-    and the report says which tasks are still running.
-    """
+    """Close ``resource`` only once no task can touch it any more (the fix for P1)."""
     report = shutdown_and_await(executor, timeout, force_timeout=force_timeout)
     if report.terminated:
         resource.close()
@@ -495,10 +450,7 @@ def run_all(
 
 
 def finish_early(executor: TrackingExecutor, steps: list[str]) -> list[Callable[[], object]]:
-    """Stop the pool from inside one of its tasks by asking, not waiting (the fix for P6).
-
-    Returns the tasks that never started; wait for the running ones from outside the pool.
-    """
+    """Stop the pool from inside one of its tasks by asking, not waiting (the fix for P6)."""
     steps.append("found the answer")
     never_started = shutdown_now(executor)  # asks and returns: safe from inside a task
     steps.append("cleaned up")
@@ -508,10 +460,9 @@ def finish_early(executor: TrackingExecutor, steps: list[str]) -> list[Callable[
 def feed(
     executor: TrackingExecutor, source: Iterator[Callable[[], object]]
 ) -> Callable[[], object] | None:
-    """Submit tasks from ``source`` until it is exhausted or the executor refuses one (P7).
+    """Submit tasks from ``source`` until the executor refuses one, and return it (P7).
 
-    Returns None when every task was accepted, otherwise the refused task; the tasks after
-    it are still unread in ``source``. Nothing is lost either way.
+    None if every task was accepted; the tasks after a refused one are still in ``source``.
     """
     for task in source:
         try:
@@ -528,13 +479,7 @@ def feed(
 def _stop_once(
     executor: TrackingExecutor, budget: float, graceful: float, force: float
 ) -> ShutdownReport:
-    """`TrackingExecutor.stop`: the first `shutdown_and_await` that completes is kept.
-
-    A stop that must not wait returns `_provisional`: ``on_force`` or a signal handler
-    inside this thread's stop(), a signal handler on a thread inside ``submit()`` (it
-    hands the stop to ``<prefix>-stopper``), one of the pool's own tasks (a request),
-    and a stop from another thread once its own budget is spent.
-    """
+    """`TrackingExecutor.stop`: the first `shutdown_and_await` that completes is kept."""
     report = executor._report
     if report is not None:
         return report
@@ -547,7 +492,7 @@ def _stop_once(
         name = f"{executor._thread_name_prefix}-stopper"
         threading.Thread(target=executor.stop, args=(budget,), name=name).start()
         return _provisional(executor)
-    if _own_task(executor):  # a request from one of its own tasks: never wait for itself
+    if getattr(_current, "executor", None) is executor:  # one of its own tasks: a request
         executor.shutdown(wait=False)
         return _provisional(executor)
     deadline = _deadline(budget)
@@ -611,8 +556,7 @@ def _call_on_force(on_force: Callable[[], object], exits: list[BaseException]) -
             exits.append(exc)
 
 
-# Seconds and deadlines: the same code in every module that needs them (each module is
-# copied alone), pinned by tests/test_copies.py. inf means as long as it takes.
+# Seconds and deadlines, pinned by tests/test_copies.py: inf means as long as it takes.
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     if value is None and allow_none:
         return math.inf
@@ -631,11 +575,7 @@ def _left(deadline: float) -> float:
 
 # The same code is in bulkhead.py (each module is copied alone); pinned by tests/test_copies.py.
 class _OwnedLock:
-    """A `threading.Lock` that knows which thread holds it.
-
-    A signal handler that calls ``stop()`` on a thread interrupted inside ``submit()``
-    must not wait for a lock its own thread can only release after the handler returns.
-    """
+    """A `threading.Lock` that knows its holder: a signal handler must not wait for it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: MIT
 # From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
 # For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
-"""Stop worker processes on a deadline: graceful first, then SIGTERM, then SIGKILL, and report.
+"""Stop a process pool on a deadline: graceful first, then SIGTERM, then SIGKILL, and report.
 
 TL;DR: ``shutdown_process_pool(pool, timeout, force_timeout=...)`` ends a
 `ProcessPoolExecutor` within ``timeout + force_timeout`` even when a task never returns,
 and says what never started, what was lost and which pids it killed;
-``shutdown_mp_pool`` does the same for a `multiprocessing.pool.Pool`. A child process of
-your own is a `StoppableProcess`: ``stop()`` sends its stop request, joins on a deadline
-and terminates only as the last resort, saying so in its report.
+``shutdown_mp_pool`` does the same for a `multiprocessing.pool.Pool`. Give the workers
+``initializer=ignore_sigint`` and ``mp_context=safe_context()``, both from ``stoppable_process``
+(which stops one child process of your own), or copy those two functions.
 
 Guarantees:
     * `shutdown_process_pool` returns within ``timeout + force_timeout`` (plus scheduling
@@ -24,15 +24,6 @@ Guarantees:
     * A `KeyboardInterrupt` (or any error) anywhere in either function, in the graceful
       wait or in the forcing, sends SIGKILL to the workers at once and reaps them before
       it propagates: no worker outlives the program, not even one that ignores SIGTERM.
-    * `StoppableProcess.stop` returns within its budget; the first stop that completes
-      is recorded and every later call returns it, even if the child was killed behind
-      its back. With every start method (``fork``, ``forkserver``, ``spawn``) the child's
-      ``finally`` blocks and the `atexit` handlers registered in the child run unless the
-      report says it had to be terminated or killed (or the child ended itself with
-      ``os._exit`` or a crash). Once stopped, it holds no file descriptor of the child.
-    * Children started by `StoppableProcess` (and pool workers given
-      ``initializer=ignore_sigint``) ignore SIGINT: a Ctrl-C reaches only the parent,
-      which decides how they stop.
 
 Python:
     3.11+, POSIX, standard library only; checked on 3.11.7, 3.12.1 and 3.13.0. On 3.11
@@ -43,47 +34,32 @@ Python:
     they find no workers: this module signals its own snapshot instead (read from the
     3.14 source; 3.14 is not run here). ``multiprocessing.pool.Pool`` is the same code
     on the three versions: its workers are the private ``_pool`` list, its threads
-    ``_worker_handler``, ``_task_handler`` and ``_result_handler``. 3.12+ warn when a
-    multi-threaded process forks; ``fork`` and ``forkserver`` children skip their
-    `atexit` handlers before 3.13 (``os._exit``), so on 3.11 and 3.12 `StoppableProcess`
-    runs them itself, as 3.13 does; 3.14 makes ``forkserver`` the default start method
-    on Linux.
+    ``_worker_handler``, ``_task_handler`` and ``_result_handler``.
 
 Docs: docs/patterns/process_shutdown.md
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import math
 import multiprocessing
 import multiprocessing.pool
-import multiprocessing.queues
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 __all__ = [
     "Collected",
     "PoolShutdownReport",
-    "ProcessStopReport",
-    "StopSignal",
-    "StoppableProcess",
-    "abandon_queue",
     "collect",
-    "ignore_sigint",
-    "safe_context",
     "shutdown_mp_pool",
     "shutdown_process_pool",
 ]
@@ -94,65 +70,10 @@ logger = logging.getLogger(__name__)
 _TERM_SHARE = 0.5
 # The share of the forced phase allowed for the pool to cancel its queued work.
 _CANCEL_SHARE = 0.25
-# The share of a StoppableProcess budget kept for terminate and kill; the event gets the rest.
-_FORCE_SHARE = 0.25
-# How long a failed start() waits for the child it killed to be reaped.
-_ABANDON_WAIT = 5.0
-
-
-# The longest single wait: Process.join() and Connection.poll() end in poll(), which takes
-# whole milliseconds in a C int (about 24 days), far below threading.TIMEOUT_MAX. A longer
-# or infinite wait is a loop of these.
+# The longest single wait: Process.join() ends in poll(), which takes whole milliseconds
+# in a C int (about 24 days), far below threading.TIMEOUT_MAX. A longer or infinite wait
+# is a loop of these.
 _LONGEST_WAIT = 86400.0
-
-
-# The same code is in bulkhead, cancellation, daemon_threads, executor_shutdown and supervisor
-# (each module is copied alone); pinned by tests/test_copies.py.
-def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
-    """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
-    if value is None and allow_none:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float: as long as it takes
-        return math.inf
-
-
-def _join(process: BaseProcess, deadline: float) -> None:
-    # join() reaps the child (waitpid), so a process that ended is not left a zombie.
-    while process.exitcode is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        process.join(min(remaining, _LONGEST_WAIT))
-
-
-def _name(fn: object) -> str:
-    return str(getattr(fn, "__qualname__", None) or repr(fn))
-
-
-def _proc_name(process: BaseProcess) -> str:
-    return f"{process.name} (pid {process.pid})"
-
-
-def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
-    for process in processes:
-        _join(process, deadline)
-
-
-def _join_thread(thread: threading.Thread, deadline: float) -> None:
-    # Not Thread.join(): on 3.11 and 3.12 a Ctrl-C that lands inside join() marks the
-    # thread finished while it still runs (gh-90882); for the pool's manager thread,
-    # 3.12 then hung at exit in our runs. is_alive() never blocks, so it cannot be hit.
-    while thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
-
-
-def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
-    # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
-    return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
 
 
 # --- process pools ------------------------------------------------------------------------
@@ -187,104 +108,6 @@ class PoolShutdownReport:
     def __post_init__(self) -> None:
         if self.terminated and self.still_running:
             raise ValueError(f"terminated=True with still_running={self.still_running!r}")
-
-
-def _pool_workers(executor: ProcessPoolExecutor) -> dict[int, BaseProcess]:
-    # Private on 3.11-3.13 (and read by 3.14's terminate_workers too): pid -> process,
-    # filled as workers are spawned, and set to None by shutdown(). We keep the dict
-    # itself, not a copy, so a worker the pool spawns after this call is seen as well.
-    if not hasattr(executor, "_processes"):
-        logger.warning("this ProcessPoolExecutor has no _processes: cannot reach its workers")
-        return {}
-    workers = executor._processes
-    if workers is None:
-        logger.warning("the pool was shut down already: its workers cannot be reached")
-        return {}
-    if not isinstance(workers, dict):
-        raise TypeError(f"ProcessPoolExecutor._processes is {type(workers).__name__}, not dict")
-    return workers
-
-
-def _wake(wakeup: Any) -> None:
-    if wakeup is not None:
-        with contextlib.suppress(OSError, ValueError):  # closed: the manager has ended
-            wakeup.wakeup()
-
-
-def _wait_until_none_pending(futures: list[Future[Any]], deadline: float) -> None:
-    # A future leaves PENDING when the manager thread cancels it or hands it to the
-    # workers' call queue (RUNNING). Nothing signals "the manager got round to it", so
-    # poll, briefly and within the deadline.
-    while any(not (f.running() or f.done()) for f in futures):
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(0.001)
-
-
-@dataclass(frozen=True)
-class _Pool:
-    """What shutdown_process_pool needs of a pool's internals, read before its shutdown()."""
-
-    executor: ProcessPoolExecutor
-    workers: dict[int, BaseProcess]  # the pool's own dict: workers spawned later show up
-    manager: threading.Thread | None
-    wakeup: Any  # the manager's wake-up pipe (a private _ThreadWakeup), or None
-    items: list[Any]  # the pool's work items (future, fn, args), in submission order
-
-
-def _wait_then_force(
-    pool: _Pool, deadline: float, force_timeout: float
-) -> tuple[bool, list[str], list[int]]:
-    executor, workers, manager, items = pool.executor, pool.workers, pool.manager, pool.items
-    if manager is not None:
-        _join_thread(manager, deadline)
-    _join_all(_alive(workers.values()), deadline)
-    forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
-    never_started: list[str] = []
-    killed: list[int] = []
-    if not forced:
-        return forced, never_started, killed
-    force_start = time.monotonic()
-    force_deadline = force_start + force_timeout
-    # The pool's manager thread cancels what has not started, and forgets it. Cancelling
-    # here instead would race it: 3.11's manager dies with InvalidStateError when a
-    # worker dies after a queued future was cancelled behind its back. This second
-    # shutdown() cannot wake the manager (the first one dropped the wake-up pipe), so
-    # we use the pipe we kept.
-    executor.shutdown(wait=False, cancel_futures=True)
-    _wake(pool.wakeup)
-    _wait_until_none_pending(
-        [item.future for item in items], force_start + force_timeout * _CANCEL_SHARE
-    )
-    never_started = [_name(item.fn) for item in items if item.future.cancelled()]
-    for process in _alive(workers.values()):
-        killed.append(process.pid or 0)
-        process.terminate()
-    _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
-    for process in _alive(workers.values()):
-        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
-        process.kill()
-    _join_all(_alive(workers.values()), force_deadline)
-    if manager is not None:
-        # A dead worker breaks the pool: the manager fails the running futures with
-        # BrokenProcessPool and ends.
-        _join_thread(manager, force_deadline)
-    return forced, never_started, killed
-
-
-def _kill_now(pool: _Pool, reap: float) -> None:
-    pool.executor.shutdown(wait=False, cancel_futures=True)
-    _wake(pool.wakeup)
-    deadline = time.monotonic() + reap
-    alive = _alive(pool.workers.values())
-    for process in alive:
-        process.kill()
-    _join_all(alive, deadline)
-    if pool.manager is not None:
-        # Let the manager finish marking the pool broken (it joins the pool's queue
-        # threads); 3.12 can hang at exit collecting a pool left half-way through it.
-        _join_thread(pool.manager, deadline)
-    logger.warning("interrupted: killed worker pids %s", [p.pid for p in alive])
 
 
 def shutdown_process_pool(
@@ -355,6 +178,89 @@ def shutdown_process_pool(
 
 
 @dataclass(frozen=True)
+class _Pool:
+    """What shutdown_process_pool needs of a pool's internals, read before its shutdown()."""
+
+    executor: ProcessPoolExecutor
+    workers: dict[int, BaseProcess]  # the pool's own dict: workers spawned later show up
+    manager: threading.Thread | None
+    wakeup: Any  # the manager's wake-up pipe (a private _ThreadWakeup), or None
+    items: list[Any]  # the pool's work items (future, fn, args), in submission order
+
+
+def _wait_then_force(
+    pool: _Pool, deadline: float, force_timeout: float
+) -> tuple[bool, list[str], list[int]]:
+    executor, workers, manager, items = pool.executor, pool.workers, pool.manager, pool.items
+    if manager is not None:
+        _join_thread(manager, deadline)
+    _join_all(_alive(workers.values()), deadline)
+    forced = bool(_alive(workers.values())) or (manager is not None and manager.is_alive())
+    never_started: list[str] = []
+    killed: list[int] = []
+    if not forced:
+        return forced, never_started, killed
+    force_start = time.monotonic()
+    force_deadline = force_start + force_timeout
+    # The pool's manager thread cancels what has not started, and forgets it. Cancelling
+    # here instead would race it: 3.11's manager dies with InvalidStateError when a
+    # worker dies after a queued future was cancelled behind its back. This second
+    # shutdown() cannot wake the manager (the first one dropped the wake-up pipe), so
+    # we use the pipe we kept.
+    executor.shutdown(wait=False, cancel_futures=True)
+    _wake(pool.wakeup)
+    _wait_until_none_pending(
+        [item.future for item in items], force_start + force_timeout * _CANCEL_SHARE
+    )
+    never_started = [_name(item.fn) for item in items if item.future.cancelled()]
+    for process in _alive(workers.values()):
+        killed.append(process.pid or 0)
+        process.terminate()
+    _join_all(_alive(workers.values()), force_start + force_timeout * _TERM_SHARE)
+    for process in _alive(workers.values()):
+        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+        process.kill()
+    _join_all(_alive(workers.values()), force_deadline)
+    if manager is not None:
+        # A dead worker breaks the pool: the manager fails the running futures with
+        # BrokenProcessPool and ends.
+        _join_thread(manager, force_deadline)
+    return forced, never_started, killed
+
+
+def _pool_workers(executor: ProcessPoolExecutor) -> dict[int, BaseProcess]:
+    # Private on 3.11-3.13 (and read by 3.14's terminate_workers too): pid -> process,
+    # filled as workers are spawned, and set to None by shutdown(). We keep the dict
+    # itself, not a copy, so a worker the pool spawns after this call is seen as well.
+    if not hasattr(executor, "_processes"):
+        logger.warning("this ProcessPoolExecutor has no _processes: cannot reach its workers")
+        return {}
+    workers = executor._processes
+    if workers is None:
+        logger.warning("the pool was shut down already: its workers cannot be reached")
+        return {}
+    if not isinstance(workers, dict):
+        raise TypeError(f"ProcessPoolExecutor._processes is {type(workers).__name__}, not dict")
+    return workers
+
+
+def _wake(wakeup: Any) -> None:
+    if wakeup is not None:
+        with contextlib.suppress(OSError, ValueError):  # closed: the manager has ended
+            wakeup.wakeup()
+
+
+def _wait_until_none_pending(futures: list[Future[Any]], deadline: float) -> None:
+    # A future leaves PENDING when the manager thread cancels it or hands it to the
+    # workers' call queue (RUNNING). Nothing signals "the manager got round to it", so
+    # poll, briefly and within the deadline.
+    while any(not (f.running() or f.done()) for f in futures):
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.001)
+
+
+@dataclass(frozen=True)
 class Collected:
     """What `collect` found: results by position, failures, and work lost to a broken pool."""
 
@@ -371,7 +277,7 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     ``lost`` (positions), apart from the tasks' own errors; the results that did arrive
     are kept. A future still pending at the deadline counts as lost too.
     """
-    deadline = time.monotonic() + _seconds(timeout, "timeout")
+    deadline = _deadline(_seconds(timeout, "timeout"))
     results: dict[int, Any] = {}
     errors: dict[int, BaseException] = {}
     lost: list[int] = []
@@ -392,166 +298,7 @@ def collect(futures: list[Future[Any]], timeout: float) -> Collected:
     return Collected(results=results, errors=errors, lost=tuple(lost))
 
 
-def _exception(future: Future[Any], deadline: float) -> BaseException | None:
-    while True:  # in waits a lock can take (TIMEOUT_MAX): an infinite deadline is a loop
-        remaining = max(0.0, deadline - time.monotonic())
-        try:
-            return future.exception(min(remaining, _LONGEST_WAIT))
-        except TimeoutError:
-            if remaining <= _LONGEST_WAIT:
-                raise
-
-
-# --- multiprocessing.Pool -------------------------------------------------------------------
-
-# The threads a Pool runs in the parent (private on 3.11-3.13): one keeps the workers
-# (replacing any that exit), one feeds them tasks, one collects the results.
-_POOL_THREADS = ("_worker_handler", "_task_handler", "_result_handler")
-
-
-def _mp_watch(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> None:
-    # Pool._pool (private on 3.11-3.13) holds only the current workers: the worker-handler
-    # thread drops one that exited and appends its replacement (maxtasksperchild, a crash).
-    # So we read it again on every look, keeping every worker we have ever seen.
-    for process in list(getattr(pool, "_pool", ())):  # a copy: that thread edits the list
-        if isinstance(process, BaseProcess) and process.pid is not None:
-            seen.setdefault(process.pid, process)
-
-
-def _mp_died(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> list[BaseProcess]:
-    # Workers the pool's worker-handler thread has reaped and dropped, with an exit code
-    # other than 0 (a worker that retired, maxtasksperchild, or got its sentinel): killed
-    # by a signal, or ended by an exit code of its own. Only those: reading the exit code
-    # of a forkserver worker that thread may be reading too can see 255 instead.
-    current = {id(process) for process in list(getattr(pool, "_pool", ()))}
-    return [p for p in list(seen.values()) if id(p) not in current and p.exitcode not in (None, 0)]
-
-
-class _Result(Protocol):
-    # What shutdown_mp_pool reads of a result: the AsyncResult that apply_async,
-    # map_async and starmap_async return has it.
-    def ready(self) -> bool: ...
-
-
-def _mp_threads(pool: multiprocessing.pool.Pool) -> list[threading.Thread]:
-    found = (getattr(pool, name, None) for name in _POOL_THREADS)
-    return [thread for thread in found if isinstance(thread, threading.Thread)]
-
-
-def _wait_for_pool(
-    pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess], deadline: float
-) -> bool:
-    # After close() the pool ends by itself once every task has returned: its threads
-    # end and each worker exits on a sentinel. A task whose worker died never returns
-    # (the pool replaces the worker and forgets the task), so a death ends the wait.
-    threads = _mp_threads(pool)
-    while True:
-        _mp_watch(pool, seen)
-        if not any(t.is_alive() for t in threads):
-            if not _alive(seen.values()):  # polled only now that no pool thread does
-                return True
-        elif dead := _mp_died(pool, seen):
-            logger.warning("%s died: its task will never return", _proc_name(dead[0]))
-            return False
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(0.01, remaining))  # nothing signals "the pool has ended": poll
-
-
-def _force_mp(
-    pool: multiprocessing.pool.Pool,
-    seen: dict[int, BaseProcess],
-    terminator: threading.Thread,
-    kill_at: float,
-    deadline: float,
-) -> list[int]:
-    # Pool.terminate() stops the worker handler (no more replacements), sends SIGTERM
-    # and then joins each worker with no timeout: a worker that ignores SIGTERM holds it
-    # for ever (M11). So it runs in a thread of its own, and SIGKILL ends what is left.
-    killed = [p.pid or 0 for p in _alive(seen.values())]
-    terminator.start()
-    _join_thread(terminator, kill_at)
-    _mp_watch(pool, seen)
-    for process in _alive(seen.values()):
-        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
-        if process.pid not in killed:
-            killed.append(process.pid or 0)
-        process.kill()
-    _join_all(_alive(seen.values()), deadline)
-    if terminator.is_alive() and _all_workers_gone(pool, seen):
-        _free_dead_workers_locks(pool)
-    _join_thread(terminator, deadline)
-    return killed
-
-
-def _the_interrupt(exc: BaseException) -> BaseException:
-    """What to re-raise once the workers are killed: the Ctrl-C itself, if it broke a lock.
-
-    A `KeyboardInterrupt` that lands inside threading's own code (``Thread.start()``
-    waiting for the thread, a ``Condition``) can surface as a `RuntimeError` such as
-    "release unlocked lock", with the interrupt as its context: the caller's
-    ``except KeyboardInterrupt`` should still see the Ctrl-C (seen once on 3.12).
-    """
-    context = exc.__context__
-    if isinstance(context, KeyboardInterrupt) and not isinstance(exc, KeyboardInterrupt):
-        return context
-    return exc
-
-
-def _kill_mp_now(
-    pool: multiprocessing.pool.Pool,
-    seen: dict[int, BaseProcess],
-    terminator: threading.Thread,
-    reap: float,
-) -> None:
-    # A Ctrl-C: SIGKILL, no SIGTERM and no wait. terminate() (started here unless the
-    # forced phase started it) ends the worker handler, so a worker killed before that
-    # may still be replaced: kill until the handler has ended and no worker is left.
-    deadline = time.monotonic() + reap
-    if terminator.ident is None:  # not started
-        terminator.start()
-    killed: list[int] = []
-    while True:
-        _mp_watch(pool, seen)
-        alive = _alive(seen.values())
-        for process in alive:
-            process.kill()
-        killed += [p.pid or 0 for p in alive if p.pid not in killed]
-        _join_all(alive, deadline)
-        if _all_workers_gone(pool, seen) or time.monotonic() >= deadline:
-            break
-        time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))  # for the handler to end
-    if terminator.is_alive() and _all_workers_gone(pool, seen):
-        _free_dead_workers_locks(pool)
-    _join_thread(terminator, deadline)
-    logger.warning("interrupted: killed worker pids %s", killed)
-
-
-def _all_workers_gone(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> bool:
-    handler = getattr(pool, "_worker_handler", None)  # ended: it starts no worker again
-    _mp_watch(pool, seen)
-    return not (isinstance(handler, threading.Thread) and handler.is_alive()) and not _alive(
-        seen.values()
-    )
-
-
-def _free_dead_workers_locks(pool: multiprocessing.pool.Pool) -> None:
-    # A worker waits for its next task holding the task queue's read lock, and sends a
-    # result holding the result queue's write lock. Killed meanwhile, it never releases
-    # it: its replacement starves, and terminate() waits for the lock for ever (M12).
-    # Once every worker is dead, a held lock that no thread of ours holds (the test
-    # Lock.__repr__ makes) was a dead worker's: release it, once.
-    for queue_name, lock_name in (("_inqueue", "_rlock"), ("_outqueue", "_wlock")):
-        lock = getattr(getattr(pool, queue_name, None), lock_name, None)
-        semlock = getattr(lock, "_semlock", None)
-        if lock is None or semlock is None:
-            continue
-        if lock.acquire(False):  # free
-            lock.release()
-        elif semlock._count() == 0:  # held, by no thread of ours: by a dead worker
-            logger.warning("releasing %s.%s: a dead worker held it", queue_name, lock_name)
-            lock.release()
+# --- multiprocessing.Pool -----------------------------------------------------------------
 
 
 def shutdown_mp_pool(
@@ -611,306 +358,232 @@ def shutdown_mp_pool(
     return report
 
 
-def ignore_sigint() -> None:
-    """Make this process ignore SIGINT: a pool ``initializer`` or the first line of a child.
-
-    A Ctrl-C in a terminal reaches every process in the foreground process group; with
-    this the parent alone gets `KeyboardInterrupt` and decides how the children stop.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+# The threads a Pool runs in the parent (private on 3.11-3.13): one keeps the workers
+# (replacing any that exit), one feeds them tasks, one collects the results.
+_POOL_THREADS = ("_worker_handler", "_task_handler", "_result_handler")
 
 
-def safe_context() -> BaseContext:
-    """A start method that does not fork the current process: ``forkserver``, else ``spawn``.
-
-    A forked child inherits every lock in the state it had at the fork, held ones too,
-    but only the thread that forked: a lock another thread held stays locked for ever.
-    ``forkserver`` forks from a clean, single-threaded server; ``spawn`` starts afresh.
-    """
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+class _Result(Protocol):
+    # What shutdown_mp_pool reads of a result: the AsyncResult that apply_async,
+    # map_async and starmap_async return has it.
+    def ready(self) -> bool: ...
 
 
-def abandon_queue(q: multiprocessing.queues.Queue[Any]) -> None:
-    """Let this process exit without waiting for ``q``'s feeder thread; buffered items are lost.
-
-    At exit, `multiprocessing` joins each queue's feeder thread, which waits until every
-    item it buffered is written into the pipe: with nobody reading, forever. Call this
-    in a producer whose consumer is gone (the items then are lost: better known than hung).
-    """
-    q.cancel_join_thread()
-    q.close()
-    logger.warning("abandoned a multiprocessing queue: items not yet sent are lost")
-
-
-# --- one child process under the lifecycle contract ---------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcessStopReport:
-    """What `StoppableProcess.stop` achieved.
-
-    Attributes:
-        terminated: the child has exited and was reaped.
-        still_running: the child's name (with its pid) if it had not exited yet.
-        escalation: "" (it stopped when asked), "terminate" or "kill": the last signal sent.
-        exitcode: the child's exit code (negative: the signal that ended it), or None.
-        elapsed: seconds the stop took.
-    """
-
-    terminated: bool
-    still_running: tuple[str, ...]
-    escalation: str = ""
-    exitcode: int | None = None
-    elapsed: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.terminated and self.still_running:
-            raise ValueError(f"terminated=True with still_running={self.still_running!r}")
-
-
-class StopSignal:
-    """The child's end of a stop request: ``is_set()`` and ``wait(timeout)``, as an Event has.
-
-    It is the read end of a pipe; the parent writes one byte and closes its end. Unlike
-    a `multiprocessing.Event`, setting it never waits for the child: ``Event.set()``
-    waits for every process blocked in ``wait()`` to acknowledge, for ever if one of
-    them was killed (M7).
-    """
-
-    def __init__(self, reader: Connection) -> None:
-        self._reader = reader
-
-    def is_set(self) -> bool:
-        """Whether the parent asked this process to stop."""
-        return self._reader.poll()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the parent asks this process to stop or ``timeout`` passes."""
-        deadline = time.monotonic() + _seconds(timeout, "timeout", allow_none=True)
-        while True:
-            remaining = max(0.0, deadline - time.monotonic())
-            if self._reader.poll(min(remaining, _LONGEST_WAIT)):
+def _wait_for_pool(
+    pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess], deadline: float
+) -> bool:
+    # After close() the pool ends by itself once every task has returned: its threads
+    # end and each worker exits on a sentinel. A task whose worker died never returns
+    # (the pool replaces the worker and forgets the task), so a death ends the wait.
+    threads = _mp_threads(pool)
+    while True:
+        _mp_watch(pool, seen)
+        if not any(t.is_alive() for t in threads):
+            if not _alive(seen.values()):  # polled only now that no pool thread does
                 return True
-            if remaining <= _LONGEST_WAIT:
-                return False
-
-
-def _child_main(
-    target: Callable[..., object], stop: StopSignal, args: tuple[Any, ...], exit_path: bool
-) -> None:
-    ignore_sigint()  # before the target runs: a Ctrl-C is the parent's to handle
-    if not exit_path:
-        target(stop, *args)
-        return
-    # A fork or forkserver child before 3.13: multiprocessing ends it with os._exit, which
-    # skips atexit. Do what 3.13 does: forget the handlers inherited from the process that
-    # forked (they are not this child's), and run the child's own when the target ends.
-    atexit._clear()
-    try:
-        target(stop, *args)
-    finally:
-        atexit._run_exitfuncs()
-
-
-def _request_stop(writer: Connection) -> None:
-    # One byte makes the read end readable even when a forked child holds a copy of the
-    # write end (so closing alone would never give it EOF). Neither call blocks.
-    with contextlib.suppress(OSError):  # the child is gone, its end closed: nothing to tell
-        writer.send_bytes(b"s")
-    writer.close()
-
-
-def _acquire(lock: threading.Lock, deadline: float) -> bool:
-    # Bounded by the caller's deadline, in waits a lock can take (at most TIMEOUT_MAX).
-    while not lock.acquire(timeout=min(max(0.0, deadline - time.monotonic()), _LONGEST_WAIT)):
-        if time.monotonic() >= deadline:
+        elif dead := _mp_died(pool, seen):
+            logger.warning("%s died: its task will never return", _proc_name(dead[0]))
             return False
-    return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(0.01, remaining))  # nothing signals "the pool has ended": poll
 
 
-class StoppableProcess:
-    """A child process that is asked to stop, waited for, and forced only as the last resort.
+def _force_mp(
+    pool: multiprocessing.pool.Pool,
+    seen: dict[int, BaseProcess],
+    terminator: threading.Thread,
+    kill_at: float,
+    deadline: float,
+) -> list[int]:
+    # Pool.terminate() stops the worker handler (no more replacements), sends SIGTERM
+    # and then joins each worker with no timeout: a worker that ignores SIGTERM holds it
+    # for ever (M11). So it runs in a thread of its own, and SIGKILL ends what is left.
+    killed = [p.pid or 0 for p in _alive(seen.values())]
+    terminator.start()
+    _join_thread(terminator, kill_at)
+    _mp_watch(pool, seen)
+    for process in _alive(seen.values()):
+        logger.warning("%s outlived SIGTERM: sending SIGKILL", _proc_name(process))
+        if process.pid not in killed:
+            killed.append(process.pid or 0)
+        process.kill()
+    _join_all(_alive(seen.values()), deadline)
+    if terminator.is_alive() and _all_workers_gone(pool, seen):
+        _free_dead_workers_locks(pool)
+    _join_thread(terminator, deadline)
+    return killed
 
-    ``target(stop, *args)`` runs in the child (with SIGINT ignored) and should return
-    soon after ``stop.is_set()``, or ``stop.wait()``, says so (a `StopSignal`). The
-    default start method is ``spawn``; with ``fork`` and ``forkserver`` the child's own
-    `atexit` handlers run when the target ends, on every version. The constructor
-    starts nothing; ``start()`` starts the child; ``stop(timeout)`` sends the request,
-    waits, then sends SIGTERM and, later, SIGKILL, within the budget; the report says
-    which it took. ``with`` starts it if it was never started and stops it at the end.
 
-    ``stop()`` is safe from a signal handler or from a second thread: called on a
-    thread already inside ``start()`` or ``stop()`` (a handler) it returns a provisional
-    report at once; from another thread while a stop runs it waits at most its own
-    budget for that stop, then returns a provisional report. A provisional report says
-    ``terminated=False`` and is not recorded.
+def _free_dead_workers_locks(pool: multiprocessing.pool.Pool) -> None:
+    # A worker waits for its next task holding the task queue's read lock, and sends a
+    # result holding the result queue's write lock. Killed meanwhile, it never releases
+    # it: its replacement starves, and terminate() waits for the lock for ever (M12).
+    # Once every worker is dead, a held lock that no thread of ours holds (the test
+    # Lock.__repr__ makes) was a dead worker's: release it, once.
+    for queue_name, lock_name in (("_inqueue", "_rlock"), ("_outqueue", "_wlock")):
+        lock = getattr(getattr(pool, queue_name, None), lock_name, None)
+        semlock = getattr(lock, "_semlock", None)
+        if lock is None or semlock is None:
+            continue
+        if lock.acquire(False):  # free
+            lock.release()
+        elif semlock._count() == 0:  # held, by no thread of ours: by a dead worker
+            logger.warning("releasing %s.%s: a dead worker held it", queue_name, lock_name)
+            lock.release()
+
+
+def _mp_watch(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> None:
+    # Pool._pool (private on 3.11-3.13) holds only the current workers: the worker-handler
+    # thread drops one that exited and appends its replacement (maxtasksperchild, a crash).
+    # So we read it again on every look, keeping every worker we have ever seen.
+    for process in list(getattr(pool, "_pool", ())):  # a copy: that thread edits the list
+        if isinstance(process, BaseProcess) and process.pid is not None:
+            seen.setdefault(process.pid, process)
+
+
+def _mp_died(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> list[BaseProcess]:
+    # Workers the pool's worker-handler thread has reaped and dropped, with an exit code
+    # other than 0 (a worker that retired, maxtasksperchild, or got its sentinel): killed
+    # by a signal, or ended by an exit code of its own. Only those: reading the exit code
+    # of a forkserver worker that thread may be reading too can see 255 instead.
+    current = {id(process) for process in list(getattr(pool, "_pool", ()))}
+    return [p for p in list(seen.values()) if id(p) not in current and p.exitcode not in (None, 0)]
+
+
+def _mp_threads(pool: multiprocessing.pool.Pool) -> list[threading.Thread]:
+    found = (getattr(pool, name, None) for name in _POOL_THREADS)
+    return [thread for thread in found if isinstance(thread, threading.Thread)]
+
+
+def _all_workers_gone(pool: multiprocessing.pool.Pool, seen: dict[int, BaseProcess]) -> bool:
+    handler = getattr(pool, "_worker_handler", None)  # ended: it starts no worker again
+    _mp_watch(pool, seen)
+    return not (isinstance(handler, threading.Thread) and handler.is_alive()) and not _alive(
+        seen.values()
+    )
+
+
+# --- the lifecycle contract: seconds, deadlines, reaping, Ctrl-C-safe waits and kills -----
+
+
+# The same code is in every pattern module that needs it; pinned by tests/test_copies.py.
+def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
+    """A number of seconds >= 0; inf (or None, where allowed) means as long as it takes."""
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
+    return math.inf if value > sys.float_info.max else float(value)
+
+
+def _deadline(seconds: float) -> float:
+    """The `time.monotonic` time ``seconds`` from now (inf stays inf)."""
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``, capped at `threading.TIMEOUT_MAX`; callers cap lower."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
+
+
+# The same code as in stoppable_process (each module is copied alone), and _proc_name too;
+# pinned by tests/test_copies.py.
+def _join(process: BaseProcess, deadline: float) -> None:
+    # join() reaps the child (waitpid), so a process that ended is not left a zombie.
+    while process.exitcode is None and time.monotonic() < deadline:
+        process.join(min(_left(deadline), _LONGEST_WAIT))
+
+
+def _join_all(processes: Iterable[BaseProcess], deadline: float) -> None:
+    for process in processes:
+        _join(process, deadline)
+
+
+def _join_thread(thread: threading.Thread, deadline: float) -> None:
+    # Not Thread.join(): on 3.11 and 3.12 a Ctrl-C that lands inside join() marks the
+    # thread finished while it still runs (gh-90882); for the pool's manager thread,
+    # 3.12 then hung at exit in our runs. is_alive() never blocks, so it cannot be hit.
+    while thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(min(0.01, _left(deadline)))
+
+
+def _alive(processes: Iterable[BaseProcess]) -> list[BaseProcess]:
+    # A copy first: the pool's manager thread may remove a worker from the dict meanwhile.
+    return [p for p in list(processes) if p.exitcode is None and p.is_alive()]
+
+
+def _exception(future: Future[Any], deadline: float) -> BaseException | None:
+    while True:  # in waits a lock can take (TIMEOUT_MAX): an infinite deadline is a loop
+        try:
+            return future.exception(min(_left(deadline), _LONGEST_WAIT))
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def _name(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def _proc_name(process: BaseProcess) -> str:
+    return f"{process.name} (pid {process.pid})"
+
+
+def _the_interrupt(exc: BaseException) -> BaseException:
+    """What to re-raise once the workers are killed: the Ctrl-C itself, if it broke a lock.
+
+    A `KeyboardInterrupt` that lands inside threading's own code (``Thread.start()``
+    waiting for the thread, a ``Condition``) can surface as a `RuntimeError` such as
+    "release unlocked lock", with the interrupt as its context: the caller's
+    ``except KeyboardInterrupt`` should still see the Ctrl-C (seen once on 3.12).
     """
+    context = exc.__context__
+    if isinstance(context, KeyboardInterrupt) and not isinstance(exc, KeyboardInterrupt):
+        return context
+    return exc
 
-    def __init__(
-        self,
-        target: Callable[..., object],
-        args: tuple[Any, ...] = (),
-        *,
-        name: str | None = None,
-        stop_timeout: float = 5.0,
-        context: BaseContext | None = None,
-    ) -> None:
-        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
-        self._target = target
-        self._args = args
-        self._name = name
-        self._context = context if context is not None else multiprocessing.get_context("spawn")
-        # Held by the thread inside start() or stop(). stop() only ever tries it, or waits
-        # for it with its own deadline; _here.busy says "this thread holds it (or is about
-        # to)", so a signal handler on that thread never waits for itself.
-        self._busy = threading.Lock()
-        self._here = threading.local()
-        self._started = False
-        self._process: BaseProcess | None = None
-        self._pid: int | None = None
-        self._label = ""
-        self._stop_writer: Connection | None = None
-        self._escalation = ""
-        self._report: ProcessStopReport | None = None
 
-    @property
-    def pid(self) -> int | None:
-        """The child's pid once started."""
-        return self._pid
+def _kill_now(pool: _Pool, reap: float) -> None:
+    pool.executor.shutdown(wait=False, cancel_futures=True)
+    _wake(pool.wakeup)
+    deadline = _deadline(reap)
+    alive = _alive(pool.workers.values())
+    for process in alive:
+        process.kill()
+    _join_all(alive, deadline)
+    if pool.manager is not None:
+        # Let the manager finish marking the pool broken (it joins the pool's queue
+        # threads); 3.12 can hang at exit collecting a pool left half-way through it.
+        _join_thread(pool.manager, deadline)
+    logger.warning("interrupted: killed worker pids %s", [p.pid for p in alive])
 
-    def start(self) -> Self:
-        """Start the child; `RuntimeError` if started (or tried) or stopped before.
 
-        All or nothing: if anything fails once the child runs (a Ctrl-C too), the child
-        is killed and reaped before the error propagates.
-        """
-        inside = getattr(self._here, "busy", False)  # called by a handler inside stop()?
-        self._here.busy = True  # before taking the lock: a handler's stop() must not wait
-        try:
-            if not self._busy.acquire(blocking=False):
-                raise RuntimeError("start() while a start() or stop() of the same object runs")
-            try:
-                if self._started or self._report is not None:
-                    raise RuntimeError("start() on a StoppableProcess already started or stopped")
-                self._started = True
-                self._spawn()
-            finally:
-                self._busy.release()
-        finally:
-            self._here.busy = inside
-        return self
-
-    def _spawn(self) -> None:
-        method = self._context.get_start_method()
-        exit_path = sys.version_info < (3, 13) and method in ("fork", "forkserver")
-        reader, writer = self._context.Pipe(duplex=False)
-        process: BaseProcess | None = None
-        try:
-            process = self._context.Process(  # type: ignore[attr-defined]
-                target=_child_main,
-                args=(self._target, StopSignal(reader), self._args, exit_path),
-                name=self._name,
-            )
-            process.start()
-            reader.close()  # the child has its own copy now
-            self._pid, self._label = process.pid, _proc_name(process)
-            self._stop_writer, self._process = writer, process
-        except BaseException:
-            reader.close()
-            self._process = self._stop_writer = None
-            _abandon(process, writer)
-            raise
-
-    def stop(self, timeout: float | None = None) -> ProcessStopReport:
-        """Ask, wait, force near the end of ``timeout``; the first completed report thereafter.
-
-        ``timeout`` defaults to ``stop_timeout``; ``math.inf`` waits as long as it takes
-        (and never forces).
-        """
-        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        report = self._report
-        if report is not None:
-            return report
-        if getattr(self._here, "busy", False):  # a handler or callback on a stopping thread
-            return self._provisional()
-        deadline = time.monotonic() + budget
-        self._here.busy = True
-        try:
-            if not _acquire(self._busy, deadline):  # another thread's stop outlasted ours
-                return self._provisional()
-            try:
-                return self._report or self._stop_once(deadline)
-            finally:
-                self._busy.release()
-        finally:
-            self._here.busy = False
-
-    def _provisional(self) -> ProcessStopReport:
-        # The truth now, without blocking: a live child is still running.
-        process = self._process
-        with contextlib.suppress(ValueError):  # closed meanwhile: reaped, so not running
-            if process is not None and process.exitcode is None:
-                return ProcessStopReport(
-                    terminated=False, still_running=(self._label,), escalation=self._escalation
-                )
-        return ProcessStopReport(terminated=False, still_running=(), escalation=self._escalation)
-
-    def _stop_once(self, deadline: float) -> ProcessStopReport:
-        start = time.monotonic()
-        process, writer = self._process, self._stop_writer
-        if process is None:  # never started, or its start failed (and was cleaned up)
-            self._report = ProcessStopReport(terminated=True, still_running=())
-            return self._report
-        if writer is not None:
-            self._stop_writer = None
-            _request_stop(writer)
-        budget = max(0.0, deadline - start)
-        force_start = start + budget * (1 - _FORCE_SHARE)  # inf stays inf: never forced
-        _join(process, force_start)
-        if process.exitcode is None:
-            self._escalation = "terminate"
-            logger.warning("%s ignored its stop request: sending SIGTERM", self._label)
-            process.terminate()
-            _join(process, force_start + budget * _FORCE_SHARE * _TERM_SHARE)
-        if process.exitcode is None:
-            self._escalation = "kill"
-            logger.warning("%s outlived SIGTERM: sending SIGKILL", self._label)
+def _kill_mp_now(
+    pool: multiprocessing.pool.Pool,
+    seen: dict[int, BaseProcess],
+    terminator: threading.Thread,
+    reap: float,
+) -> None:
+    # A Ctrl-C: SIGKILL, no SIGTERM and no wait. terminate() (started here unless the
+    # forced phase started it) ends the worker handler, so a worker killed before that
+    # may still be replaced: kill until the handler has ended and no worker is left.
+    deadline = _deadline(reap)
+    if terminator.ident is None:  # not started
+        terminator.start()
+    killed: list[int] = []
+    while True:
+        _mp_watch(pool, seen)
+        alive = _alive(seen.values())
+        for process in alive:
             process.kill()
-            _join(process, deadline)
-        exitcode = process.exitcode
-        if exitcode is None:
-            logger.error("%s still running after stop()", self._label)
-        self._report = ProcessStopReport(
-            terminated=exitcode is not None,
-            still_running=() if exitcode is not None else (self._label,),
-            escalation=self._escalation,
-            exitcode=exitcode,
-            elapsed=time.monotonic() - start,
-        )
-        if exitcode is not None:
-            process.close()  # reaped: release its sentinel and the pipe multiprocessing kept
-        return self._report
-
-    def __enter__(self) -> Self:
-        if self._report is not None:
-            raise RuntimeError("a stopped StoppableProcess cannot be started again")
-        if self._process is not None:  # started with start(): `with p.start():`
-            return self
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-def _abandon(process: BaseProcess | None, writer: Connection) -> None:
-    # A start() that failed part-way: kill and reap what it started, close what it opened.
-    _request_stop(writer)
-    if process is None or process.pid is None:  # never started
-        return
-    process.kill()
-    _join(process, time.monotonic() + _ABANDON_WAIT)
-    if process.exitcode is None:
-        logger.error("%s outlived SIGKILL after a failed start()", _proc_name(process))
-    else:
-        process.close()
+        killed += [p.pid or 0 for p in alive if p.pid not in killed]
+        _join_all(alive, deadline)
+        if _all_workers_gone(pool, seen) or time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.01, _left(deadline)))  # for the handler to end
+    if terminator.is_alive() and _all_workers_gone(pool, seen):
+        _free_dead_workers_locks(pool)
+    _join_thread(terminator, deadline)
+    logger.warning("interrupted: killed worker pids %s", killed)

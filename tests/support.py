@@ -8,12 +8,14 @@ never wrong: the thing waited for is released by the test itself, after the chec
 from __future__ import annotations
 
 import _thread
+import contextlib
 import itertools
 import os
 import queue
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -575,6 +577,75 @@ class LoopThreadAsyncServer(_LoopThreadAdapter):
             return await self.inner.stop()
 
         return asyncio.run(stop_unstarted())
+
+
+class Child:
+    """A child interpreter whose stdout arrives line by line; every read has a timeout."""
+
+    def __init__(self, code: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        self.out: queue.Queue[str] = queue.Queue()
+        self.err: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._pump, args=(self.proc.stdout, self.out.put)),
+            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err.append)),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _pump(stream: IO[str], put: Any) -> None:
+        for line in stream:
+            put(line.rstrip("\n"))
+
+    def expect(self, line: str, timeout: float = MUST_HAPPEN) -> None:
+        """Read the next stdout line and check it is ``line``."""
+        try:
+            got = self.out.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"child never printed {line!r}; stderr: {''.join(self.err)[-2000:]}"
+            ) from None
+        assert got == line, f"expected {line!r}, got {got!r}; stderr: {self.err[-20:]}"
+
+    def rest(self) -> list[str]:
+        """Wait for the child to exit (bounded) and return the stdout lines not yet read."""
+        self.proc.wait(MUST_HAPPEN)
+        for reader in self._readers:
+            reader.join(MUST_HAPPEN)
+        lines = []
+        while not self.out.empty():
+            lines.append(self.out.get())
+        return lines
+
+    def close(self) -> None:
+        """Kill the child if it still runs, join the readers, close the pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(MUST_HAPPEN)
+        for reader in self._readers:
+            reader.join(MUST_HAPPEN)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):  # stdin: a broken pipe on flush
+                    stream.close()
+
+
+@contextmanager
+def child(code: str) -> Iterator[Child]:
+    """Run ``code`` in a child interpreter; kill it if the test leaves it running."""
+    c = Child(code)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 class FakeClock:

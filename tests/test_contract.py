@@ -294,7 +294,7 @@ def _async_graceful_server(stop_timeout: float) -> Any:
 
 
 def _stoppable_process(stop_timeout: float) -> Any:
-    from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
+    from patterns.stoppable_process import StoppableProcess  # noqa: PLC0415
     from patterns.teaching.process_tasks import wait_for_stop  # noqa: PLC0415
 
     return StoppableProcess(wait_for_stop, name="contract-process", stop_timeout=stop_timeout)
@@ -303,7 +303,7 @@ def _stoppable_process(stop_timeout: float) -> Any:
 def _busy_stoppable_process(busy: Busy, stop_timeout: float) -> Any:
     import multiprocessing  # noqa: PLC0415
 
-    from patterns.process_shutdown import StoppableProcess  # noqa: PLC0415
+    from patterns.stoppable_process import StoppableProcess  # noqa: PLC0415
     from patterns.teaching.process_tasks import stubborn  # noqa: PLC0415
 
     context = multiprocessing.get_context("spawn")

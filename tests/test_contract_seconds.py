@@ -417,7 +417,7 @@ def _collect(value: Any) -> None:
 def _stop_signal_wait(value: Any) -> None:
     import multiprocessing  # noqa: PLC0415
 
-    from patterns.process_shutdown import StopSignal  # noqa: PLC0415
+    from patterns.stoppable_process import StopSignal  # noqa: PLC0415
 
     reader, writer = multiprocessing.Pipe(duplex=False)
     try:
@@ -510,7 +510,7 @@ def _run_in_thread_with(value: Any) -> None:
 
 
 def _async_signal_handlers_stop(value: Any) -> None:
-    from patterns.asyncio_shutdown import AsyncSignalHandlers  # noqa: PLC0415
+    from patterns.asyncio_signals import AsyncSignalHandlers  # noqa: PLC0415
 
     async def main() -> Any:
         handlers = AsyncSignalHandlers(lambda signum: None).start()
@@ -521,7 +521,7 @@ def _async_signal_handlers_stop(value: Any) -> None:
 
 def _arun(**options: Any) -> Callable[[Any], None]:
     def call(value: Any) -> None:
-        from patterns.asyncio_shutdown import run_until_signalled  # noqa: PLC0415
+        from patterns.asyncio_signals import run_until_signalled  # noqa: PLC0415
 
         async def work(stop: asyncio.Event) -> None:
             return None

@@ -27,6 +27,16 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 COPIES = [
     ("_OwnedLock", ["bulkhead", "executor_shutdown"]),
     ("ServerStopReport", ["server_shutdown", "server_shutdown_asyncio"]),
+    ("TaskShutdownReport", ["asyncio_shutdown", "asyncio_signals"]),
+    ("shutdown_tasks", ["asyncio_shutdown", "asyncio_signals"]),
+    ("_sort", ["asyncio_shutdown", "asyncio_signals"]),
+    ("_timeout", ["asyncio_shutdown", "asyncio_signals"]),
+    (
+        "_check_report",
+        ["asyncio_shutdown", "asyncio_signals", "server_shutdown", "server_shutdown_asyncio"],
+    ),
+    ("_join", ["process_shutdown", "stoppable_process"]),
+    ("_proc_name", ["process_shutdown", "stoppable_process"]),
     ("force_exit", ["exit_hooks", "signal_handlers"]),
     ("_log_and_flush", ["exit_hooks", "signal_handlers"]),
 ]

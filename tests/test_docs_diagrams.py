@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.worker.states import TRANSITIONS, WorkerState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,11 +40,17 @@ def test_the_job_diagram_has_every_job_state_and_no_other() -> None:
 
 def test_the_parts_diagram_links_every_part_the_worker_wires_to_its_api_page() -> None:
     """A part module the worker imports but the diagram leaves out, or a dead link, fails here."""
-    worker = (ROOT / "patterns" / "jobqueue" / "worker.py").read_text(encoding="utf-8")
-    imported = set(re.findall(r"^from patterns\.jobqueue\.(\w+) import", worker, re.MULTILINE))
-    imported |= set(re.findall(r"^from patterns\.jobqueue import (\w+)$", worker, re.MULTILINE))
-    # Values and the user's own API, not parts: the job's outcome and the task registry.
-    parts = (imported - {"outcomes", "tasks"}) | {"worker", "fallback"}
+    worker = (ROOT / "patterns" / "jobqueue" / "worker" / "worker.py").read_text(encoding="utf-8")
+    pattern = r"^from patterns\.jobqueue\.(?:worker|stores)\.(\w+) import"
+    imported = set(re.findall(pattern, worker, re.MULTILINE))
+    imported |= set(
+        re.findall(r"^from patterns\.jobqueue\.worker import (\w+)$", worker, re.MULTILINE)
+    )
+    # The store protocol's API page keeps the old module's name.
+    imported = {"store" if name == "protocol" else name for name in imported}
+    # Values and the user's own API, not parts: the job's outcome, the store's records and
+    # the task registry.
+    parts = (imported - {"outcomes", "records", "tasks"}) | {"worker", "fallback"}
     drawn = (DIAGRAMS / "worker-parts.dot").read_text(encoding="utf-8")
     linked = set(re.findall(r'(?:URL|href)="\.\./api/jobqueue_(\w+)\.html"', drawn))
     assert parts <= linked, f"parts not drawn: {sorted(parts - linked)}"
@@ -69,7 +75,7 @@ def test_the_drain_budget_is_drawn_to_scale_and_its_caption_gives_the_systemd_sp
         p for p in (ROOT / "docs").rglob("*.md") if "diagrams/stop-budget.dot" in p.read_text()
     ]
     assert pages, "no page shows the diagram"
-    for page in pages:  # the exit hooks page, and the server page beside its stop picture
+    for page in pages:  # the signal handlers page, and the server page beside its stop picture
         text = page.read_text(encoding="utf-8")
         caption = text[text.index("diagrams/stop-budget.dot") :].splitlines()[1]
         assert [int(s) for s in re.findall(r"(\d+) s of", caption)] == drawn_split, caption

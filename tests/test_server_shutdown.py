@@ -508,6 +508,9 @@ def test_graceful_server_closes_idle_kept_alive_connections_at_once() -> None:
         idle = connect(server.address)
         try:
             assert get(idle, "/first")[:2] == (200, "done /first\n")
+            # The response reached us before its handler thread recorded the request's end:
+            # the connection is idle once that thread waits for the next request.
+            wait_until_blocked_in(slow.threads[0], "_await_request")
             with client(server.address, "/slow") as busy:
                 assert slow.entered.wait(MUST_HAPPEN)
                 stopper, result = run_in_thread(lambda: server.stop(MUST_HAPPEN), "stopper")

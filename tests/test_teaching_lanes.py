@@ -271,6 +271,7 @@ FAILING_LANES = {
     "asyncio_shutdown.a12": {"owner"},  # held in its group past the deadline
     "asyncio_shutdown.a13": {"owner"},  # it goes on (3.11, 3.12)
     "asyncio_shutdown.a14": {"owner"},  # its count stays at 1 (3.11, 3.12)
+    "asyncio_signals.a6": {"MainThread"},  # killed where its work waited
     "process_shutdown.m3": {"careful"},
     "process_shutdown.m8": {"worker"},
     "process_shutdown.m9": {"parent"},  # its join() waits as long as the item
@@ -299,7 +300,13 @@ def test_the_main_lane_is_main_when_drawn_from_inside_an_asyncio_task() -> None:
             [tracer.label(lane) for lane in tracer.lanes]
             for key, scenario in SCENARIOS.items()
             if not key.startswith(
-                ("daemon_threads", "process_shutdown", "server_shutdown", "signal_handlers")
+                (
+                    "asyncio_signals",
+                    "daemon_threads",
+                    "process_shutdown",
+                    "server_shutdown",
+                    "signal_handlers",
+                )
             )
             for tracer in (scenario.naive(), scenario.fixed())
         ]
@@ -410,6 +417,25 @@ def test_p15_naive_child_leaves_the_file_without_end_and_fixed_writes_it_before_
     fixed = SCENARIOS["daemon_threads.p15"].fixed()
     assert first(fixed, "main returns").index < first(fixed, "finally: writes END").index
     assert "'END'" in first(fixed, "child exited 0").text
+
+
+def test_a6_naive_child_dies_where_it_waits_and_fixed_runs_its_finally_then_exits_0() -> None:
+    """A6 in a child: naive, SIGTERM ends asyncio.run with no finally; fixed, a clean stop."""
+    naive = SCENARIOS["asyncio_signals.a6"].naive()
+    assert [e.text for e in naive.events if e.thread == "MainThread"] == [
+        "work: serves; waits for stop",
+        "killed where it waited: no finally",
+    ]
+    assert first(naive, f"child exited {-signal.SIGTERM}").index > first(naive, "SIGTERM").index
+
+    fixed = SCENARIOS["asyncio_signals.a6"].fixed()
+    after = [e.text for e in fixed.events if e.index > first(fixed, "SIGTERM").index]
+    assert after == [
+        "stop is set: finishes what is in flight, returns",
+        "finally runs",
+        "asyncio.run returned",
+        "child exited 0",
+    ]
 
 
 def test_p18_naive_child_dies_in_its_job_and_fixed_hands_it_back_and_cleans_up() -> None:

@@ -154,28 +154,42 @@ PATTERNS = [
         "asyncio shutdown",
         "asyncio_shutdown",
         "12-asyncio-shutdown",
-        "`asyncio.run` never returns; a task vanishes or fails unheard; SIGTERM skips cleanup",
+        "`asyncio.run` never returns; a task vanishes or fails unheard",
         "a cancellation swallowed by `except BaseException`; cancel-then-gather with no "
         "deadline; a fire-and-forget task collected mid-flight; a background failure nobody "
         "hears of; `to_thread` work no cancel can reach, and `asyncio.run` waiting for it at "
-        "exit; SIGTERM killing `asyncio.run` with no cleanup; a second signal that cannot "
-        "force the exit; a shielded cleanup nobody waits for or hears fail; a `TaskGroup` that "
-        "no deadline can end; a stop a `TaskGroup` drops, or a cancel it leaves counted, on "
+        "exit; a shielded cleanup nobody waits for or hears fail; a `TaskGroup` that no "
+        "deadline can end; a stop a `TaskGroup` drops, or a cancel it leaves counted, on "
         "3.11 and 3.12",
+    ),
+    Pattern(
+        "asyncio signals",
+        "asyncio_signals",
+        "19-asyncio-signals",
+        "SIGTERM kills an asyncio program with no cleanup; a second signal cannot end a stuck "
+        "drain",
+        "SIGTERM killing `asyncio.run` with no cleanup; a second signal that cannot force the "
+        "exit; a nested handler that leaves SIGTERM doing nothing once it is removed",
     ),
     Pattern(
         "Process shutdown",
         "process_shutdown",
         "13-process-shutdown",
-        "a stuck child process holds the exit; `terminate()` skips cleanup; "
-        "Ctrl-C reaches every child",
+        "a stuck pool worker holds the exit; a dead one breaks the pool or loses a result",
         "a stuck worker keeping `with ProcessPoolExecutor()` and the exit waiting; a dead "
-        "worker breaking the pool; `terminate()` skipping `finally` and `atexit`; a "
-        "`multiprocessing.Queue` holding the exit; Ctrl-C reaching every child; `fork()` "
-        "copying a held lock; `Event.set()` waiting for a killed child; `with Pool()` "
-        "killing running tasks; `Pool.join()` with no timeout; a killed `Pool` worker's "
-        "result never arriving; `Pool.terminate()` waiting for a worker deaf to SIGTERM; "
-        "a killed idle `Pool` worker's lock hanging `join()` and `terminate()`",
+        "worker breaking the pool; `with Pool()` killing running tasks; `Pool.join()` with "
+        "no timeout; a killed `Pool` worker's result never arriving; `Pool.terminate()` "
+        "waiting for a worker deaf to SIGTERM; a killed idle `Pool` worker's lock hanging "
+        "`join()` and `terminate()`",
+    ),
+    Pattern(
+        "Stoppable process",
+        "stoppable_process",
+        "18-stoppable-process",
+        "`terminate()` skips a child's cleanup; Ctrl-C reaches every child",
+        "`terminate()` skipping a child's `finally` and `atexit`; a `multiprocessing.Queue` "
+        "holding the exit; Ctrl-C reaching every child; `fork()` copying a held lock; "
+        "`Event.set()` waiting for a killed child",
     ),
     Pattern(
         "Server shutdown",

@@ -27,7 +27,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without the 4 ms import of typing
 if TYPE_CHECKING:
     from patterns.jobqueue.stores.memory import MemoryStore
     from patterns.jobqueue.stores.postgres.store import PostgresStore
-    from patterns.jobqueue.stores.protocol import Claim, Job, JobState, Store
+    from patterns.jobqueue.stores.protocol import OperatorStore, Store, WorkerStore
+    from patterns.jobqueue.stores.records import Claim, Job, JobState
     from patterns.jobqueue.stores.sqlite.store import SQLiteStore
     from patterns.jobqueue.tasks import (
         Backoff,
@@ -57,6 +58,7 @@ __all__ = [
     "JobContext",
     "JobState",
     "MemoryStore",
+    "OperatorStore",
     "Outcome",
     "Phase",
     "PhaseError",
@@ -70,6 +72,7 @@ __all__ = [
     "WorkerReport",
     "WorkerState",
     "WorkerStats",
+    "WorkerStore",
 ]
 
 # Each exported name and the submodule it comes from.
@@ -77,7 +80,8 @@ _SOURCES = {
     "MemoryStore": "stores.memory",
     "PostgresStore": "stores.postgres.store",  # psycopg is needed once a store is made
     "SQLiteStore": "stores.sqlite.store",
-    **dict.fromkeys(("Claim", "Job", "JobState", "Store"), "stores.protocol"),
+    **dict.fromkeys(("Claim", "Job", "JobState"), "stores.records"),
+    **dict.fromkeys(("OperatorStore", "Store", "WorkerStore"), "stores.protocol"),
     **dict.fromkeys(
         (
             "Backoff",

@@ -56,13 +56,13 @@ from typing import Any, TypeAlias, overload
 
 from patterns import cancellation
 from patterns.cancellation import Cancelled
-from patterns.jobqueue.stores.protocol import (
+from patterns.jobqueue.stores.checks import check_timeout
+from patterns.jobqueue.stores.protocol import SharedStore
+from patterns.jobqueue.stores.records import (
     DEFAULT_MAX_ATTEMPTS,
     MAX_ATTEMPTS_LIMIT,
     Job,
     JsonValue,
-    Store,
-    check_timeout,
 )
 
 __all__ = [
@@ -432,7 +432,7 @@ class TaskRegistry:
 
     def enqueue(
         self,
-        store: Store,
+        store: SharedStore,
         name: str,
         payload: JsonValue = None,
         *,

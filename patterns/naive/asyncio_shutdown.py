@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -60,17 +59,6 @@ def naive_keep(coro: Coroutine[Any, Any, object], tasks: set[asyncio.Task[Any]])
     never retrieved" message appears only when the set is finally emptied, if ever.
     """
     tasks.add(asyncio.get_running_loop().create_task(coro))
-
-
-def naive_install_stop_handler(stop: asyncio.Event) -> None:
-    """Broken on purpose: every SIGTERM or SIGINT sets ``stop``, and nothing more (A9).
-
-    The first signal starts the graceful stop; if that stop hangs, a second signal sets
-    the event again and changes nothing: the operator's only way out is SIGKILL.
-    """
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
 
 
 async def naive_run_blocking(fn: Callable[[], T]) -> T:

@@ -1,4 +1,4 @@
-"""Broken on purpose: the obvious ways to stop worker processes (tests, docs, notebooks).
+"""Broken on purpose: the obvious ways to stop a process pool (tests, docs, notebooks).
 
 Each function is the naive counterpart of one in ``patterns.process_shutdown``; the docs
 page shows them next to each other, and the tests make each one go wrong in a child
@@ -7,13 +7,9 @@ process. Do not copy these.
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.queues
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
-from multiprocessing.context import BaseContext
 from multiprocessing.pool import AsyncResult, Pool
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 
@@ -33,47 +29,6 @@ def naive_collect(futures: list[Future[Any]]) -> list[Any]:
     and the results that did arrive, and which tasks were lost, go with it.
     """
     return [future.result() for future in futures]
-
-
-def naive_stop_process(process: BaseProcess) -> None:
-    """Broken on purpose: SIGTERM's default action ends the child at once (M3).
-
-    The child's ``finally`` blocks and `atexit` handlers never run: files half
-    written, temporary files left, nothing flushed.
-    """
-    process.terminate()
-    process.join()
-
-
-def naive_close_queue(q: multiprocessing.queues.Queue[Any]) -> None:
-    """Broken on purpose: ``close()`` does not stop the exit from waiting for the feeder (M4).
-
-    At exit `multiprocessing` still joins the queue's feeder thread, which is blocked
-    writing buffered items into a pipe that nobody reads.
-    """
-    q.close()
-
-
-def naive_start_child(
-    context: BaseContext, target: Callable[..., object], args: tuple[Any, ...]
-) -> BaseProcess:
-    """Broken on purpose: the child keeps the default SIGINT handler (M5).
-
-    A Ctrl-C in the terminal reaches the whole foreground process group, so each
-    child raises its own `KeyboardInterrupt` wherever it is, prints its own
-    traceback, and its current item is lost.
-    """
-    process: BaseProcess = context.Process(target=target, args=args)  # type: ignore[attr-defined]
-    process.start()
-    return process
-
-
-def naive_context() -> BaseContext:
-    """Broken on purpose: ``fork`` copies locks held by other threads, held for ever (M6).
-
-    It was the default start method on Linux up to 3.13.
-    """
-    return multiprocessing.get_context("fork")
 
 
 def naive_apply_in_with(

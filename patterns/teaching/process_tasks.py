@@ -20,7 +20,7 @@ import time
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
-from patterns.process_shutdown import StopSignal
+from patterns.stoppable_process import StopSignal
 
 # Held by a thread of the parent while it forks (M6): a forked child inherits it locked.
 LOCK = threading.Lock()

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import Claim
+from patterns.jobqueue.stores.records import Claim
 from tests.support import FakeClock
 
 

@@ -26,7 +26,8 @@ import pytest
 
 from patterns.jobqueue.cli import main as cli
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import MAX_ERROR_CHARS, JobState, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import MAX_ERROR_CHARS, JobState
 from patterns.jobqueue.stores.sqlite.store import SCHEMA_VERSION, SQLiteStore, StoreFileError
 from patterns.jobqueue.tasks import Backoff, PhaseError, TaskRegistry
 from patterns.jobqueue.worker.worker import Worker

@@ -20,7 +20,7 @@ import pytest
 
 from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue
-from patterns.jobqueue.stores.protocol import Claim, Job
+from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker import claimer as claimer_module
 from patterns.jobqueue.worker.claimer import MAX_BACKOFF, Claimer

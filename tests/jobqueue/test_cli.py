@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -378,3 +379,20 @@ def test_demo_runs_to_the_end_and_its_tally_reconciles(tmp_path: Path) -> None:
         assert phase in out
     assert "run_at unchanged: interrupted, not failed" in out
     assert "Nothing lost, nothing left behind." in out
+
+
+def test_the_mini_demo_runs_to_the_end_and_its_tally_reconciles(tmp_path: Path) -> None:
+    """``demo --mini``: the mini queue stops mid-job, gives the job back, and loses nothing."""
+    result = run_cli(["demo", "--mini"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == ""
+    out = result.stdout
+    assert "report: terminated=True" in out, out
+    # The two 3 s cooperative jobs, claimed first, were still running when the drain budget
+    # was spent: cancelled, and given back with their attempt (other claims may be too).
+    for job_id in (1, 2):
+        assert f"job {job_id} (steps): queued, attempts 0: interrupted, not failed" in out, out
+    [released] = re.findall(r"released \(back in the queue, attempt given back\): (.*)", out)
+    assert {"1", "2"} <= set(released.split(", ")), out
+    assert "19 enqueued = 18 done + 1 failed + 0 queued or running" in out, out
+    assert "Nothing lost, nothing left behind." in out, out

@@ -23,9 +23,9 @@ from typing import Any, cast
 
 import pytest
 
-from patterns.jobqueue.cli import demo_tasks
+from patterns.jobqueue.cli import arguments, demo_tasks, store_access, worker_command
 from patterns.jobqueue.cli import main as cli
-from patterns.jobqueue.stores.protocol import DEFAULT_MAX_PAYLOAD_BYTES, Job
+from patterns.jobqueue.stores.records import DEFAULT_MAX_PAYLOAD_BYTES, Job
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import JobContext
 from patterns.jobqueue.worker.worker import Worker, WorkerReport
@@ -141,7 +141,7 @@ SECONDS = {
 
 def test_every_option_that_takes_a_value_says_its_default_and_times_say_seconds() -> None:
     """``--help`` of each command: every optional value names its default, and its unit."""
-    parser = cli._parser()
+    parser = arguments.build_parser()
     [commands] = [a for a in parser._actions if a.dest == "command"]
     checked = 0
     for sub in [parser, *cast(dict[str, Any], commands.choices).values()]:
@@ -158,7 +158,7 @@ def test_every_option_that_takes_a_value_says_its_default_and_times_say_seconds(
 
 def test_exit_when_empty_says_what_it_does_with_jobs_due_later() -> None:
     """A retry waiting out its backoff does not keep the worker: the help says so."""
-    parser = cli._parser()
+    parser = arguments.build_parser()
     [commands] = [a for a in parser._actions if a.dest == "command"]
     worker = cast(dict[str, Any], commands.choices)["worker"]
     [flag] = [a for a in worker._actions if a.dest == "exit_when_empty"]
@@ -533,12 +533,12 @@ def test_the_worker_exit_status_matches_its_report(
 ) -> None:
     """3 only when the report names jobs still running; a blocked store 5; a stuck thread 1."""
     ReportingWorker.report = report
-    monkeypatch.setattr(cli, "Worker", ReportingWorker)
+    monkeypatch.setattr(worker_command, "Worker", ReportingWorker)
 
     def force_exit(status: int, reason: str = "") -> None:
         raise Exited(status)
 
-    monkeypatch.setattr(cli, "force_exit", force_exit)
+    monkeypatch.setattr(worker_command, "force_exit", force_exit)
     tasks = "patterns.jobqueue.cli.demo_tasks:tasks"
     try:
         status = cli.main(["--db", str(tmp_path / "q.db"), "worker", "--tasks", tasks])
@@ -591,7 +591,7 @@ def test_the_worker_gives_its_watch_interval_to_the_sqlite_store(
             seen.append(kwargs.get("watch_interval"))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "SQLiteStore", Spy)
+    monkeypatch.setattr(store_access, "SQLiteStore", Spy)
     db = str(tmp_path / "q.db")
     worker = ["worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks", "--exit-when-empty"]
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)
@@ -604,7 +604,7 @@ def test_the_idle_intervals_accept_their_floor_and_the_help_names_it(
 ) -> None:
     """The floors are the smallest values accepted, and the help says what they are."""
     worker = ["--db", "q.db", "worker", "--tasks", "m:t"]
-    args = cli._parser().parse_args([*worker, "--poll-interval", "0.01"])
+    args = arguments.build_parser().parse_args([*worker, "--poll-interval", "0.01"])
     assert args.poll_interval == 0.01
     with pytest.raises(SystemExit):
         cli.main(["worker", "--help"])
@@ -629,7 +629,7 @@ def test_the_worker_gives_its_prefetch_to_the_worker(
             seen.append(kwargs.get("prefetch"))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "Worker", Spy)
+    monkeypatch.setattr(worker_command, "Worker", Spy)
     db = str(tmp_path / "q.db")
     worker = ["worker", "--tasks", "patterns.jobqueue.cli.demo_tasks:tasks", "--exit-when-empty"]
     code, _, err = run_cli(capsys, "--db", db, *worker, *given)

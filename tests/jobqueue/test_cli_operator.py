@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.cli import store_access
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import Claim, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Claim
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 
 ERROR = "python -m patterns.jobqueue: error: "
@@ -44,11 +46,11 @@ def db(
     """The ``--db`` of a new, empty queue: in memory, an SQLite file, a PostgreSQL database.
 
     "memory" checks the commands against the reference store: every command's
-    ``_open_store`` returns one shared `MemoryStore`.
+    ``open_store`` returns one shared `MemoryStore`.
     """
     if request.param == "memory":
         shared = SharedMemoryStore()
-        monkeypatch.setattr(cli, "_open_store", lambda path, *, create=False: shared)
+        monkeypatch.setattr(store_access, "open_store", lambda path, *, create=False: shared)
         yield "memory.db"
         shared.really_close()
     elif request.param == "sqlite":
@@ -64,7 +66,7 @@ def db(
 def store(db: str) -> Iterator[Store]:
     """The same queue, opened by the test to move jobs between states."""
     if db == "memory.db":
-        yield cli._open_store(db)
+        yield store_access.open_store(db)
         return
     made: Store = PostgresStore(db) if db.startswith("postgresql") else SQLiteStore(db)
     yield made

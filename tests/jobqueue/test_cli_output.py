@@ -192,9 +192,12 @@ def test_list_through_head_exits_quietly_once_head_has_its_line(tmp_path: Path) 
     assert (listing.returncode, err.decode()) == (EXIT_BROKEN_PIPE, "")
 
 
-def test_the_demo_into_a_closed_pipe_runs_to_its_end_and_exits_quietly(closed_pipe: int) -> None:
+@pytest.mark.parametrize("demo", [["demo"], ["demo", "--mini"]], ids=["real", "mini"])
+def test_the_demo_into_a_closed_pipe_runs_to_its_end_and_exits_quietly(
+    closed_pipe: int, demo: list[str]
+) -> None:
     """The walkthrough stops its workers as usual: no traceback from a thread, status 141."""
-    result = run(["demo"], closed_pipe, timeout=DEMO_TIMEOUT)
+    result = run(demo, closed_pipe, timeout=DEMO_TIMEOUT)
     assert (result.returncode, result.stderr) == (EXIT_BROKEN_PIPE, "")
 
 

@@ -293,7 +293,7 @@ class Stopped(logging.Filter):
         return True
 
 atexit.register(checkpoint, "exiting")
-logging.getLogger("patterns.jobqueue.cli.main").addFilter(Stopped())
+logging.getLogger("patterns.jobqueue.cli.worker_command").addFilter(Stopped())
 runpy.run_module("patterns.jobqueue", run_name="__main__", alter_sys=True)
 """
 

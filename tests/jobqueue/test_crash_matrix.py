@@ -44,7 +44,8 @@ from typing import IO
 import pytest
 
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import Job, JobState, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Job, JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, child_env, elapsed, join_or_fail
 

@@ -27,7 +27,7 @@ from patterns.jobqueue.stores.deadline import (
     give_up,
     time_left,
 )
-from patterns.jobqueue.stores.protocol import StoreUnavailable
+from patterns.jobqueue.stores.records import StoreUnavailable
 from patterns.jobqueue.stores.sqlite.store import BUSY_SLICE, SQLiteStore
 from tests.jobqueue.conftest import admin_execute
 from tests.support import (

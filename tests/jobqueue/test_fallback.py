@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from patterns.jobqueue.stores.protocol import Claim, CommitUnknown, JobState, Settle, Settlement
+from patterns.jobqueue.stores.records import Claim, CommitUnknown, JobState, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.fallback import Fallback, Pending
 from patterns.jobqueue.worker.outcomes import Outcome

@@ -23,7 +23,7 @@ import pytest
 
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import CommitUnknown
-from patterns.jobqueue.stores.protocol import Claim, JobState, Settlement
+from patterns.jobqueue.stores.records import Claim, JobState, Settlement
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker.worker import Outcome, Step, Worker, WorkerState

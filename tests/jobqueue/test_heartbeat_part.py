@@ -16,7 +16,7 @@ import pytest
 
 from patterns.cancellation import CancelToken
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import Claim, Job
+from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.heartbeat import Heartbeat
 from patterns.jobqueue.worker.outcomes import ClaimState

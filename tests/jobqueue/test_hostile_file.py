@@ -29,7 +29,7 @@ import pytest
 
 import patterns
 from patterns.jobqueue.cli import main as cli
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker.worker import Worker
@@ -46,7 +46,7 @@ CODE_BUILTINS = {"eval", "exec", "compile", "__import__"}
 # operator on the command line, never read from the database; and the package's lazy
 # exports, whose module names come from its own fixed table (pinned below).
 DYNAMIC_IMPORT_ALLOWED = {
-    ("jobqueue/cli/main.py", "_load_registry"),
+    ("jobqueue/cli/worker_command.py", "load_registry"),
     ("jobqueue/__init__.py", "__getattr__"),
 }
 

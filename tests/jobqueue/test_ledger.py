@@ -14,7 +14,7 @@ import pytest
 
 from patterns.cancellation import CancelToken
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import Claim, Settle, Settlement
+from patterns.jobqueue.stores.records import Claim, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.fallback import Pending
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held

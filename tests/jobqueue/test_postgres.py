@@ -32,7 +32,7 @@ from patterns.jobqueue.stores.postgres.store import (
     StoreSchemaError,
     StoreUnavailable,
 )
-from patterns.jobqueue.stores.protocol import Claim, JobState
+from patterns.jobqueue.stores.records import Claim, JobState
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
 from patterns.jobqueue.worker.worker import Worker
 from tests.jobqueue.conftest import admin_execute

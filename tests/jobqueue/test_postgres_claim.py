@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from tests.jobqueue.conftest import admin_execute
 from tests.jobqueue.test_postgres import V1_SCHEMA
 from tests.jobqueue.test_store_contract import LEASE, START, FakeClock

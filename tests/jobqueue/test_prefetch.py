@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from patterns.jobqueue.stores.protocol import Claim, JobState
+from patterns.jobqueue.stores.records import Claim, JobState
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
 from patterns.jobqueue.worker.worker import Outcome, Worker, WorkerReport
 from tests.jobqueue.test_worker import (

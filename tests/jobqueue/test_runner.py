@@ -17,7 +17,7 @@ import pytest
 
 from patterns.cancellation import CancelToken
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import Claim, Job, JsonValue, Settle
+from patterns.jobqueue.stores.records import Claim, Job, JsonValue, Settle
 from patterns.jobqueue.tasks import Fail, Interrupted, JobContext, Phase, Retry, TaskRegistry
 from patterns.jobqueue.worker.fallback import Pending
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held

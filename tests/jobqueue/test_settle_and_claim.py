@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from patterns.jobqueue.stores.base import settle_only
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import Claim, Job, Settle, Settlement, Store, settle_only
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Claim, Job, Settle, Settlement
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.jobqueue.conftest import admin_execute
 from tests.support import FakeClock

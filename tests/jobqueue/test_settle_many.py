@@ -25,17 +25,11 @@ from typing import Any
 
 import pytest
 
+from patterns.jobqueue.stores.base import settle_each
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import CommitUnknown, PostgresStore
-from patterns.jobqueue.stores.protocol import (
-    Claim,
-    Job,
-    JobState,
-    Settle,
-    Settlement,
-    Store,
-    settle_each,
-)
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Claim, Job, JobState, Settle, Settlement
 from patterns.jobqueue.stores.sqlite import store as sqlite_store
 from patterns.jobqueue.stores.sqlite import transactions as sqlite_transactions
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore, StoreFileError
@@ -547,7 +541,7 @@ def test_postgres_a_batch_notifies_subscribers_once_if_it_released_a_job(
 CHILD = r"""
 import sys
 
-from patterns.jobqueue.stores.protocol import Settle, Settlement
+from patterns.jobqueue.stores.records import Settle, Settlement
 
 where, phase = sys.argv[1], sys.argv[2]
 

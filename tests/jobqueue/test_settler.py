@@ -16,7 +16,7 @@ import pytest
 
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import CommitUnknown
-from patterns.jobqueue.stores.protocol import Claim, Job, JobState, JsonValue, Settle, Settlement
+from patterns.jobqueue.stores.records import Claim, Job, JobState, JsonValue, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.outcomes import Outcome
 from patterns.jobqueue.worker.settler import Pending, Settler

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import Claim, JobState, Settlement
+from patterns.jobqueue.stores.records import Claim, JobState, Settlement
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import TaskRegistry
 from patterns.jobqueue.worker.worker import Worker

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.stores.sqlite import schema as sqlite_schema
 from patterns.jobqueue.stores.sqlite import store as sqlite_store
 from patterns.jobqueue.stores.sqlite import transactions as sqlite_transactions

@@ -36,17 +36,11 @@ from typing import Any
 import pytest
 
 from patterns import daemon_threads
+from patterns.jobqueue.stores.base import settle_only
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import (
-    Claim,
-    Job,
-    JobState,
-    Settle,
-    Settlement,
-    Store,
-    settle_only,
-)
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Claim, Job, JobState, Settle, Settlement
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
 from patterns.jobqueue.worker.worker import Outcome, Step, Worker, WorkerReport, WorkerState

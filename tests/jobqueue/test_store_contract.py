@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from patterns.jobqueue.stores.checks import backoff
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import (
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_ATTEMPTS_LIMIT,
@@ -27,8 +29,6 @@ from patterns.jobqueue.stores.protocol import (
     Claim,
     Job,
     JobState,
-    Store,
-    backoff,
 )
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from tests.support import MUST_HAPPEN, FakeClock, join_or_fail, run_in_thread

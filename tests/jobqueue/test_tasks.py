@@ -9,7 +9,7 @@ import pytest
 
 from patterns.cancellation import Cancelled, CancelToken
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import Job, JobState
+from patterns.jobqueue.stores.records import Job, JobState
 from patterns.jobqueue.tasks import (
     Backoff,
     Fail,

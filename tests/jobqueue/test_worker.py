@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from patterns.jobqueue.stores.base import settle_each, settle_only
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import CommitUnknown
-from patterns.jobqueue.stores.protocol import Claim, JobState, Settlement, settle_each, settle_only
+from patterns.jobqueue.stores.records import Claim, JobState, Settlement
 from patterns.jobqueue.tasks import (
     Backoff,
     Fail,

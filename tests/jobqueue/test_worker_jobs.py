@@ -19,7 +19,8 @@ import pytest
 
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.postgres.store import PostgresStore
-from patterns.jobqueue.stores.protocol import CancelResult, JobState, Store
+from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import CancelResult, JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Interrupted, JobContext, TaskRegistry
 from patterns.jobqueue.worker.worker import Worker

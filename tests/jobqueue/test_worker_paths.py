@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 
 from patterns.jobqueue.stores.memory import MemoryStore
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker.worker import Outcome, Worker, WorkerReport, WorkerState
 from tests.support import (

@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from patterns.jobqueue.cli.demo_tasks import tasks as demo_tasks
-from patterns.jobqueue.stores.protocol import JobState
+from patterns.jobqueue.stores.records import JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.worker.worker import Worker, WorkerReport
 
-__all__ = ["DemoOutputLost", "run"]
+__all__ = ["DemoOutputLost", "Screen", "ScreenHandler", "run"]
 
 # (task, payload, how many): claimed oldest first, so the long jobs start at once.
 _JOBS: tuple[tuple[str, dict[str, object], int], ...] = (
@@ -45,7 +45,7 @@ _BUDGET = 2.0  # the first worker's shutdown budget: 1.5 s draining, 0.5 s cance
 _STOP_AFTER = 1.0  # seconds the first worker runs before it is stopped
 
 
-class _Screen:
+class Screen:
     """The demo's output: lines, and one live progress line redrawn in place on a terminal."""
 
     def __init__(self, out: TextIO) -> None:
@@ -61,6 +61,7 @@ class _Screen:
         self.lost: OSError | None = None
 
     def say(self, text: str = "") -> None:
+        """Print a line (under the progress line, which it clears)."""
         with self._lock:
             self._write(lambda: self._say(text))
 
@@ -69,6 +70,7 @@ class _Screen:
         print(text, file=self._out, flush=True)
 
     def progress(self, text: str) -> None:
+        """Redraw the progress line on a terminal; elsewhere print it at most twice a second."""
         with self._lock:
             if self._live:
                 self._write(lambda: self._redraw(text))
@@ -96,14 +98,15 @@ class _Screen:
             self._progress_shown = False
 
 
-class _ScreenHandler(logging.Handler):
+class ScreenHandler(logging.Handler):
     """Shows the worker's state transitions and warnings as demo lines."""
 
-    def __init__(self, screen: _Screen) -> None:
+    def __init__(self, screen: Screen) -> None:
         super().__init__(logging.INFO)
         self._screen = screen
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Show a state transition or a warning as a demo line; drop the rest."""
         event = getattr(record, "event", None)
         if event is not None:
             self._screen.say(f"   [state] {record.getMessage().split(': ', 1)[1]}")
@@ -125,8 +128,8 @@ def run(out: TextIO = sys.stdout) -> int:
     If writing to ``out`` fails, the walkthrough still runs to its end (its workers stopped,
     its database removed), then the first write error is raised as `DemoOutputLost`.
     """
-    screen = _Screen(out)
-    handler = _ScreenHandler(screen)
+    screen = Screen(out)
+    handler = ScreenHandler(screen)
     jobqueue_logger = logging.getLogger("patterns.jobqueue")
     jobqueue_logger.addHandler(handler)
     previous_level = jobqueue_logger.level
@@ -150,7 +153,7 @@ class DemoOutputLost(Exception):
         self.cause = cause
 
 
-def _run_in(path: str, screen: _Screen) -> int:
+def _run_in(path: str, screen: Screen) -> int:
     say = screen.say
     say("The job queue: a durable SQLite queue, a deadline-driven stop, and a restart.")
     say(f"database: {path}")
@@ -172,7 +175,7 @@ def _run_in(path: str, screen: _Screen) -> int:
         store.close()
 
 
-def _stop_in_the_middle(screen: _Screen, store: SQLiteStore, ids: dict[int, str]) -> None:
+def _stop_in_the_middle(screen: Screen, store: SQLiteStore, ids: dict[int, str]) -> None:
     say = screen.say
     before = {job_id: store.get(job_id) for job_id in ids}
     say()
@@ -203,7 +206,7 @@ def _stop_in_the_middle(screen: _Screen, store: SQLiteStore, ids: dict[int, str]
         )
 
 
-def _restart(screen: _Screen, store: SQLiteStore) -> None:
+def _restart(screen: Screen, store: SQLiteStore) -> None:
     screen.say()
     screen.say("4. Restart: a new worker on the same file finishes the rest.")
     worker = Worker(store, demo_tasks, concurrency=4, poll_interval=0.05, stop_timeout=_BUDGET)
@@ -225,7 +228,7 @@ def _restart(screen: _Screen, store: SQLiteStore) -> None:
     )
 
 
-def _show_report(screen: _Screen, report: WorkerReport, ids: dict[int, str]) -> None:
+def _show_report(screen: Screen, report: WorkerReport, ids: dict[int, str]) -> None:
     def named(job_ids: Sequence[int]) -> str:
         return ", ".join(f"{i} {ids[i]}" for i in job_ids) or "none"
 
@@ -240,7 +243,7 @@ def _counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{state.value} {counts[state.value]}" for state in JobState)
 
 
-def _tally(screen: _Screen, store: SQLiteStore, ids: dict[int, str]) -> int:
+def _tally(screen: Screen, store: SQLiteStore, ids: dict[int, str]) -> int:
     say = screen.say
     rows: dict[str, dict[str, int]] = {}
     last_errors: list[str] = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from patterns.jobqueue.stores.protocol import JsonValue
+from patterns.jobqueue.stores.records import JsonValue
 from patterns.jobqueue.tasks import Backoff, JobContext, TaskRegistry
 
 __all__ = ["tasks"]

@@ -16,9 +16,9 @@ Pattern:
 A one-shot command of the command line runs under a patient deadline of its own
 (``--wait``): there it is how long the operator lets the command wait for a lock.
 
-See also: ``patterns.jobqueue.worker.worker`` and ``patterns.jobqueue.cli.main`` (which set it),
-``patterns.jobqueue.stores.sqlite.store`` and ``patterns.jobqueue.stores.postgres.store`` (which
-keep to it).
+See also: ``patterns.jobqueue.worker.worker``, ``patterns.jobqueue.cli.store_access`` and
+``patterns.jobqueue.cli.worker_command`` (which set it), ``patterns.jobqueue.stores.sqlite.store``
+and ``patterns.jobqueue.stores.postgres.store`` (which keep to it).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from patterns.jobqueue.stores.protocol import StoreUnavailable
+from patterns.jobqueue.stores.records import StoreUnavailable
 
 __all__ = [
     "LAST_TRY",
@@ -60,7 +60,7 @@ class StoreTimeout(StoreUnavailable):
     """A store call gave up because its thread's `Deadline` passed; it changed nothing.
 
     Only a call whose ``COMMIT`` was interrupted may have applied: that one raises
-    `~patterns.jobqueue.stores.protocol.CommitUnknown` instead.
+    `~patterns.jobqueue.stores.records.CommitUnknown` instead.
     """
 
 

@@ -55,19 +55,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from patterns.jobqueue.stores.protocol import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    FINISHED_STATES,
-    CancelResult,
-    Claim,
-    Job,
-    JobState,
-    NewJob,
-    Settle,
-    Settlement,
-    StoreBase,
-    WorkerRecord,
-    WorkerRow,
+from patterns.jobqueue.stores.base import StoreBase
+from patterns.jobqueue.stores.checks import (
     cancelled_reason,
     check_job_id,
     check_lease,
@@ -84,6 +73,19 @@ from patterns.jobqueue.stores.protocol import (
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
+)
+from patterns.jobqueue.stores.records import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    FINISHED_STATES,
+    CancelResult,
+    Claim,
+    Job,
+    JobState,
+    NewJob,
+    Settle,
+    Settlement,
+    WorkerRecord,
+    WorkerRow,
 )
 
 __all__ = ["MemoryStore"]

@@ -34,7 +34,8 @@ from collections.abc import Callable
 
 from patterns.closable_queue import ClosableQueue, ShutDown
 from patterns.daemon_threads import BackgroundService, StopReport
-from patterns.jobqueue.stores.protocol import Claim, Job, Store
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase, describe_error
 from patterns.jobqueue.worker.ledger import ClaimLedger
 
@@ -58,7 +59,7 @@ class Claimer:
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         ledger: ClaimLedger,
         handoff: ClosableQueue[Claim],
         *,

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 
 from patterns.jobqueue.stores.deadline import StoreTimeout
-from patterns.jobqueue.stores.protocol import CommitUnknown, Job
+from patterns.jobqueue.stores.records import CommitUnknown, Job
 from patterns.jobqueue.tasks import Phase, PhaseError
 from patterns.thread_exceptions import ThreadFailure
 

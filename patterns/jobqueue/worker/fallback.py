@@ -10,7 +10,7 @@ makes one store call between the two step hooks; the worker's release goes throu
 
 Pattern:
     Fencing (the lease token on every store call) makes a repeated call safe: a commit
-    whose outcome is unknown (`~patterns.jobqueue.stores.protocol.CommitUnknown`, the connection
+    whose outcome is unknown (`~patterns.jobqueue.stores.records.CommitUnknown`, the connection
     broke in ``COMMIT``) is repeated once with its own kind of call, which the store
     refuses if the first one applied. Nothing here holds a lock or starts a thread: it
     runs in the committing thread: the settler's, or a handler thread (one that led the
@@ -32,15 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
 
-from patterns.jobqueue.stores.protocol import (
-    Claim,
-    CommitUnknown,
-    Job,
-    Settle,
-    Settlement,
-    Store,
-    storable_error,
-)
+from patterns.jobqueue.stores.checks import storable_error
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, CommitUnknown, Job, Settle, Settlement
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.tasks import describe_error as _describe
 from patterns.jobqueue.worker.outcomes import DEFAULT_POLICY, Outcome
@@ -95,7 +89,7 @@ class Fallback(Generic[_R]):
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         *,
         owner: str,
         clock: Callable[[], float],

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from patterns.closable_queue import ClosableQueue, ShutDown
-from patterns.jobqueue.stores.protocol import Claim
+from patterns.jobqueue.stores.records import Claim
 from patterns.jobqueue.worker.fallback import Pending
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import ClaimState

@@ -41,7 +41,8 @@ from typing import Generic, Protocol, TypeVar
 
 from patterns.cancellation import DEADLINE_EXCEEDED, CancelToken
 from patterns.daemon_threads import HousekeepingDaemon, StopReport, every
-from patterns.jobqueue.stores.protocol import Claim, Job, Store
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.tasks import describe_error as _describe
 from patterns.jobqueue.worker.outcomes import ClaimState
@@ -85,7 +86,7 @@ class Heartbeat(Generic[_H]):
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         *,
         owner: str,
         lease: float,

@@ -33,7 +33,7 @@ import threading
 from dataclasses import dataclass
 
 from patterns.cancellation import CancelToken
-from patterns.jobqueue.stores.protocol import Claim, Job
+from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.worker.fallback import Pending
 from patterns.jobqueue.worker.outcomes import CLAIM_MOVES, ClaimState, Outcome
 

@@ -17,7 +17,7 @@ Guarantees:
       naming it, as is a ``cancel_timeout`` above ``stop_timeout`` or a heartbeat
       interval not shorter than the lease.
     * No `OverflowError`: an int too large for a float is ``inf``; the lease (written to
-      the store) is kept within `~patterns.jobqueue.stores.protocol.MAX_SECONDS`.
+      the store) is kept within `~patterns.jobqueue.stores.records.MAX_SECONDS`.
 
 See also: ``patterns.jobqueue.worker.worker`` (the arguments, documented on
 `~patterns.jobqueue.worker.worker.Worker`), ``tests/test_contract_seconds.py``.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from patterns.jobqueue.stores.protocol import check_time
+from patterns.jobqueue.stores.checks import check_time
 
 __all__ = ["MAX_THREADS", "check_counts", "check_times", "positive", "seconds", "split_budget"]
 
@@ -86,7 +86,7 @@ def check_times(
     Returns the heartbeat interval to use, ``poll_interval``, ``stop_timeout`` and
     ``cancel_timeout`` as floats. ``poll_interval``, ``stop_timeout``, ``cancel_timeout`` and
     ``store_outage_limit`` may be ``inf`` (as long as it takes); the lease is written to
-    the store, so it is finite, within `~patterns.jobqueue.stores.protocol.MAX_SECONDS`.
+    the store, so it is finite, within `~patterns.jobqueue.stores.records.MAX_SECONDS`.
     """
     poll = positive(poll_interval, "poll_interval")
     stop = seconds(stop_timeout, "stop_timeout")

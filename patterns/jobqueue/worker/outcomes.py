@@ -25,7 +25,7 @@ import enum
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from patterns.jobqueue.stores.protocol import Job
+from patterns.jobqueue.stores.records import Job
 from patterns.jobqueue.tasks import Backoff, Decision, Fail, Retry
 
 __all__ = ["CLAIM_MOVES", "DEFAULT_POLICY", "ClaimState", "Outcome", "decide"]

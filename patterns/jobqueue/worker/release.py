@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from patterns.jobqueue.stores.protocol import Claim, CommitUnknown, Job, Store
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, CommitUnknown, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import ClaimState, Outcome
@@ -46,7 +47,7 @@ class Releaser:
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         ledger: ClaimLedger,
         settler: Settler[Held],
         *,

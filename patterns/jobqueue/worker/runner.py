@@ -37,7 +37,8 @@ import time
 from collections.abc import Callable
 
 from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
-from patterns.jobqueue.stores.protocol import Claim, Job, Settle, Settlement, storable_error
+from patterns.jobqueue.stores.checks import storable_error
+from patterns.jobqueue.stores.records import Claim, Job, Settle, Settlement
 from patterns.jobqueue.tasks import (
     Decision,
     Fail,

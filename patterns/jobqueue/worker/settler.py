@@ -36,7 +36,8 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from patterns.daemon_threads import BackgroundService, StopReport
-from patterns.jobqueue.stores.protocol import Claim, Job, JsonValue, Settle, Store
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, Job, JsonValue, Settle
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.fallback import Fallback, Pending, Run
 
@@ -65,7 +66,7 @@ class Settler(Generic[_R]):
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         *,
         owner: str,
         lease: float,

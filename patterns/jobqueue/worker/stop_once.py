@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from patterns.jobqueue.stores.protocol import Job
+from patterns.jobqueue.stores.records import Job
 from patterns.jobqueue.tasks import Phase, PhaseError
 from patterns.jobqueue.worker.report import WorkerReport
 from patterns.jobqueue.worker.threads import wait

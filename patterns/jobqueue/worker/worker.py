@@ -81,7 +81,8 @@ from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue, shutdown_and_drain
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
 from patterns.jobqueue.stores.deadline import Deadline, bounded_by
-from patterns.jobqueue.stores.protocol import Claim, JsonValue, Store
+from patterns.jobqueue.stores.protocol import WorkerStore
+from patterns.jobqueue.stores.records import Claim, JsonValue
 from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker import options
 from patterns.jobqueue.worker.claimer import Claimer
@@ -179,7 +180,7 @@ class Worker:
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         tasks: TaskRegistry,
         *,
         concurrency: int = 4,

@@ -21,6 +21,7 @@ from patterns.teaching.lanes import BAD, MUTED_OPACITY, svg_width
 from patterns.teaching.scenarios import (
     async_queue,
     asyncio_shutdown,
+    asyncio_signals,
     bulkhead,
     cancellation,
     closable_queue,
@@ -55,6 +56,7 @@ SCENARIOS: dict[str, Scenario] = {
     "asyncio_shutdown.a12": asyncio_shutdown.A12,
     "asyncio_shutdown.a13": asyncio_shutdown.A13,
     "asyncio_shutdown.a14": asyncio_shutdown.A14,
+    "asyncio_signals.a6": asyncio_signals.A6,
     "process_shutdown.m3": process_shutdown.M3,
     "process_shutdown.m8": process_shutdown.M8,
     "process_shutdown.m9": process_shutdown.M9,

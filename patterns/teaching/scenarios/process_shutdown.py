@@ -10,7 +10,7 @@ Each child writes its steps as marks in a file (JSON lines) that the parent merg
 its own marks by time. M3's child is the race tests' `careful`, started with spawn as the
 tests do; M8's pool starts its workers as the tests' pools do (`safe_context`).
 
-Docs: docs/patterns/process_shutdown.md
+Docs: docs/patterns/stoppable_process.md (M3), docs/patterns/process_shutdown.md (M8 to M12)
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from patterns import process_shutdown
+from patterns import process_shutdown, stoppable_process
 from patterns.naive import process_shutdown as naive_process_shutdown
+from patterns.naive import stoppable_process as naive_stoppable_process
 from patterns.teaching import process_tasks
 from patterns.teaching.lanes import Tracer
 from patterns.teaching.scenarios.common import (
@@ -52,7 +53,7 @@ def _m3_run(fixed: bool) -> Tracer:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "marks")
         ready = context.Event()
-        child = process_shutdown.StoppableProcess(
+        child = stoppable_process.StoppableProcess(
             process_tasks.careful_marked, (ready, str(path)), name="careful", context=context
         )
         mark("StoppableProcess(careful).start(), with spawn")
@@ -71,7 +72,7 @@ def _m3_run(fixed: bool) -> Tracer:
                 process = child._process  # as the race test does: the naive call needs it
                 assert process is not None
                 mark("naive_stop_process(process): terminate(), then join()")
-                naive_process_shutdown.naive_stop_process(process)
+                naive_stoppable_process.naive_stop_process(process)
                 exitcode = process.exitcode
         finally:
             child.stop(MUST_HAPPEN)
@@ -123,7 +124,7 @@ def _m8_run(fixed: bool) -> Tracer:
 
     with tempfile.TemporaryDirectory() as tmp:
         go, path = Path(tmp, "go"), Path(tmp, "marks")
-        pool = process_shutdown.safe_context().Pool(1)
+        pool = stoppable_process.safe_context().Pool(1)
         try:
             task = process_tasks.item_with_cleanup_marked
             if fixed:
@@ -216,7 +217,7 @@ def _m9_run(fixed: bool) -> Tracer:
 
     with tempfile.TemporaryDirectory() as tmp:
         go, path = Path(tmp, "go"), Path(tmp, "marks")
-        pool = process_shutdown.safe_context().Pool(1)
+        pool = stoppable_process.safe_context().Pool(1)
         try:
             mark("pool.apply_async(item): an item that never ends on its own")
             result = pool.apply_async(process_tasks.item_with_cleanup_marked, (str(go), str(path)))
@@ -281,7 +282,7 @@ def _m10_run(fixed: bool) -> Tracer:
 
     with tempfile.TemporaryDirectory() as tmp:
         go, path = Path(tmp, "go"), Path(tmp, "marks")  # go is never touched: a long item
-        pool = process_shutdown.safe_context().Pool(1)
+        pool = stoppable_process.safe_context().Pool(1)
         task = functools.partial(process_tasks.item_with_cleanup_marked, str(go))
         killed: list[int] = []
 
@@ -361,7 +362,7 @@ def _m11_run(fixed: bool) -> Tracer:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "marks")
-        pool = process_shutdown.safe_context().Pool(1)
+        pool = stoppable_process.safe_context().Pool(1)
         task = process_tasks.deaf_item_marked
         try:
             if fixed:
@@ -476,7 +477,7 @@ def _m12_run(fixed: bool) -> Tracer:
         path = Path(tmp, "marks")
         started = "starts (the pool's initializer)"
         mark("Pool(1): one worker, which marks its start")
-        pool = process_shutdown.safe_context().Pool(
+        pool = stoppable_process.safe_context().Pool(
             1, initializer=process_tasks.mark, initargs=(str(path), started)
         )
         try:

@@ -5,7 +5,7 @@ A worker's path through the store is short: enqueue, claim, settle, renew. The r
 dashboard, a test) asks of the queue: a job or a list of them, the counts by state,
 requeueing failed jobs, cancelling, purging finished ones, and the table of live workers
 that each worker's heartbeat keeps. `PostgresAdmin` holds those methods, each one short
-transaction on the store's connection, so that ``postgres.py`` reads as the worker's path;
+transaction on the store's connection, so that ``store.py`` reads as the worker's path;
 `~.PostgresStore` subclasses it, and is the class to use.
 
 Docs: docs/jobqueue/many_machines.md
@@ -17,21 +17,23 @@ import logging
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from patterns.jobqueue.stores.postgres.schema import check_timestamp
-from patterns.jobqueue.stores.protocol import (
-    FINISHED_STATES,
-    CancelResult,
-    Job,
-    JobState,
-    StoreBase,
-    WorkerRecord,
-    WorkerRow,
+from patterns.jobqueue.stores.base import StoreBase
+from patterns.jobqueue.stores.checks import (
     check_job_id,
     check_limit,
     check_state,
     check_states,
     check_text,
     check_time,
+)
+from patterns.jobqueue.stores.postgres.schema import check_timestamp
+from patterns.jobqueue.stores.records import (
+    FINISHED_STATES,
+    CancelResult,
+    Job,
+    JobState,
+    WorkerRecord,
+    WorkerRow,
     job_from_row,
 )
 

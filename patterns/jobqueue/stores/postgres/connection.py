@@ -3,7 +3,7 @@
 A `Database` holds the store's one connection, shared by every thread under a lock, and
 runs each store call as one short transaction: it reconnects when the connection was
 lost, retries a transaction that failed before ``COMMIT`` was sent (it changed nothing),
-and raises `~patterns.jobqueue.stores.protocol.CommitUnknown` when the connection broke during
+and raises `~patterns.jobqueue.stores.records.CommitUnknown` when the connection broke during
 ``COMMIT``. On its first connection it creates or migrates the store's schema under an
 advisory lock, and checks that the schema's tables are a job store's. It also reads the
 database's clock, the one clock of every due time and lease.
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from patterns.jobqueue.stores.checks import backoff
 from patterns.jobqueue.stores.deadline import acquire, current, give_up, time_left
 from patterns.jobqueue.stores.postgres.schema import (
     COLUMNS,
@@ -31,7 +32,7 @@ from patterns.jobqueue.stores.postgres.schema import (
     SHAPES,
     STATEMENTS,
 )
-from patterns.jobqueue.stores.protocol import CommitUnknown, StoreUnavailable, backoff
+from patterns.jobqueue.stores.records import CommitUnknown, StoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
@@ -269,12 +270,12 @@ class Database:
         read once per attempt. In the default ``mode``, ``"transaction"``, a failure before
         ``COMMIT`` was sent rolled the transaction back, so the attempt is retried (up to
         ``retries`` times, with backoff outside the lock); a failure during ``COMMIT``
-        raises `~patterns.jobqueue.stores.protocol.CommitUnknown` at once.
+        raises `~patterns.jobqueue.stores.records.CommitUnknown` at once.
 
         ``"statement"``: ``body`` sends one statement in autocommit, its own transaction,
         with no ``BEGIN`` or ``COMMIT`` round trip. An error the server reports rolled it
         back (retried as above when PostgreSQL asks to retry); a connection that breaks
-        while it runs leaves it unknown (`~patterns.jobqueue.stores.protocol.CommitUnknown`), as a
+        while it runs leaves it unknown (`~patterns.jobqueue.stores.records.CommitUnknown`), as a
         break during ``COMMIT`` does; one found closed before it is sent is reconnected
         first. ``"read"``: the same for a body that changes nothing, so a break is retried.
         Under a thread's deadline both run as ``"transaction"`` (the deadline's timeouts are

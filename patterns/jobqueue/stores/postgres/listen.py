@@ -21,7 +21,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from patterns.jobqueue.stores.protocol import backoff
+from patterns.jobqueue.stores.checks import backoff
 
 if TYPE_CHECKING:
     import psycopg

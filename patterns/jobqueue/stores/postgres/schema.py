@@ -10,7 +10,7 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
-from patterns.jobqueue.stores.protocol import TABLE_SHAPES, WORKER_COLUMNS
+from patterns.jobqueue.stores.records import TABLE_SHAPES, WORKER_COLUMNS
 
 __all__ = [
     "COLUMNS",

@@ -34,7 +34,7 @@ Pattern:
     a statement that fails because the connection broke before ``COMMIT`` was sent changed
     nothing, so the store reconnects and retries it with backoff; a break during
     ``COMMIT``, or while a statement that is its own commit runs, leaves the outcome
-    unknown and raises `~patterns.jobqueue.stores.protocol.CommitUnknown`, which the worker handles
+    unknown and raises `~patterns.jobqueue.stores.records.CommitUnknown`, which the worker handles
     like any failed store call (the lease brings the job back). The schema lives in its
     own PostgreSQL schema with a version table, created and migrated under an advisory
     lock.
@@ -49,8 +49,8 @@ Guarantees:
     * Complete, fail, retry, release and renew change the row only while the claim's
       token still holds the lease; they return False (None for renew) otherwise. So does
       each item of ``settle_many``, whose items commit together in one transaction.
-    * A call that raises `~patterns.jobqueue.stores.protocol.StoreUnavailable` (other than
-      `~patterns.jobqueue.stores.protocol.CommitUnknown`) changed nothing. Connection loss is
+    * A call that raises `~patterns.jobqueue.stores.records.StoreUnavailable` (other than
+      `~patterns.jobqueue.stores.records.CommitUnknown`) changed nothing. Connection loss is
       retried ``RETRIES`` times with backoff first.
     * Every subscriber is called after each commit that enqueued or released a job, and
       again each time the listener (re)connects, since a notification may have been
@@ -75,6 +75,7 @@ See also:
     ``patterns.jobqueue.stores.protocol`` (the protocol and the state diagram),
     ``patterns.jobqueue.stores.sqlite.store`` (the same contract in one file, for one machine),
     ``patterns.jobqueue.stores.postgres.connection`` (the connection, retries and migrations),
+    ``patterns.jobqueue.stores.postgres.enqueue`` (enqueue, enqueue_many and the outbox),
     ``patterns.jobqueue.stores.postgres.admin`` (the operator's methods and the worker rows),
     ``patterns.jobqueue.stores.postgres.schema`` (every table and statement, as SQL text),
     ``patterns.jobqueue.stores.postgres.listen`` (the ``LISTEN`` thread behind
@@ -89,13 +90,24 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from patterns.jobqueue.stores.postgres.admin import PostgresAdmin
+from patterns.jobqueue.stores.checks import (
+    cancelled_reason,
+    check_lease,
+    check_limit,
+    check_max_payload_bytes,
+    check_owner,
+    check_share,
+    expired_reason,
+    new_token,
+    prepare_settlement,
+)
 from patterns.jobqueue.stores.postgres.connection import Database, StoreSchemaError
+from patterns.jobqueue.stores.postgres.enqueue import PostgresEnqueue
 from patterns.jobqueue.stores.postgres.listen import Listener
 from patterns.jobqueue.stores.postgres.schema import (
     MIGRATIONS,
@@ -104,29 +116,15 @@ from patterns.jobqueue.stores.postgres.schema import (
     settle_claim_text,
     settle_names,
 )
-from patterns.jobqueue.stores.protocol import (
-    DEFAULT_MAX_ATTEMPTS,
+from patterns.jobqueue.stores.records import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Claim,
     CommitUnknown,
     JobState,
-    JsonValue,
-    NewJob,
     Settle,
     Settlement,
     StoreUnavailable,
-    cancelled_reason,
-    check_lease,
-    check_limit,
-    check_max_payload_bytes,
-    check_owner,
-    check_share,
-    expired_reason,
     job_from_row,
-    new_token,
-    prepare_enqueue,
-    prepare_many,
-    prepare_settlement,
 )
 
 if TYPE_CHECKING:
@@ -136,7 +134,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RETRIES",
     "SCHEMA_VERSION",
-    "CommitUnknown",  # defined in patterns.jobqueue.stores.protocol, with the protocol; re-exported
+    "CommitUnknown",  # defined in patterns.jobqueue.stores.records, with the records; re-exported
     "PostgresStore",
     "StoreSchemaError",
     "StoreUnavailable",  # the same
@@ -156,7 +154,6 @@ RETRIES = 5
 """Attempts of one store call while the connection keeps failing before ``COMMIT``."""
 
 _BACKOFF = 0.1  # seconds before the first retry; doubles each time, plus jitter
-_MAX_ATTEMPTS = 2**31 - 1  # the integer column's range
 # The NOTIFY channel is "patterns.jobqueue.<schema>", and a channel name has 63 bytes at most.
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,44}")
 _URL_SCHEMES = ("postgresql://", "postgres://")
@@ -187,14 +184,7 @@ def _import_psycopg() -> ModuleType:
         ) from exc
 
 
-def _check_job(new: NewJob, *, absolute: bool) -> NewJob:
-    if new.max_attempts > _MAX_ATTEMPTS:
-        raise ValueError(f"max_attempts must be at most {_MAX_ATTEMPTS}, got {new.max_attempts}")
-    check_timestamp("run_at" if absolute else "delay", new.run_at)
-    return new
-
-
-class PostgresStore(PostgresAdmin):
+class PostgresStore(PostgresEnqueue):
     """A ``Store`` in the PostgreSQL database at ``dsn``, shared by any number of machines.
 
     Args:
@@ -215,7 +205,7 @@ class PostgresStore(PostgresAdmin):
             raises `StoreSchemaError` ("no such queue") and nothing is created.
 
     The constructor connects, checks or creates the schema, and raises
-    `~patterns.jobqueue.stores.protocol.StoreUnavailable` if the server cannot be reached within
+    `~patterns.jobqueue.stores.records.StoreUnavailable` if the server cannot be reached within
     ``RETRIES`` attempts, `StoreSchemaError` if the schema is not usable, and `ImportError`
     naming the extra to install if psycopg is missing.
 
@@ -302,121 +292,7 @@ class PostgresStore(PostgresAdmin):
         """The PostgreSQL schema holding the store's tables."""
         return self._schema
 
-    def _check_open(self) -> None:
-        if self._db.closed:
-            raise RuntimeError(f"{self!r} is closed")
-
-    # --- the Store protocol ----------------------------------------------------------------
-
-    def _insert_statement(
-        self, prepared: list[tuple[NewJob, bool]], clock: float | None
-    ) -> tuple[Any, Params]:
-        """The insert statement for these jobs, and its parameters (one job: no arrays)."""
-        if len(prepared) == 1:
-            ((new, absolute),) = prepared
-            return self._statements["insert_one"], {
-                "clock": clock,
-                "channel": self._channel,
-                "task": new.task,
-                "payload": new.payload_json,
-                "run_at": new.run_at if absolute else None,
-                "delay": None if absolute else new.run_at,
-                "max_attempts": new.max_attempts,
-                "timeout": new.timeout,
-            }
-        return self._statements["insert"], self._insert_params(prepared, clock)
-
-    def _insert_params(self, prepared: list[tuple[NewJob, bool]], clock: float | None) -> Params:
-        return {
-            "clock": clock,
-            "channel": self._channel,
-            "tasks": [new.task for new, _ in prepared],
-            "payloads": [new.payload_json for new, _ in prepared],
-            "run_ats": [new.run_at if absolute else None for new, absolute in prepared],
-            "delays": [None if absolute else new.run_at for new, absolute in prepared],
-            "max_attempts": [new.max_attempts for new, _ in prepared],
-            "timeouts": [new.timeout for new, _ in prepared],
-        }
-
-    def _insert(self, prepared: list[tuple[NewJob, bool]]) -> list[int]:
-        """Insert validated jobs (each with "is its run_at absolute?") in one statement."""
-        if not prepared:
-            self._check_open()
-            return []
-
-        def body(conn: psycopg.Connection[tuple[Any, ...]], clock: float | None) -> list[int]:
-            row = conn.execute(*self._insert_statement(prepared, clock)).fetchone()
-            # Ids come from the identity sequence in insertion order, which follows the
-            # input order (ORDER BY t.n): sorted ids are the jobs in the order given.
-            return [] if row is None or row[0] is None else [int(i) for i in row[0]]
-
-        return self._transaction(body, "statement")
-
-    def _prepare_job(self, spec: Mapping[str, Any]) -> tuple[NewJob, bool]:
-        # now=0.0: a delay is added to the database's clock in SQL, not to ours.
-        new = prepare_enqueue(0.0, **spec, max_payload_bytes=self._max_payload_bytes)
-        absolute = spec["run_at"] is not None
-        return _check_job(new, absolute=absolute), absolute
-
-    def _enqueue(self, spec: Mapping[str, Any]) -> int:
-        (job_id,) = self._insert([self._prepare_job(spec)])
-        logger.debug("%s: enqueued job %d (%s)", self._where, job_id, spec["task"])
-        return job_id
-
-    def enqueue_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[int]:
-        """`~.Store.enqueue_many` in one statement, with one ``NOTIFY``."""
-        prepared = []
-        for index, (new, spec) in enumerate(
-            zip(prepare_many(0.0, jobs, self._max_payload_bytes), jobs, strict=True)
-        ):
-            absolute = spec.get("run_at") is not None
-            try:
-                prepared.append((_check_job(new, absolute=absolute), absolute))
-            except ValueError as exc:
-                raise ValueError(f"job #{index}: {exc}") from exc
-        ids = self._insert(prepared)
-        logger.debug("%s: enqueued %d jobs", self._where, len(ids))
-        return ids
-
-    def enqueue_in(
-        self,
-        conn: psycopg.Connection[Any],
-        task: str,
-        payload: JsonValue = None,
-        *,
-        run_at: float | None = None,
-        delay: float | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        timeout: float | None = None,
-    ) -> int:
-        """`enqueue` on the caller's connection, in the caller's transaction: an outbox.
-
-        The job and its ``NOTIFY`` commit with the caller's own writes, or neither does:
-        a rolled-back transaction leaves no job and wakes nobody. The store neither
-        commits nor retries; ``conn`` is the caller's psycopg connection to the same
-        database (its transaction, if one is open, is joined). The arguments are checked
-        as `enqueue` checks them; a delay counts from that transaction's ``now()``. The
-        connection's ``row_factory`` may be any: the store reads its id through a cursor
-        of its own factory.
-        """
-        spec = {
-            "task": task,
-            "payload": payload,
-            "run_at": run_at,
-            "delay": delay,
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-        }
-        prepared = [self._prepare_job(spec)]
-        self._check_open()
-        clock = None if self._test_clock is None else self._test_clock()
-        # A cursor of our own row factory: the caller's connection may have any (dict_row,
-        # a class), and reading the id must not fail after the INSERT ran in its transaction.
-        with conn.cursor(row_factory=self._pg.rows.tuple_row) as cursor:
-            row = cursor.execute(*self._insert_statement(prepared, clock)).fetchone()
-        assert row is not None  # one row in, one id out
-        assert row[0] is not None
-        return int(row[0][0])
+    # --- the worker's path (enqueue.py adds jobs; admin.py has the operator's methods) ---
 
     def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
         """`~.Store.claim`, on the database's clock (its ``now``).
@@ -437,7 +313,7 @@ class PostgresStore(PostgresAdmin):
         The outcomes and the claim are parts of one statement (common table expressions),
         so they commit together, with no ``BEGIN`` or ``COMMIT`` round trip; the claim is
         the same ``SKIP LOCKED`` claim and leaves the settled rows alone. A connection lost
-        while it runs raises `~patterns.jobqueue.stores.protocol.CommitUnknown`.
+        while it runs raises `~patterns.jobqueue.stores.records.CommitUnknown`.
         """
         count = check_share(items, owner, lease, limit)
         if count is None:
@@ -477,7 +353,7 @@ class PostgresStore(PostgresAdmin):
         applied; up to ``SETTLE_ROWS`` items it is one statement in autocommit, its own
         transaction (no ``BEGIN`` or ``COMMIT``), and more items take one statement per
         ``SETTLE_ROWS`` in one transaction. A connection that breaks while the statement
-        (or the ``COMMIT``) runs raises `~patterns.jobqueue.stores.protocol.CommitUnknown`; one
+        (or the ``COMMIT``) runs raises `~patterns.jobqueue.stores.records.CommitUnknown`; one
         found broken before is reconnected and the call retried.
         """
         if not items:

@@ -22,13 +22,8 @@ import stat
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from patterns.jobqueue.stores.protocol import (
-    JOB_COLUMNS,
-    TABLE_SHAPES,
-    WORKER_COLUMNS,
-    Settle,
-    cancelled_reason,
-)
+from patterns.jobqueue.stores.checks import cancelled_reason
+from patterns.jobqueue.stores.records import JOB_COLUMNS, TABLE_SHAPES, WORKER_COLUMNS, Settle
 
 __all__ = [
     "CANCEL_EXPIRED_SQL",

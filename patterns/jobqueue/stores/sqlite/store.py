@@ -71,6 +71,7 @@ Java:
 See also:
     ``patterns.jobqueue.stores.protocol`` (the protocol and the state diagram),
     ``patterns.jobqueue.stores.memory`` (the same contract in memory). This store's parts:
+    ``patterns.jobqueue.stores.sqlite.admin`` (the operator's methods and the worker rows),
     ``patterns.jobqueue.stores.sqlite.schema`` (the schema, migrations, opening checks and SQL),
     ``patterns.jobqueue.stores.sqlite.transactions`` (``BEGIN IMMEDIATE``, busy retries, damage),
     ``patterns.jobqueue.stores.sqlite.watch`` (the ``data_version`` watcher behind ``subscribe``),
@@ -87,61 +88,49 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from patterns.jobqueue.stores.protocol import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    FINISHED_STATES,
-    CancelResult,
-    Claim,
-    Job,
-    JobState,
-    NewJob,
-    Settle,
-    Settlement,
-    StoreBase,
-    WorkerRecord,
-    WorkerRow,
+from patterns.jobqueue.stores.checks import (
     cancelled_reason,
-    check_job_id,
     check_lease,
     check_limit,
     check_max_payload_bytes,
     check_owner,
     check_share,
-    check_state,
-    check_states,
-    check_text,
-    check_time,
     expired_reason,
-    job_from_row,
     new_token,
     prepare_enqueue,
     prepare_many,
     prepare_settlement,
     storable_error,
 )
+from patterns.jobqueue.stores.records import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    Claim,
+    Job,
+    JobState,
+    NewJob,
+    Settle,
+    Settlement,
+)
 from patterns.jobqueue.stores.sqlite import schema as sqlite_schema
+from patterns.jobqueue.stores.sqlite.admin import SQLiteAdmin
 from patterns.jobqueue.stores.sqlite.checkpoint import WalRecovery
 from patterns.jobqueue.stores.sqlite.schema import (
     CANCEL_EXPIRED_SQL,
     CLAIM_SQL,
-    COLUMNS,
     DUE_SQL,
     FAIL_SQL,
     GAVE_BACK,
     INSERT_SQL,
     NEXT_DUE_SQL,
     RENEW_SQL,
-    REQUEUE_SQL,
     SETTLE_SQL,
     SPENT_SQL,
-    WORKER_COLUMNS,
     StoreFile,
     StoreFileError,
 )
-from patterns.jobqueue.stores.sqlite.transactions import SQLiteTransactions
 from patterns.jobqueue.stores.sqlite.watch import DataVersionWatch, data_version
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "WATCH_INTERVAL", "SQLiteStore", "StoreFileError"]
@@ -178,7 +167,7 @@ _SYNCHRONOUS = frozenset({"NORMAL", "FULL", "EXTRA"})
 _Outcome: TypeAlias = tuple[Settle, str | None, float]  # what prepare_settlement returns
 
 
-class SQLiteStore(StoreBase, SQLiteTransactions):
+class SQLiteStore(SQLiteAdmin):
     """A thread- and process-safe ``Store`` in the SQLite file at ``path``.
 
     The file is created with the current schema if it does not exist, unless ``create``
@@ -264,21 +253,8 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
         """The database file."""
         return self._path
 
-    # --- rows: every method below runs in _write or _read, the transactions it inherits ---
-    # --- from SQLiteTransactions (patterns/jobqueue/stores/sqlite/transactions.py)
-    # -----------------
-
-    def _job(self, row: Sequence[Any]) -> Job:
-        try:
-            return job_from_row(row)
-        except ValueError as exc:
-            raise StoreFileError(f"{self._path}: {exc}") from exc
-
-    def _select(self, conn: sqlite3.Connection, job_id: int) -> Job | None:
-        row = conn.execute(f"SELECT {COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return None if row is None else self._job(row)
-
-    # --- the Store protocol -------------------------------------------------------------
+    # --- the worker's path: every method below runs in _write or _read, the transactions ---
+    # --- of SQLiteTransactions (transactions.py); the operator's methods are in admin.py ---
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, new: NewJob, now: float) -> int:
@@ -468,156 +444,9 @@ class SQLiteStore(StoreBase, SQLiteTransactions):
             )
         return renewed
 
-    def get(self, job_id: int) -> Job | None:
-        if not check_job_id(job_id):
-            return None
-        return self._read(lambda conn: self._select(conn, job_id))
-
-    def list_jobs(
-        self, *, state: JobState | str | None = None, task: str | None = None, limit: int = 50
-    ) -> list[Job]:
-        where, params = ["1 = 1"], []
-        if state is not None:
-            where.append("state = ?")
-            params.append(check_state(state).value)
-        if task is not None:
-            where.append("task = ?")
-            params.append(check_text("task", task))
-        sql = f"SELECT {COLUMNS} FROM jobs WHERE {' AND '.join(where)} ORDER BY id DESC LIMIT ?"
-        count = check_limit(limit)
-        rows = self._read(lambda conn: conn.execute(sql, (*params, count)).fetchall())
-        return [self._job(row) for row in rows]
-
-    def requeue(self, job_id: int) -> bool:
-        if not check_job_id(job_id):
-            return False
-
-        def body(conn: sqlite3.Connection, now: float) -> bool:
-            cursor = conn.execute(f"{REQUEUE_SQL} AND id = ?", (now, now, job_id))
-            return cursor.rowcount == 1
-
-        done = self._write(body)
-        if done:
-            logger.info("%s: job %d requeued", self._path, job_id)
-        return done
-
-    def requeue_failed(self, *, task: str | None = None) -> list[int]:
-        name = None if task is None else check_text("task", task)
-        where = "" if name is None else " AND task = ?"
-        extra: tuple[str, ...] = () if name is None else (name,)
-
-        def body(conn: sqlite3.Connection, now: float) -> list[int]:
-            ids = [
-                int(row[0])
-                for row in conn.execute(
-                    f"SELECT id FROM jobs WHERE state = 'failed'{where} ORDER BY id", extra
-                )
-            ]
-            conn.execute(f"{REQUEUE_SQL}{where}", (now, now, *extra))
-            return ids
-
-        ids = self._write(body)
-        if ids:
-            logger.info("%s: requeued %d failed jobs", self._path, len(ids))
-        return ids
-
-    def cancel(self, job_id: int) -> CancelResult:
-        if not check_job_id(job_id):
-            return CancelResult.NOT_FOUND
-
-        def body(conn: sqlite3.Connection, now: float) -> CancelResult:
-            row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                return CancelResult.NOT_FOUND
-            if row[0] == JobState.QUEUED:
-                conn.execute(
-                    "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE id = ?",
-                    (now, job_id),
-                )
-                return CancelResult.CANCELLED
-            if row[0] == JobState.RUNNING:
-                conn.execute(
-                    "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ?",
-                    (now, job_id),
-                )
-                return CancelResult.REQUESTED
-            return CancelResult.FINISHED
-
-        result = self._write(body)
-        logger.info("%s: job %d: cancel %s", self._path, job_id, result.value)
-        return result
-
-    def counts(self) -> dict[str, int]:
-        rows = self._read(
-            lambda conn: conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
-        )
-        result = {state.value: 0 for state in JobState}
-        result.update({state: int(n) for state, n in rows})
-        return result
-
     def next_due(self) -> float | None:
         row = self._read(lambda conn: conn.execute(NEXT_DUE_SQL).fetchone())
         return None if row[0] is None else float(row[0])
-
-    def purge(
-        self, *, older_than: float | None = None, states: Collection[str] = FINISHED_STATES
-    ) -> int:
-        cutoff = None if older_than is None else check_time("older_than", older_than)
-        chosen = sorted(state.value for state in check_states(states))
-        if not chosen:
-            return 0
-
-        def body(conn: sqlite3.Connection, now: float) -> int:
-            sql = f"DELETE FROM jobs WHERE state IN ({', '.join('?' * len(chosen))})"
-            params: tuple[object, ...] = tuple(chosen)
-            if cutoff is not None:
-                sql += " AND updated_at < ?"
-                params += (cutoff,)
-            return conn.execute(sql, params).rowcount
-
-        purged = self._write(body)
-        if purged:
-            logger.info("%s: purged %d finished jobs", self._path, purged)
-        return purged
-
-    def _record_worker(self, row: WorkerRow) -> None:
-        def body(conn: sqlite3.Connection, now: float) -> None:
-            self._expire_workers(conn, now)
-            conn.execute(
-                f"INSERT OR REPLACE INTO workers ({', '.join(WORKER_COLUMNS)})"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    row.worker_id,
-                    row.host,
-                    row.pid,
-                    row.state,
-                    row.started_at,
-                    now,
-                    now + row.ttl,
-                    row.jobs_held,
-                ),
-            )
-
-        self._write(body)
-
-    def forget_worker(self, worker_id: str) -> None:
-        name = check_text("worker_id", worker_id)
-        self._write(lambda conn, now: conn.execute("DELETE FROM workers WHERE id = ?", (name,)))
-
-    def workers(self) -> list[WorkerRecord]:
-        def body(conn: sqlite3.Connection, now: float) -> list[WorkerRecord]:
-            self._expire_workers(conn, now)
-            rows = conn.execute(
-                f"SELECT {', '.join(WORKER_COLUMNS)} FROM workers ORDER BY started_at, id"
-            ).fetchall()
-            return [WorkerRecord(*row) for row in rows]
-
-        return self._write(body)
-
-    def _expire_workers(self, conn: sqlite3.Connection, now: float) -> None:
-        gone = conn.execute("DELETE FROM workers WHERE expires_at <= ?", (now,)).rowcount
-        if gone:
-            logger.info("%s: %d worker rows expired (workers that died?)", self._path, gone)
 
     def clock(self) -> float:
         return self._clock()

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from patterns.jobqueue.stores.checks import backoff
 from patterns.jobqueue.stores.deadline import acquire, give_up, patient, time_left
-from patterns.jobqueue.stores.protocol import backoff
 from patterns.jobqueue.stores.sqlite.checkpoint import WalRecovery
 from patterns.jobqueue.stores.sqlite.schema import StoreFileError, is_busy
 

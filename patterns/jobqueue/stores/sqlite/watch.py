@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from patterns.jobqueue.stores.protocol import check_time
+from patterns.jobqueue.stores.checks import check_time
 from patterns.jobqueue.stores.sqlite.checkpoint import WatchCheckpoints
 from patterns.jobqueue.stores.sqlite.schema import RetryBusy, StoreFileError, is_busy
 
