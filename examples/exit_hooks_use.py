@@ -1,21 +1,20 @@
-# Use it: a worker that drains on the first SIGTERM or Ctrl-C, and exits at once on a second.
-# prints: working
-# prints: drained; cleaned up
-# Ctrl-C after: working
+# Use it: an exit hook that still has logging, and a forced exit that keeps the output.
+# prints: results: 3 of 3 jobs done
+# prints: INFO exit hook: report flushed
 import logging
-import os
 import threading
 
-from patterns.exit_hooks import run_until_signalled
+from patterns.exit_hooks import force_exit, register_exit_hook
 
 
-def work(stop: threading.Event) -> None:
-    print("working; Ctrl-C or SIGTERM to stop", flush=True)
-    while not stop.wait(0.1):
-        pass  # take a job, do it; once stop is set, finish the current one and return
+def flush_report() -> None:
+    logging.getLogger("app").info("exit hook: report flushed")  # logging still works here
 
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-if not run_until_signalled(work, drain_timeout=5, cleanup=lambda: print("drained; cleaned up")):
-    logging.shutdown()
-    os._exit(3)  # work is still running after 5 s: its thread would hold the exit
+register_exit_hook(flush_report)  # runs before logging.shutdown; a failure is logged
+worker = threading.Thread(target=lambda: print("results: 3 of 3 jobs done"), name="worker")
+worker.start()
+worker.join(5)
+if worker.is_alive():  # a stuck non-daemon thread would hold the exit: leave now
+    force_exit(3, "the worker is stuck")  # logs why, flushes stdout and the log, os._exit(3)

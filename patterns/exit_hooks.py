@@ -1,35 +1,26 @@
 # SPDX-License-Identifier: MIT
 # From shutdown-patterns, a reference for stopping concurrent Python programs correctly.
 # For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
-"""Stop on SIGTERM or Ctrl-C the orderly way: drain, clean up, exit; a second signal exits now.
+"""What runs when a Python program exits, and the way out that skips it on purpose.
 
-TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, which
-starts it for you) turns the first SIGTERM or SIGINT into one call of ``on_stop`` in a
-thread of its own; a second signal ends the process at once with status ``128 + signum``.
-`run_until_signalled` is the whole shape of a worker process: run, drain within a budget,
-clean up. `register_exit_hook` registers an `atexit` handler that still has logging.
+TL;DR: `register_exit_hook` registers an `atexit` handler that still has logging and whose
+failure is logged with its traceback. `force_exit` is the one sanctioned `os._exit`: it logs
+why, flushes logging and stdio within a bound, and exits with the status it is given.
 
 Guarantees:
-    * Once `SignalHandlers.start` returns, the first of its signals calls ``on_stop``
-      exactly once, promptly, in a thread that is not the main thread, even while the
-      main thread is blocked in ``Event.wait()``. A second signal ends the process with
-      status ``128 + signum`` within ``FORCE_FLUSH_TIMEOUT`` (0.5 s), whatever threads do.
-    * ``start()`` is all or nothing. After ``stop()`` every handled signal has exactly the
-      handler it had before, and the wakeup fd is what it was, even if a handler put back
-      raises on the way (re-raised afterwards); ``stop()`` waits at most ``stop_timeout``
-      and its report stays true after a Ctrl-C interrupted an earlier ``stop()``.
-    * ``sys.exit(code)`` in ``on_stop`` ends the program with ``code``; any other exception
-      from it is logged. A child forked while started gets the handlers it had before.
     * A hook registered with `register_exit_hook` runs before `logging.shutdown`, and its
-      failure is logged with its traceback.
+      failure is logged with its traceback; the exit status stays what it was.
+    * `force_exit` ends the process with its status within ``flush_timeout`` (0.5 s by
+      default) plus scheduling noise, whatever other threads do; output and log lines
+      written before it are flushed unless a stream blocks longer than that.
 
 Python:
-    3.11+, POSIX (the wakeup fd is a pipe); checked on 3.11.7, 3.12.1 and 3.13.0. 3.12.1
-    refuses threads in `atexit` handlers (:gh:`104690`, fixed in 3.12.3 by :gh:`113964`), so
-    there `force_exit` exits without its flush. An asyncio loop's ``add_signal_handler``
-    takes the wakeup fd, so ``start()`` refuses to run while one is set.
+    3.11+; checked on 3.11.7, 3.12.1 and 3.13.0. 3.12.1 refuses threads in `atexit`
+    handlers (:gh:`104690`, fixed in 3.12.3 by :gh:`113964`), so there `force_exit` exits
+    without its flush.
 
-Docs: docs/patterns/exit_hooks.md (the pitfalls, the Java counterpart, budgets, forking).
+Docs: docs/patterns/exit_hooks.md (the exit sequence, which endings skip it, the Java
+counterpart). Turning SIGTERM into an orderly exit is signal_handlers.py.
 """
 
 from __future__ import annotations
@@ -39,423 +30,46 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from types import FrameType
-from typing import Any, NoReturn, Self
+from collections.abc import Callable
+from typing import NoReturn
 
-__all__ = [
-    "DEFAULT_SIGNALS",
-    "DEFAULT_STOP_TIMEOUT",
-    "FORCE_FLUSH_TIMEOUT",
-    "SignalHandlers",
-    "SignalHandlersReport",
-    "force_exit",
-    "install_signal_handlers",
-    "register_exit_hook",
-    "run_until_signalled",
-]
+__all__ = ["FORCE_FLUSH_TIMEOUT", "force_exit", "register_exit_hook"]
 
 logger = logging.getLogger(__name__)
-
-#: The signals a service stops on, SIGTERM (``kill``, Docker, systemd, Kubernetes) and SIGINT.
-DEFAULT_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
-
-#: Seconds `SignalHandlers.stop` waits, in all, for its helper threads (a slow ``on_stop``).
-DEFAULT_STOP_TIMEOUT = 1.0
 
 #: Seconds `force_exit` spends flushing logging and stdio before it calls `os._exit`.
 FORCE_FLUSH_TIMEOUT = 0.5
 
-# The byte stop() writes to the pipe to end the dispatcher; no signal has number 0.
-_CLOSE = 0
 
-_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
+    """Run ``hook`` at interpreter exit, before `logging.shutdown`, and log it if it fails.
 
+    `atexit` runs handlers newest first. `logging` registered its shutdown handler when it
+    was first imported, which was before this module finished importing, so ``hook`` runs
+    while logging still works; after it, a ``FileHandler`` in mode ``'w'`` would drop the
+    line (P21). A failure is logged with its traceback instead of the bare "Exception
+    ignored in atexit callback" on stderr; either way the exit status stays what it was
+    (P20). Keep hooks quick: each one delays the exit.
 
-@dataclass(frozen=True)
-class SignalHandlersReport:
-    """What `SignalHandlers.stop` left behind."""
-
-    terminated: bool  # the dispatcher and on_stop's thread ended within the budget
-    still_running: tuple[str, ...]  # the names of those that had not
-    first_signal: signal.Signals | None  # the signal that called on_stop, if one came
-
-    def __post_init__(self) -> None:
-        if self.terminated and self.still_running:
-            raise ValueError(
-                f"a report cannot say terminated=True with still_running={self.still_running}"
-            )
-
-
-def _wake_only(signum: int, frame: FrameType | None) -> None:
-    """The Python-level handler: nothing to do here, unless on_stop asked for an exit.
-
-    By the time it runs, CPython's C-level handler has already written ``signum`` to the
-    wakeup fd, where the dispatcher thread picks it up. It exists so that the signal's
-    default action (die, or raise `KeyboardInterrupt`) does not happen. It takes no lock,
-    so it cannot deadlock on one the interrupted main thread holds (E1). The one thing it
-    may do is raise the `SystemExit` an ``on_stop`` raised in its own thread and handed to
-    the main thread with this signal (see `SignalHandlers`).
-    """
-    handlers = _installed
-    if handlers is not None:
-        exit_ = handlers._take_exit()
-        if exit_ is not None:
-            raise exit_
-
-
-class SignalHandlers:
-    """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
-
-    `start` (main thread only) takes the wakeup fd, starts the dispatcher thread and
-    installs the handlers, all or nothing; `stop` puts back exactly what was there within
-    ``stop_timeout`` and, once one has completed, returns the same `SignalHandlersReport`
-    every time. ``with`` starts a handle never started and enters a running one as it is.
-
-    ``on_stop`` runs in a thread of its own. A `SystemExit` it raises would end only that
-    thread, silently (P8): it is logged and raised in the main thread instead, by one of
-    our signals sent there (or by ``stop()``, once begun). Other exceptions are logged.
+    Returns the function actually registered, for `atexit.unregister`.
     """
 
-    def __init__(
-        self,
-        on_stop: Callable[[], object],
-        signals: Iterable[int] = DEFAULT_SIGNALS,
-        *,
-        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-    ) -> None:
+    def run_hook() -> None:
         try:
-            self._signals = tuple(dict.fromkeys(signal.Signals(s) for s in signals))
-        except ValueError as exc:
-            raise ValueError(f"signals: {exc}") from None
-        if not self._signals:
-            raise ValueError("signals must name at least one signal")
-        self.stop_timeout = _seconds(stop_timeout, "stop_timeout")
-        self._on_stop = on_stop
-        # Guards the state below; never held while anything waits or on_stop runs. Reentrant:
-        # a stop() from a signal handler that interrupted its holder must not wait (E1, R4).
-        self._lock = threading.RLock()
-        self._started = False
-        self._armed = False  # set once start() has succeeded; signals before it wait in _held
-        self._held: list[signal.Signals] = []
-        self._closed = False  # set by stop() or a failed start(): no signal is acted on after
-        self._received: list[signal.Signals] = []
-        self._on_stop_thread: threading.Thread | None = None
-        # Set in the finally of on_stop's thread: the truth about it even after a join()
-        # that a Ctrl-C interrupted (gh-90882 marks a live thread finished on 3.11/3.12).
-        self._on_stop_ended = threading.Event()
-        self._report: SignalHandlersReport | None = None
-        self._stopper: int | None = None  # the ident of the thread inside stop()
-        self._stop_done = threading.Event()  # set once _report is recorded
-        self._exit: SystemExit | None = None  # on_stop's, for the main thread to raise
-        self._self_signals = 0  # signals sent to main for it: not a second signal
-        # What _install changed, each marked undone by _restore, which can then be redone.
-        self._previous: dict[signal.Signals, _Handler] = {}
-        self._wakeup_installed = False
-        self._dispatcher: threading.Thread | None = None
-        self._dispatcher_ended = threading.Event()  # set in the finally of the dispatcher
-        self._dispatcher_running = False
-        # The C-level handler writes signal numbers to _write_fd (non-blocking: a full pipe
-        # drops a byte rather than block); the dispatcher reads _read_fd. -1 once closed or
-        # handed to a dispatcher that outlived stop()'s deadline, which closes them itself.
-        self._read_fd = self._write_fd = -1
-        self._dispatcher_reading = False
-        self._pipe_for_dispatcher: tuple[int, ...] = ()
+            hook()
+        except Exception:
+            logger.exception("exit hook %r failed", hook)
 
-    @property
-    def signals(self) -> tuple[signal.Signals, ...]:
-        """The signals these handlers react to."""
-        return self._signals
-
-    @property
-    def first_signal(self) -> signal.Signals | None:
-        """The signal that asked to stop, or None if none has arrived yet."""
-        with self._lock:
-            return self._received[0] if self._received else None
-
-    @property
-    def stopped(self) -> bool:
-        """Whether `stop` has been called (or `start` failed)."""
-        with self._lock:
-            return self._closed
-
-    def start(self) -> Self:
-        """Take the wakeup fd, start the dispatcher, install the handlers; all or nothing.
-
-        Raises `RuntimeError` outside the main thread, when called twice or after `stop`,
-        or when a wakeup fd is already set; `ValueError` for a signal whose handler was
-        installed outside Python. Nothing is changed then.
-        """
-        _require_main_thread("SignalHandlers.start()")
-        with self._lock:
-            if self._started or self._closed:
-                raise RuntimeError("SignalHandlers.start() can be called once, before stop()")
-            self._started = True
-        try:
-            self._install()
-        except BaseException as exc:
-            with self._lock:
-                self._closed = True  # a signal already in the pipe must not call on_stop now
-            failure = _restore_all(self, _deadline(self.stop_timeout))
-            if failure is not None:
-                raise failure from exc
-            raise
-        return self
-
-    def stop(self, timeout: float | None = None) -> SignalHandlersReport:
-        """Put back the previous handlers and wakeup fd; wait for the helper threads.
-
-        Bounded by ``timeout`` (None: ``stop_timeout``; ``math.inf``: as long as it takes).
-        From then on no signal is acted on; a previous handler put back that raises (a
-        second Ctrl-C) is re-raised once everything is back and the report recorded.
-        Once started, only the main thread puts the handlers back. From ``on_stop``, the
-        dispatcher, or a signal handler that interrupted the main thread's ``stop()``, it
-        is a request that returns at once; from another thread while the main thread is
-        in ``stop()``, it waits at most ``timeout`` for that report; from any other thread
-        it raises `RuntimeError`. A request or a wait that runs out returns a provisional
-        report (``terminated=False``, not recorded); every call after the first completed
-        one returns that one's report.
-        """
-        budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
-        report = _unless_this_call_stops(self, budget)  # the stopper hand-off
-        if report is not None:
-            return report
-        try:
-            return self._stop(budget)
-        finally:
-            with self._lock:
-                self._stopper = None
-
-    def _stop(self, budget: float) -> SignalHandlersReport:
-        deadline = _deadline(budget)
-        with self._lock:
-            self._closed = True  # from now on no signal is acted on
-            on_stop_thread = self._on_stop_thread
-        failure = _restore_all(self, deadline)  # handlers, wakeup fd, dispatcher, pipe
-        if on_stop_thread is not None and not _wait(self._on_stop_ended, deadline):
-            logger.warning("on_stop is still running %.3gs after stop()", budget)
-        with self._lock:
-            if self._report is None:
-                alive = _still_running(self)
-                first = self._received[0] if self._received else None
-                self._report = SignalHandlersReport(not alive, alive, first)
-                self._stop_done.set()
-            report = self._report
-        exit_ = self._take_exit()  # on_stop's SystemExit that no signal carried to main yet
-        if exit_ is not None:  # the exit on_stop asked for wins over a Ctrl-C met on the way
-            raise exit_ from failure
-        if failure is not None:
-            raise failure
-        return report
-
-    def __enter__(self) -> Self:
-        """Start if never started; a running object is returned as is (``with x.start():``)."""
-        with self._lock:
-            running = self._started and not self._closed
-        return self if running else self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def on_signal(self, signum: int) -> None:
-        """Act on one signal; the dispatcher thread calls it for each signal it reads.
-
-        The default counts this handle's own signals: the first runs ``on_stop`` in a
-        thread of its own, the second exits at once (`force_exit`). Any other signal with
-        a Python-level handler is read here too and ignored. A subclass may override it to
-        answer more signals (call ``super().on_signal(signum)`` for the rest); it must not
-        block, or the second signal goes unread.
-        """
-        with self._lock:
-            # Every signal with a Python-level handler writes to the wakeup fd (pytest's
-            # SIGALRM, say), so only ours count, and none after close() has started.
-            if self._closed or signum not in self._signals:
-                return
-            if self._self_signals:  # sent by _hand_exit_to_main: not a second signal
-                self._self_signals -= 1
-                return
-            if not self._armed:  # still installing: act only if installing succeeds
-                self._held.append(signal.Signals(signum))
-                return
-            self._received.append(signal.Signals(signum))
-            count = len(self._received)
-            run_here = False
-            if count == 1:
-                # In its own thread: on_stop may block, and the dispatcher must stay free
-                # to see the second signal.
-                thread = threading.Thread(
-                    target=_setting_when_done(self._run_on_stop, self._on_stop_ended),
-                    args=(signal.Signals(signum),),
-                    name="on-stop",
-                )
-                thread.daemon = True
-                try:
-                    thread.start()
-                except RuntimeError:  # no thread to be had: a resource limit, or shutdown
-                    run_here = True
-                else:
-                    self._on_stop_thread = thread
-        if run_here:
-            logger.warning("could not start a thread for on_stop; running it in the dispatcher")
-            self._run_on_stop(signal.Signals(signum))
-        if count == 2:
-            name = signal.Signals(signum).name
-            force_exit(128 + signum, f"second signal ({name}) while stopping")
-
-    def _run_on_stop(self, signum: signal.Signals) -> None:
-        logger.warning("%s received: stopping (send it again to exit at once)", signum.name)
-        try:
-            self._on_stop()
-        except SystemExit as exc:
-            # sys.exit() in a thread other than main ends only that thread, silently (P8).
-            # What the caller meant is the program's exit: hand it to the main thread.
-            logger.error(
-                "on_stop raised SystemExit(%r) in thread %s; passing it to the main thread",
-                exc.code,
-                threading.current_thread().name,
-                exc_info=True,
-            )
-            self._hand_exit_to_main(exc, signum)
-        except BaseException:
-            logger.exception("on_stop failed; a second signal still forces the exit")
-
-    def _hand_exit_to_main(self, exc: SystemExit, signum: signal.Signals) -> None:
-        """Make the main thread raise ``exc``: now by a signal, or at the end of its stop().
-
-        The signal is one of ours, so `_wake_only` raises the exit in the main thread, even
-        one blocked in ``Event.wait()``. Sent under the lock, before stop() can mark us
-        closed and put the previous handler back; once closed, stop() raises it when done.
-        """
-        with self._lock:
-            self._exit = exc
-            if self._closed:
-                return
-            self._self_signals += 1
-            main = threading.main_thread().ident
-            if main is not None:
-                signal.pthread_kill(main, signum)
-
-    def _take_exit(self) -> SystemExit | None:
-        """The SystemExit on_stop raised, once; called in the main thread only, without a lock."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        exit_, self._exit = self._exit, None
-        return exit_
-
-    def _dispatch(self, read_fd: int) -> None:
-        """Read signal numbers until stop() writes _CLOSE; then close a pipe stop() left here."""
-        try:
-            while True:
-                for signum in os.read(read_fd, 64):
-                    if signum == _CLOSE:
-                        return
-                    self.on_signal(signum)
-        finally:
-            with self._lock:
-                self._dispatcher_reading = False
-                pipe, self._pipe_for_dispatcher = self._pipe_for_dispatcher, ()
-            for fd in pipe:
-                os.close(fd)
-
-    def _install(self) -> None:
-        global _installed  # noqa: PLW0603 - the one handle the fork hooks must know about
-        foreign = [s.name for s in self._signals if signal.getsignal(s) is None]
-        if foreign:
-            raise ValueError(
-                f"{', '.join(foreign)} has a handler installed outside Python "
-                "(signal.getsignal() returns None); it could not be put back after stop(), "
-                "so SignalHandlers leaves it alone: leave it out of signals="
-            )
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
-        previous_fd = signal.set_wakeup_fd(self._write_fd)
-        if previous_fd != -1:
-            signal.set_wakeup_fd(previous_fd)
-            raise RuntimeError(
-                "a signal wakeup fd is already set (by another SignalHandlers, or by an "
-                "asyncio event loop's add_signal_handler): stop that first"
-            )
-        self._wakeup_installed = True
-        _installed = self
-        self._dispatcher = threading.Thread(
-            target=_setting_when_done(self._dispatch, self._dispatcher_ended),
-            # Its own copy of the number: a stop() right after start() may hand the pipe
-            # over (clearing the field) before the new thread has run a line.
-            args=(self._read_fd,),
-            name="signal-dispatcher",
-            daemon=True,
-        )
-        self._dispatcher_reading = True
-        try:
-            self._dispatcher.start()
-        except BaseException:
-            self._dispatcher_reading = False  # it never ran, so it has ended
-            self._dispatcher_ended.set()
-            raise
-        self._dispatcher_running = True
-        for signum in self._signals:
-            # Recorded before it is replaced: putting back a handler that was not replaced
-            # yet is harmless, losing one is not.
-            self._previous[signum] = signal.getsignal(signum)
-            try:
-                signal.signal(signum, _wake_only)
-            except (OSError, ValueError):  # not replaced (SIGKILL, say): nothing to put back
-                del self._previous[signum]
-                raise
-        with self._lock:
-            self._armed = True
-            held, self._held = self._held, []
-        for signum in held:  # arrived while installing, after our handler was in place
-            self.on_signal(signum)
-
-    def _forget_after_fork(self) -> None:
-        """In a child forked while started: put back the previous handlers, let go of the pipe.
-
-        The child has none of the parent's threads, so nothing would read the pipe, and
-        the pipe is the parent's: a signal written there would stop the parent, and a
-        ``stop()`` in the child would end the parent's dispatcher. The child gets the
-        handlers it would have had without us, as a process of its own.
-        """
-        self._lock = threading.RLock()  # the dispatcher may have held it at the fork
-        self._closed = True
-        self._on_stop_thread = None
-        self._stopper = None  # a stop() under way is the parent's, and so is an exit handed over
-        self._exit, self._self_signals = None, 0
-        # The parent's threads do not exist here: they have ended, as far as this process
-        # goes. New events, set: the old ones' locks may have been held at the fork.
-        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
-        self._dispatcher_ended.set()
-        self._on_stop_ended.set()
-        self._stop_done = threading.Event()
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous.clear()
-        if self._wakeup_installed:
-            signal.set_wakeup_fd(-1)
-            self._wakeup_installed = False
-        self._dispatcher_running = self._dispatcher_reading = False  # not in this process
-        _close_pipe(self)
+    atexit.register(run_hook)
+    return run_hook
 
 
-def install_signal_handlers(
-    on_stop: Callable[[], object],
-    *,
-    signals: Iterable[int] = DEFAULT_SIGNALS,
-    stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-) -> SignalHandlers:
-    """Make the first of ``signals`` call ``on_stop`` once, and the second force the exit.
-
-    ``on_stop`` runs in a thread of its own, so it may take locks; the second signal calls
-    `force_exit` with status ``128 + signum``. Returns the started `SignalHandlers`: call
-    its ``stop()`` to put everything back (for a ``with`` block use ``SignalHandlers``
-    itself, which starts on entry). Raises as `SignalHandlers.start` does.
-    """
-    return SignalHandlers(on_stop, signals, stop_timeout=stop_timeout).start()
+# --- the way out that skips the exit sequence on purpose ------------------------------------
+#
+# force_exit and _log_and_flush are the same code in signal_handlers.py, whose second signal
+# calls them (a module is copied alone); pinned by tests/test_copies.py.
 
 
 def force_exit(
@@ -503,255 +117,10 @@ def _log_and_flush(status: int, reason: str) -> None:
             stream.flush()
 
 
-def run_until_signalled(
-    work: Callable[[threading.Event], object],
-    *,
-    drain_timeout: float,
-    cleanup: Callable[[], object] | None = None,
-    signals: Iterable[int] = DEFAULT_SIGNALS,
-) -> bool:
-    """Run ``work(stop)`` in a non-daemon thread until it returns or a signal asks to stop.
-
-    ``work`` watches ``stop`` and, once it is set, finishes or hands back what it holds
-    and returns. After the first signal, the main thread waits at most ``drain_timeout``
-    seconds for that; then ``cleanup`` runs, with the handlers still installed, so a
-    second signal during the drain or the cleanup forces the exit (status
-    ``128 + signum``).
-
-    Returns True if ``work`` ended, False if it was still running when the drain budget
-    ran out (logged at ERROR). In that case the thread still holds interpreter exit: call
-    `force_exit` rather than returning from ``main``.
-    """
-    drain = _seconds(drain_timeout, "drain_timeout")
-    stop = threading.Event()  # set by on_stop (first signal); work watches it
-    wake = threading.Event()  # set by on_stop or when work ends; the main thread waits on it
-    ended = threading.Event()  # set when work ends: trusted even after an interrupted wait
-
-    def on_stop() -> None:
-        stop.set()
-        wake.set()
-
-    def body() -> None:
-        try:
-            work(stop)
-        finally:
-            ended.set()
-            wake.set()
-
-    worker = threading.Thread(target=body, name="worker")
-    with SignalHandlers(on_stop, signals):
-        worker.start()
-        try:
-            wake.wait()  # safe without a timeout: on_stop never runs in this thread
-            if stop.is_set():
-                logger.info("draining: waiting up to %.3gs for work to stop", drain)
-            drained = _wait(ended, _deadline(drain))
-            if not drained:
-                logger.error("work did not stop within %.3gs; abandoning it", drain)
-        finally:
-            if cleanup is not None:
-                cleanup()
-    return drained
-
-
-def register_exit_hook(hook: Callable[[], object]) -> Callable[[], None]:
-    """Run ``hook`` at interpreter exit, before `logging.shutdown`, and log it if it fails.
-
-    `atexit` runs handlers newest first. `logging` registered its shutdown handler when it
-    was first imported, which was before this module finished importing, so ``hook`` runs
-    while logging still works; after it, a ``FileHandler`` in mode ``'w'`` would drop the
-    line (P21). A failure is logged with its traceback instead of the bare "Exception
-    ignored in atexit callback" on stderr; either way the exit status stays what it was
-    (P20). Keep hooks quick: each one delays the exit.
-
-    Returns the function actually registered, for `atexit.unregister`.
-    """
-
-    def run_hook() -> None:
-        try:
-            hook()
-        except Exception:
-            logger.exception("exit hook %r failed", hook)
-
-    atexit.register(run_hook)
-    return run_hook
-
-
-# --- forked children: the handlers they had before, no wakeup fd, no pipe -----------------
+# --- the lifecycle contract: seconds -------------------------------------------------------
 #
-# Forked children (os.fork, multiprocessing's "fork" start method) do not inherit the
-# handles' threads; subprocess children exec, which resets handlers and closes the pipe.
-
-_installed: SignalHandlers | None = None  # the handle whose wakeup fd is set (only one can be)
-_fork_mask = threading.local()  # the forking thread's signal mask, saved by _before_fork
-
-
-def _before_fork() -> None:
-    """Block our signals in the forking thread, so the child starts with them blocked.
-
-    Until _after_fork_in_child has run, the child still has our do-nothing handlers and
-    the parent's wakeup fd: a signal delivered in that window would be written into the
-    parent's pipe. Blocked, it waits, and meets the child's restored handler.
-    """
-    handlers = _installed
-    if handlers is not None:
-        _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, handlers.signals)
-
-
-def _after_fork_in_parent() -> None:
-    saved: set[signal.Signals] | None = getattr(_fork_mask, "saved", None)
-    if saved is not None:
-        del _fork_mask.saved
-        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
-
-
-def _after_fork_in_child() -> None:
-    global _installed
-    handlers, _installed = _installed, None
-    if handlers is not None:
-        handlers._forget_after_fork()
-    _after_fork_in_parent()  # unblock: whatever arrived meanwhile meets the old handler
-
-
-os.register_at_fork(
-    before=_before_fork,
-    after_in_parent=_after_fork_in_parent,
-    after_in_child=_after_fork_in_child,
-)
-
-
-# --- the lifecycle contract: stop hand-off, Ctrl-C-safe restore, seconds and deadlines ----
-
-
-def _unless_this_call_stops(h: SignalHandlers, budget: float) -> SignalHandlersReport | None:
-    """None if the calling thread is to stop ``h`` (now its stopper), else the report to return.
-
-    A request from ``h``'s own threads or from a signal handler that interrupted the stopper
-    returns at once; a caller that finds a stop under way waits at most ``budget`` for it.
-    """
-    me = threading.get_ident()
-    with h._lock:
-        if h._report is not None:
-            return h._report
-        own = me in (t.ident for t in (h._dispatcher, h._on_stop_thread) if t is not None)
-        inside = h._stopper == me
-        busy = h._stopper is not None
-        if not (own or inside or busy):
-            if h._started and threading.current_thread() is not threading.main_thread():
-                _require_main_thread("SignalHandlers.stop()")
-            h._stopper = me
-    if own or inside:
-        return _provisional(h)
-    if busy:
-        _wait(h._stop_done, _deadline(budget))
-        return h._report or _provisional(h)
-    return None
-
-
-def _provisional(h: SignalHandlers) -> SignalHandlersReport:
-    """A report that says ``terminated=False`` and is not recorded: a stop that cannot wait."""
-    with h._lock:
-        first = h._received[0] if h._received else None
-        return SignalHandlersReport(False, _still_running(h), first)
-
-
-def _still_running(h: SignalHandlers) -> tuple[str, ...]:
-    """The names of ``h``'s threads whose "ended" event is not set (caller holds its lock)."""
-    threads = [(h._dispatcher, h._dispatcher_ended), (h._on_stop_thread, h._on_stop_ended)]
-    return tuple(t.name for t, ended in threads if t is not None and not ended.is_set())
-
-
-def _restore_all(h: SignalHandlers, deadline: float) -> BaseException | None:
-    """Undo everything _install did; return what a handler put back raised on the way."""
-    failure: BaseException | None = None
-    # Each call makes progress (every step is marked done once done), so a few calls
-    # always suffice; the bound only guards against a step that fails every time.
-    for _ in range(len(h._previous) + 4):
-        try:
-            _restore(h, deadline)
-        except BaseException as exc:  # noqa: BLE001 - returned, raised by the caller
-            failure = failure or exc
-        else:
-            break
-    return failure
-
-
-def _restore(h: SignalHandlers, deadline: float) -> None:
-    """Handlers (Python callables last), wakeup fd, dispatcher, pipe; each step once."""
-    global _installed  # noqa: PLW0603 - see _install
-    # A previous handler that is a Python callable can raise (default_int_handler raises
-    # KeyboardInterrupt) as soon as it is back; putting those back last keeps that
-    # window at the end, and _restore_all calls this again to finish the rest.
-    for signum, previous in sorted(h._previous.items(), key=lambda i: callable(i[1])):
-        signal.signal(signum, previous)
-        del h._previous[signum]
-    if h._wakeup_installed:
-        current = signal.set_wakeup_fd(-1)
-        if current not in (h._write_fd, -1):  # someone replaced ours: leave theirs
-            signal.set_wakeup_fd(current)
-            logger.warning("the signal wakeup fd was replaced while handlers were installed")
-        h._wakeup_installed = False
-    if h._dispatcher_running:
-        os.write(h._write_fd, bytes([_CLOSE]))
-        h._dispatcher_running = False
-    # Not join()/is_alive(): after a join() that a Ctrl-C interrupted, 3.11/3.12 say a
-    # live thread has finished (gh-90882), and the pipe would close under it.
-    if h._dispatcher is None or _wait(h._dispatcher_ended, deadline):
-        _close_pipe(h)
-    else:  # the deadline came first: the dispatcher closes the pipe when it ends
-        _hand_pipe_to_dispatcher(h)
-    if _installed is h:
-        _installed = None
-
-
-def _close_pipe(h: SignalHandlers) -> None:
-    """Close each end once, its field cleared first.
-
-    A _restore redone after a Ctrl-C between the two closes never closes a number the
-    process may have reused since.
-    """
-    fd, h._read_fd = h._read_fd, -1
-    if fd != -1:
-        with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
-            os.close(fd)
-    fd, h._write_fd = h._write_fd, -1
-    if fd != -1:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _hand_pipe_to_dispatcher(h: SignalHandlers) -> None:
-    """Leave the pipe to a dispatcher still reading it, or close it: one of them, under the lock."""
-    with h._lock:
-        if h._dispatcher_reading:
-            h._pipe_for_dispatcher += tuple(fd for fd in (h._read_fd, h._write_fd) if fd != -1)
-            h._read_fd = h._write_fd = -1
-            return
-    _close_pipe(h)
-
-
-def _setting_when_done(target: Callable[..., None], ended: threading.Event) -> Callable[..., None]:
-    """``target`` wrapped to set ``ended`` however it ends: a thread's own "ended" signal."""
-
-    def run(*args: Any) -> None:
-        try:
-            target(*args)
-        finally:
-            ended.set()
-
-    return run
-
-
-def _require_main_thread(what: str) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError(
-            f"{what} must be called from the main thread: Python runs signal handlers only "
-            "there, and signal.signal() and signal.set_wakeup_fd() refuse other threads"
-        )
-
-
 # The seconds family, the same code in every pattern module that holds it; pinned by
-# tests/test_copies.py.
+# tests/test_copies.py. force_exit's budget is its one number of seconds.
 
 
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
@@ -761,21 +130,3 @@ def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ValueError(f"{name} must be a number of seconds >= 0, not {value!r}")
     return math.inf if value > sys.float_info.max else float(value)  # 10**400: no overflow
-
-
-def _deadline(seconds: float) -> float:
-    """The monotonic time ``seconds`` from now (inf for "as long as it takes")."""
-    return time.monotonic() + seconds
-
-
-def _left(deadline: float) -> float:
-    """Seconds until ``deadline``, never below 0, capped at what a C-level wait accepts."""
-    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
-
-
-def _wait(event: threading.Event, deadline: float) -> bool:
-    """Wait for ``event`` until ``deadline`` (may be inf); whether it was set."""
-    while not event.wait(_left(deadline)):
-        if time.monotonic() >= deadline:
-            return False
-    return True

@@ -61,9 +61,9 @@ def test_graphviz_diagrams_are_inverted_in_dark_mode_only(tabs: dict[int, Page])
         try:
             for scheme, expected in (("dark", 1), ("light", 0)):
                 tab.emulate_media(color_scheme=scheme)
-                tab.goto(f"{base}/patterns/exit_hooks.html", wait_until="load")
+                tab.goto(f"{base}/patterns/signal_handlers.html", wait_until="load")
                 found = tab.evaluate(inversions)
-                assert found, "no graphviz diagram on the exit hooks page"
+                assert found, "no graphviz diagram on the signal handlers page"
                 assert set(found) == {expected}, (scheme, found)
         finally:
             tab.emulate_media(color_scheme="no-preference")

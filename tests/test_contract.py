@@ -203,13 +203,13 @@ def _busy_tracking_executor(busy: Busy, stop_timeout: float) -> Any:
 
 
 def _signal_handlers(stop_timeout: float) -> Any:
-    from patterns.exit_hooks import SignalHandlers  # noqa: PLC0415
+    from patterns.signal_handlers import SignalHandlers  # noqa: PLC0415
 
     return SignalHandlers(lambda: None, stop_timeout=stop_timeout)
 
 
 def _busy_signal_handlers(busy: Busy, stop_timeout: float) -> Any:
-    from patterns.exit_hooks import SignalHandlers  # noqa: PLC0415
+    from patterns.signal_handlers import SignalHandlers  # noqa: PLC0415
 
     # on_stop is the work: it runs on the handlers' own thread once the signal arrives.
     handlers = SignalHandlers(busy.run, signals=(signal.SIGUSR2,), stop_timeout=stop_timeout)

@@ -334,14 +334,14 @@ def _run_all(**options: Any) -> Callable[[Any], None]:
 
 
 def _install_signal_handlers(value: Any) -> None:
-    from patterns.exit_hooks import install_signal_handlers  # noqa: PLC0415
+    from patterns.signal_handlers import install_signal_handlers  # noqa: PLC0415
 
     handlers = install_signal_handlers(lambda: None, stop_timeout=value)
     _expect(handlers.stop().terminated, value)
 
 
 def _sync_run_until_signalled(value: Any) -> None:
-    from patterns.exit_hooks import run_until_signalled  # noqa: PLC0415
+    from patterns.signal_handlers import run_until_signalled  # noqa: PLC0415
 
     _expect(run_until_signalled(lambda stop: None, drain_timeout=value) is True, value)
 

@@ -37,6 +37,8 @@ COPIES = [
     ),
     ("_join", ["process_shutdown", "stoppable_process"]),
     ("_proc_name", ["process_shutdown", "stoppable_process"]),
+    ("force_exit", ["exit_hooks", "signal_handlers"]),
+    ("_log_and_flush", ["exit_hooks", "signal_handlers"]),
 ]
 
 # Seconds and deadlines: one family, the same code in every module that holds any of it

@@ -73,7 +73,7 @@ def test_the_drain_budget_is_drawn_to_scale_and_its_caption_gives_the_systemd_sp
         p for p in (ROOT / "docs").rglob("*.md") if "diagrams/stop-budget.dot" in p.read_text()
     ]
     assert pages, "no page shows the diagram"
-    for page in pages:  # the exit hooks page, and the server page beside its stop picture
+    for page in pages:  # the signal handlers page, and the server page beside its stop picture
         text = page.read_text(encoding="utf-8")
         caption = text[text.index("diagrams/stop-budget.dot") :].splitlines()[1]
         assert [int(s) for s in re.findall(r"(\d+) s of", caption)] == drawn_split, caption

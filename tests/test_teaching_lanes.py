@@ -261,8 +261,8 @@ FAILING_LANES = {
     "thread_exceptions.silent_death": {"MainThread"},  # it returns the exit status
     "supervisor.p9": {"producer"},
     "daemon_threads.p15": {"export"},
-    "exit_hooks.p18": {"worker"},
-    "exit_hooks.p22": {"MainThread"},
+    "signal_handlers.p18": {"worker"},
+    "signal_handlers.p22": {"MainThread"},
     "bulkhead.b1": {"request-0", "request-1"},
     "async_queue.a1": {"consumer-1", "consumer-2"},  # consumer-0 takes the one STOP
     "asyncio_shutdown.a7": {"stopper"},
@@ -303,9 +303,9 @@ def test_the_main_lane_is_main_when_drawn_from_inside_an_asyncio_task() -> None:
                 (
                     "asyncio_signals",
                     "daemon_threads",
-                    "exit_hooks",
                     "process_shutdown",
                     "server_shutdown",
+                    "signal_handlers",
                 )
             )
             for tracer in (scenario.naive(), scenario.fixed())
@@ -440,7 +440,7 @@ def test_a6_naive_child_dies_where_it_waits_and_fixed_runs_its_finally_then_exit
 
 def test_p18_naive_child_dies_in_its_job_and_fixed_hands_it_back_and_cleans_up() -> None:
     """P18 in a child: naive, SIGTERM ends it with nothing run; fixed, every cleanup, then 0."""
-    naive = SCENARIOS["exit_hooks.p18"].naive()
+    naive = SCENARIOS["signal_handlers.p18"].naive()
     sigterm = first(naive, "SIGTERM", "parent")
     assert [e.text for e in naive.events if e.thread == "worker"] == [
         "takes job b; looks at stop between steps",
@@ -449,7 +449,7 @@ def test_p18_naive_child_dies_in_its_job_and_fixed_hands_it_back_and_cleans_up()
     assert not [e for e in naive.events if e.index > sigterm.index and e.thread == "MainThread"]
     assert first(naive, f"child exited {-signal.SIGTERM}").index > sigterm.index
 
-    fixed = SCENARIOS["exit_hooks.p18"].fixed()
+    fixed = SCENARIOS["signal_handlers.p18"].fixed()
     after = [e.text for e in fixed.events if e.index > first(fixed, "SIGTERM").index]
     assert after == [
         "stop is set: hands job b back, returns",
@@ -469,13 +469,13 @@ def test_b1_the_naive_title_and_the_caption_name_the_same_executor() -> None:
 
 def test_p22_naive_child_sleeps_through_a_workers_signal_and_fixed_wakes() -> None:
     """P22 in a child: naive, on_stop waits for the parent's second signal; fixed, it does not."""
-    naive = SCENARIOS["exit_hooks.p22"].naive()
+    naive = SCENARIOS["signal_handlers.p22"].naive()
     [asleep] = bad(naive)
     assert first(naive, "signal delivered", "helper").index < asleep.index
     assert asleep.index < first(naive, "on_stop()").index
     assert first(naive, "on_stop()").thread == "MainThread"
 
-    fixed = SCENARIOS["exit_hooks.p22"].fixed()
+    fixed = SCENARIOS["signal_handlers.p22"].fixed()
     assert first(fixed, "on_stop()").thread not in {"MainThread", "parent"}
     assert first(fixed, "on_stop()").index < first(fixed, "wakes: stopped").index
     assert not any("to the process" in e.text for e in fixed.events)

@@ -114,12 +114,22 @@ PATTERNS = [
         "the thread first",
     ),
     Pattern(
-        "Exit hooks and signals",
+        "Exit hooks",
         "exit_hooks",
         "07-exit-hooks",
+        "an exit hook's log line is lost, or its failure only reaches stderr; "
+        "`os._exit` loses the last output",
+        "an `atexit` handler that logs after `logging.shutdown`; a failing `atexit` handler "
+        "seen only on stderr, with status 0; `os._exit` losing buffered output, `finally` and "
+        "`atexit`",
+    ),
+    Pattern(
+        "Signal handlers",
+        "signal_handlers",
+        "20-signal-handlers",
         "SIGTERM skips `finally` and `atexit`; a second Ctrl-C cannot force the exit",
         "default SIGTERM skipping `finally` and `atexit`; a signal handler that deadlocks or "
-        "never runs; a second Ctrl-C that cannot force the exit; logging lost at exit",
+        "never runs; a second Ctrl-C that cannot force the exit",
     ),
     Pattern(
         "Bulkhead",

@@ -10,7 +10,7 @@ daemon_threads     HousekeepingDaemon, every                   the heartbeat: _J
 closable_queue     ClosableQueue, ShutDown, shutdown_and_drain the hand-off; request_stop shuts it
 executor_shutdown  TrackingExecutor, shutdown_and_await        handler threads; stop: drain, cancel
 cancellation       CancelToken                                 a child token per job: _Jobs.run
-exit_hooks         install_signal_handlers                     start: 1st signal drains, 2nd forces
+signal_handlers    install_signal_handlers                     start: 1st signal drains, 2nd forces
 thread_exceptions  LoggingExcepthook                           start: a thread's death is logged
 =================  ==========================================  =================================
 """
@@ -32,7 +32,7 @@ from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue, ShutDown, shutdown_and_drain
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon, every
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
-from patterns.exit_hooks import install_signal_handlers
+from patterns.signal_handlers import install_signal_handlers
 from patterns.thread_exceptions import LoggingExcepthook
 
 __all__ = ["MiniJob", "MiniReport", "MiniStore", "Worker"]

@@ -269,7 +269,7 @@ def test_a_job_ignoring_its_token_past_the_budget_exits_3_promptly_and_is_releas
 # calling thread before it returns: no sleep, no timing.
 CTRL_C_INSIDE_START = r"""
 import signal, sys, threading
-from patterns.exit_hooks import SignalHandlers
+from patterns.signal_handlers import SignalHandlers
 from patterns.jobqueue.cli import main as cli
 
 where = sys.argv.pop(1)

@@ -326,7 +326,7 @@ def test_no_job_is_lost_when_the_worker_process_ends_mid_job(jobs: Queue, ending
 
 SOURCE = Path(mini.__file__)
 PATTERN_MODULES = {
-    "cancellation", "closable_queue", "daemon_threads", "executor_shutdown", "exit_hooks",
+    "cancellation", "closable_queue", "daemon_threads", "executor_shutdown", "signal_handlers",
     "thread_exceptions",
 }  # fmt: skip
 

@@ -21,11 +21,11 @@ import pytest
 
 from patterns.daemon_threads import BackgroundService, HousekeepingDaemon
 from patterns.executor_shutdown import TrackingExecutor
-from patterns.exit_hooks import SignalHandlers
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.records import Claim, JobState
 from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker.worker import Step, Worker, WorkerReport, WorkerState
+from patterns.signal_handlers import SignalHandlers
 from tests.support import (
     MUST_HAPPEN,
     NOISE,

@@ -1,7 +1,7 @@
 """The worker command's signals while its worker lives: stop, force the exit, report the state.
 
 TL;DR: ``with WorkerSignals(guard) as signals:`` installs
-`~patterns.exit_hooks.SignalHandlers` for SIGTERM, SIGINT and SIGHUP over the handlers of
+`~patterns.signal_handlers.SignalHandlers` for SIGTERM, SIGINT and SIGHUP over the handlers of
 the `~patterns.jobqueue.cli.signal_guard.SignalGuard` and takes what the guard recorded during
 start-up. The first stop signal stops the worker attached with `WorkerSignals.attach`,
 or, before that, keeps it from starting (``attach`` says why); a second one exits at
@@ -10,7 +10,7 @@ then, and the signal is ignored with one line. SIGUSR1 logs one line of the work
 state from a thread of its own. `WorkerSignals.close` puts the guard's handlers back:
 from then on the process ignores those signals.
 
-See also: `patterns.jobqueue.cli.signal_guard` (before and after), `patterns.exit_hooks`.
+See also: `patterns.jobqueue.cli.signal_guard` (before and after), `patterns.signal_handlers`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import threading
 from collections.abc import Callable
 from typing import Self
 
-from patterns.exit_hooks import SignalHandlers
 from patterns.jobqueue.cli.signal_guard import STATUS_SIGNAL, STOP_SIGNALS, SignalGuard
 from patterns.jobqueue.worker.states import WorkerState
 from patterns.jobqueue.worker.worker import Worker
+from patterns.signal_handlers import SignalHandlers
 
 __all__ = ["WorkerSignals"]
 

@@ -10,7 +10,7 @@ Pattern:
     `~patterns.thread_exceptions.ThreadFailure` record, logged at CRITICAL, not a
     traceback on stderr that nobody reads. A hook's ``KeyboardInterrupt`` or
     ``SystemExit`` run by the stopping thread is deferred until the report is recorded
-    (`~patterns.jobqueue.worker.shared.StoppingThread`), as ``patterns.exit_hooks``
+    (`~patterns.jobqueue.worker.shared.StoppingThread`), as ``patterns.signal_handlers``
     contains callbacks.
 
 Guarantees:

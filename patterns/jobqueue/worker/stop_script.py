@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue, shutdown_and_drain
 from patterns.executor_shutdown import TrackingExecutor, shutdown_and_await
-from patterns.exit_hooks import SignalHandlers
 from patterns.jobqueue.stores.deadline import Deadline, bounded_by
 from patterns.jobqueue.stores.records import Claim
 from patterns.jobqueue.worker import options
@@ -54,6 +53,7 @@ from patterns.jobqueue.worker.shared import Shared
 from patterns.jobqueue.worker.states import StateMachine, WorkerState
 from patterns.jobqueue.worker.threads import ThreadMarks
 from patterns.jobqueue.worker.threads import wait as _wait
+from patterns.signal_handlers import SignalHandlers
 
 __all__ = ["Parts", "StopScript"]
 

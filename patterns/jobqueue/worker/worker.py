@@ -83,7 +83,6 @@ from typing import Self
 from patterns.cancellation import CancelToken
 from patterns.closable_queue import ClosableQueue
 from patterns.executor_shutdown import TrackingExecutor
-from patterns.exit_hooks import install_signal_handlers
 from patterns.jobqueue.stores.deadline import Deadline, bounded_by
 from patterns.jobqueue.stores.protocol import WorkerStore
 from patterns.jobqueue.stores.records import Claim, JsonValue
@@ -105,6 +104,7 @@ from patterns.jobqueue.worker.states import StateMachine, Step, WorkerState
 from patterns.jobqueue.worker.stop_script import Parts, StopScript
 from patterns.jobqueue.worker.threads import ThreadMarks
 from patterns.jobqueue.worker.threads import wait as _wait
+from patterns.signal_handlers import install_signal_handlers
 
 __all__ = [
     "Outcome",

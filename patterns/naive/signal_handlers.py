@@ -1,7 +1,7 @@
-"""Broken on purpose: the textbook signal handling that `patterns.exit_hooks` replaces.
+"""Broken on purpose: the textbook signal handling that `patterns.signal_handlers` replaces.
 
-Each function here shows a pitfall from docs/patterns/exit_hooks.md; the tests make it happen
-in a child process. Do not copy them.
+Each function here shows a pitfall from docs/patterns/signal_handlers.md; the tests make it
+happen in a child process. Do not copy them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The exit_hooks pictures: P18, SIGTERM with no handler; P22, a signal taken by another thread.
+"""The signal_handlers pictures: P18, SIGTERM with no handler; P22, a signal another thread takes.
 
 P18 is the common case (``docker stop``, a rolling update) and the pattern page's picture;
 P22, where the main thread sleeps in ``Event.wait()`` meanwhile, is the notebook's. Each
 runs in a child interpreter, the race tests' one, with marks.
 
-Docs: docs/patterns/exit_hooks.md, notebooks/07-exit-hooks.ipynb
+Docs: docs/patterns/signal_handlers.md, notebooks/20-signal-handlers.ipynb
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from patterns.teaching.scenarios.common import LOOK, Child, Scenario
 
 _P18_CHILD = """
 import atexit
-from patterns.exit_hooks import run_until_signalled
-from patterns.naive.exit_hooks import naive_run_until_interrupted
+from patterns.signal_handlers import run_until_signalled
+from patterns.naive.signal_handlers import naive_run_until_interrupted
 
 atexit.register(mark, "atexit handler runs")
 
@@ -70,8 +70,8 @@ P18 = Scenario.of(
 
 _P22_CHILD = """
 import inspect, signal
-from patterns.exit_hooks import install_signal_handlers
-from patterns.naive.exit_hooks import naive_install_stop_handler
+from patterns.signal_handlers import install_signal_handlers
+from patterns.naive.signal_handlers import naive_install_stop_handler
 
 # The line of Condition.wait where a wait with no timeout sleeps in C: seeing the main
 # thread there means it is asleep, not on its way.
