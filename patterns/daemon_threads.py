@@ -413,7 +413,9 @@ def _hand_off(service: _ThreadService, began: float, deadline: float) -> StopRep
     """
     me = threading.get_ident()
     if me in service._in_stop:  # a signal handler inside this thread's stop(): never block
-        service._stopping.set()  # a request, as the stop it interrupted is
+        # No _stopping.set() here: the stop it interrupted sets the event (or the stop that
+        # one waits for does) and may be inside that set(), holding the event's lock, which
+        # this thread would then wait for forever (E1).
         return service._provisional(began)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         service._in_stop.add(me)

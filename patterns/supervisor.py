@@ -527,7 +527,9 @@ def _hand_off(supervisor: Supervisor, began: float, deadline: float) -> Supervis
     """
     me = threading.get_ident()
     if me in supervisor._in_stop:  # a signal handler inside this thread's stop(): never block
-        supervisor._request_stop()  # a request, as the stop it interrupted is
+        # No _request_stop() here: the stop it interrupted sets the events (or the stop that
+        # one waits for does) and may be inside that set(), holding the event's lock, which
+        # this thread would then wait for forever (E1).
         return supervisor._current(began, final=False)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         supervisor._in_stop.add(me)

@@ -121,13 +121,45 @@ def wait_until_blocked_in(
 _PARKED = frozenset({"wait", "join", "_wait_for_tstate_lock", "acquire"})
 
 
+def _sleep_mark(thread: threading.Thread) -> tuple[int, int] | None:
+    """``thread``'s context switches so far if the kernel has it asleep now, else None."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/status", encoding="utf-8") as status:
+            fields = dict(line.split(":", 1) for line in status.read().splitlines())
+    except FileNotFoundError:  # the thread has ended
+        return None
+    if not fields["State"].strip().startswith("S"):  # R: running, or runnable
+        return None
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
+
+
+def asleep_in_a_wait(thread: threading.Thread) -> bool:
+    """Whether the kernel has ``thread`` asleep in a wait, where a signal interrupts it at once.
+
+    A Python frame in a wait (``Event.wait``, ``lock.acquire``) does not say that: the C
+    call releases the GIL first and only then sleeps, and a thread preempted in between is
+    runnable, not asleep. A signal landing there runs only CPython's C handler, which sets
+    a flag that is read when the wait returns: the Python handler runs when the timeout
+    expires (10 s late, in tests/test_contract.py). Sent while the thread sleeps, the
+    signal interrupts the wait and the handler runs at once.
+
+    A thread also sleeps while it waits for the GIL, which the caller holds. So it must be
+    seen asleep twice with no context switch between: the second look opens and reads a
+    file, which releases the GIL, and a thread waiting for the GIL is woken by that (it is
+    then running or runnable, or it has slept again and the count moved). Linux (/proc).
+    """
+    first = _sleep_mark(thread)
+    return first is not None and _sleep_mark(thread) == first
+
+
 def wait_until_parked_inside(
     thread: threading.Thread, func_name: str, timeout: float = MUST_HAPPEN
 ) -> None:
     """Block until `thread` is parked in a blocking wait somewhere inside `func_name`().
 
     Used before a real signal is sent to the main thread, so that it lands while a
-    ``stop()`` is blocked, which is the case being tested.
+    ``stop()`` is blocked, which is the case being tested: asleep in the wait, not only
+    with the wait's frame innermost (see `asleep_in_a_wait`).
     """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -136,7 +168,7 @@ def wait_until_parked_inside(
         while frame is not None:
             names.append(frame.f_code.co_name)
             frame = frame.f_back
-        if names and names[0] in _PARKED and func_name in names:
+        if names and names[0] in _PARKED and func_name in names and asleep_in_a_wait(thread):
             return
         time.sleep(0.001)  # polling an observation, not waiting for a race
     raise AssertionError(f"{thread.name} was never seen parked inside {func_name}()")
@@ -202,12 +234,13 @@ def signal_main_during(
 
 # A child script: a signal handler calls ``service.stop()`` on the main thread while that
 # thread is already waiting in ``service.stop()``. ``{setup}`` builds ``service``, started,
-# whose work waits on ``release``; the script prints what the handler's stop() reported
-# (terminated, still_running, returned in under a second), then whether the outer stop()
-# terminated and is the recorded report.
+# whose work waits on ``release``; ``{settled}`` is what must hold first, when the stop waits
+# for something else before the work (the signal must land in the wait for the work). The
+# script prints what the handler's stop() reported (terminated, still_running, returned in
+# under a second), then whether the outer stop() terminated and is the recorded report.
 _HANDLER_STOPS_DURING_STOP = """
 import signal, threading, time
-from tests.support import wait_until_parked_inside
+from tests.support import wait_until, wait_until_parked_inside
 
 release, handled = threading.Event(), threading.Event()
 {setup}
@@ -220,6 +253,7 @@ def handler(signum, frame):
     handled.set()
 
 def helper():
+    wait_until(lambda: {settled}, "the stop's waits before the work's are over")
     wait_until_parked_inside(threading.main_thread(), "stop")
     signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
     handled.wait(5)
@@ -233,13 +267,67 @@ print(terminated, still, took < 1.0, report.terminated, service.stop(0) is repor
 """
 
 
-def handler_stops_during_stop(setup: str) -> str:
+def handler_stops_during_stop(setup: str, settled: str = "True") -> str:
     """Run the child script above with ``setup``; return its output, or fail on a deadlock."""
+    code = _HANDLER_STOPS_DURING_STOP.format(setup=setup, settled=settled)
     try:
-        result = run_python(_HANDLER_STOPS_DURING_STOP.format(setup=setup), timeout=3 * MUST_HAPPEN)
+        result = run_python(code, timeout=3 * MUST_HAPPEN)
     except subprocess.TimeoutExpired:
         raise AssertionError(
             "deadlock: the handler's stop() waited for the stop() it interrupted"
+        ) from None
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# A child script: a signal handler calls ``service.stop()`` while the stop() it interrupted is
+# inside the stop event's ``set()``, holding the event's lock (E1). ``{setup}`` imports the
+# class as ``Kind``, built with ``work(stopping)``: the work makes that set() raise SIGUSR1
+# from notify_all(), which runs under the lock, and raise_signal runs the Python handler
+# before it returns, as a real signal's handler runs between two bytecodes there. The script
+# prints what the handler's stop() reported (terminated, returned in under a second), then
+# whether the outer stop() terminated and is the recorded report.
+_HANDLER_STOPS_INSIDE_SET = """
+import signal, threading, time
+{setup}
+
+armed, release, seen = threading.Event(), threading.Event(), {{}}
+
+def work(stopping):
+    cond = stopping._cond  # Event.set() calls cond.notify_all() with the event's lock held
+    notify_all = cond.notify_all
+
+    def notify_all_then_signal():
+        del cond.notify_all  # once
+        signal.raise_signal(signal.SIGUSR1)
+        notify_all()
+
+    cond.notify_all = notify_all_then_signal
+    armed.set()
+    release.wait(20)
+
+def handler(signum, frame):
+    began = time.monotonic()
+    report = service.stop(20)
+    seen["handler"] = (report.terminated, time.monotonic() - began < 1.0)
+    release.set()
+
+signal.signal(signal.SIGUSR1, handler)
+service = Kind(work, name="svc", stop_timeout=20).start()
+armed.wait(20)
+report = service.stop(20)
+print(*seen["handler"], report.terminated, service.stop(0) is report)
+"""
+
+
+def handler_stops_inside_the_stop_event_set(setup: str) -> str:
+    """Run the child script above with ``setup``; return its output, or fail on a deadlock."""
+    code = _HANDLER_STOPS_INSIDE_SET.format(setup=setup)
+    try:
+        result = run_python(code, timeout=MUST_HAPPEN)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(
+            "deadlock: the handler's stop() waited for the event lock its own thread holds"
         ) from None
     assert result.returncode == 0, result.stderr
     return result.stdout

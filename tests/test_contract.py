@@ -34,6 +34,7 @@ from tests.support import (
     MUST_HAPPEN,
     NOISE,
     REAL_START,
+    asleep_in_a_wait,
     cannot_start,
     run_in_thread,
     run_python,
@@ -649,18 +650,59 @@ def _signal_main_when_blocked_in_stop(
 ) -> threading.Thread:
     """A thread that sends ``signum`` to the main thread once ``blocked(main)`` holds.
 
-    By default that is once stop() waits for the work.
+    By default that is once stop() waits for the work. The main thread must also be asleep
+    in that wait (`asleep_in_a_wait`), not merely have the wait's frame innermost: a signal
+    that lands while it is on its way into the C wait is handled only when the wait times
+    out, and the stop it was meant to interrupt has then run out its budget.
     """
     main = threading.main_thread()
 
+    def waits() -> bool:
+        return blocked(main) and asleep_in_a_wait(main)
+
     def send() -> None:
-        wait_until(lambda: blocked(main), "the main thread waits inside stop()")
+        wait_until(waits, "the main thread waits inside stop()")
         assert main.ident is not None
         signal.pthread_kill(main.ident, signum)
 
     sender = threading.Thread(target=send, name="contract-ctrl-c")
     sender.start()
     return sender
+
+
+def test_the_signal_senders_wait_until_the_stop_sleeps_in_its_wait() -> None:
+    """The senders' checkpoint: a wait's frame innermost inside stop() is not enough.
+
+    A thread on its way into a C wait has released the GIL but is not asleep yet; a signal
+    that lands then is handled when the wait returns. Here a frame named ``wait`` inside
+    ``stop`` spins instead of sleeping: `_blocked_in_stop` takes it for the wait every
+    time, `asleep_in_a_wait` never does (though it sleeps now and then for the GIL that
+    the looking thread holds). Once it sleeps in a real wait, both hold.
+    """
+    spin: list[bool] = [True]
+    spinning, done = threading.Event(), threading.Event()
+
+    def wait() -> None:  # named as a wait is, and runs instead of sleeping
+        spinning.set()
+        while spin:  # plain bytecode: no other frame is ever innermost
+            pass
+        done.wait(MUST_HAPPEN)  # a real wait: asleep in the kernel
+
+    def stop() -> None:
+        wait()
+
+    thread, _ = run_in_thread(stop, "contract-into-a-wait")
+    try:
+        assert spinning.wait(MUST_HAPPEN)
+        looks = [(_blocked_in_stop(thread), asleep_in_a_wait(thread)) for _ in range(100)]
+        assert looks == [(True, False)] * 100
+        spin.clear()
+        wait_until(lambda: _blocked_in_stop(thread) and asleep_in_a_wait(thread), "asleep")
+    finally:
+        spin.clear()
+        done.set()
+        thread.join(MUST_HAPPEN)
+    assert not thread.is_alive()
 
 
 P25 = ("P25", "a Ctrl-C inside Thread.join() marks a live thread finished: the next report lies")

@@ -34,6 +34,7 @@ from tests.support import (
     cannot_start,
     elapsed,
     handler_stops_during_stop,
+    handler_stops_inside_the_stop_event_set,
     join_or_fail,
     run_in_thread,
     run_python,
@@ -1046,6 +1047,20 @@ from patterns.daemon_threads import {kind}
 service = {kind}(lambda stopping: release.wait(20), name="svc", stop_timeout=20).start()
 """
     assert handler_stops_during_stop(setup) == "False ('svc',) True True True\n"
+
+
+@pytest.mark.race(*E1)
+@pytest.mark.parametrize("kind", ["BackgroundService", "HousekeepingDaemon"])
+def test_stop_from_a_signal_handler_inside_the_stops_own_event_set_does_not_deadlock(
+    kind: str,
+) -> None:
+    """The handler's stop() must not set the stop event: the stop it interrupted may hold its lock.
+
+    Forced: the signal lands inside that stop()'s ``stopping.set()``. The handler's stop
+    returns a provisional report at once; the interrupted stop goes on and records the end.
+    """
+    setup = f"from patterns.daemon_threads import {kind} as Kind"
+    assert handler_stops_inside_the_stop_event_set(setup) == "False True True True\n"
 
 
 def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:

@@ -29,6 +29,7 @@ from tests.support import (
     Gate,
     cannot_start,
     handler_stops_during_stop,
+    handler_stops_inside_the_stop_event_set,
     join_or_fail,
     recording_hook,
     run_in_thread,
@@ -793,7 +794,22 @@ def test_stop_from_a_signal_handler_during_stop_returns_a_provisional_report_at_
 from patterns.supervisor import Supervisor
 service = Supervisor(lambda stop: release.wait(20), name="w", stop_timeout=20).start()
 """
-    assert handler_stops_during_stop(setup) == "False ('w',) True True True\n"
+    # stop() first waits for the supervisor's thread, which ends at once; the signal must land
+    # in the wait for the worker. The thread leaves threading.enumerate() only after its end
+    # event has woken stop() from that first wait.
+    settled = 'not any(t.name == "w-supervisor" for t in threading.enumerate())'
+    assert handler_stops_during_stop(setup, settled) == "False ('w',) True True True\n"
+
+
+@pytest.mark.race(*E1)
+def test_stop_from_a_signal_handler_inside_the_stops_own_event_set_does_not_deadlock() -> None:
+    """The handler's stop() must not set the stop event: the stop it interrupted may hold its lock.
+
+    Forced: the signal lands inside that stop()'s ``stop.set()``. The handler's stop returns
+    a provisional report at once; the interrupted stop goes on and records the end.
+    """
+    setup = "from patterns.supervisor import Supervisor as Kind"
+    assert handler_stops_inside_the_stop_event_set(setup) == "False True True True\n"
 
 
 def test_a_second_stop_waits_only_its_own_budget_and_its_report_is_not_recorded() -> None:
