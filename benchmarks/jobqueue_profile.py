@@ -109,6 +109,7 @@ from benchmarks._tables import (
     scratch_dir,
     stats_table,
 )
+from benchmarks.jobqueue_throughput import Counter as Settled
 
 DRAIN_TIMEOUT = 120.0  # seconds one drain may take before it is called failed
 ENQUEUE = "SQLiteStore.enqueue, whole call"
@@ -294,25 +295,6 @@ def enqueue_part(folder: Path, sync: str, n: int, runs: int, top: int) -> list[s
 
 
 # --- 2. one drained job ---------------------------------------------------------------------
-
-
-class Settled:
-    """Counts settled jobs from any thread; ``done`` is set at the goal."""
-
-    def __init__(self, goal: int) -> None:
-        self.goal = goal
-        self.count = 0
-        # Guards count; taken by whichever handler thread runs on_complete.
-        self._lock = threading.Lock()
-        # Set once, by the thread that counts the last job; waited on by the timer.
-        self.done = threading.Event()
-
-    def add(self, *_: object, **__: object) -> None:
-        """Count one settled job."""
-        with self._lock:
-            self.count += 1
-            if self.count >= self.goal:
-                self.done.set()
 
 
 @dataclass
