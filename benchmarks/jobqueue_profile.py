@@ -2,8 +2,8 @@
 
 Run it with ``python -m benchmarks.jobqueue_profile`` (``--help`` for the knobs); it runs
 at ``synchronous=NORMAL``, the store's default, or at ``FULL`` with ``--full``. Table 8:
-the profiles of one enqueue and of one drained job that issue 40 asks for, before and
-after any change to the defaults. Every measurement uses a fresh file in a temporary
+the profiles of one enqueue and of one drained job, to read before and after any change
+to the defaults. Every measurement uses a fresh file in a temporary
 directory on local disk (``BENCH_TMPDIR`` if set; WAL mode, as the store opens it). A
 measurement to read, not a test: nothing here asserts on a time.
 
