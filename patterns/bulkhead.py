@@ -181,15 +181,14 @@ class Bulkhead:
             if _wait(ended, deadline) and thread.ident is not None:
                 with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
                     thread.join(_left(deadline))
-        with self._lock:
-            still_running, stats = self._still_running(), self._snapshot()
         elapsed = time.monotonic() - start
-        if still_running:
-            where = "; ".join(still_running)
+        with self._lock:
+            report = self._report_now(final=self._not_starting.is_set(), elapsed=elapsed)
+        if report.still_running:
+            where = "; ".join(report.still_running)
             message = "%s: %d handler(s) still running after %.3gs: %s"
-            logger.warning(message, self.name, len(still_running), elapsed, where)
-        terminated = self._not_starting.is_set() and not still_running
-        return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
+            logger.warning(message, self.name, len(report.still_running), elapsed, where)
+        return report
 
     def _begin_stop(self, cancel_running: bool, exits: list[BaseException]) -> None:
         """Mark stopped, release the queued callers, wake idle workers; never waits."""
@@ -299,6 +298,22 @@ class Bulkhead:
         with self._lock:
             return self._snapshot()
 
+    def _snapshot(self) -> BulkheadStats:
+        active, queued = len(self._running), len(self._pending)
+        return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
+
+    def _report_now(self, *, final: bool = False, elapsed: float = 0.0) -> BulkheadReport:
+        """What runs now, read without the lock; ``terminated`` only if ``final`` and idle."""
+        running = dict(self._running)  # one C-level copy each: safe without the lock (the GIL)
+        found = [
+            running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
+            for t, ended in tuple(zip(self.threads, self._ended, strict=False))
+            if t.name in running or not ended.is_set()
+        ]
+        still_running, stats = tuple(sorted(found)), self._snapshot()
+        terminated = final and not still_running
+        return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
+
     def __repr__(self) -> str:
         state = "stopped" if self.stopped else "running" if self.started else "not running"
         size = f"max_concurrent={self.max_concurrent} queue_size={self.queue_size}"
@@ -338,7 +353,7 @@ class Bulkhead:
 
     def _work(self, ended: threading.Event) -> None:
         """Worker thread body: take jobs until stopped; skip those whose caller left."""
-        _current.bulkhead, name = self, threading.current_thread().name
+        name = threading.current_thread().name
         try:
             while True:
                 with self._lock:
@@ -377,20 +392,6 @@ class Bulkhead:
             message = "%s: %s failed after its caller left"
             logger.error(message, self.name, job.describe(name), exc_info=error)
         job.future.set_exception(error)
-
-    def _snapshot(self) -> BulkheadStats:
-        active, queued = len(self._running), len(self._pending)
-        return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
-
-    def _still_running(self) -> tuple[str, ...]:
-        """Each running handler, and each worker with no job that has not ended."""
-        running = dict(self._running)  # one C-level copy: safe without the lock, under the GIL
-        found = [
-            running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
-            for t, ended in tuple(zip(self.threads, self._ended, strict=False))
-            if t.name in running or not ended.is_set()
-        ]
-        return tuple(sorted(found))
 
 
 class JobToken:
@@ -435,7 +436,7 @@ class JobToken:
         _run_callbacks(callbacks, exits)
 
 
-# The job the current thread runs (its token) and its bulkhead; set only by a worker.
+# The token of the job this thread runs; set only by a bulkhead's worker.
 _current = threading.local()
 
 
@@ -523,27 +524,26 @@ def _check_count(option: str, value: object, minimum: int) -> int:
 
 
 def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> BulkheadReport:
-    """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned."""
+    """`Bulkhead.stop`: keep the first `Bulkhead._stop` to complete; else report what runs now."""
     if bulkhead._report is not None:
         return bulkhead._report
     me = threading.get_ident()
     if me in bulkhead._in_stop:
-        return _provisional(bulkhead)  # a signal handler inside this thread's stop(): no lock
+        return bulkhead._report_now()  # a signal handler inside this thread's stop(): no lock
     if bulkhead._lock.owner == me:  # a signal handler inside call(): it cannot take the lock
-        options = {"cancel_running": cancel_running}
-        name = f"{bulkhead.name}-stopper"
-        threading.Thread(target=bulkhead.stop, args=(limit,), kwargs=options, name=name).start()
-        return _provisional(bulkhead)
-    if getattr(_current, "bulkhead", None) is bulkhead:  # from one of its own handlers
+        args = (bulkhead, limit, cancel_running)
+        threading.Thread(target=_stop_once, args=args, name=f"{bulkhead.name}-stopper").start()
+        return bulkhead._report_now()
+    if threading.current_thread() in bulkhead.threads:  # from one of its own handlers
         bulkhead._begin_stop(cancel_running, [])  # a callback's Ctrl-C: logged, not raised here
-        return _provisional(bulkhead)
+        return bulkhead._report_now()
     exits: list[BaseException] = []
     deadline = _deadline(limit)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         bulkhead._in_stop.add(me)
         while not bulkhead._stop_lock.acquire(timeout=_left(deadline)):
             if time.monotonic() >= deadline:
-                return _provisional(bulkhead)  # the first stop is still running: its truth now
+                return bulkhead._report_now()  # the first stop is still running: its truth now
         try:
             if bulkhead._report is None:
                 bulkhead._report = bulkhead._stop(deadline, cancel_running, exits)
@@ -555,12 +555,6 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
     if exits:
         raise exits[0]  # a token callback's KeyboardInterrupt or SystemExit, once recorded
     return report
-
-
-def _provisional(bulkhead: Bulkhead) -> BulkheadReport:
-    """The truth now, for a stop() that cannot wait: not recorded; reads, takes no lock."""
-    stats = bulkhead._snapshot()  # copies of a set or dict: one step each under the GIL
-    return BulkheadReport(False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0)
 
 
 def _run_callbacks(todo: list[Callable[[], object]], exits: list[BaseException] | None) -> None:
