@@ -14,7 +14,6 @@ and limits: docs/patterns/bulkhead.md; the naive code: patterns/naive/bulkhead.p
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -24,7 +23,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar, cast
 
@@ -41,10 +40,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
-
-_names = itertools.count(1)
+_names = itertools.count(1)  # numbers the bulkheads built without a name
 
 
 class BulkheadRejected(Exception):
@@ -113,12 +110,11 @@ class Bulkhead:
         self._in_stop: set[int] = set()  # idents of the threads inside stop()
         self._report: BulkheadReport | None = None  # the first completed stop's, kept
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> futures.Future[T]:
         """Admit ``fn(*args, **kwargs)`` like `call`; cancel the Future to withdraw a queued job."""
         return self._admit(fn, args, kwargs).future
 
     def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
-        """Accept the job or raise at once; never waits."""
         with self._lock:
             if self.stopped:
                 self._counts["shutdown_rejections"] += 1
@@ -149,7 +145,7 @@ class Bulkhead:
         job = self._admit(fn, args, kwargs)
         deadline = _deadline(limit)
         try:
-            while not concurrent.futures.wait([job.future], _left(deadline))[0]:
+            while not futures.wait([job.future], _left(deadline))[0]:
                 if time.monotonic() >= deadline:
                     break
         except BaseException:  # KeyboardInterrupt while waiting: the caller is gone
@@ -181,13 +177,12 @@ class Bulkhead:
             if _wait(ended, deadline) and thread.ident is not None:
                 with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
                     thread.join(_left(deadline))
-        elapsed = time.monotonic() - start
         with self._lock:
-            report = self._report_now(final=self._not_starting.is_set(), elapsed=elapsed)
+            report = self._report_now(final=True, elapsed=time.monotonic() - start)
         if report.still_running:
             where = "; ".join(report.still_running)
             message = "%s: %d handler(s) still running after %.3gs: %s"
-            logger.warning(message, self.name, len(report.still_running), elapsed, where)
+            logger.warning(message, self.name, len(report.still_running), report.elapsed, where)
         return report
 
     def _begin_stop(self, cancel_running: bool, exits: list[BaseException]) -> None:
@@ -212,9 +207,7 @@ class Bulkhead:
     def start(self) -> Self:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
 
-        If one fails to start (or a KeyboardInterrupt lands part-way), the bulkhead is
-        stopped and the error propagates. RuntimeError if ``start`` was already called, or
-        ``stop`` ran before or during it.
+        RuntimeError if ``start`` was already called, or ``stop`` ran before or during it.
         """
         with self._lock:
             if self.stopped:
@@ -303,7 +296,7 @@ class Bulkhead:
         return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
 
     def _report_now(self, *, final: bool = False, elapsed: float = 0.0) -> BulkheadReport:
-        """What runs now, read without the lock; ``terminated`` only if ``final`` and idle."""
+        """What runs now, read without the lock; only a ``final`` report can say terminated."""
         running = dict(self._running)  # one C-level copy each: safe without the lock (the GIL)
         found = [
             running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
@@ -311,7 +304,7 @@ class Bulkhead:
             if t.name in running or not ended.is_set()
         ]
         still_running, stats = tuple(sorted(found)), self._snapshot()
-        terminated = final and not still_running
+        terminated = final and self._not_starting.is_set() and not still_running
         return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
 
     def __repr__(self) -> str:
@@ -319,15 +312,11 @@ class Bulkhead:
         size = f"max_concurrent={self.max_concurrent} queue_size={self.queue_size}"
         return f"<Bulkhead {self.name!r} {size} {state}>"
 
-    # --- the caller's side ----------------------------------------------------------------
-
     def _holders(self) -> str:
-        """What holds the slots, for `BulkheadFull`: a timed-out caller's job holds one too."""
-        abandoned = self._counts["abandoned"]  # running on after its caller timed out
         skipped = sum(1 for job in self._pending if job.future.cancelled())
         return (
             f"full: {len(self._running)} of {self.max_concurrent} worker(s) running "
-            f"({abandoned} abandoned by timed-out callers), "
+            f"({self._counts['abandoned']} abandoned by timed-out callers), "
             f"{len(self._pending)} waiting ({skipped} by timed-out callers, to be skipped); "
             f"room for {self.max_concurrent + self.queue_size} in all"
         )
@@ -349,10 +338,7 @@ class Bulkhead:
             logger.debug("%s: caller timed out (%s)", self.name, "running" if started else "queued")
             raise BulkheadTimeout(self.name, started=started, timeout=limit)
 
-    # --- the worker's side ----------------------------------------------------------------
-
     def _work(self, ended: threading.Event) -> None:
-        """Worker thread body: take jobs until stopped; skip those whose caller left."""
         name = threading.current_thread().name
         try:
             while True:
@@ -397,9 +383,8 @@ class Bulkhead:
 class JobToken:
     """A one-way "your caller is gone, stop if you can" flag for the function a worker runs.
 
-    The function gets it from `current_token`; the bulkhead cancels it when the caller's
-    timeout passes while it runs, or on ``stop(cancel_running=True)``. Nothing is
-    interrupted: look at `cancelled`, sleep with `wait`, or close what blocks with `on_cancel`.
+    From `current_token`; cancelled when the caller's timeout passes while it runs, or on
+    ``stop(cancel_running=True)``. Nothing is interrupted: the function must look at it.
     """
 
     def __init__(self) -> None:
@@ -415,8 +400,7 @@ class JobToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on cancel; return `cancelled`."""
-        _wait(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
-        return self._event.is_set()
+        return _wait(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
         """Run ``callback()`` once, on cancel (in that thread, in order) or now if cancelled."""
@@ -452,11 +436,10 @@ def current_token() -> JobToken:
 class BulkheadStats:
     """A snapshot of a bulkhead's counters and gauges, all read under one lock.
 
-    Counters only grow: ``accepted``, ``processed`` (returned or raised, counted before the
-    caller sees it), ``errors``, ``timeouts``, ``skipped`` (unrun: the caller left),
-    ``rejections`` (full), ``shutdown_rejections`` (stopped; ``drained``: queued calls ``stop``
-    released). Gauges: ``active``, ``queued``, ``abandoned`` (running, the caller timed out).
-    ``accepted == processed + skipped + drained + active + queued``; more on the docs page.
+    Counters only grow: ``accepted``, ``processed`` (returned or raised, counted first),
+    ``errors``, ``timeouts``, ``skipped`` (its caller left first), ``rejections`` (full),
+    ``shutdown_rejections`` (stopped; ``drained``: queued calls ``stop`` released). Gauges:
+    ``active``, ``queued``, ``abandoned`` (running, its caller timed out). Rules: docs page.
     """
 
     name: str
@@ -480,8 +463,7 @@ class BulkheadReport:
     ``terminated``: every worker left its loop and no ``start`` still runs; never True with
     ``still_running``: ``"<worker thread>: <function>"`` per handler still running (marked
     `` (abandoned)`` if its caller timed out), ``"<worker thread>: (ending)"`` per idle worker
-    not out of its loop. ``drained`` queued callers got `BulkheadStopped`; ``stats`` holds
-    the counters at the end; ``elapsed``, the seconds the call took.
+    not out of its loop. ``drained`` callers released, ``stats`` at the end, ``elapsed`` seconds.
     """
 
     terminated: bool
@@ -498,17 +480,14 @@ class BulkheadReport:
 
 @dataclass(eq=False, slots=True)
 class _Job:
-    """One accepted call: the function, its future and token, and where it stands."""
-
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    future: Future[Any] = field(default_factory=Future)
+    future: futures.Future[Any] = field(default_factory=futures.Future)
     token: JobToken = field(default_factory=JobToken)
     abandoned: bool = False  # its caller timed out while it ran; under the bulkhead's lock
 
     def describe(self, thread: str) -> str:
-        """``"<worker thread>: <function>"``, marked if its caller timed out."""
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
         return f"{thread}: {name}" + (" (abandoned)" if self.abandoned else "")
 
