@@ -14,7 +14,6 @@ and limits: docs/patterns/bulkhead.md; the naive code: patterns/naive/bulkhead.p
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import itertools
 import logging
@@ -24,7 +23,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar, cast
 
@@ -41,10 +40,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
-
-_names = itertools.count(1)
+_names = itertools.count(1)  # numbers the bulkheads built without a name
 
 
 class BulkheadRejected(Exception):
@@ -113,12 +110,11 @@ class Bulkhead:
         self._in_stop: set[int] = set()  # idents of the threads inside stop()
         self._report: BulkheadReport | None = None  # the first completed stop's, kept
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> futures.Future[T]:
         """Admit ``fn(*args, **kwargs)`` like `call`; cancel the Future to withdraw a queued job."""
         return self._admit(fn, args, kwargs).future
 
     def _admit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Job:
-        """Accept the job or raise at once; never waits."""
         with self._lock:
             if self.stopped:
                 self._counts["shutdown_rejections"] += 1
@@ -149,7 +145,7 @@ class Bulkhead:
         job = self._admit(fn, args, kwargs)
         deadline = _deadline(limit)
         try:
-            while not concurrent.futures.wait([job.future], _left(deadline))[0]:
+            while not futures.wait([job.future], _left(deadline))[0]:
                 if time.monotonic() >= deadline:
                     break
         except BaseException:  # KeyboardInterrupt while waiting: the caller is gone
@@ -182,14 +178,12 @@ class Bulkhead:
                 with contextlib.suppress(RuntimeError):  # ident set, not yet marked started
                     thread.join(_left(deadline))
         with self._lock:
-            still_running, stats = self._still_running(), self._snapshot()
-        elapsed = time.monotonic() - start
-        if still_running:
-            where = "; ".join(still_running)
+            report = self._report_now(final=True, elapsed=time.monotonic() - start)
+        if report.still_running:
+            where = "; ".join(report.still_running)
             message = "%s: %d handler(s) still running after %.3gs: %s"
-            logger.warning(message, self.name, len(still_running), elapsed, where)
-        terminated = self._not_starting.is_set() and not still_running
-        return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
+            logger.warning(message, self.name, len(report.still_running), report.elapsed, where)
+        return report
 
     def _begin_stop(self, cancel_running: bool, exits: list[BaseException]) -> None:
         """Mark stopped, release the queued callers, wake idle workers; never waits."""
@@ -213,9 +207,7 @@ class Bulkhead:
     def start(self) -> Self:
         """Start the ``max_concurrent`` workers and return the bulkhead: all or nothing.
 
-        If one fails to start (or a KeyboardInterrupt lands part-way), the bulkhead is
-        stopped and the error propagates. RuntimeError if ``start`` was already called, or
-        ``stop`` ran before or during it.
+        RuntimeError if ``start`` was already called, or ``stop`` ran before or during it.
         """
         with self._lock:
             if self.stopped:
@@ -299,20 +291,32 @@ class Bulkhead:
         with self._lock:
             return self._snapshot()
 
+    def _snapshot(self) -> BulkheadStats:
+        active, queued = len(self._running), len(self._pending)
+        return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
+
+    def _report_now(self, *, final: bool = False, elapsed: float = 0.0) -> BulkheadReport:
+        """What runs now, read without the lock; only a ``final`` report can say terminated."""
+        running = dict(self._running)  # one C-level copy each: safe without the lock (the GIL)
+        found = [
+            running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
+            for t, ended in tuple(zip(self.threads, self._ended, strict=False))
+            if t.name in running or not ended.is_set()
+        ]
+        still_running, stats = tuple(sorted(found)), self._snapshot()
+        terminated = final and self._not_starting.is_set() and not still_running
+        return BulkheadReport(terminated, still_running, self.name, stats.drained, stats, elapsed)
+
     def __repr__(self) -> str:
         state = "stopped" if self.stopped else "running" if self.started else "not running"
         size = f"max_concurrent={self.max_concurrent} queue_size={self.queue_size}"
         return f"<Bulkhead {self.name!r} {size} {state}>"
 
-    # --- the caller's side ----------------------------------------------------------------
-
     def _holders(self) -> str:
-        """What holds the slots, for `BulkheadFull`: a timed-out caller's job holds one too."""
-        abandoned = self._counts["abandoned"]  # running on after its caller timed out
         skipped = sum(1 for job in self._pending if job.future.cancelled())
         return (
             f"full: {len(self._running)} of {self.max_concurrent} worker(s) running "
-            f"({abandoned} abandoned by timed-out callers), "
+            f"({self._counts['abandoned']} abandoned by timed-out callers), "
             f"{len(self._pending)} waiting ({skipped} by timed-out callers, to be skipped); "
             f"room for {self.max_concurrent + self.queue_size} in all"
         )
@@ -334,11 +338,8 @@ class Bulkhead:
             logger.debug("%s: caller timed out (%s)", self.name, "running" if started else "queued")
             raise BulkheadTimeout(self.name, started=started, timeout=limit)
 
-    # --- the worker's side ----------------------------------------------------------------
-
     def _work(self, ended: threading.Event) -> None:
-        """Worker thread body: take jobs until stopped; skip those whose caller left."""
-        _current.bulkhead, name = self, threading.current_thread().name
+        name = threading.current_thread().name
         try:
             while True:
                 with self._lock:
@@ -378,27 +379,12 @@ class Bulkhead:
             logger.error(message, self.name, job.describe(name), exc_info=error)
         job.future.set_exception(error)
 
-    def _snapshot(self) -> BulkheadStats:
-        active, queued = len(self._running), len(self._pending)
-        return BulkheadStats(self.name, active=active, queued=queued, **self._counts)
-
-    def _still_running(self) -> tuple[str, ...]:
-        """Each running handler, and each worker with no job that has not ended."""
-        running = dict(self._running)  # one C-level copy: safe without the lock, under the GIL
-        found = [
-            running[t.name].describe(t.name) if t.name in running else f"{t.name}: (ending)"
-            for t, ended in tuple(zip(self.threads, self._ended, strict=False))
-            if t.name in running or not ended.is_set()
-        ]
-        return tuple(sorted(found))
-
 
 class JobToken:
     """A one-way "your caller is gone, stop if you can" flag for the function a worker runs.
 
-    The function gets it from `current_token`; the bulkhead cancels it when the caller's
-    timeout passes while it runs, or on ``stop(cancel_running=True)``. Nothing is
-    interrupted: look at `cancelled`, sleep with `wait`, or close what blocks with `on_cancel`.
+    From `current_token`; cancelled when the caller's timeout passes while it runs, or on
+    ``stop(cancel_running=True)``. Nothing is interrupted: the function must look at it.
     """
 
     def __init__(self) -> None:
@@ -414,8 +400,7 @@ class JobToken:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on cancel; return `cancelled`."""
-        _wait(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
-        return self._event.is_set()
+        return _wait(self._event, _deadline(_seconds(timeout, "timeout", allow_none=True)))
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
         """Run ``callback()`` once, on cancel (in that thread, in order) or now if cancelled."""
@@ -435,7 +420,7 @@ class JobToken:
         _run_callbacks(callbacks, exits)
 
 
-# The job the current thread runs (its token) and its bulkhead; set only by a worker.
+# The token of the job this thread runs; set only by a bulkhead's worker.
 _current = threading.local()
 
 
@@ -451,11 +436,10 @@ def current_token() -> JobToken:
 class BulkheadStats:
     """A snapshot of a bulkhead's counters and gauges, all read under one lock.
 
-    Counters only grow: ``accepted``, ``processed`` (returned or raised, counted before the
-    caller sees it), ``errors``, ``timeouts``, ``skipped`` (unrun: the caller left),
-    ``rejections`` (full), ``shutdown_rejections`` (stopped; ``drained``: queued calls ``stop``
-    released). Gauges: ``active``, ``queued``, ``abandoned`` (running, the caller timed out).
-    ``accepted == processed + skipped + drained + active + queued``; more on the docs page.
+    Counters only grow: ``accepted``, ``processed`` (returned or raised, counted first),
+    ``errors``, ``timeouts``, ``skipped`` (its caller left first), ``rejections`` (full),
+    ``shutdown_rejections`` (stopped; ``drained``: queued calls ``stop`` released). Gauges:
+    ``active``, ``queued``, ``abandoned`` (running, its caller timed out). Rules: docs page.
     """
 
     name: str
@@ -479,8 +463,7 @@ class BulkheadReport:
     ``terminated``: every worker left its loop and no ``start`` still runs; never True with
     ``still_running``: ``"<worker thread>: <function>"`` per handler still running (marked
     `` (abandoned)`` if its caller timed out), ``"<worker thread>: (ending)"`` per idle worker
-    not out of its loop. ``drained`` queued callers got `BulkheadStopped`; ``stats`` holds
-    the counters at the end; ``elapsed``, the seconds the call took.
+    not out of its loop. ``drained`` callers released, ``stats`` at the end, ``elapsed`` seconds.
     """
 
     terminated: bool
@@ -497,17 +480,14 @@ class BulkheadReport:
 
 @dataclass(eq=False, slots=True)
 class _Job:
-    """One accepted call: the function, its future and token, and where it stands."""
-
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    future: Future[Any] = field(default_factory=Future)
+    future: futures.Future[Any] = field(default_factory=futures.Future)
     token: JobToken = field(default_factory=JobToken)
     abandoned: bool = False  # its caller timed out while it ran; under the bulkhead's lock
 
     def describe(self, thread: str) -> str:
-        """``"<worker thread>: <function>"``, marked if its caller timed out."""
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
         return f"{thread}: {name}" + (" (abandoned)" if self.abandoned else "")
 
@@ -523,27 +503,26 @@ def _check_count(option: str, value: object, minimum: int) -> int:
 
 
 def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> BulkheadReport:
-    """`Bulkhead.stop`: the first `Bulkhead._stop` that completes is kept and returned."""
+    """`Bulkhead.stop`: keep the first `Bulkhead._stop` to complete; else report what runs now."""
     if bulkhead._report is not None:
         return bulkhead._report
     me = threading.get_ident()
     if me in bulkhead._in_stop:
-        return _provisional(bulkhead)  # a signal handler inside this thread's stop(): no lock
+        return bulkhead._report_now()  # a signal handler inside this thread's stop(): no lock
     if bulkhead._lock.owner == me:  # a signal handler inside call(): it cannot take the lock
-        options = {"cancel_running": cancel_running}
-        name = f"{bulkhead.name}-stopper"
-        threading.Thread(target=bulkhead.stop, args=(limit,), kwargs=options, name=name).start()
-        return _provisional(bulkhead)
-    if getattr(_current, "bulkhead", None) is bulkhead:  # from one of its own handlers
+        args = (bulkhead, limit, cancel_running)
+        threading.Thread(target=_stop_once, args=args, name=f"{bulkhead.name}-stopper").start()
+        return bulkhead._report_now()
+    if threading.current_thread() in bulkhead.threads:  # from one of its own handlers
         bulkhead._begin_stop(cancel_running, [])  # a callback's Ctrl-C: logged, not raised here
-        return _provisional(bulkhead)
+        return bulkhead._report_now()
     exits: list[BaseException] = []
     deadline = _deadline(limit)
     try:  # added inside the try: a Ctrl-C here cannot leave this thread marked inside
         bulkhead._in_stop.add(me)
         while not bulkhead._stop_lock.acquire(timeout=_left(deadline)):
             if time.monotonic() >= deadline:
-                return _provisional(bulkhead)  # the first stop is still running: its truth now
+                return bulkhead._report_now()  # the first stop is still running: its truth now
         try:
             if bulkhead._report is None:
                 bulkhead._report = bulkhead._stop(deadline, cancel_running, exits)
@@ -555,12 +534,6 @@ def _stop_once(bulkhead: Bulkhead, limit: float, cancel_running: bool) -> Bulkhe
     if exits:
         raise exits[0]  # a token callback's KeyboardInterrupt or SystemExit, once recorded
     return report
-
-
-def _provisional(bulkhead: Bulkhead) -> BulkheadReport:
-    """The truth now, for a stop() that cannot wait: not recorded; reads, takes no lock."""
-    stats = bulkhead._snapshot()  # copies of a set or dict: one step each under the GIL
-    return BulkheadReport(False, bulkhead._still_running(), bulkhead.name, stats.drained, stats, 0)
 
 
 def _run_callbacks(todo: list[Callable[[], object]], exits: list[BaseException] | None) -> None:
