@@ -3,11 +3,10 @@
 # For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Stop on SIGTERM or Ctrl-C the orderly way: drain, clean up, exit; a second signal exits now.
 
-TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, which
-starts it for you) turns the first SIGTERM or SIGINT into one call of ``on_stop`` in a
-thread of its own; a second signal ends the process at once with status ``128 + signum``
-(`force_exit`). `run_until_signalled` is the whole shape of a worker process: run, drain
-within a budget, clean up.
+TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, started
+for you) turns the first SIGTERM or SIGINT into one call of ``on_stop`` in a thread of its
+own. `run_until_signalled` is the whole shape of a worker process: run, drain within a
+budget, clean up.
 
 Guarantees:
     * Once `SignalHandlers.start` returns, the first of its signals calls ``on_stop``
@@ -27,8 +26,7 @@ Python:
     there `force_exit` exits without its flush. An asyncio loop's ``add_signal_handler``
     takes the wakeup fd, so ``start()`` refuses to run while one is set.
 
-Docs: docs/patterns/signal_handlers.md (the pitfalls, the Java counterpart, budgets, forking);
-what runs at exit, and ``register_exit_hook``, are in exit_hooks.py.
+Docs: docs/patterns/signal_handlers.md; what runs at exit, and why, is in exit_hooks.py.
 """
 
 from __future__ import annotations
@@ -90,20 +88,16 @@ class SignalHandlersReport:
 
 
 def _wake_only(signum: int, frame: FrameType | None) -> None:
-    """The Python-level handler: nothing to do here, unless on_stop asked for an exit.
+    """The Python-level handler: the C-level one has already written ``signum`` to the pipe.
 
-    By the time it runs, CPython's C-level handler has already written ``signum`` to the
-    wakeup fd, where the dispatcher thread picks it up. It exists so that the signal's
-    default action (die, or raise `KeyboardInterrupt`) does not happen. It takes no lock,
-    so it cannot deadlock on one the interrupted main thread holds (E1). The one thing it
-    may do is raise the `SystemExit` an ``on_stop`` raised in its own thread and handed to
-    the main thread with this signal (see `SignalHandlers`).
+    It only keeps the signal's default action (die, or raise `KeyboardInterrupt`) from
+    happening, and takes no lock, so it cannot deadlock on one the main thread holds (E1).
+    Its one act: raising the `SystemExit` an ``on_stop`` handed to the main thread.
     """
-    handlers = _installed
-    if handlers is not None:
-        exit_ = handlers._take_exit()
-        if exit_ is not None:
-            raise exit_
+    handlers = _installed  # runs in the main thread, the only one that takes the exit
+    if handlers is not None and handlers._exit is not None:
+        exit_, handlers._exit = handlers._exit, None
+        raise exit_
 
 
 class SignalHandlers:
@@ -148,8 +142,7 @@ class SignalHandlers:
         self._stopper: int | None = None  # the ident of the thread inside stop()
         self._report: SignalHandlersReport | None = None
         self._stop_done = threading.Event()  # set once _report is recorded
-        # What _install changed, each undone once by _restore, which may be redone.
-        self._previous: dict[signal.Signals, _Handler] = {}
+        self._previous: dict[signal.Signals, _Handler] = {}  # replaced by us, not yet put back
         self._wakeup_fd = -1  # the pipe's write end while it is the wakeup fd
         self._pipe: tuple[int, ...] = ()  # closed by the last of stop() and the dispatcher
         self._to_close = False  # the dispatcher reads the pipe until stop() writes _CLOSE
@@ -174,9 +167,8 @@ class SignalHandlers:
     def start(self) -> Self:
         """Take the wakeup fd, start the dispatcher, install the handlers; all or nothing.
 
-        Raises `RuntimeError` outside the main thread, when called twice or after `stop`,
-        or when a wakeup fd is already set; `ValueError` for a signal whose handler was
-        installed outside Python. Nothing is changed then.
+        `RuntimeError` outside the main thread, when called twice or after `stop`, or when a
+        wakeup fd is already set; `ValueError` for a handler installed outside Python.
         """
         _require_main_thread("SignalHandlers.start()")
         with self._lock:
@@ -197,13 +189,9 @@ class SignalHandlers:
     def stop(self, timeout: float | None = None) -> SignalHandlersReport:
         """Put back the previous handlers and wakeup fd; wait at most ``timeout`` for the threads.
 
-        None means ``stop_timeout``, ``math.inf`` as long as it takes. A previous handler that
-        raises once back (a second Ctrl-C) is re-raised when everything is back. Once started,
-        only the main thread stops: from ``on_stop``, the dispatcher or a signal handler inside
-        the main thread's ``stop()``, it is a request that returns at once; from another
-        thread, it waits for the main thread's ``stop()`` under way, or raises `RuntimeError`.
-        A request or a wait that runs out returns ``terminated=False``, not recorded; once one
-        ``stop()`` has completed, every call returns its report.
+        None means ``stop_timeout``. Only the main thread stops a started handle: from its own
+        threads or a signal handler, this is a request answered at once (``terminated=False``);
+        from another thread it waits for the main thread's ``stop()``, or raises `RuntimeError`.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         report = _unless_this_call_stops(self, budget)  # the stopper hand-off
@@ -228,7 +216,9 @@ class SignalHandlers:
                 self._report = _report_now(self, final=True)
                 self._stop_done.set()
             report = self._report
-        exit_ = self._take_exit()  # on_stop's SystemExit that no signal carried to main yet
+        # on_stop's SystemExit that no signal carried to main yet: only a started handle has
+        # one, and only the main thread stops a started handle.
+        exit_, self._exit = self._exit, None
         if exit_ is not None:  # the exit on_stop asked for wins over a Ctrl-C met on the way
             raise exit_ from failure
         if failure is not None:
@@ -268,8 +258,7 @@ class SignalHandlers:
             count = len(self._received)
             run_here = False
             if count == 1:
-                # In its own thread: on_stop may block, and the dispatcher must stay free
-                # to see the second signal.
+                # on_stop may block: the dispatcher must stay free for the second signal.
                 thread = threading.Thread(
                     target=self._run_on_stop, args=(signum,), name="on-stop", daemon=True
                 )
@@ -290,16 +279,15 @@ class SignalHandlers:
             self._on_stop()
         except SystemExit as exc:
             # sys.exit() in a thread other than main ends only that thread, silently (P8).
-            # What the caller meant is the program's exit: hand it to the main thread.
             logger.error(
                 "on_stop raised SystemExit(%r) in thread %s; passing it to the main thread",
                 exc.code,
                 threading.current_thread().name,
                 exc_info=True,
             )
-            # One of our signals makes _wake_only raise it there, even in Event.wait(). Sent
-            # under the lock, before stop() can mark us closed and put the previous handler
-            # back; once closed, stop() raises it when done.
+            # One of our signals makes _wake_only raise it in the main thread, even in
+            # Event.wait(); sent under the lock, so before stop() marks us closed and puts
+            # the previous handler back. Once closed, stop() raises it when done.
             with self._lock:
                 self._exit = exc
                 main = threading.main_thread().ident
@@ -310,13 +298,6 @@ class SignalHandlers:
             logger.exception("on_stop failed; a second signal still forces the exit")
         finally:
             self._on_stop_ended.set()
-
-    def _take_exit(self) -> SystemExit | None:
-        """The SystemExit on_stop raised, once; called in the main thread only, without a lock."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        exit_, self._exit = self._exit, None
-        return exit_
 
     def _dispatch(self, read_fd: int) -> None:
         """Read signal numbers until stop() writes _CLOSE; close the pipe if stop() is done."""
@@ -376,9 +357,8 @@ class SignalHandlers:
     def _forget_after_fork(self) -> None:
         """In a child forked while started: put back the previous handlers, let go of the pipe.
 
-        The child has none of the parent's threads, so nothing would read the pipe, and the
-        pipe is the parent's: a signal written there would stop the parent. The child gets
-        the handlers it would have had without us, and a final report that stop() returns.
+        The pipe is the parent's (a signal written there would stop the parent), and its
+        threads are not here: the child gets the handlers it would have had without us.
         """
         self._lock = threading.RLock()  # the dispatcher may have held it at the fork
         self._closed = True
@@ -389,7 +369,8 @@ class SignalHandlers:
         self._previous.clear()
         if self._wakeup_fd != -1:
             signal.set_wakeup_fd(-1)
-        _close_pipe(self)
+        self._dispatcher, self._to_close = None, False  # the parent's, and so is the pipe
+        _close_pipe_once_unused(self)
 
 
 def install_signal_handlers(
@@ -398,18 +379,12 @@ def install_signal_handlers(
     signals: Iterable[int] = DEFAULT_SIGNALS,
     stop_timeout: float = DEFAULT_STOP_TIMEOUT,
 ) -> SignalHandlers:
-    """``SignalHandlers(on_stop, signals, stop_timeout=...).start()``: returns it started.
-
-    Call its ``stop()`` to put everything back (for a ``with`` block use ``SignalHandlers``
-    itself, which starts on entry). Raises as `SignalHandlers.start` does.
-    """
+    """`SignalHandlers` started; its ``stop()`` puts everything back. Raises as ``start()``."""
     return SignalHandlers(on_stop, signals, stop_timeout=stop_timeout).start()
 
 
 # The same code as in exit_hooks.py, where the exit sequence it skips is told (a module is
 # copied alone); pinned by tests/test_copies.py.
-
-
 def force_exit(
     status: int, reason: str = "forced exit", *, flush_timeout: float = FORCE_FLUSH_TIMEOUT
 ) -> NoReturn:
@@ -623,18 +598,17 @@ def _restore(h: SignalHandlers, deadline: float) -> None:
 
 
 def _close_pipe_once_unused(h: SignalHandlers) -> None:
-    """Close the pipe if stop() has written _CLOSE and no dispatcher reads it: both call this."""
+    """Close the pipe if stop() has written _CLOSE and no dispatcher reads it: both call this.
+
+    Each end once, taken out first: a redo after a Ctrl-C never closes a reused number.
+    """
     with h._lock:
-        if not h._to_close and (h._dispatcher is None or h._dispatcher_ended.is_set()):
-            _close_pipe(h)
-
-
-def _close_pipe(h: SignalHandlers) -> None:
-    """Each end once, taken out first: a redo after a Ctrl-C never closes a reused number."""
-    while h._pipe:
-        fd, h._pipe = h._pipe[0], h._pipe[1:]
-        with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
-            os.close(fd)
+        if h._to_close or not (h._dispatcher is None or h._dispatcher_ended.is_set()):
+            return
+        while h._pipe:
+            fd, h._pipe = h._pipe[0], h._pipe[1:]
+            with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
+                os.close(fd)
 
 
 def _require_main_thread(what: str) -> None:
@@ -647,8 +621,6 @@ def _require_main_thread(what: str) -> None:
 
 # The seconds family, the same code in every pattern module that holds it; pinned by
 # tests/test_copies.py.
-
-
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
     if value is None and allow_none:
