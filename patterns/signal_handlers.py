@@ -130,7 +130,6 @@ class SignalHandlers:
         self._lock = threading.RLock()
         self._started = False
         self._closed = False  # set by stop() or a failed start(): no signal is acted on after
-        self._held: list[signal.Signals] | None = []  # arrived in start(); None once it succeeded
         self._received: list[signal.Signals] = []
         self._exit: SystemExit | None = None  # on_stop's, for the main thread to raise
         self._self_signals = 0  # signals sent to main for it: not a second signal
@@ -250,9 +249,6 @@ class SignalHandlers:
             if self._self_signals:  # sent by _run_on_stop with its SystemExit: not a second
                 self._self_signals -= 1
                 return
-            if self._held is not None:  # still installing: act only if installing succeeds
-                self._held.append(signal.Signals(signum))
-                return
             signum = signal.Signals(signum)
             self._received.append(signum)
             count = len(self._received)
@@ -331,15 +327,6 @@ class SignalHandlers:
             )
         self._wakeup_fd = write_fd
         _installed = self
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, args=(read_fd,), name="signal-dispatcher", daemon=True
-        )
-        try:
-            self._dispatcher.start()
-        except BaseException:
-            self._dispatcher_ended.set()  # it never ran, so it has ended
-            raise
-        self._to_close = True
         for signum in self._signals:
             # Recorded before it is replaced: putting back a handler that was not replaced
             # yet is harmless, losing one is not.
@@ -349,10 +336,17 @@ class SignalHandlers:
             except (OSError, ValueError):  # not replaced (SIGKILL, say): nothing to put back
                 del self._previous[signum]
                 raise
-        with self._lock:
-            held, self._held = self._held or [], None
-        for signum in held:  # arrived while installing, after our handler was in place
-            self.on_signal(signum)
+        # Started last: a signal caught while installing waits in the pipe, and is read
+        # only if installing succeeds.
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, args=(read_fd,), name="signal-dispatcher", daemon=True
+        )
+        self._to_close = True  # from here on the pipe may have a reader
+        try:
+            self._dispatcher.start()
+        except BaseException:
+            self._dispatcher_ended.set()  # it never ran, so it has ended
+            raise
 
     def _forget_after_fork(self) -> None:
         """In a child forked while started: put back the previous handlers, let go of the pipe.
