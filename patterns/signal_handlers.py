@@ -66,8 +66,7 @@ DEFAULT_STOP_TIMEOUT = 1.0
 #: Seconds `force_exit` spends flushing logging and stdio before it calls `os._exit`.
 FORCE_FLUSH_TIMEOUT = 0.5
 
-# The byte stop() writes to the pipe to end the dispatcher; no signal has number 0.
-_CLOSE = 0
+_CLOSE = 0  # the byte stop() writes to the pipe to end the dispatcher; no signal is 0
 
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -103,8 +102,8 @@ def _wake_only(signum: int, frame: FrameType | None) -> None:
 class SignalHandlers:
     """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
 
-    `start` (main thread only) takes the wakeup fd, starts the dispatcher thread that reads
-    it, and installs the handlers; ``with`` starts a handle never started and enters a
+    `start` (main thread only) takes the wakeup fd, installs the handlers and starts the
+    dispatcher thread that reads it; ``with`` starts a handle never started and enters a
     running one as it is. ``on_stop`` runs in a thread of its own: a `SystemExit` it raises
     would end only that thread, silently (P8), so it is logged and raised in the main thread
     instead, by one of our signals sent there (or by ``stop()``, once begun).
@@ -164,7 +163,7 @@ class SignalHandlers:
             return self._closed
 
     def start(self) -> Self:
-        """Take the wakeup fd, start the dispatcher, install the handlers; all or nothing.
+        """Take the wakeup fd, install the handlers, start the dispatcher; all or nothing.
 
         `RuntimeError` outside the main thread, when called twice or after `stop`, or when a
         wakeup fd is already set; `ValueError` for a handler installed outside Python.
@@ -433,15 +432,11 @@ def run_until_signalled(
 ) -> bool:
     """Run ``work(stop)`` in a non-daemon thread until it returns or a signal asks to stop.
 
-    ``work`` watches ``stop`` and, once it is set, finishes or hands back what it holds
-    and returns. After the first signal, the main thread waits at most ``drain_timeout``
-    seconds for that; then ``cleanup`` runs, with the handlers still installed, so a
-    second signal during the drain or the cleanup forces the exit (status
-    ``128 + signum``).
-
-    Returns True if ``work`` ended, False if it was still running when the drain budget
-    ran out (logged at ERROR). In that case the thread still holds interpreter exit: call
-    `force_exit` rather than returning from ``main``.
+    ``work`` watches ``stop`` and, once it is set, finishes or hands back what it holds and
+    returns, within ``drain_timeout`` of the first signal; then ``cleanup`` runs, with the
+    handlers still installed, so a second signal in the drain or the cleanup forces the exit.
+    Returns whether ``work`` ended; if not (logged at ERROR), its thread still holds the
+    interpreter's exit: call `force_exit` rather than returning from ``main``.
     """
     drain = _seconds(drain_timeout, "drain_timeout")
     stop = threading.Event()  # set by on_stop (first signal); work watches it
@@ -476,9 +471,7 @@ def run_until_signalled(
 
 
 # --- forked children: the handlers they had before, no wakeup fd, no pipe -----------------
-#
-# Forked children (os.fork, multiprocessing's "fork" start method) do not inherit the
-# handles' threads; subprocess children exec, which resets handlers and closes the pipe.
+# (os.fork, multiprocessing's "fork"); subprocess children exec, which does all that for us.
 
 _installed: SignalHandlers | None = None  # the handle whose wakeup fd is set (only one can be)
 _fork_mask = threading.local()  # the forking thread's signal mask, saved by _before_fork
@@ -519,10 +512,10 @@ os.register_at_fork(
 
 
 def _unless_this_call_stops(h: SignalHandlers, budget: float) -> SignalHandlersReport | None:
-    """None if the calling thread is to stop ``h`` (now its stopper), else the report to return.
+    """None if the calling thread is now ``h``'s stopper, else the report to return.
 
-    From ``h``'s own threads or a signal handler inside the stopper: at once; from a caller
-    that finds a stop under way: after waiting at most ``budget`` for its report.
+    At once from ``h``'s own threads or a signal handler inside the stopper; from a caller
+    that finds a stop under way, after waiting at most ``budget`` for its report.
     """
     me = threading.get_ident()
     with h._lock:

@@ -33,7 +33,7 @@ OVER = {
     # 477 code lines and 89 blank lines that the formatter requires: one class (SignalHandlers:
     # the dispatcher thread, the all-or-nothing install and the put-back, the on_stop thread
     # and its SystemExit hand-off, the fork hooks) that no module can share.
-    "signal_handlers": 648,
+    "signal_handlers": 635,
 }
 FIRST_PUBLIC_BY = 250
 CONTRACT_SHARE = 0.25
