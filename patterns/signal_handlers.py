@@ -102,11 +102,9 @@ def _wake_only(signum: int, frame: FrameType | None) -> None:
 class SignalHandlers:
     """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
 
-    `start` (main thread only) takes the wakeup fd, installs the handlers and starts the
-    dispatcher thread that reads it; ``with`` starts a handle never started and enters a
-    running one as it is. ``on_stop`` runs in a thread of its own: a `SystemExit` it raises
-    would end only that thread, silently (P8), so it is logged and raised in the main thread
-    instead, by one of our signals sent there (or by ``stop()``, once begun).
+    ``with`` starts a handle never started and enters a running one as it is. A `SystemExit`
+    from ``on_stop`` would end only its thread, silently (P8): it is logged and raised in the
+    main thread instead, by one of our signals sent there (or by ``stop()``, once begun).
     """
 
     def __init__(
@@ -575,10 +573,8 @@ def _restore(h: SignalHandlers, deadline: float) -> None:
     if h._to_close:  # written twice after a Ctrl-C here: harmless, the pipe is still open
         os.write(h._pipe[1], bytes([_CLOSE]))
         h._to_close = False
-    # Not join()/is_alive(): after a join() that a Ctrl-C interrupted, 3.11/3.12 say a
-    # live thread has finished (gh-90882), and the pipe would close under it.
     if h._dispatcher is not None:
-        _wait(h._dispatcher_ended, deadline)
+        _wait(h._dispatcher_ended, deadline)  # not join() or is_alive(): gh-90882, see __init__
     _close_pipe_once_unused(h)  # or, past the deadline, the dispatcher does as it ends
     if _installed is h:
         _installed = None

@@ -30,10 +30,15 @@ OVER = {
     # and the seconds family (17); what would go is JobToken.on_cancel or the itemised
     # BulkheadFull message, both documented and tested.
     "bulkhead": 627,
-    # 477 code lines and 89 blank lines that the formatter requires: one class (SignalHandlers:
-    # the dispatcher thread, the all-or-nothing install and the put-back, the on_stop thread
-    # and its SystemExit hand-off, the fork hooks) that no module can share.
-    "signal_handlers": 635,
+    # 416 code lines. The module docstring and imports (73 lines), the copies pinned by
+    # tests/test_copies.py (force_exit, _log_and_flush, the seconds family: 74) and
+    # run_until_signalled (47, on the page) leave 406 lines for the rest, which is 437:
+    # SignalHandlers alone 265 (198 code: the all-or-nothing install and put-back, the
+    # dispatcher and on_stop threads, the SystemExit hand-off), its contract section 96, its
+    # fork hooks 38, the report, _wake_only and install_signal_handlers 38. What would go next
+    # is tested behaviour: the stop hand-off, the Ctrl-C-safe redo, the pipe a late dispatcher
+    # closes, the signals blocked across a fork.
+    "signal_handlers": 631,
 }
 FIRST_PUBLIC_BY = 250
 CONTRACT_SHARE = 0.25
