@@ -338,8 +338,8 @@ class SignalHandlers:
         self._dispatcher = threading.Thread(
             target=self._dispatch, args=(read_fd,), name="signal-dispatcher", daemon=True
         )
-        self._to_close = True  # from here on the pipe may have a reader
         try:
+            self._to_close = True  # from here on the pipe may have a reader
             self._dispatcher.start()
         except BaseException:
             self._dispatcher_ended.set()  # it never ran, so it has ended
