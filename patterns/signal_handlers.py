@@ -243,7 +243,7 @@ class SignalHandlers:
             # SIGALRM, say), so only ours count, and none after close() has started.
             if self._closed or signum not in self._signals:
                 return
-            if self._self_signals:  # sent by _run_on_stop with its SystemExit: not a second
+            if self._self_signals:  # _run_on_stop's, carrying its SystemExit: not a second signal
                 self._self_signals -= 1
                 return
             signum = signal.Signals(signum)
