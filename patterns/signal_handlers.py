@@ -3,11 +3,10 @@
 # For CPython 3.11, 3.12 and 3.13. Copy this file alone: it needs only the standard library.
 """Stop on SIGTERM or Ctrl-C the orderly way: drain, clean up, exit; a second signal exits now.
 
-TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, which
-starts it for you) turns the first SIGTERM or SIGINT into one call of ``on_stop`` in a
-thread of its own; a second signal ends the process at once with status ``128 + signum``
-(`force_exit`). `run_until_signalled` is the whole shape of a worker process: run, drain
-within a budget, clean up.
+TL;DR: ``with SignalHandlers(stop.set):`` (or ``install_signal_handlers(stop.set)``, started
+for you) turns the first SIGTERM or SIGINT into one call of ``on_stop`` in a thread of its
+own. `run_until_signalled` is the whole shape of a worker process: run, drain within a
+budget, clean up.
 
 Guarantees:
     * Once `SignalHandlers.start` returns, the first of its signals calls ``on_stop``
@@ -27,8 +26,7 @@ Python:
     there `force_exit` exits without its flush. An asyncio loop's ``add_signal_handler``
     takes the wakeup fd, so ``start()`` refuses to run while one is set.
 
-Docs: docs/patterns/signal_handlers.md (the pitfalls, the Java counterpart, budgets, forking);
-what runs at exit, and ``register_exit_hook``, are in exit_hooks.py.
+Docs: docs/patterns/signal_handlers.md; what runs at exit, and why, is in exit_hooks.py.
 """
 
 from __future__ import annotations
@@ -68,8 +66,7 @@ DEFAULT_STOP_TIMEOUT = 1.0
 #: Seconds `force_exit` spends flushing logging and stdio before it calls `os._exit`.
 FORCE_FLUSH_TIMEOUT = 0.5
 
-# The byte stop() writes to the pipe to end the dispatcher; no signal has number 0.
-_CLOSE = 0
+_CLOSE = 0  # the byte stop() writes to the pipe to end the dispatcher; no signal is 0
 
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -90,33 +87,24 @@ class SignalHandlersReport:
 
 
 def _wake_only(signum: int, frame: FrameType | None) -> None:
-    """The Python-level handler: nothing to do here, unless on_stop asked for an exit.
+    """The Python-level handler: the C-level one has already written ``signum`` to the pipe.
 
-    By the time it runs, CPython's C-level handler has already written ``signum`` to the
-    wakeup fd, where the dispatcher thread picks it up. It exists so that the signal's
-    default action (die, or raise `KeyboardInterrupt`) does not happen. It takes no lock,
-    so it cannot deadlock on one the interrupted main thread holds (E1). The one thing it
-    may do is raise the `SystemExit` an ``on_stop`` raised in its own thread and handed to
-    the main thread with this signal (see `SignalHandlers`).
+    It only keeps the signal's default action (die, or raise `KeyboardInterrupt`) from
+    happening, and takes no lock, so it cannot deadlock on one the main thread holds (E1).
+    Its one act: raising the `SystemExit` an ``on_stop`` handed to the main thread.
     """
-    handlers = _installed
-    if handlers is not None:
-        exit_ = handlers._take_exit()
-        if exit_ is not None:
-            raise exit_
+    handlers = _installed  # runs in the main thread, the only one that takes the exit
+    if handlers is not None and handlers._exit is not None:
+        exit_, handlers._exit = handlers._exit, None
+        raise exit_
 
 
 class SignalHandlers:
     """Stop on the first of ``signals``, exit on the second; ``stop()`` puts back what was there.
 
-    `start` (main thread only) takes the wakeup fd, starts the dispatcher thread and
-    installs the handlers, all or nothing; `stop` puts back exactly what was there within
-    ``stop_timeout`` and, once one has completed, returns the same `SignalHandlersReport`
-    every time. ``with`` starts a handle never started and enters a running one as it is.
-
-    ``on_stop`` runs in a thread of its own. A `SystemExit` it raises would end only that
-    thread, silently (P8): it is logged and raised in the main thread instead, by one of
-    our signals sent there (or by ``stop()``, once begun). Other exceptions are logged.
+    ``with`` starts a handle never started and enters a running one as it is. A `SystemExit`
+    from ``on_stop`` would end only its thread, silently (P8): it is logged and raised in the
+    main thread instead, by one of our signals sent there (or by ``stop()``, once begun).
     """
 
     def __init__(
@@ -138,31 +126,22 @@ class SignalHandlers:
         # a stop() from a signal handler that interrupted its holder must not wait (E1, R4).
         self._lock = threading.RLock()
         self._started = False
-        self._armed = False  # set once start() has succeeded; signals before it wait in _held
-        self._held: list[signal.Signals] = []
         self._closed = False  # set by stop() or a failed start(): no signal is acted on after
         self._received: list[signal.Signals] = []
-        self._on_stop_thread: threading.Thread | None = None
-        # Set in the finally of on_stop's thread: the truth about it even after a join()
-        # that a Ctrl-C interrupted (gh-90882 marks a live thread finished on 3.11/3.12).
-        self._on_stop_ended = threading.Event()
-        self._report: SignalHandlersReport | None = None
-        self._stopper: int | None = None  # the ident of the thread inside stop()
-        self._stop_done = threading.Event()  # set once _report is recorded
         self._exit: SystemExit | None = None  # on_stop's, for the main thread to raise
         self._self_signals = 0  # signals sent to main for it: not a second signal
-        # What _install changed, each marked undone by _restore, which can then be redone.
-        self._previous: dict[signal.Signals, _Handler] = {}
-        self._wakeup_installed = False
+        # Each thread sets its own "ended" event as it ends: the truth even after a join() that
+        # a Ctrl-C interrupted (gh-90882 marks a live thread finished on 3.11/3.12).
         self._dispatcher: threading.Thread | None = None
-        self._dispatcher_ended = threading.Event()  # set in the finally of the dispatcher
-        self._dispatcher_running = False
-        # The C-level handler writes signal numbers to _write_fd (non-blocking: a full pipe
-        # drops a byte rather than block); the dispatcher reads _read_fd. -1 once closed or
-        # handed to a dispatcher that outlived stop()'s deadline, which closes them itself.
-        self._read_fd = self._write_fd = -1
-        self._dispatcher_reading = False
-        self._pipe_for_dispatcher: tuple[int, ...] = ()
+        self._on_stop_thread: threading.Thread | None = None
+        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
+        self._stopper: int | None = None  # the ident of the thread inside stop()
+        self._report: SignalHandlersReport | None = None
+        self._stop_done = threading.Event()  # set once _report is recorded
+        self._previous: dict[signal.Signals, _Handler] = {}  # replaced by us, not yet put back
+        self._wakeup_fd = -1  # the pipe's write end while it is the wakeup fd
+        self._pipe: tuple[int, ...] = ()  # closed by the last of stop() and the dispatcher
+        self._to_close = False  # the dispatcher reads the pipe until stop() writes _CLOSE
 
     @property
     def signals(self) -> tuple[signal.Signals, ...]:
@@ -182,11 +161,10 @@ class SignalHandlers:
             return self._closed
 
     def start(self) -> Self:
-        """Take the wakeup fd, start the dispatcher, install the handlers; all or nothing.
+        """Take the wakeup fd, install the handlers, start the dispatcher; all or nothing.
 
-        Raises `RuntimeError` outside the main thread, when called twice or after `stop`,
-        or when a wakeup fd is already set; `ValueError` for a signal whose handler was
-        installed outside Python. Nothing is changed then.
+        `RuntimeError` outside the main thread, when called twice or after `stop`, or when a
+        wakeup fd is already set; `ValueError` for a handler installed outside Python.
         """
         _require_main_thread("SignalHandlers.start()")
         with self._lock:
@@ -205,18 +183,11 @@ class SignalHandlers:
         return self
 
     def stop(self, timeout: float | None = None) -> SignalHandlersReport:
-        """Put back the previous handlers and wakeup fd; wait for the helper threads.
+        """Put back the previous handlers and wakeup fd; wait at most ``timeout`` for the threads.
 
-        Bounded by ``timeout`` (None: ``stop_timeout``; ``math.inf``: as long as it takes).
-        From then on no signal is acted on; a previous handler put back that raises (a
-        second Ctrl-C) is re-raised once everything is back and the report recorded.
-        Once started, only the main thread puts the handlers back. From ``on_stop``, the
-        dispatcher, or a signal handler that interrupted the main thread's ``stop()``, it
-        is a request that returns at once; from another thread while the main thread is
-        in ``stop()``, it waits at most ``timeout`` for that report; from any other thread
-        it raises `RuntimeError`. A request or a wait that runs out returns a provisional
-        report (``terminated=False``, not recorded); every call after the first completed
-        one returns that one's report.
+        None means ``stop_timeout``. Only the main thread stops a started handle: from its own
+        threads or a signal handler, this is a request answered at once (``terminated=False``);
+        from another thread it waits for the main thread's ``stop()``, or raises `RuntimeError`.
         """
         budget = self.stop_timeout if timeout is None else _seconds(timeout, "timeout")
         report = _unless_this_call_stops(self, budget)  # the stopper hand-off
@@ -238,12 +209,12 @@ class SignalHandlers:
             logger.warning("on_stop is still running %.3gs after stop()", budget)
         with self._lock:
             if self._report is None:
-                alive = _still_running(self)
-                first = self._received[0] if self._received else None
-                self._report = SignalHandlersReport(not alive, alive, first)
+                self._report = _report_now(self, final=True)
                 self._stop_done.set()
             report = self._report
-        exit_ = self._take_exit()  # on_stop's SystemExit that no signal carried to main yet
+        # on_stop's SystemExit that no signal carried to main yet: only a started handle has
+        # one, and only the main thread stops a started handle.
+        exit_, self._exit = self._exit, None
         if exit_ is not None:  # the exit on_stop asked for wins over a Ctrl-C met on the way
             raise exit_ from failure
         if failure is not None:
@@ -262,47 +233,38 @@ class SignalHandlers:
     def on_signal(self, signum: int) -> None:
         """Act on one signal; the dispatcher thread calls it for each signal it reads.
 
-        The default counts this handle's own signals: the first runs ``on_stop`` in a
-        thread of its own, the second exits at once (`force_exit`). Any other signal with
-        a Python-level handler is read here too and ignored. A subclass may override it to
-        answer more signals (call ``super().on_signal(signum)`` for the rest); it must not
-        block, or the second signal goes unread.
+        The first of ours runs ``on_stop`` in a thread of its own, the second exits at once
+        (`force_exit`); others are ignored. A subclass may override it to answer more signals
+        (call ``super().on_signal(signum)`` for the rest); it must not block, or the second
+        signal goes unread.
         """
         with self._lock:
             # Every signal with a Python-level handler writes to the wakeup fd (pytest's
             # SIGALRM, say), so only ours count, and none after close() has started.
             if self._closed or signum not in self._signals:
                 return
-            if self._self_signals:  # sent by _hand_exit_to_main: not a second signal
+            if self._self_signals:  # _run_on_stop's, carrying its SystemExit: not a second signal
                 self._self_signals -= 1
                 return
-            if not self._armed:  # still installing: act only if installing succeeds
-                self._held.append(signal.Signals(signum))
-                return
-            self._received.append(signal.Signals(signum))
+            signum = signal.Signals(signum)
+            self._received.append(signum)
             count = len(self._received)
             run_here = False
             if count == 1:
-                # In its own thread: on_stop may block, and the dispatcher must stay free
-                # to see the second signal.
+                # on_stop may block: the dispatcher must stay free for the second signal.
                 thread = threading.Thread(
-                    target=_setting_when_done(self._run_on_stop, self._on_stop_ended),
-                    args=(signal.Signals(signum),),
-                    name="on-stop",
+                    target=self._run_on_stop, args=(signum,), name="on-stop", daemon=True
                 )
-                thread.daemon = True
                 try:
                     thread.start()
+                    self._on_stop_thread = thread
                 except RuntimeError:  # no thread to be had: a resource limit, or shutdown
                     run_here = True
-                else:
-                    self._on_stop_thread = thread
         if run_here:
             logger.warning("could not start a thread for on_stop; running it in the dispatcher")
-            self._run_on_stop(signal.Signals(signum))
+            self._run_on_stop(signum)
         if count == 2:
-            name = signal.Signals(signum).name
-            force_exit(128 + signum, f"second signal ({name}) while stopping")
+            force_exit(128 + signum, f"second signal ({signum.name}) while stopping")
 
     def _run_on_stop(self, signum: signal.Signals) -> None:
         logger.warning("%s received: stopping (send it again to exit at once)", signum.name)
@@ -310,42 +272,28 @@ class SignalHandlers:
             self._on_stop()
         except SystemExit as exc:
             # sys.exit() in a thread other than main ends only that thread, silently (P8).
-            # What the caller meant is the program's exit: hand it to the main thread.
             logger.error(
                 "on_stop raised SystemExit(%r) in thread %s; passing it to the main thread",
                 exc.code,
                 threading.current_thread().name,
                 exc_info=True,
             )
-            self._hand_exit_to_main(exc, signum)
+            # One of our signals makes _wake_only raise it in the main thread, even in
+            # Event.wait(); sent under the lock, so before stop() marks us closed and puts
+            # the previous handler back. Once closed, stop() raises it when done.
+            with self._lock:
+                self._exit = exc
+                main = threading.main_thread().ident
+                if not self._closed and main is not None:
+                    self._self_signals += 1
+                    signal.pthread_kill(main, signum)
         except BaseException:
             logger.exception("on_stop failed; a second signal still forces the exit")
-
-    def _hand_exit_to_main(self, exc: SystemExit, signum: signal.Signals) -> None:
-        """Make the main thread raise ``exc``: now by a signal, or at the end of its stop().
-
-        The signal is one of ours, so `_wake_only` raises the exit in the main thread, even
-        one blocked in ``Event.wait()``. Sent under the lock, before stop() can mark us
-        closed and put the previous handler back; once closed, stop() raises it when done.
-        """
-        with self._lock:
-            self._exit = exc
-            if self._closed:
-                return
-            self._self_signals += 1
-            main = threading.main_thread().ident
-            if main is not None:
-                signal.pthread_kill(main, signum)
-
-    def _take_exit(self) -> SystemExit | None:
-        """The SystemExit on_stop raised, once; called in the main thread only, without a lock."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        exit_, self._exit = self._exit, None
-        return exit_
+        finally:
+            self._on_stop_ended.set()
 
     def _dispatch(self, read_fd: int) -> None:
-        """Read signal numbers until stop() writes _CLOSE; then close a pipe stop() left here."""
+        """Read signal numbers until stop() writes _CLOSE; close the pipe if stop() is done."""
         try:
             while True:
                 for signum in os.read(read_fd, 64):
@@ -353,11 +301,8 @@ class SignalHandlers:
                         return
                     self.on_signal(signum)
         finally:
-            with self._lock:
-                self._dispatcher_reading = False
-                pipe, self._pipe_for_dispatcher = self._pipe_for_dispatcher, ()
-            for fd in pipe:
-                os.close(fd)
+            self._dispatcher_ended.set()
+            _close_pipe_once_unused(self)
 
     def _install(self) -> None:
         global _installed  # noqa: PLW0603 - the one handle the fork hooks must know about
@@ -368,33 +313,17 @@ class SignalHandlers:
                 "(signal.getsignal() returns None); it could not be put back after stop(), "
                 "so SignalHandlers leaves it alone: leave it out of signals="
             )
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
-        previous_fd = signal.set_wakeup_fd(self._write_fd)
+        self._pipe = read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)  # for the C-level handler: a full pipe drops a byte
+        previous_fd = signal.set_wakeup_fd(write_fd)
         if previous_fd != -1:
             signal.set_wakeup_fd(previous_fd)
             raise RuntimeError(
                 "a signal wakeup fd is already set (by another SignalHandlers, or by an "
                 "asyncio event loop's add_signal_handler): stop that first"
             )
-        self._wakeup_installed = True
+        self._wakeup_fd = write_fd
         _installed = self
-        self._dispatcher = threading.Thread(
-            target=_setting_when_done(self._dispatch, self._dispatcher_ended),
-            # Its own copy of the number: a stop() right after start() may hand the pipe
-            # over (clearing the field) before the new thread has run a line.
-            args=(self._read_fd,),
-            name="signal-dispatcher",
-            daemon=True,
-        )
-        self._dispatcher_reading = True
-        try:
-            self._dispatcher.start()
-        except BaseException:
-            self._dispatcher_reading = False  # it never ran, so it has ended
-            self._dispatcher_ended.set()
-            raise
-        self._dispatcher_running = True
         for signum in self._signals:
             # Recorded before it is replaced: putting back a handler that was not replaced
             # yet is harmless, losing one is not.
@@ -404,39 +333,35 @@ class SignalHandlers:
             except (OSError, ValueError):  # not replaced (SIGKILL, say): nothing to put back
                 del self._previous[signum]
                 raise
-        with self._lock:
-            self._armed = True
-            held, self._held = self._held, []
-        for signum in held:  # arrived while installing, after our handler was in place
-            self.on_signal(signum)
+        # Started last: a signal caught while installing waits in the pipe, and is read
+        # only if installing succeeds.
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, args=(read_fd,), name="signal-dispatcher", daemon=True
+        )
+        try:
+            self._to_close = True  # from here on the pipe may have a reader
+            self._dispatcher.start()
+        except BaseException:
+            self._dispatcher_ended.set()  # it never ran, so it has ended
+            raise
 
     def _forget_after_fork(self) -> None:
         """In a child forked while started: put back the previous handlers, let go of the pipe.
 
-        The child has none of the parent's threads, so nothing would read the pipe, and
-        the pipe is the parent's: a signal written there would stop the parent, and a
-        ``stop()`` in the child would end the parent's dispatcher. The child gets the
-        handlers it would have had without us, as a process of its own.
+        The pipe is the parent's (a signal written there would stop the parent), and its
+        threads are not here: the child gets the handlers it would have had without us.
         """
         self._lock = threading.RLock()  # the dispatcher may have held it at the fork
         self._closed = True
-        self._on_stop_thread = None
-        self._stopper = None  # a stop() under way is the parent's, and so is an exit handed over
-        self._exit, self._self_signals = None, 0
-        # The parent's threads do not exist here: they have ended, as far as this process
-        # goes. New events, set: the old ones' locks may have been held at the fork.
-        self._dispatcher_ended, self._on_stop_ended = threading.Event(), threading.Event()
-        self._dispatcher_ended.set()
-        self._on_stop_ended.set()
-        self._stop_done = threading.Event()
+        first = self._received[0] if self._received else None
+        self._report = SignalHandlersReport(True, (), first)  # the parent's threads are not here
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
-        if self._wakeup_installed:
+        if self._wakeup_fd != -1:
             signal.set_wakeup_fd(-1)
-            self._wakeup_installed = False
-        self._dispatcher_running = self._dispatcher_reading = False  # not in this process
-        _close_pipe(self)
+        self._dispatcher, self._to_close = None, False  # the parent's, and so is the pipe
+        _close_pipe_once_unused(self)
 
 
 def install_signal_handlers(
@@ -445,20 +370,12 @@ def install_signal_handlers(
     signals: Iterable[int] = DEFAULT_SIGNALS,
     stop_timeout: float = DEFAULT_STOP_TIMEOUT,
 ) -> SignalHandlers:
-    """Make the first of ``signals`` call ``on_stop`` once, and the second force the exit.
-
-    ``on_stop`` runs in a thread of its own, so it may take locks; the second signal calls
-    `force_exit` with status ``128 + signum``. Returns the started `SignalHandlers`: call
-    its ``stop()`` to put everything back (for a ``with`` block use ``SignalHandlers``
-    itself, which starts on entry). Raises as `SignalHandlers.start` does.
-    """
+    """`SignalHandlers` started; its ``stop()`` puts everything back. Raises as ``start()``."""
     return SignalHandlers(on_stop, signals, stop_timeout=stop_timeout).start()
 
 
 # The same code as in exit_hooks.py, where the exit sequence it skips is told (a module is
 # copied alone); pinned by tests/test_copies.py.
-
-
 def force_exit(
     status: int, reason: str = "forced exit", *, flush_timeout: float = FORCE_FLUSH_TIMEOUT
 ) -> NoReturn:
@@ -513,15 +430,11 @@ def run_until_signalled(
 ) -> bool:
     """Run ``work(stop)`` in a non-daemon thread until it returns or a signal asks to stop.
 
-    ``work`` watches ``stop`` and, once it is set, finishes or hands back what it holds
-    and returns. After the first signal, the main thread waits at most ``drain_timeout``
-    seconds for that; then ``cleanup`` runs, with the handlers still installed, so a
-    second signal during the drain or the cleanup forces the exit (status
-    ``128 + signum``).
-
-    Returns True if ``work`` ended, False if it was still running when the drain budget
-    ran out (logged at ERROR). In that case the thread still holds interpreter exit: call
-    `force_exit` rather than returning from ``main``.
+    ``work`` watches ``stop`` and, once it is set, finishes or hands back what it holds and
+    returns, within ``drain_timeout`` of the first signal; then ``cleanup`` runs, with the
+    handlers still installed, so a second signal in the drain or the cleanup forces the exit.
+    Returns whether ``work`` ended; if not (logged at ERROR), its thread still holds the
+    interpreter's exit: call `force_exit` rather than returning from ``main``.
     """
     drain = _seconds(drain_timeout, "drain_timeout")
     stop = threading.Event()  # set by on_stop (first signal); work watches it
@@ -556,21 +469,16 @@ def run_until_signalled(
 
 
 # --- forked children: the handlers they had before, no wakeup fd, no pipe -----------------
-#
-# Forked children (os.fork, multiprocessing's "fork" start method) do not inherit the
-# handles' threads; subprocess children exec, which resets handlers and closes the pipe.
+# (os.fork, multiprocessing's "fork"); subprocess children exec, which does all that for us.
 
 _installed: SignalHandlers | None = None  # the handle whose wakeup fd is set (only one can be)
 _fork_mask = threading.local()  # the forking thread's signal mask, saved by _before_fork
 
 
 def _before_fork() -> None:
-    """Block our signals in the forking thread, so the child starts with them blocked.
-
-    Until _after_fork_in_child has run, the child still has our do-nothing handlers and
-    the parent's wakeup fd: a signal delivered in that window would be written into the
-    parent's pipe. Blocked, it waits, and meets the child's restored handler.
-    """
+    # Block our signals in the forking thread, so the child starts with them blocked: until
+    # _after_fork_in_child has run, it still has our handlers and the parent's wakeup fd, and
+    # a signal would go into the parent's pipe. Blocked, it meets the child's restored handler.
     handlers = _installed
     if handlers is not None:
         _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, handlers.signals)
@@ -602,41 +510,34 @@ os.register_at_fork(
 
 
 def _unless_this_call_stops(h: SignalHandlers, budget: float) -> SignalHandlersReport | None:
-    """None if the calling thread is to stop ``h`` (now its stopper), else the report to return.
+    """None if the calling thread is now ``h``'s stopper, else the report to return.
 
-    A request from ``h``'s own threads or from a signal handler that interrupted the stopper
-    returns at once; a caller that finds a stop under way waits at most ``budget`` for it.
+    At once from ``h``'s own threads or a signal handler inside the stopper; from a caller
+    that finds a stop under way, after waiting at most ``budget`` for its report.
     """
     me = threading.get_ident()
     with h._lock:
         if h._report is not None:
             return h._report
         own = me in (t.ident for t in (h._dispatcher, h._on_stop_thread) if t is not None)
-        inside = h._stopper == me
-        busy = h._stopper is not None
-        if not (own or inside or busy):
+        if not own and h._stopper is None:
             if h._started and threading.current_thread() is not threading.main_thread():
                 _require_main_thread("SignalHandlers.stop()")
             h._stopper = me
-    if own or inside:
-        return _provisional(h)
-    if busy:
+            return None
+        waits = not own and h._stopper != me
+    if waits:
         _wait(h._stop_done, _deadline(budget))
-        return h._report or _provisional(h)
-    return None
+    return h._report or _report_now(h, final=False)
 
 
-def _provisional(h: SignalHandlers) -> SignalHandlersReport:
-    """A report that says ``terminated=False`` and is not recorded: a stop that cannot wait."""
+def _report_now(h: SignalHandlers, *, final: bool) -> SignalHandlersReport:
+    """The threads whose own "ended" event is not set; a report not final says terminated=False."""
     with h._lock:
+        threads = [(h._dispatcher, h._dispatcher_ended), (h._on_stop_thread, h._on_stop_ended)]
+        alive = tuple(t.name for t, ended in threads if t is not None and not ended.is_set())
         first = h._received[0] if h._received else None
-        return SignalHandlersReport(False, _still_running(h), first)
-
-
-def _still_running(h: SignalHandlers) -> tuple[str, ...]:
-    """The names of ``h``'s threads whose "ended" event is not set (caller holds its lock)."""
-    threads = [(h._dispatcher, h._dispatcher_ended), (h._on_stop_thread, h._on_stop_ended)]
-    return tuple(t.name for t, ended in threads if t is not None and not ended.is_set())
+    return SignalHandlersReport(final and not alive, alive, first)
 
 
 def _restore_all(h: SignalHandlers, deadline: float) -> BaseException | None:
@@ -663,61 +564,34 @@ def _restore(h: SignalHandlers, deadline: float) -> None:
     for signum, previous in sorted(h._previous.items(), key=lambda i: callable(i[1])):
         signal.signal(signum, previous)
         del h._previous[signum]
-    if h._wakeup_installed:
+    if h._wakeup_fd != -1:
         current = signal.set_wakeup_fd(-1)
-        if current not in (h._write_fd, -1):  # someone replaced ours: leave theirs
+        if current not in (h._wakeup_fd, -1):  # someone replaced ours: leave theirs
             signal.set_wakeup_fd(current)
             logger.warning("the signal wakeup fd was replaced while handlers were installed")
-        h._wakeup_installed = False
-    if h._dispatcher_running:
-        os.write(h._write_fd, bytes([_CLOSE]))
-        h._dispatcher_running = False
-    # Not join()/is_alive(): after a join() that a Ctrl-C interrupted, 3.11/3.12 say a
-    # live thread has finished (gh-90882), and the pipe would close under it.
-    if h._dispatcher is None or _wait(h._dispatcher_ended, deadline):
-        _close_pipe(h)
-    else:  # the deadline came first: the dispatcher closes the pipe when it ends
-        _hand_pipe_to_dispatcher(h)
+        h._wakeup_fd = -1
+    if h._to_close:  # written twice after a Ctrl-C here: harmless, the pipe is still open
+        os.write(h._pipe[1], bytes([_CLOSE]))
+        h._to_close = False
+    if h._dispatcher is not None:
+        _wait(h._dispatcher_ended, deadline)  # not join() or is_alive(): gh-90882, see __init__
+    _close_pipe_once_unused(h)  # or, past the deadline, the dispatcher does as it ends
     if _installed is h:
         _installed = None
 
 
-def _close_pipe(h: SignalHandlers) -> None:
-    """Close each end once, its field cleared first.
+def _close_pipe_once_unused(h: SignalHandlers) -> None:
+    """Close the pipe if stop() has written _CLOSE and no dispatcher reads it: both call this.
 
-    A _restore redone after a Ctrl-C between the two closes never closes a number the
-    process may have reused since.
+    Each end once, taken out first: a redo after a Ctrl-C never closes a reused number.
     """
-    fd, h._read_fd = h._read_fd, -1
-    if fd != -1:
-        with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
-            os.close(fd)
-    fd, h._write_fd = h._write_fd, -1
-    if fd != -1:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _hand_pipe_to_dispatcher(h: SignalHandlers) -> None:
-    """Leave the pipe to a dispatcher still reading it, or close it: one of them, under the lock."""
     with h._lock:
-        if h._dispatcher_reading:
-            h._pipe_for_dispatcher += tuple(fd for fd in (h._read_fd, h._write_fd) if fd != -1)
-            h._read_fd = h._write_fd = -1
+        if h._to_close or not (h._dispatcher is None or h._dispatcher_ended.is_set()):
             return
-    _close_pipe(h)
-
-
-def _setting_when_done(target: Callable[..., None], ended: threading.Event) -> Callable[..., None]:
-    """``target`` wrapped to set ``ended`` however it ends: a thread's own "ended" signal."""
-
-    def run(*args: Any) -> None:
-        try:
-            target(*args)
-        finally:
-            ended.set()
-
-    return run
+        while h._pipe:
+            fd, h._pipe = h._pipe[0], h._pipe[1:]
+            with contextlib.suppress(OSError):  # closed by someone else: nothing left to do
+                os.close(fd)
 
 
 def _require_main_thread(what: str) -> None:
@@ -730,8 +604,6 @@ def _require_main_thread(what: str) -> None:
 
 # The seconds family, the same code in every pattern module that holds it; pinned by
 # tests/test_copies.py.
-
-
 def _seconds(value: object, name: str, *, allow_none: bool = False) -> float:
     """A number of seconds >= 0 as a float; ``math.inf`` means "as long as it takes"."""
     if value is None and allow_none:

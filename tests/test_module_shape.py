@@ -23,13 +23,18 @@ PATTERNS = Path(__file__).resolve().parent.parent / "patterns"
 MODULES = sorted(p.stem for p in PATTERNS.glob("*.py") if p.stem != "__init__")
 MARKER = "# --- the lifecycle contract"
 MAX_LINES = 600
-# The modules still over 600 lines, each held at its present size (a ratchet: it may only
+# The module still over 600 lines, held at its present size (a ratchet: it may only
 # shrink) with the reason it could not be cut without dropping tested behaviour.
 OVER = {
-    # 477 code lines and 89 blank lines that the formatter requires: one class (SignalHandlers:
-    # the dispatcher thread, the all-or-nothing install and the put-back, the on_stop thread
-    # and its SystemExit hand-off, the fork hooks) that no module can share.
-    "signal_handlers": 759,
+    # 416 code lines. The module docstring and imports (73 lines), the copies pinned by
+    # tests/test_copies.py (force_exit, _log_and_flush, the seconds family: 74) and
+    # run_until_signalled (47, on the page) leave 406 lines for the rest, which is 437:
+    # SignalHandlers alone 265 (198 code: the all-or-nothing install and put-back, the
+    # dispatcher and on_stop threads, the SystemExit hand-off), its contract section 96, its
+    # fork hooks 38, the report, _wake_only and install_signal_handlers 38. What would go next
+    # is tested behaviour: the stop hand-off, the Ctrl-C-safe redo, the pipe a late dispatcher
+    # closes, the signals blocked across a fork.
+    "signal_handlers": 631,
 }
 FIRST_PUBLIC_BY = 250
 CONTRACT_SHARE = 0.25
