@@ -99,7 +99,7 @@ from patterns.jobqueue.worker.report import WorkerReport, WorkerStats, build_sta
 from patterns.jobqueue.worker.resumable_stop import ResumableStop
 from patterns.jobqueue.worker.runner import JobRunner
 from patterns.jobqueue.worker.settler import Settler
-from patterns.jobqueue.worker.shared import Shared, StoppingThread
+from patterns.jobqueue.worker.shared import Shared, StoppingThread, no_step
 from patterns.jobqueue.worker.states import StateMachine, Step, WorkerState
 from patterns.jobqueue.worker.stop_script import Parts, StopScript
 from patterns.jobqueue.worker.threads import ThreadMarks
@@ -220,7 +220,7 @@ class Worker:
             beat=beat,
             polling=Polling(poll_interval, outage_limit, exit_when_empty),
             part_budget=min(stop_timeout, threading.TIMEOUT_MAX),
-            hooks=(step_hook or _no_step_hook, on_shutdown, self.request_stop),
+            hooks=(step_hook or no_step, on_shutdown, self.request_stop),
         )
         self._cond = self._parts.ledger.cond  # the condition over the worker's one lock
         self._script = StopScript(
@@ -518,7 +518,3 @@ def _wire(
             on_shutdown=on_shutdown,
         ),
     )
-
-
-def _no_step_hook(step: Step, claim: Claim, phase: Phase | None) -> None:
-    """The default ``step_hook``: nothing happens at a `Step`."""
