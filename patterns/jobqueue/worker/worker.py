@@ -90,7 +90,7 @@ from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker import options
 from patterns.jobqueue.worker.claimer import Claimer, Polling
 from patterns.jobqueue.worker.errors import ErrorLog
-from patterns.jobqueue.worker.handlers import HandlerLoop
+from patterns.jobqueue.worker.handlers import HandlerLoop, HandOff
 from patterns.jobqueue.worker.heartbeat import Heartbeat
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import ClaimState, Outcome
@@ -469,7 +469,7 @@ def _wire(
     ledger = ClaimLedger(cond, root=root, slots=concurrency + prefetch, claim_at=max(1, prefetch))
     # RUNNING -> DRAINING -> CANCELLING -> STOPPED; the ledger accepts jobs in RUNNING.
     life = StateMachine(name, cond, lambda new: ledger.accept(new is WorkerState.RUNNING))
-    handoff: ClosableQueue[Claim] = ClosableQueue()
+    handoff: ClosableQueue[Claim] = HandOff()
     releaser = Releaser(shared, ledger)
     unstarted = releaser.release_unstarted
     claimer = Claimer(shared, ledger, handoff, polling=polling, release_unstarted=unstarted)
