@@ -43,7 +43,9 @@ from patterns.jobqueue.stores.protocol import Store
 from patterns.jobqueue.stores.records import Claim, Job, JobState, Settle, Settlement
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import Phase, PhaseError, Retry, TaskRegistry
+from patterns.jobqueue.worker.shared import no_step
 from patterns.jobqueue.worker.worker import Outcome, Step, Worker, WorkerReport, WorkerState
+from tests.jobqueue import fakes
 from tests.support import (
     MUST_HAPPEN,
     FakeClock,
@@ -830,6 +832,16 @@ def test_the_step_hook_sees_every_boundary_of_a_jobs_life_in_order(world: World)
         (Step.BEFORE_COMMIT, job_id, Phase.ACK),
         (Step.AFTER_COMMIT, job_id, Phase.ACK),
     ]
+
+
+def test_only_the_default_step_hook_is_skipped() -> None:
+    """A worker given no hook has `no_step`, whose call the parts skip (`Shared.stepping`).
+
+    Any hook given is called at every step, even one that does nothing (the test above).
+    """
+    store = MemoryStore()
+    assert not fakes.shared(store, store.clock, lease=1.0, step=no_step).stepping
+    assert fakes.shared(store, store.clock, lease=1.0, step=lambda *_: None).stepping
 
 
 def test_a_heartbeat_thread_that_dies_is_reported_and_stops_the_worker(world: World) -> None:

@@ -89,6 +89,7 @@ class Claimer:
         self._request_stop, self._lock = shared.request_stop, shared.lock
         self.failure: str | None = None  # why the claimer stopped the worker (lock held)
         self._error, self._died = shared.error, shared.died
+        self._stepping = shared.stepping  # no step hook (the default): its no-op is not called
         # Set as the loop begins and once it has left it (its claims settled); waited on
         # by the stop, which cannot always join the thread (a Ctrl-C in Thread.start).
         self.loop_began = threading.Event()
@@ -173,7 +174,8 @@ class Claimer:
             self._ledger.hold(claims, reserved)
         for index, claim in enumerate(claims):
             try:
-                self._shared.step(Step.AFTER_CLAIM, claim, None)
+                if self._stepping:
+                    self._shared.step(Step.AFTER_CLAIM, claim, None)
                 # This thread's own service was stopped (a start that failed part-way stops
                 # what it started) before the worker's stop began: hand nothing more over.
                 handed = stopping is None or not stopping.is_set()

@@ -1,10 +1,10 @@
 """The handler threads' loop: take a claim, run it, hand its outcome to the settler.
 
 TL;DR: each of the worker's ``concurrency`` pool threads runs `HandlerLoop.consume`: take
-a claim from the hand-off queue, start it if the worker still accepts jobs (else release
-it unstarted), run it (`~patterns.jobqueue.worker.runner.JobRunner`), and hand its decided
-outcome to the settler in the same lock hold that frees the thread's slot. It returns
-once the hand-off is closed and empty.
+a claim from the hand-off queue (a `HandOff`), start it if the worker still accepts jobs
+(else release it unstarted), run it (`~patterns.jobqueue.worker.runner.JobRunner`), and
+hand its decided outcome to the settler in the same lock hold that frees the thread's
+slot. It returns once the hand-off is closed and empty.
 
 Pattern:
     The consumers of a ``ClosableQueue`` (``patterns.closable_queue``) on a
@@ -35,7 +35,47 @@ from patterns.jobqueue.worker.runner import JobRunner
 from patterns.jobqueue.worker.settler import Settler
 from patterns.jobqueue.worker.shared import Shared
 
-__all__ = ["HandlerLoop"]
+__all__ = ["HandOff", "HandlerLoop"]
+
+
+class HandOff(ClosableQueue[Claim]):
+    """The hand-off queue: a `ClosableQueue` of claims with a fast path for its busy case.
+
+    Every job's claim passes through it once, so its two calls are cheaper than the
+    general queue's when nobody has to wait: a `get` that finds a claim takes it in one
+    hold of the queue's lock (no ``not_full`` to notify: the queue is unbounded), and a
+    `put` wakes a handler thread only if one is asleep in `get`. A `get` that may wait,
+    or finds the queue shut, is ``ClosableQueue``'s own, as is everything else.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()  # unbounded: a put never waits
+        self._asleep = 0  # threads in the slow get, which may wait (guarded by ``mutex``)
+
+    def put(self, item: Claim, block: bool = True, timeout: float | None = None) -> None:
+        """Queue ``item``; `ShutDown` once the queue is shut. Never waits (unbounded)."""
+        with self.mutex:
+            if self.is_shutdown:
+                raise ShutDown
+            self.queue.append(item)
+            self.unfinished_tasks += 1
+            if self._asleep:  # a get that found nothing is waiting, or about to check again
+                self.not_empty.notify()
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Claim:
+        """The next claim: at once if one is queued, else as ``ClosableQueue.get`` waits."""
+        with self.mutex:
+            if self.queue:  # queued items are handed out even once shut, as the base does
+                claim: Claim = self.queue.popleft()
+                return claim
+            # Counted before the lock is let go: a put from now on notifies, and one that
+            # came before it queued an item the base get below finds before it waits.
+            self._asleep += 1
+        try:
+            return super().get(block, timeout)
+        finally:
+            with self.mutex:
+                self._asleep -= 1
 
 
 class HandlerLoop:

@@ -41,6 +41,8 @@ __all__ = ["ClaimLedger", "Held"]
 
 logger = logging.getLogger(__name__)
 
+_ACTIVE = (ClaimState.WAITING, ClaimState.RUNNING)  # an outcome may still join a group commit
+
 
 @dataclass(slots=True)
 class Held:
@@ -137,7 +139,8 @@ class ClaimLedger:
         if new not in CLAIM_MOVES[old]:
             raise RuntimeError(f"job {held.claim.job.id}: no move from {old} to {new}")
         held.state = new
-        logger.debug("job %d: %s -> %s", held.claim.job.id, old, new)
+        if logger.isEnabledFor(logging.DEBUG):  # two moves a job: no call when not logged
+            logger.debug("job %d: %s -> %s", held.claim.job.id, old, new)
 
     def record(self, job: Job, outcome: Outcome, held: Held | None = None) -> None:
         """Count ``outcome``; with ``held``, also stop holding that claim."""
@@ -176,8 +179,11 @@ class ClaimLedger:
 
     def others_active(self, held: Held) -> bool:
         """Another claim is waiting or running: its outcome may join a group commit (lock held)."""
-        active = (ClaimState.WAITING, ClaimState.RUNNING)
-        return any(h.state in active for h in self.held.values() if h is not held)
+        # A plain loop, not any() over a generator: it runs for every job (fewer calls).
+        for other in self.held.values():  # noqa: SIM110 - see above
+            if other is not held and other.state in _ACTIVE:
+                return True
+        return False
 
     def running(self) -> list[int]:
         """Ids of the jobs whose handler has started and not ended (lock held)."""

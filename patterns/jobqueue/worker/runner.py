@@ -86,6 +86,8 @@ class JobRunner:
         self._tasks, self._ledger, self._owner = tasks, ledger, shared.owner
         self._clock, self._error, self._step = shared.clock, shared.error, shared.step
         self._stopping, self._hook = stopping, hook
+        # Without a step hook (the default) its no-op is not called: four calls a job.
+        self._stepping = shared.stepping
 
     def run(self, run: Held) -> Pending[Held] | None:
         """Run the job and return its decided outcome (None: no decision was made)."""
@@ -130,13 +132,16 @@ class JobRunner:
             with self._ledger.cond:
                 run.handler_token, run.timeout = token, limit
         ctx = JobContext(job, token, worker=self._owner, stopping=self._stopping)
-        logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
-        self._step(Step.BEFORE_HANDLER, run.claim, None)
+        if logger.isEnabledFor(logging.DEBUG):  # every job passes here: no call when not logged
+            logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
+        if self._stepping:
+            self._step(Step.BEFORE_HANDLER, run.claim, None)
         began = time.monotonic()
         try:
             result = task.fn(job.payload, ctx)
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
-            self._step(Step.AFTER_HANDLER, run.claim, None)
+            if self._stepping:
+                self._step(Step.AFTER_HANDLER, run.claim, None)
             if token.cancelled:
                 self._stopped_by_token(run, task, token, exc)
                 return
@@ -144,7 +149,8 @@ class JobRunner:
                 logger.warning("job %d: the handler raised Cancelled of its own token", job.id)
             self._after_failure(run, task, exc)
             return
-        self._step(Step.AFTER_HANDLER, run.claim, None)
+        if self._stepping:
+            self._step(Step.AFTER_HANDLER, run.claim, None)
         if ctx.interrupted == DEADLINE_EXCEEDED and not run.token.cancelled:
             # It saw its deadline (a checkpoint raised) and returned: it stopped there.
             self._timed_out(run, task)
@@ -271,4 +277,5 @@ class JobRunner:
     ) -> None:
         """The job's outcome, decided: the settler commits it and runs ``then`` on success."""
         run.pending = Pending(run, phase, item, success, then, began)
-        self._step(Step.BEFORE_GROUP_COMMIT, run.claim, phase)
+        if self._stepping:
+            self._step(Step.BEFORE_GROUP_COMMIT, run.claim, phase)

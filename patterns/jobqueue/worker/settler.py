@@ -92,6 +92,8 @@ class Settler(Generic[_R]):
         self._shared, self._ledger, self._lock = shared, ledger, shared.lock
         self._claimed, self._completed = claimed, completed
         self._error, self._died, self._wake = shared.error, shared.died, shared.wake
+        # Without a step hook (the default) its no-op is not called: two calls a job.
+        self._stepping = shared.stepping
         # A job's answer read, and a failed commit's fallback (patterns.jobqueue.worker.fallback).
         self._fallback: Fallback[_R] = Fallback(shared)
         # Guards every field below it, with everything the worker guards by the same lock.
@@ -261,14 +263,7 @@ class Settler(Generic[_R]):
 
         With ``want``, that call also claims up to ``want`` jobs: the claims are returned.
         """
-        sent: list[Pending[_R]] = []
-        for pending in batch:
-            try:
-                self._shared.step(Step.BEFORE_COMMIT, pending.item.claim, pending.phase)
-            except Exception as exc:  # noqa: BLE001 - as if its own store call raised
-                pending.outcome = self._fallback.raised(pending, exc)
-                continue
-            sent.append(pending)
+        sent = self._step_before(batch) if self._stepping else batch
         if not sent and not want:
             return []
         try:
@@ -281,10 +276,23 @@ class Settler(Generic[_R]):
                 self._error(Phase.DEQUEUE, None, exc)
             return []
         for pending, answer in zip(sent, answers, strict=True):
+            if self._stepping:
+                try:
+                    self._shared.step(Step.AFTER_COMMIT, pending.item.claim, pending.phase)
+                except Exception as exc:  # noqa: BLE001 - as if its own store call raised
+                    pending.outcome = self._fallback.raised(pending, exc)
+                    continue
+            pending.outcome = self._fallback.answered(pending, answer)
+        return claims
+
+    def _step_before(self, batch: list[Pending[_R]]) -> list[Pending[_R]]:
+        """Call the step hook before each item's commit; the items it did not raise for."""
+        sent: list[Pending[_R]] = []
+        for pending in batch:
             try:
-                self._shared.step(Step.AFTER_COMMIT, pending.item.claim, pending.phase)
+                self._shared.step(Step.BEFORE_COMMIT, pending.item.claim, pending.phase)
             except Exception as exc:  # noqa: BLE001 - as if its own store call raised
                 pending.outcome = self._fallback.raised(pending, exc)
                 continue
-            pending.outcome = self._fallback.answered(pending, answer)
-        return claims
+            sent.append(pending)
+        return sent

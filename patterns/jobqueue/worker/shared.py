@@ -3,9 +3,10 @@
 TL;DR: `Shared` holds the store, the worker's name, its one lock, the store's clock, the
 lease, a part's stop budget, the wake-up event and the callbacks every part reports
 through (``error``, ``died``, ``step``, ``track``, ``request_stop``); `Shared.commit`
-makes one store call between its two step boundaries. `StoppingThread` says which thread
-runs the owning stop and keeps a callback's Ctrl-C for it: the error log and the stop
-both read it, so neither is handed the other.
+makes one store call between its two step boundaries. `no_step` is the step hook of a
+worker given none; `Shared.stepping` says whether the parts must call the hook at all.
+`StoppingThread` says which thread runs the owning stop and keeps a callback's Ctrl-C for
+it: the error log and the stop both read it, so neither is handed the other.
 
 Pattern:
     Dependency injection without a container: the worker builds this once, before any
@@ -27,9 +28,13 @@ from patterns.jobqueue.stores.records import Claim, Job
 from patterns.jobqueue.tasks import Phase
 from patterns.jobqueue.worker.states import Step
 
-__all__ = ["Shared", "StoppingThread", "Target"]
+__all__ = ["Shared", "StoppingThread", "Target", "no_step"]
 
 Target = Callable[[threading.Event], None]  # a part's thread target (it gets its stop event)
+
+
+def no_step(step: Step, claim: Claim, phase: Phase | None) -> None:
+    """The default ``step_hook``: nothing happens at a `Step`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,15 @@ class Shared:
     # "began" and "ended" events and runs it under the stop's deadline.
     track: Callable[[Target, str], Target]
     request_stop: Callable[[str], None]  # begin the worker's stop (RUNNING -> DRAINING)
+
+    @property
+    def stepping(self) -> bool:
+        """A step hook was given: the parts call it at each `Step` (else they skip the call).
+
+        Six steps a job: calling the no-op at each is a measurable share of the worker's
+        own cost per job (``benchmarks/jobqueue_overheads.py``, table 7b).
+        """
+        return self.step is not no_step
 
     def commit(self, phase: Phase, claim: Claim, action: Callable[[Claim], bool]) -> bool:
         """Make one store call that settles a job, between its two step boundaries."""

@@ -90,7 +90,7 @@ from patterns.jobqueue.tasks import Phase, TaskRegistry
 from patterns.jobqueue.worker import options
 from patterns.jobqueue.worker.claimer import Claimer, Polling
 from patterns.jobqueue.worker.errors import ErrorLog
-from patterns.jobqueue.worker.handlers import HandlerLoop
+from patterns.jobqueue.worker.handlers import HandlerLoop, HandOff
 from patterns.jobqueue.worker.heartbeat import Heartbeat
 from patterns.jobqueue.worker.ledger import ClaimLedger, Held
 from patterns.jobqueue.worker.outcomes import ClaimState, Outcome
@@ -99,7 +99,7 @@ from patterns.jobqueue.worker.report import WorkerReport, WorkerStats, build_sta
 from patterns.jobqueue.worker.resumable_stop import ResumableStop
 from patterns.jobqueue.worker.runner import JobRunner
 from patterns.jobqueue.worker.settler import Settler
-from patterns.jobqueue.worker.shared import Shared, StoppingThread
+from patterns.jobqueue.worker.shared import Shared, StoppingThread, no_step
 from patterns.jobqueue.worker.states import StateMachine, Step, WorkerState
 from patterns.jobqueue.worker.stop_script import Parts, StopScript
 from patterns.jobqueue.worker.threads import ThreadMarks
@@ -220,7 +220,7 @@ class Worker:
             beat=beat,
             polling=Polling(poll_interval, outage_limit, exit_when_empty),
             part_budget=min(stop_timeout, threading.TIMEOUT_MAX),
-            hooks=(step_hook or _no_step_hook, on_shutdown, self.request_stop),
+            hooks=(step_hook or no_step, on_shutdown, self.request_stop),
         )
         self._cond = self._parts.ledger.cond  # the condition over the worker's one lock
         self._script = StopScript(
@@ -469,7 +469,7 @@ def _wire(
     ledger = ClaimLedger(cond, root=root, slots=concurrency + prefetch, claim_at=max(1, prefetch))
     # RUNNING -> DRAINING -> CANCELLING -> STOPPED; the ledger accepts jobs in RUNNING.
     life = StateMachine(name, cond, lambda new: ledger.accept(new is WorkerState.RUNNING))
-    handoff: ClosableQueue[Claim] = ClosableQueue()
+    handoff: ClosableQueue[Claim] = HandOff()
     releaser = Releaser(shared, ledger)
     unstarted = releaser.release_unstarted
     claimer = Claimer(shared, ledger, handoff, polling=polling, release_unstarted=unstarted)
@@ -518,7 +518,3 @@ def _wire(
             on_shutdown=on_shutdown,
         ),
     )
-
-
-def _no_step_hook(step: Step, claim: Claim, phase: Phase | None) -> None:
-    """The default ``step_hook``: nothing happens at a `Step`."""
