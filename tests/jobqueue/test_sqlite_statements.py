@@ -52,34 +52,39 @@ def plan(path: Path, sql: str, params: tuple[object, ...]) -> str:
         conn.close()
 
 
-def test_the_look_for_ended_leases_and_the_claims_update_search_instead_of_scanning(
+def test_the_claims_statements_search_instead_of_scanning(
     store: SQLiteStore, tmp_path: Path
 ) -> None:
-    """EXPIRED_SQL searches an index; the claim's UPDATE finds its jobs by id."""
+    """EXPIRED_SQL and QUEUED_DUE_SQL search an index; the claim's UPDATE finds jobs by id."""
     expired = plan(tmp_path / "jobs.db", sqlite_schema.EXPIRED_SQL, (0,))
     assert "SEARCH jobs USING" in expired
     assert "SCAN jobs" not in expired
+    queued = plan(tmp_path / "jobs.db", sqlite_schema.QUEUED_DUE_SQL, (0, 1))
+    assert "SEARCH jobs USING" in queued
+    assert "SCAN jobs" not in queued
+    assert "TEMP B-TREE" not in queued  # read in (run_at, id) order from the index, not sorted
     take = plan(tmp_path / "jobs.db", sqlite_schema.claim_sql(2), (1, "a", 2, "b", 0, 0, 1, 2))
     assert "SEARCH jobs USING INTEGER PRIMARY KEY" in take
     assert "SCAN jobs" not in take
 
 
 def test_a_claim_with_no_lease_ended_is_three_statements_between_begin_and_commit(
-    store: SQLiteStore,
+    store: SQLiteStore, clock: FakeClock
 ) -> None:
-    """The look for ended leases, the due jobs' read, one UPDATE: nothing that ends a lease."""
+    """The look for ended leases, the queued jobs' read, one UPDATE: nothing that ends a lease."""
     store.enqueue_many([{"task": "t"}] * 6)
     assert len(store.claim("w", lease=LEASE, limit=2)) == 2  # running, leases still live
     statements = traced(store)
     assert len(store.claim("w", lease=LEASE, limit=4)) == 4
     store._conn.set_trace_callback(None)
-    assert [s.split(" (")[0].split(" WHERE")[0][:30] for s in statements] == [
+    assert len(statements) == 5
+    assert statements[:2] == [
         "BEGIN IMMEDIATE",
-        "SELECT EXISTS",
-        "SELECT id, task, payload, stat",
-        "UPDATE jobs SET state = 'runni",
-        "COMMIT",
+        sqlite_schema.EXPIRED_SQL.replace("?", repr(clock.now)),
     ]
+    assert statements[2].startswith(sqlite_schema.QUEUED_DUE_SQL.split(" <= ")[0])
+    assert statements[3].startswith("UPDATE jobs SET state = 'running'")
+    assert statements[4] == "COMMIT"
 
 
 def test_a_claim_that_finds_an_ended_lease_ends_those_it_must_before_reading_due_jobs(
@@ -98,6 +103,7 @@ def test_a_claim_that_finds_an_ended_lease_ends_those_it_must_before_reading_due
     store._conn.set_trace_callback(None)
     assert any(s.startswith("UPDATE jobs SET state = 'cancelled'") for s in statements)
     assert any(s.startswith("SELECT id, attempts FROM jobs") for s in statements)
+    assert any(s.startswith(sqlite_schema.DUE_SQL.split(" <= ")[0]) for s in statements)
     job = store.get(spent)
     assert job is not None
     assert job.state is JobState.FAILED

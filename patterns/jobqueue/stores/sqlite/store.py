@@ -126,6 +126,7 @@ from patterns.jobqueue.stores.sqlite.schema import (
     GAVE_BACK,
     INSERT_SQL,
     NEXT_DUE_SQL,
+    QUEUED_DUE_SQL,
     RENEW_SQL,
     SETTLE_SQL,
     SPENT_SQL,
@@ -295,10 +296,13 @@ class SQLiteStore(SQLiteAdmin):
 
         def body(conn: sqlite3.Connection, now: float) -> list[Claim]:
             # Nearly always no lease has ended, and one index search says so: the two
-            # statements that end expired leases run only when one has.
+            # statements that end expired leases run only when one has, and otherwise
+            # only queued jobs can be due (the write lock keeps it so until COMMIT).
             if conn.execute(EXPIRED_SQL, (now,)).fetchone()[0]:
                 self._end_expired(conn, now, reason)
-            due = conn.execute(DUE_SQL, (now, now, count)).fetchall()
+                due = conn.execute(DUE_SQL, (now, now, count)).fetchall()
+            else:
+                due = conn.execute(QUEUED_DUE_SQL, (now, count)).fetchall()
             tokens = [new_token(owner) for _ in due]
             self._take(conn, [row[0] for row in due], tokens, now + seconds, now)
             claims = []
