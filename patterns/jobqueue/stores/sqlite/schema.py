@@ -15,6 +15,7 @@ Docs: docs/jobqueue/index.md
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
@@ -27,15 +28,17 @@ from patterns.jobqueue.stores.records import JOB_COLUMNS, TABLE_SHAPES, WORKER_C
 
 __all__ = [
     "CANCEL_EXPIRED_SQL",
-    "CLAIM_SQL",
+    "CLAIM_BATCH",
     "COLUMNS",
     "DUE_SQL",
+    "EXPIRED_SQL",
     "FAIL_SQL",
     "GAVE_BACK",
     "HEADER",
     "INSERT_SQL",
     "MIGRATIONS",
     "NEXT_DUE_SQL",
+    "QUEUED_DUE_SQL",
     "RENEW_SQL",
     "REQUEUE_SQL",
     "SETTLE_SQL",
@@ -44,6 +47,7 @@ __all__ = [
     "WORKER_COLUMNS",
     "RetryBusy",
     "StoreFile",
+    "claim_sql",
     "is_busy",
 ]
 
@@ -150,6 +154,12 @@ DUE_SQL = (
     "  WHERE state = 'running' AND lease_until <= ?"
     ") ORDER BY run_at, id LIMIT ?"
 )
+# DUE_SQL when no running job's lease has ended (EXPIRED_SQL said so): only queued jobs
+# can be due, read in (run_at, id) order straight from the index, with no merge or sort.
+QUEUED_DUE_SQL = (
+    f"SELECT {_DUE_COLUMNS} FROM jobs WHERE state = 'queued' AND run_at <= ?"
+    " ORDER BY run_at, id LIMIT ?"
+)
 
 # Every outcome, fenced: it changes the row only while the claim's token holds the lease.
 # Each statement takes its assignments' parameters, then updated_at, the id and the token.
@@ -183,6 +193,10 @@ INSERT_SQL = (
     "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
     " created_at, updated_at, timeout) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?, ?)"
 )
+# The claim's first look, one index search: has any running job's lease ended? Nearly
+# never, so the claim runs the next two statements and DUE_SQL only when one has, and
+# QUEUED_DUE_SQL otherwise, instead of two more statements and a merge on every claim.
+EXPIRED_SQL = "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= ?)"
 CANCEL_EXPIRED_SQL = (
     "UPDATE jobs SET state = 'cancelled', last_error = ?, lease_owner = NULL,"
     " lease_until = NULL, updated_at = ?"
@@ -196,10 +210,25 @@ FAIL_SQL = (
     "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL,"
     " lease_until = NULL, updated_at = ? WHERE id = ?"
 )
-CLAIM_SQL = (
-    "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
-    " lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?"
-)
+CLAIM_BATCH = 64  # jobs one claim_sql statement takes at most: 3 * 64 + 2 parameters
+
+
+@functools.cache  # one text per batch size, so sqlite3's statement cache reuses it
+def claim_sql(count: int) -> str:
+    """The UPDATE that claims ``count`` due jobs (1 to ``CLAIM_BATCH``) in one statement.
+
+    Each job takes its own token, picked by a CASE on its id. The parameters are ``count``
+    pairs (id, token), then the lease's end and ``updated_at``, then the ``count`` ids.
+    """
+    tokens = " ".join(["WHEN ? THEN ?"] * count)
+    ids = ", ".join(["?"] * count)
+    return (
+        "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
+        f" lease_owner = CASE id {tokens} END, lease_until = ?, updated_at = ?"
+        f" WHERE id IN ({ids})"
+    )
+
+
 RENEW_SQL = (
     "UPDATE jobs SET lease_until = ?, updated_at = ?"
     " WHERE id = ? AND state = 'running' AND lease_owner = ?"

@@ -119,17 +119,20 @@ from patterns.jobqueue.stores.sqlite.admin import SQLiteAdmin
 from patterns.jobqueue.stores.sqlite.checkpoint import WalRecovery
 from patterns.jobqueue.stores.sqlite.schema import (
     CANCEL_EXPIRED_SQL,
-    CLAIM_SQL,
+    CLAIM_BATCH,
     DUE_SQL,
+    EXPIRED_SQL,
     FAIL_SQL,
     GAVE_BACK,
     INSERT_SQL,
     NEXT_DUE_SQL,
+    QUEUED_DUE_SQL,
     RENEW_SQL,
     SETTLE_SQL,
     SPENT_SQL,
     StoreFile,
     StoreFileError,
+    claim_sql,
 )
 from patterns.jobqueue.stores.sqlite.watch import DataVersionWatch, data_version
 
@@ -292,18 +295,18 @@ class SQLiteStore(SQLiteAdmin):
         reason = cancelled_reason("and its lease expired")
 
         def body(conn: sqlite3.Connection, now: float) -> list[Claim]:
-            cancelled = conn.execute(CANCEL_EXPIRED_SQL, (reason, now, now)).rowcount
-            if cancelled:
-                logger.warning("%s: %d jobs %s", self._path, cancelled, reason)
-            spent = conn.execute(SPENT_SQL, (now,)).fetchall()
-            for job_id, attempts in spent:
-                conn.execute(FAIL_SQL, (expired_reason(attempts), now, job_id))
-                logger.warning(
-                    "%s: job %d failed: %s", self._path, job_id, expired_reason(attempts)
-                )
-            due = conn.execute(DUE_SQL, (now, now, count)).fetchall()
+            # Nearly always no lease has ended, and one index search says so: the two
+            # statements that end expired leases run only when one has, and otherwise
+            # only queued jobs can be due (the write lock keeps it so until COMMIT).
+            if conn.execute(EXPIRED_SQL, (now,)).fetchone()[0]:
+                self._end_expired(conn, now, reason)
+                due = conn.execute(DUE_SQL, (now, now, count)).fetchall()
+            else:
+                due = conn.execute(QUEUED_DUE_SQL, (now, count)).fetchall()
+            tokens = [new_token(owner) for _ in due]
+            self._take(conn, [row[0] for row in due], tokens, now + seconds, now)
             claims = []
-            for row in due:
+            for row, token in zip(due, tokens, strict=True):
                 job_id, state, old_owner = row[0], row[3], row[7]
                 if state == JobState.RUNNING:
                     logger.warning(
@@ -312,9 +315,7 @@ class SQLiteStore(SQLiteAdmin):
                         job_id,
                         old_owner,
                     )
-                token = new_token(owner)
-                conn.execute(CLAIM_SQL, (token, now + seconds, now, job_id))
-                # The claimed row is the due row with CLAIM_SQL's changes: no SELECT per job.
+                # The claimed row is the due row with the claim's changes: no SELECT per job.
                 claimed = list(row)
                 claimed[3], claimed[5] = JobState.RUNNING.value, row[5] + 1
                 claimed[7], claimed[8], claimed[11] = token, now + seconds, now
@@ -324,6 +325,27 @@ class SQLiteStore(SQLiteAdmin):
             return claims
 
         return self._write(body)
+
+    def _end_expired(self, conn: sqlite3.Connection, now: float, reason: str) -> None:
+        """End the expired leases no claim may take: cancel requested, or no attempt left."""
+        cancelled = conn.execute(CANCEL_EXPIRED_SQL, (reason, now, now)).rowcount
+        if cancelled:
+            logger.warning("%s: %d jobs %s", self._path, cancelled, reason)
+        spent = conn.execute(SPENT_SQL, (now,)).fetchall()
+        for job_id, attempts in spent:
+            conn.execute(FAIL_SQL, (expired_reason(attempts), now, job_id))
+            logger.warning("%s: job %d failed: %s", self._path, job_id, expired_reason(attempts))
+
+    @staticmethod
+    def _take(
+        conn: sqlite3.Connection, ids: list[int], tokens: list[str], until: float, now: float
+    ) -> None:
+        """Claim the jobs ``ids``, each under its token: one UPDATE per ``CLAIM_BATCH`` jobs."""
+        for start in range(0, len(ids), CLAIM_BATCH):
+            batch = ids[start : start + CLAIM_BATCH]
+            owners = tokens[start : start + CLAIM_BATCH]
+            pairs = [value for pair in zip(batch, owners, strict=True) for value in pair]
+            conn.execute(claim_sql(len(batch)), (*pairs, until, now, *batch))
 
     def _claimed(
         self, conn: sqlite3.Connection, job_id: int, now: float, row: Sequence[Any]
