@@ -36,7 +36,8 @@ Guarantees:
       switch to WAL included), or a job store with a newer schema raises `StoreFileError`
       naming the file, and so does a transaction that finds the file damaged; none of
       them changes the file, and once damage is found every later write is refused
-      before it touches the file. A version 1 file is migrated in one transaction.
+      before it touches the file. A file of an older version is migrated in one
+      transaction.
     * A new database file is created readable and writable by its owner only (0600),
       through a dangling symlink too; SQLite gives its ``-wal`` and ``-shm`` files the
       same mode.
@@ -142,8 +143,10 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 """The schema this code writes; kept in the file's ``PRAGMA user_version``.
 
 Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result`` and
-``cancel_requested``, and the ``workers`` table; opening a version 1 file migrates it. The
-schema and its migrations are in ``patterns.jobqueue.stores.sqlite.schema``.
+``cancel_requested``, and the ``workers`` table. Version 3 replaced the two indexes over
+every row by partial ones over the queued and the running jobs only (what a claim
+searches). Opening a version 1 or 2 file migrates it. The schema and its migrations are in
+``patterns.jobqueue.stores.sqlite.schema``.
 """
 
 BUSY_TIMEOUT = 5.0
