@@ -724,6 +724,28 @@ def test_renew_reads_no_payload(store: SQLiteStore, monkeypatch: pytest.MonkeyPa
     assert renewed.lease_until >= claim.lease_until
 
 
+def test_a_busy_first_attempt_without_a_deadline_is_retried_like_every_other(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short first attempt of an unbounded call counts as the first of _BUSY_RETRIES."""
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.01)  # read when the store connects
+    made = SQLiteStore(db)
+    other = raw(db)
+    pauses: list[float] = []
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(sqlite_transactions.time, "sleep", pauses.append)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            made.enqueue("t")
+        monkeypatch.undo()
+        assert len(pauses) == sqlite_transactions._BUSY_RETRIES - 1
+        other.execute("ROLLBACK")
+        assert made.counts()["queued"] == 0
+    finally:
+        other.close()
+        made.close()
+
+
 def test_the_store_lock_is_free_while_it_backs_off_between_busy_retries(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

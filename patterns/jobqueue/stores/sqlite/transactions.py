@@ -71,26 +71,51 @@ class SQLiteTransactions:
         of ``_BUSY_RETRIES`` times.
         """
         began = time.monotonic()
+        if time_left(began) is not None:
+            return self._retry_loop(step, locked, began, None)
+        # The common case, made short: no deadline bounds this thread, so the first attempt
+        # needs none of the loop's bookkeeping (every enqueue would pay for it). The loop
+        # runs only once the database was busy, and carries on from that error as if it
+        # had made this attempt itself.
+        try:
+            return self._attempt_unbounded(step, locked)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            busy = exc
+        return self._retry_loop(step, locked, began, busy)
+
+    def _retry_loop(
+        self,
+        step: Callable[[], T],
+        locked: bool,
+        began: float,
+        busy: sqlite3.OperationalError | None,
+    ) -> T:
+        """`_retry_busy`'s attempts and pauses; ``busy``: what a first attempt raised, if any."""
         error: sqlite3.OperationalError | None = None
         for attempt in itertools.count(1):
-            busy_since = time.monotonic()
+            busy_since = began if attempt == 1 else time.monotonic()
             while True:
-                if time_left(began) == 0.0:  # this thread already gave up on the store
-                    if error is None:
-                        raise give_up(f"{self._path}: not tried")
-                    raise give_up(f"{self._path}: database busy ({error})") from error
-                try:
-                    return self._attempt(step, locked, began)
-                except sqlite3.OperationalError as exc:
-                    if not is_busy(exc):
-                        raise
-                    if time_left(began) == 0.0:
-                        raise give_up(f"{self._path}: database busy ({exc})") from exc
-                    if time.monotonic() - busy_since < self._busy_timeout:
-                        continue  # SQLite's busy handler waited one slice: wait another
-                    if attempt >= _BUSY_RETRIES and not patient():
-                        raise
-                    error = exc
+                if busy is None:
+                    if time_left(began) == 0.0:  # this thread already gave up on the store
+                        if error is None:
+                            raise give_up(f"{self._path}: not tried")
+                        raise give_up(f"{self._path}: database busy ({error})") from error
+                    try:
+                        return self._attempt(step, locked, began)
+                    except sqlite3.OperationalError as exc:
+                        if not is_busy(exc):
+                            raise
+                        busy = exc
+                failed, busy = busy, None
+                if time_left(began) == 0.0:
+                    raise give_up(f"{self._path}: database busy ({failed})") from failed
+                if time.monotonic() - busy_since < self._busy_timeout:
+                    continue  # SQLite's busy handler waited one slice: wait another
+                if attempt >= _BUSY_RETRIES and not patient():
+                    raise failed
+                error = failed
                 break
             pause = backoff(_BACKOFF, attempt, _BACKOFF_CAP)
             left = time_left(began)
@@ -106,6 +131,14 @@ class SQLiteTransactions:
             )
             time.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt_unbounded(self, step: Callable[[], T], locked: bool) -> T:
+        """`_attempt` for a thread without a deadline: it waits for the lock as long as it takes."""
+        if not locked:
+            return step()
+        with self._lock:
+            self._check_open()
+            return step()
 
     def _attempt(self, step: Callable[[], T], locked: bool, began: float) -> T:
         if not locked:
