@@ -132,6 +132,7 @@ from patterns.jobqueue.stores.sqlite.schema import (
     StoreFile,
     StoreFileError,
 )
+from patterns.jobqueue.stores.sqlite.transactions import JoinedTransaction
 from patterns.jobqueue.stores.sqlite.watch import DataVersionWatch, data_version
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "WATCH_INTERVAL", "SQLiteStore", "StoreFileError"]
@@ -220,7 +221,7 @@ class SQLiteStore(SQLiteAdmin):
         # An attempt waits for a busy file up to BUSY_TIMEOUT, in busy waits of one slice.
         self._busy_timeout = BUSY_TIMEOUT
         self._busy_slice = min(BUSY_TIMEOUT, BUSY_SLICE)
-        self._shared = threading.local()  # .now: inside settle_and_claim's transaction
+        self._shared = JoinedTransaction()  # .now: inside settle_and_claim's transaction
         self._closed = False
         # Set (under _lock) once a transaction found the file damaged: from then on every
         # write is refused before it touches the file, so nothing is written into a file

@@ -27,7 +27,7 @@ from patterns.jobqueue.stores.deadline import acquire, give_up, patient, time_le
 from patterns.jobqueue.stores.sqlite.checkpoint import WalRecovery
 from patterns.jobqueue.stores.sqlite.schema import StoreFileError, is_busy
 
-__all__ = ["SQLiteTransactions"]
+__all__ = ["JoinedTransaction", "SQLiteTransactions"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,18 @@ _BACKOFF = 0.05  # seconds before the first retry; doubles each time, plus jitte
 _BACKOFF_CAP = 1.0  # the longest pause between two attempts, before jitter
 
 
+class JoinedTransaction(threading.local):
+    """Per thread: ``now``, the time of the open transaction its store calls join, or None.
+
+    `~.SQLiteStore.settle_and_claim` sets it for the calls it makes inside its own
+    transaction. A class attribute, so a thread that never set it reads None at once: a
+    plain ``threading.local`` raises AttributeError for a name never set, and every
+    write looks.
+    """
+
+    now: float | None = None
+
+
 class SQLiteTransactions:
     """Transactions on one connection, used by one thread at a time (a base of the store)."""
 
@@ -45,7 +57,7 @@ class SQLiteTransactions:
     _path: str
     _clock: Callable[[], float]
     _lock: threading.Lock
-    _shared: threading.local
+    _shared: JoinedTransaction
     _closed: bool
     _busy_timeout: float  # seconds an attempt waits for a busy database
     _busy_slice: float  # seconds one of SQLite's busy waits lasts (the connection's timeout)
@@ -155,7 +167,7 @@ class SQLiteTransactions:
 
         Inside `settle_and_claim`'s transaction (this thread, lock held) ``body`` joins it.
         """
-        now = getattr(self._shared, "now", None)
+        now = self._shared.now
         if now is not None:
             return body(self._conn, now)
 
