@@ -8,8 +8,10 @@ Files are compared byte for byte before and after a refusal.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 from patterns.jobqueue.cli import main as cli
+from patterns.jobqueue.stores.checks import check_text, encode_payload
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.protocol import Store
 from patterns.jobqueue.stores.records import MAX_ERROR_CHARS, JobState
@@ -584,3 +587,54 @@ def test_a_store_written_by_a_newer_schema_version_is_refused_byte_for_byte_unch
         SQLiteStore(path)
     assert path.read_bytes() == before
     assert sidecars(path) == []
+
+
+# --- the checks' short paths say what the long ones said --------------------------------------
+
+NAMES = {
+    "empty": ("", "task must be a non-empty name, got ''"),
+    "spaces": ("   ", "task must be a non-empty name, got '   '"),
+    "unicode-space": ("\u2003\n", "task must be a non-empty name, got '\\u2003\\n'"),
+    "nul": ("a\x00b", "task must not contain NUL, got 'a\\x00b'"),
+    "long-nul": ("n" * 70 + "\x00", f"task must not contain NUL, got {'n' * 60!r}..."),
+    "surrogate": ("a\ud800", "task must be valid UTF-8 text (no lone surrogates)"),
+    "ascii-too-long": ("t" * 201, "task is 201 characters, over the limit of 200"),
+    "utf8-too-long": ("\u0436" * 201, "task is 201 characters, over the limit of 200"),
+}
+
+
+@pytest.mark.parametrize(("name", "message"), list(NAMES.values()), ids=list(NAMES))
+def test_a_refused_name_is_refused_with_the_same_message_on_every_path(
+    name: str, message: str
+) -> None:
+    """ASCII names skip the UTF-8 check and build their repr only to refuse: same words."""
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        check_text("task", name)
+    assert str(caught.value) == message
+    assert check_text("task", " a\u2003b ") == " a\u2003b "  # spaces inside a name are fine
+
+
+PAYLOADS = [
+    None,
+    0,
+    "x",
+    [1, 2.5, True, None],
+    {"a": {"b": ["c"]}, "": 1},
+    {"text": "\u0436\U0001f600", "nul": "a\x00b"},
+    "\ud800",
+    {"lone": ["\udfff"]},
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_payload_is_encoded_as_json_dumps_encodes_it(payload: Any) -> None:
+    """The shared encoder writes what json.dumps wrote, and counts UTF-8 bytes as before."""
+    text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    kept = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    assert encode_payload(payload) == kept
+    size = len(kept.encode("utf-8"))
+    with pytest.raises(ValueError, match=f"is {size} bytes of UTF-8 JSON, over the limit"):
+        encode_payload(payload, size - 1)
+    for bad, error in ((math.nan, "Out of range float"), (object(), "not JSON serializable")):
+        with pytest.raises(TypeError, match=f"must be JSON-serialisable: .*{error}"):
+            encode_payload([payload, bad])

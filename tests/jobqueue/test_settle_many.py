@@ -20,6 +20,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -358,8 +359,14 @@ def test_sqlite_a_batch_that_finds_the_file_damaged_raises_and_changes_nothing(
     store.enqueue_many([{"task": "t", "payload": {"n": n, "pad": "x" * 200}} for n in range(200)])
     claims = claim_all(store, 200)
     store.close()  # checkpointed: the whole store is in the file
+    # The root page of the running jobs' index, which every outcome updates.
+    with closing(sqlite3.connect(path)) as conn:
+        sql = "SELECT rootpage FROM sqlite_master WHERE name = 'jobs_leased'"
+        (root,) = conn.execute(sql).fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
     data = path.read_bytes()
-    damaged = data[:8192] + b"\xde\xad\xbe\xef" * 2048 + data[16384:]
+    start = (root - 1) * size
+    damaged = data[:start] + b"\xde\xad\xbe\xef" * (size // 4) + data[start + size :]
     path.write_bytes(damaged)
     store = SQLiteStore(path)
     try:

@@ -138,20 +138,68 @@ def test_committed_work_survives_a_process_that_dies_without_closing(db: Path) -
         reopened.close()
 
 
+def query_plan(db: Path, sql: str, params: tuple[object, ...] = ()) -> str:
+    """SQLite's EXPLAIN QUERY PLAN for ``sql`` on the file, its steps joined by " | "."""
+    conn = raw(db)
+    try:
+        return " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    finally:
+        conn.close()
+
+
 def test_the_claim_query_searches_indexes_instead_of_scanning_the_table(
     store: SQLiteStore, db: Path
 ) -> None:
-    """Both halves of the claim's read use an index on (state, ...), never a full scan."""
-    conn = raw(db)
-    try:
-        plan = " | ".join(
-            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sqlite_schema.DUE_SQL}", (0, 0, 1))
-        )
-    finally:
-        conn.close()
-    assert "INDEX jobs_due" in plan
-    assert "INDEX jobs_lease" in plan
+    """Both halves of the claim's read use their partial index, never a full scan."""
+    plan = query_plan(db, sqlite_schema.DUE_SQL, (0, 0, 1))
+    assert "SEARCH jobs USING INDEX jobs_queued (run_at<?)" in plan
+    assert "SEARCH jobs USING INDEX jobs_leased (lease_until<?)" in plan
     assert "SCAN jobs" not in plan
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "indexes"),
+    [
+        ("NEXT_DUE_SQL", (), ("jobs_queued", "jobs_leased")),
+        ("SPENT_SQL", (0,), ("jobs_leased",)),
+        ("CANCEL_EXPIRED_SQL", ("why", 0, 0), ("jobs_leased",)),
+    ],
+)
+def test_the_worker_paths_other_queries_search_the_partial_indexes(
+    store: SQLiteStore, db: Path, name: str, params: tuple[object, ...], indexes: tuple[str, ...]
+) -> None:
+    """The next due time and the expired leases are found through the partial indexes."""
+    plan = query_plan(db, getattr(sqlite_schema, name), params)
+    for index in indexes:
+        assert f"SEARCH jobs USING INDEX {index}" in plan, plan
+    assert "SCAN jobs" not in plan
+
+
+def test_listing_the_running_jobs_reads_their_index_not_the_table(
+    store: SQLiteStore, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """list_jobs(state="running") reads jobs_leased; the other states keep the scan by id."""
+    seen: list[str] = []
+    real_read = store._read
+
+    def spy(body: Callable[[sqlite3.Connection], object]) -> object:
+        def traced(conn: sqlite3.Connection) -> object:
+            conn.set_trace_callback(seen.append)
+            try:
+                return body(conn)
+            finally:
+                conn.set_trace_callback(None)
+
+        return real_read(traced)
+
+    ids = store.enqueue_many([{"task": "t"} for _ in range(3)])
+    [claim] = store.claim("w", lease=LEASE)
+    monkeypatch.setattr(store, "_read", spy)
+    assert [job.id for job in store.list_jobs(state="running")] == [claim.job.id]
+    assert [job.id for job in store.list_jobs(state="queued")] == ids[:0:-1]
+    running_sql, queued_sql = seen  # as run, the parameters filled in
+    assert "SCAN jobs USING INDEX jobs_leased" in query_plan(db, running_sql)
+    assert query_plan(db, queued_sql) == "SCAN jobs"
 
 
 def test_create_false_refuses_a_missing_file_and_creates_nothing(tmp_path: Path) -> None:
@@ -248,14 +296,109 @@ def test_a_version_1_file_is_migrated_keeping_every_job_its_ids_and_the_id_count
         assert store.requeue(3)
     finally:
         store.close()
-    assert pragma(db, "user_version") == SCHEMA_VERSION == 2
+    assert pragma(db, "user_version") == SCHEMA_VERSION == 3
     assert pragma(db, "journal_mode") == "wal"
     conn = raw(db)
     try:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-        assert {"jobs", "workers", "jobs_due", "jobs_lease"} <= names
-        assert "jobs_v2" not in names
+        assert {"jobs", "workers", "jobs_queued", "jobs_leased"} <= names
+        assert not {"jobs_v2", "jobs_due", "jobs_lease"} & names
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+
+
+def _version_2_file(db: Path) -> None:
+    """A file as version 2 of the store left it: version 1's schema and migration 2."""
+    conn = raw(db)
+    conn.executescript(V1_SCHEMA)
+    conn.execute("BEGIN")
+    for statement in sqlite_schema.MIGRATIONS[1]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 2")
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def test_a_version_2_file_is_migrated_to_partial_indexes_keeping_every_job_and_the_id_counter(
+    db: Path,
+) -> None:
+    """Opening a v2 file swaps its indexes for the partial ones: same rows, ids, id counter."""
+    _version_2_file(db)
+    conn = raw(db)
+    insert = (
+        "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts, lease_owner,"
+        " lease_until, last_error, created_at, updated_at, timeout, result, cancel_requested)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    rows = [
+        ("a", '{"n": 1}', "queued", 10.0, 0, 3, None, None, None, 1.0, 1.0, None, None, 0),
+        ("b", "[1, 2]", "running", 11.0, 1, 3, "w:tok", 99.0, None, 2.0, 2.0, 5.0, None, 1),
+        ("c", "null", "failed", 12.0, 3, 3, None, None, "boom", 3.0, 3.0, None, None, 0),
+        ("d", '"x"', "done", 13.0, 1, 1, None, None, None, 4.0, 4.0, None, '"r"', 0),
+        ("e", "2", "cancelled", 14.0, 0, 3, None, None, None, 5.0, 5.0, None, None, 0),
+        ("f", "3", "done", 15.0, 1, 3, None, None, None, 6.0, 6.0, None, None, 0),
+    ]
+    conn.executemany(insert, rows)
+    conn.execute("DELETE FROM jobs WHERE id = 6")  # the highest id, purged: never reused
+    before = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+    conn.execute(
+        "INSERT OR REPLACE INTO workers VALUES ('w', 'host', 1, 'running', 1.0, 2.0, 1e12, 1)"
+    )
+    conn.close()
+    store = SQLiteStore(db)
+    try:
+        assert pragma(db, "user_version") == SCHEMA_VERSION == 3
+        conn = raw(db)
+        try:
+            assert conn.execute("SELECT * FROM jobs ORDER BY id").fetchall() == before
+            counter = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")
+            assert counter.fetchall() == [(6,)]
+            indexes = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+        assert indexes == {
+            "sqlite_autoindex_workers_1": None,
+            "jobs_queued": "CREATE INDEX jobs_queued ON jobs (run_at, id) WHERE state = 'queued'",
+            "jobs_leased": (
+                "CREATE INDEX jobs_leased ON jobs (lease_until) WHERE state = 'running'"
+            ),
+        }
+        assert [w.id for w in store.workers()] == ["w"]
+        assert store.enqueue("g") == 7
+        # The claim finds the due queued jobs through the new index, in (run_at, id) order,
+        # and the expired lease of a job whose cancel was requested through the other.
+        assert [c.job.id for c in store.claim("w2", lease=LEASE, limit=5)] == [1, 7]
+        cancelled = store.get(2)
+        assert cancelled is not None
+        assert cancelled.state is JobState.CANCELLED
+    finally:
+        store.close()
+
+
+def test_a_migration_to_partial_indexes_that_fails_leaves_the_version_2_file_as_it_was(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dropping and creating the indexes is one transaction: a failure rolls it all back."""
+    _version_2_file(db)
+    conn = raw(db)
+    conn.execute(
+        "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
+        " created_at, updated_at) VALUES ('a', '1', 'queued', 1, 0, 3, 1, 1)"
+    )
+    conn.close()
+    broken = (*sqlite_schema.MIGRATIONS[2][:-1], "THIS IS NOT SQL")
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", (*sqlite_schema.MIGRATIONS[:2], broken))
+    with pytest.raises(StoreFileError):
+        SQLiteStore(db)
+    assert pragma(db, "user_version") == 2
+    conn = raw(db)
+    try:
+        assert conn.execute("SELECT task FROM jobs").fetchall() == [("a",)]
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"jobs_due", "jobs_lease"} <= names
+        assert not {"jobs_queued", "jobs_leased"} & names
     finally:
         conn.close()
 
@@ -579,6 +722,28 @@ def test_renew_reads_no_payload(store: SQLiteStore, monkeypatch: pytest.MonkeyPa
     assert renewed is not None
     assert renewed.job.payload is claim.job.payload
     assert renewed.lease_until >= claim.lease_until
+
+
+def test_a_busy_first_attempt_without_a_deadline_is_retried_like_every_other(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short first attempt of an unbounded call counts as the first of _BUSY_RETRIES."""
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT", 0.01)  # read when the store connects
+    made = SQLiteStore(db)
+    other = raw(db)
+    pauses: list[float] = []
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(sqlite_transactions.time, "sleep", pauses.append)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            made.enqueue("t")
+        monkeypatch.undo()
+        assert len(pauses) == sqlite_transactions._BUSY_RETRIES - 1
+        other.execute("ROLLBACK")
+        assert made.counts()["queued"] == 0
+    finally:
+        other.close()
+        made.close()
 
 
 def test_the_store_lock_is_free_while_it_backs_off_between_busy_retries(

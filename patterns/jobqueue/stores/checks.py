@@ -70,6 +70,11 @@ __all__ = [
 _MAX_INT32 = 2**31 - 1  # the largest pid, jobs_held or limit accepted
 _ENQUEUE_KEYS = frozenset({"task", "payload", "run_at", "delay", "max_attempts", "timeout"})
 
+# What json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+# runs, built once: json.dumps builds a new encoder at every call made with options, and
+# every enqueue makes one. An encoder keeps nothing between calls, so threads share it.
+_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
 
 def encode_payload(
     payload: JsonValue, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, *, what: str = "payload"
@@ -82,17 +87,20 @@ def encode_payload(
     code, so no pickle, and no names looked up from the data.
     """
     try:
-        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = _JSON.encode(payload)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"job {what} must be JSON-serialisable: {exc}") from exc
     # json.dumps escapes NUL (which PostgreSQL text cannot hold) as \u0000 even without
     # ensure_ascii. A lone surrogate, which UTF-8 cannot encode, can only be inside a JSON
     # string: backslashreplace writes it as the \udXXX escape that json.loads reads back.
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-        size = len(text.encode("utf-8"))
+    if text.isascii():
+        size = len(text)  # one byte a character: the common case, counted without encoding
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+            size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise ValueError(
             f"job {what} is {size} bytes of UTF-8 JSON, over the limit of {max_bytes} bytes"
@@ -186,18 +194,23 @@ def check_text(name: str, value: object, *, max_chars: int = 200) -> str:
     """
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    shown = repr(value) if len(value) <= 60 else f"{value[:60]!r}..."
-    if not value.strip():
-        raise ValueError(f"{name} must be a non-empty name, got {shown}")
+    if not value or value.isspace():  # what `not value.strip()` says, without a copy
+        raise ValueError(f"{name} must be a non-empty name, got {_shown(value)}")
     if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL, got {shown}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
+        raise ValueError(f"{name} must not contain NUL, got {_shown(value)}")
+    if not value.isascii():  # ASCII text (most names) is UTF-8 as it is
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
     if len(value) > max_chars:
         raise ValueError(f"{name} is {len(value)} characters, over the limit of {max_chars}")
     return value
+
+
+def _shown(value: str) -> str:
+    """A name as an error message shows it: its repr, cut after 60 characters."""
+    return repr(value) if len(value) <= 60 else f"{value[:60]!r}..."
 
 
 def check_job_id(job_id: object) -> bool:

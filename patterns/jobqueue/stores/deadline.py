@@ -46,7 +46,20 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_bounds = threading.local()  # .deadlines: the Deadline objects this thread runs under
+
+class _Bounds(threading.local):
+    """Per thread: the `Deadline` objects it runs under (innermost last), and those spent.
+
+    ``deadlines`` is a class attribute, so a thread never bounded reads None at once: a
+    plain ``threading.local`` raises AttributeError for a name never set, and every store
+    call looks (`time_left`).
+    """
+
+    deadlines: list[Deadline] | None = None  # None until the thread's first bounded_by
+    spent: set[Deadline]  # those this thread gave up on (`give_up`); set with deadlines
+
+
+_bounds = _Bounds()
 
 LAST_TRY = 0.1
 """Seconds a store call that begins after its deadline still gets, for one quick try.
@@ -179,7 +192,7 @@ class Deadline:
 @contextlib.contextmanager
 def bounded_by(deadline: Deadline) -> Iterator[Deadline]:
     """Store calls this thread makes inside keep to ``deadline`` (and any outer one)."""
-    stack: list[Deadline] | None = getattr(_bounds, "deadlines", None)
+    stack = _bounds.deadlines
     if stack is None:
         stack = _bounds.deadlines = []
         _bounds.spent = set()
@@ -194,7 +207,7 @@ def bounded_by(deadline: Deadline) -> Iterator[Deadline]:
 
 def current() -> tuple[Deadline, ...]:
     """The deadlines this thread's store calls keep to now (innermost last)."""
-    return tuple(getattr(_bounds, "deadlines", ()))
+    return tuple(_bounds.deadlines or ())
 
 
 def patient() -> bool:
@@ -209,7 +222,7 @@ def time_left(began: float) -> float | None:
     is later and no call of this thread has given up on that deadline yet; 0.0 once
     past. A call reads it again at each wait, so a deadline set while it waits reaches it.
     """
-    stack: list[Deadline] | None = getattr(_bounds, "deadlines", None)
+    stack = _bounds.deadlines
     if not stack:
         return None
     spent: set[Deadline] = _bounds.spent

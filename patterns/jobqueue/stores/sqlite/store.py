@@ -36,7 +36,8 @@ Guarantees:
       switch to WAL included), or a job store with a newer schema raises `StoreFileError`
       naming the file, and so does a transaction that finds the file damaged; none of
       them changes the file, and once damage is found every later write is refused
-      before it touches the file. A version 1 file is migrated in one transaction.
+      before it touches the file. A file of an older version is migrated in one
+      transaction.
     * A new database file is created readable and writable by its owner only (0600),
       through a dangling symlink too; SQLite gives its ``-wal`` and ``-shm`` files the
       same mode.
@@ -134,6 +135,7 @@ from patterns.jobqueue.stores.sqlite.schema import (
     StoreFileError,
     claim_sql,
 )
+from patterns.jobqueue.stores.sqlite.transactions import JoinedTransaction
 from patterns.jobqueue.stores.sqlite.watch import DataVersionWatch, data_version
 
 __all__ = ["BUSY_TIMEOUT", "SCHEMA_VERSION", "WATCH_INTERVAL", "SQLiteStore", "StoreFileError"]
@@ -145,8 +147,10 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 """The schema this code writes; kept in the file's ``PRAGMA user_version``.
 
 Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result`` and
-``cancel_requested``, and the ``workers`` table; opening a version 1 file migrates it. The
-schema and its migrations are in ``patterns.jobqueue.stores.sqlite.schema``.
+``cancel_requested``, and the ``workers`` table. Version 3 replaced the two indexes over
+every row by partial ones over the queued and the running jobs only (what a claim
+searches). Opening a version 1 or 2 file migrates it. The schema and its migrations are in
+``patterns.jobqueue.stores.sqlite.schema``.
 """
 
 BUSY_TIMEOUT = 5.0
@@ -220,7 +224,7 @@ class SQLiteStore(SQLiteAdmin):
         # An attempt waits for a busy file up to BUSY_TIMEOUT, in busy waits of one slice.
         self._busy_timeout = BUSY_TIMEOUT
         self._busy_slice = min(BUSY_TIMEOUT, BUSY_SLICE)
-        self._shared = threading.local()  # .now: inside settle_and_claim's transaction
+        self._shared = JoinedTransaction()  # .now: inside settle_and_claim's transaction
         self._closed = False
         # Set (under _lock) once a transaction found the file damaged: from then on every
         # write is refused before it touches the file, so nothing is written into a file

@@ -27,7 +27,7 @@ from patterns.jobqueue.stores.deadline import acquire, give_up, patient, time_le
 from patterns.jobqueue.stores.sqlite.checkpoint import WalRecovery
 from patterns.jobqueue.stores.sqlite.schema import StoreFileError, is_busy
 
-__all__ = ["SQLiteTransactions"]
+__all__ = ["JoinedTransaction", "SQLiteTransactions"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,18 @@ _BACKOFF = 0.05  # seconds before the first retry; doubles each time, plus jitte
 _BACKOFF_CAP = 1.0  # the longest pause between two attempts, before jitter
 
 
+class JoinedTransaction(threading.local):
+    """Per thread: ``now``, the time of the open transaction its store calls join, or None.
+
+    `~.SQLiteStore.settle_and_claim` sets it for the calls it makes inside its own
+    transaction. A class attribute, so a thread that never set it reads None at once: a
+    plain ``threading.local`` raises AttributeError for a name never set, and every
+    write looks.
+    """
+
+    now: float | None = None
+
+
 class SQLiteTransactions:
     """Transactions on one connection, used by one thread at a time (a base of the store)."""
 
@@ -45,7 +57,7 @@ class SQLiteTransactions:
     _path: str
     _clock: Callable[[], float]
     _lock: threading.Lock
-    _shared: threading.local
+    _shared: JoinedTransaction
     _closed: bool
     _busy_timeout: float  # seconds an attempt waits for a busy database
     _busy_slice: float  # seconds one of SQLite's busy waits lasts (the connection's timeout)
@@ -71,26 +83,51 @@ class SQLiteTransactions:
         of ``_BUSY_RETRIES`` times.
         """
         began = time.monotonic()
+        if time_left(began) is not None:
+            return self._retry_loop(step, locked, began, None)
+        # The common case, made short: no deadline bounds this thread, so the first attempt
+        # needs none of the loop's bookkeeping (every enqueue would pay for it). The loop
+        # runs only once the database was busy, and carries on from that error as if it
+        # had made this attempt itself.
+        try:
+            return self._attempt_unbounded(step, locked)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            busy = exc
+        return self._retry_loop(step, locked, began, busy)
+
+    def _retry_loop(
+        self,
+        step: Callable[[], T],
+        locked: bool,
+        began: float,
+        busy: sqlite3.OperationalError | None,
+    ) -> T:
+        """`_retry_busy`'s attempts and pauses; ``busy``: what a first attempt raised, if any."""
         error: sqlite3.OperationalError | None = None
         for attempt in itertools.count(1):
-            busy_since = time.monotonic()
+            busy_since = began if attempt == 1 else time.monotonic()
             while True:
-                if time_left(began) == 0.0:  # this thread already gave up on the store
-                    if error is None:
-                        raise give_up(f"{self._path}: not tried")
-                    raise give_up(f"{self._path}: database busy ({error})") from error
-                try:
-                    return self._attempt(step, locked, began)
-                except sqlite3.OperationalError as exc:
-                    if not is_busy(exc):
-                        raise
-                    if time_left(began) == 0.0:
-                        raise give_up(f"{self._path}: database busy ({exc})") from exc
-                    if time.monotonic() - busy_since < self._busy_timeout:
-                        continue  # SQLite's busy handler waited one slice: wait another
-                    if attempt >= _BUSY_RETRIES and not patient():
-                        raise
-                    error = exc
+                if busy is None:
+                    if time_left(began) == 0.0:  # this thread already gave up on the store
+                        if error is None:
+                            raise give_up(f"{self._path}: not tried")
+                        raise give_up(f"{self._path}: database busy ({error})") from error
+                    try:
+                        return self._attempt(step, locked, began)
+                    except sqlite3.OperationalError as exc:
+                        if not is_busy(exc):
+                            raise
+                        busy = exc
+                failed, busy = busy, None
+                if time_left(began) == 0.0:
+                    raise give_up(f"{self._path}: database busy ({failed})") from failed
+                if time.monotonic() - busy_since < self._busy_timeout:
+                    continue  # SQLite's busy handler waited one slice: wait another
+                if attempt >= _BUSY_RETRIES and not patient():
+                    raise failed
+                error = failed
                 break
             pause = backoff(_BACKOFF, attempt, _BACKOFF_CAP)
             left = time_left(began)
@@ -107,6 +144,14 @@ class SQLiteTransactions:
             time.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _attempt_unbounded(self, step: Callable[[], T], locked: bool) -> T:
+        """`_attempt` for a thread without a deadline: it waits for the lock as long as it takes."""
+        if not locked:
+            return step()
+        with self._lock:
+            self._check_open()
+            return step()
+
     def _attempt(self, step: Callable[[], T], locked: bool, began: float) -> T:
         if not locked:
             return step()
@@ -122,7 +167,7 @@ class SQLiteTransactions:
 
         Inside `settle_and_claim`'s transaction (this thread, lock held) ``body`` joins it.
         """
-        now = getattr(self._shared, "now", None)
+        now = self._shared.now
         if now is not None:
             return body(self._conn, now)
 
