@@ -16,8 +16,9 @@ the drain is timed), and the drain is checked afterwards (every job done or acke
 * ``SQLiteStore + Worker``: this project, ``Worker(store, tasks, concurrency=4)`` with
   its defaults; a job counts once ``on_complete`` ran, after ``complete`` committed.
   Also at a quarter of the backlog: a rate that does not drop with the backlog shows
-  the claim is not quadratic. And with ``prefetch=4``: each claim transaction fills
-  every free slot, at the price described in ``Worker``'s docstring.
+  the claim is not quadratic. Its defaults prefetch four (as many as ``concurrency``),
+  at the price described in ``Worker``'s docstring; the ``prefetch=0`` row claims only
+  for free handler threads (the default before issue 40).
 * ``huey SqliteHuey``: huey's consumer in-process, ``workers=4, worker_type="thread"``,
   its other options at their defaults; a job counts at its ``complete`` signal. huey
   deletes the task row when it dequeues it (at-most-once). huey has no NORMAL option
@@ -96,7 +97,7 @@ SYNCS = ("NORMAL", "FULL")
 DRAIN_TIMEOUT = 240.0  # seconds one drain may take before the child gives up
 PROJECT = "SQLiteStore + Worker"
 PROJECT_SMALL = "SQLiteStore + Worker, 1/4 backlog"
-PROJECT_PREFETCH = "SQLiteStore + Worker(prefetch=4)"
+PROJECT_PREFETCH = "SQLiteStore + Worker(prefetch=0)"
 HUEY = "huey SqliteHuey"
 PQ = "persist-queue SQLiteAckQueue"
 RAW = "raw sqlite3 ceiling, 1 thread"
@@ -138,7 +139,7 @@ class Counter:
                 self.done.set()
 
 
-def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
+def drain_project(path: Path, sync: str, jobs: int, prefetch: int | None = None) -> float:
     """Seconds for ``Worker(concurrency=4, prefetch=prefetch)`` to drain ``jobs`` jobs."""
     from patterns.jobqueue import SQLiteStore  # noqa: PLC0415
 
@@ -148,8 +149,10 @@ def drain_project(path: Path, sync: str, jobs: int, prefetch: int = 0) -> float:
     return timed_drain(SQLiteStore(path, synchronous=sync), jobs, "project", prefetch)
 
 
-def timed_drain(store: Any, jobs: int, what: str, prefetch: int = 0) -> float:
+def timed_drain(store: Any, jobs: int, what: str, prefetch: int | None = None) -> float:
     """Seconds for ``Worker(store, concurrency=4)`` to run ``jobs`` no-ops; closes ``store``.
+
+    ``prefetch`` None: the Worker's default (as many as ``concurrency``).
 
     A job counts once ``on_complete`` ran (after its commit); afterwards every job must be
     done, or this raises naming ``what``.
@@ -412,7 +415,7 @@ def drain_pg_raw(path: Path, sync: str, jobs: int, batch: int = 1) -> float:
 
 DRAINS: dict[str, Callable[[Path, str, int], float]] = {
     "project": drain_project,
-    "project-prefetch": lambda path, sync, jobs: drain_project(path, sync, jobs, prefetch=4),
+    "project-prefetch": lambda path, sync, jobs: drain_project(path, sync, jobs, prefetch=0),
     "huey": drain_huey,
     "pq": drain_pq,
     "raw": drain_raw,

@@ -613,15 +613,17 @@ def test_the_idle_intervals_accept_their_floor_and_the_help_names_it(
     assert "0 turns it off, else at least 0.001 (default: 0.015;" in text
 
 
-@pytest.mark.parametrize(("given", "expected"), [([], 0), (["--prefetch", "3"], 3)])
+@pytest.mark.parametrize(
+    ("given", "expected"), [([], None), (["--prefetch", "0"], 0), (["--prefetch", "3"], 3)]
+)
 def test_the_worker_gives_its_prefetch_to_the_worker(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     given: list[str],
-    expected: int,
+    expected: int | None,
 ) -> None:
-    """``--prefetch`` reaches `Worker` (default 0, the API's), which runs with it."""
+    """``--prefetch`` reaches `Worker` (absent: None, the API's default), which runs with it."""
     seen: list[object] = []
 
     class Spy(Worker):

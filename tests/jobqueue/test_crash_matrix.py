@@ -239,8 +239,12 @@ class Queue:
         lease: float = 1.0,
         stop_timeout: float = 10.0,
         exit_when_empty: bool = False,
+        prefetch: int | None = None,
     ) -> Child:
-        """Start ``python -m patterns.jobqueue ... worker`` on the queue."""
+        """Start ``python -m patterns.jobqueue ... worker`` on the queue.
+
+        ``prefetch`` None: no ``--prefetch``, so the default (as many as ``concurrency``).
+        """
         args = [
             "--db",
             self.db,
@@ -258,6 +262,8 @@ class Queue:
         ]
         if exit_when_empty:
             args.append("--exit-when-empty")
+        if prefetch is not None:
+            args += ["--prefetch", str(prefetch)]
         child = Child(args, self.root)
         self.children.append(child)
         return child
@@ -364,7 +370,7 @@ def test_a_second_signal_exits_at_once_and_the_running_job_runs_again_after_its_
     """Two signals: exit 128 + signal at once; the running job keeps its lease and reruns."""
     ids = q.enqueue(("waits", "go-a"), ("work", 0))
     a, _ = ids
-    child = q.worker(stop_timeout=60.0)
+    child = q.worker(stop_timeout=60.0, prefetch=0)  # the other job is never claimed
     child.expect_out(f"start {a} ")
     child.proc.send_signal(first)
     child.expect_log("RUNNING -> DRAINING")
@@ -382,10 +388,13 @@ def test_a_second_signal_exits_at_once_and_the_running_job_runs_again_after_its_
 
 
 def test_sigkill_mid_job_leaves_it_leased_and_a_restart_runs_it_again(q: Queue) -> None:
-    """SIGKILL while a job runs: exit -9, the job stays leased (never lost), then reruns once."""
+    """SIGKILL while a job runs: exit -9, the job stays leased (never lost), then reruns once.
+
+    Without prefetch; `test_sigkill_with_claims_prefetched_...` is the default's case.
+    """
     ids = q.enqueue(("waits", "go-a"), ("work", 0), ("work", 0))
     a = ids[0]
-    child = q.worker()
+    child = q.worker(prefetch=0)
     child.expect_out(f"start {a} ")
     child.proc.kill()
     assert child.wait() == -signal.SIGKILL
@@ -398,10 +407,44 @@ def test_sigkill_mid_job_leaves_it_leased_and_a_restart_runs_it_again(q: Queue) 
     assert [q.ends(i) for i in ids] == [1, 1, 1]
 
 
+def test_sigkill_with_claims_prefetched_returns_them_at_the_lease_end_and_each_runs_once_more(
+    q: Queue,
+) -> None:
+    """SIGKILL of a worker at its defaults holding claims it never started: nothing is lost.
+
+    Two threads and the default prefetch (two): the first claim takes the four oldest jobs
+    in one transaction, so once the first job has started, the third and fourth are held,
+    waiting, attempt spent. After the kill they stay leased to the dead worker (no other
+    worker can take them) until the lease ends; then another worker claims and runs them,
+    each exactly once, with the attempt of the lost claim counted; the fifth job was not
+    claimed by the dead worker and is run once.
+    """
+    ids = q.enqueue(("waits", "go-a"), ("waits", "go-b"), ("work", 0), ("work", 0), ("work", 0))
+    a, b, c, d, _ = ids
+    child = q.worker(concurrency=2, lease=1.0)
+    child.expect_out(f"start {a} ")  # its claim, and with it c's and d's, is committed
+    child.expect_out(f"start {b} ")
+    child.proc.kill()
+    assert child.wait() == -signal.SIGKILL
+    q.killed.add(child.pid)
+    assert q.states(ids) == [(_R, 1)] * 4 + [(_Q, 0)]
+    assert q.runs(c) == q.runs(d) == []  # prefetched: held, never started
+    owners = {str(job.lease_owner).split(":")[0] for job in q.jobs([a, b, c, d]).values()}
+    assert owners == {f"worker-{child.pid}-1"}  # the dead worker's: its name, then a token
+
+    q.release("go-a")
+    q.release("go-b")
+    drain = q.drain(lease=1.0)
+    assert q.states(ids) == [(_D, 2)] * 4 + [(_D, 1)]  # each lost lease counted an attempt
+    assert [q.ends(i) for i in ids] == [1] * 5  # every effect exactly once
+    for job_id in (c, d):  # run once, by the restart, on the attempt after the lost one
+        assert q.runs(job_id) == [("start", 2, drain.pid), ("end", 2, drain.pid)]
+
+
 def test_os_exit_inside_a_handler_exits_with_its_status_and_the_job_runs_again(q: Queue) -> None:
     """A handler calling os._exit(7) ends the process with 7; a restart reruns that job."""
     ids = q.enqueue(("exits", "once"), ("work", 0))
-    child = q.worker(lease=0.5)
+    child = q.worker(lease=0.5, prefetch=0)  # the other job is never claimed
     assert child.wait() == 7
     q.killed.add(child.pid)
     assert q.states(ids) == [(_R, 1), (_Q, 0)]

@@ -238,11 +238,12 @@ def test_a_job_between_hand_over_and_commit_is_still_running_and_its_commit_refi
 
     The store shares one transaction between outcomes and claims (`settle_and_claim`), so
     the freed slot is the settler's to claim for: the next job runs only once the parked
-    commit goes on, and is claimed by that same commit.
+    commit goes on, and is claimed by that same commit. Without prefetch, so that the one
+    slot is the one thread's.
     """
     first = world.store.enqueue("work", "now")
     world.park.job_id = first
-    worker = world.worker(concurrency=1).start()
+    worker = world.worker(concurrency=1, prefetch=0).start()
     world.park.gate.wait_reached()
     assert worker.running_jobs() == [first]  # handed over, not committed: still named
     assert (worker.stats().running, worker.stats().awaiting_commit) == (1, 1)

@@ -873,7 +873,7 @@ def test_three_worker_processes_one_sigkilled_mid_job_the_survivors_finish_every
         ids = store.enqueue_many([{"task": "hold", "payload": n} for n in range(9)])
         names = ["a", "b", "c"]
         for name in names:
-            workers.start(name)
+            workers.start(name, "--prefetch", "0")  # claims for its two threads only
         # Each process claims two jobs and blocks in both: six running, three queued.
         workers.until(lambda seen: all(len(started_jobs(seen, n)) == 2 for n in names))
         victim = set(started_jobs(workers.seen, "a"))

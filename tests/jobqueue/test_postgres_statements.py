@@ -83,10 +83,15 @@ def test_an_enqueue_is_one_statement_and_enqueue_many_one_for_the_whole_batch(
     assert store.counts()["queued"] == 51
 
 
+@pytest.mark.parametrize("prefetch", [None, 0], ids=["default", "prefetch=0"])
 def test_a_worker_at_its_defaults_sends_at_most_one_and_a_half_statements_per_drained_job(
-    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch, prefetch: int | None
 ) -> None:
-    """Claims and outcomes share statements: the count per job stays under the bound."""
+    """Claims and outcomes share statements: the count per job stays under the bound.
+
+    At the defaults (4 threads, prefetch 4) and without prefetch, claiming only for the
+    free threads.
+    """
     store.enqueue_many([{"task": "noop"}] * JOBS)
     done = threading.Event()
     finished: list[int] = []
@@ -101,7 +106,8 @@ def test_a_worker_at_its_defaults_sends_at_most_one_and_a_half_statements_per_dr
     tasks = TaskRegistry(on_complete=on_complete)
     tasks.task(name="noop")(lambda payload, ctx: None)
     counter = StatementCounter(monkeypatch)
-    worker = Worker(store, tasks)  # the defaults: 4 threads, no prefetch
+    chosen = {} if prefetch is None else {"prefetch": prefetch}
+    worker = Worker(store, tasks, **chosen)  # the defaults: 4 threads, prefetch 4
     with worker:
         assert done.wait(MUST_HAPPEN * 6), f"{len(finished)} of {JOBS} done"
     sent = counter.take()
@@ -233,7 +239,8 @@ def test_jobs_claimed_by_an_outcomes_statement_while_a_stop_begins_are_released_
             stopped.set()
             holder[0].request_stop("stop during the combined statement")
 
-    worker = Worker(store, tasks, concurrency=1, step_hook=step_hook)
+    # No prefetch: the one job in hand is the only one claimed before its outcome's statement.
+    worker = Worker(store, tasks, concurrency=1, prefetch=0, step_hook=step_hook)
     holder.append(worker)
     with worker:
         assert stopped.wait(MUST_HAPPEN)

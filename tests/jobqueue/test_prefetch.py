@@ -4,17 +4,20 @@ Every test runs the real `Worker` on a real `MemoryStore` seen through `ClaimLog
 recording store of ``test_worker`` plus a log of every claim (limit asked, jobs taken) and
 every renewal. Time in the store is a `FakeClock` moved by the test; handlers park at a
 `Gate` per job, so which claims are waiting (handed off, not started) is always known.
+The fairness tests at the end run two workers on one real SQLite file, at the defaults.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from patterns.jobqueue.stores.records import Claim, JobState
+from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
 from patterns.jobqueue.worker.worker import Outcome, Worker, WorkerReport
 from tests.jobqueue.test_worker import (
@@ -318,7 +321,7 @@ def test_without_prefetch_the_worker_never_claims_more_than_its_free_handler_thr
 ) -> None:
     """With prefetch=0 each claim asks for the free handler threads only, and holds no extra."""
     jobs = Parking(store, 4)
-    worker = make_worker(store, jobs.tasks, clock, concurrency=2, lease=LEASE)
+    worker = make_worker(store, jobs.tasks, clock, concurrency=2, prefetch=0, lease=LEASE)
     with running(worker, *jobs.gates.values()):
         jobs.gates[1].wait_reached()
         jobs.gates[2].wait_reached()
@@ -337,6 +340,67 @@ def test_without_prefetch_the_worker_never_claims_more_than_its_free_handler_thr
     assert sorted(jobs.ran) == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_by_default_the_first_claim_takes_a_waiting_job_behind_each_handler_thread(
+    store: ClaimLogStore, clock: FakeClock, concurrency: int
+) -> None:
+    """No prefetch argument: prefetch is ``concurrency``, so one transaction claims twice that."""
+    jobs = Parking(store, 3 * concurrency)
+    worker = make_worker(store, jobs.tasks, clock, concurrency=concurrency, lease=LEASE)
+    with running(worker, *jobs.gates.values()):
+        for n in range(1, concurrency + 1):
+            jobs.gates[n].wait_reached()
+        held = [jobs.ids[n] for n in range(1, 2 * concurrency + 1)]
+        assert store.claim_log == [(2 * concurrency, held)]
+        assert [store.get(i).state for i in held] == [JobState.RUNNING] * (2 * concurrency)
+        assert store.counts()["queued"] == concurrency
+        assert sorted(worker.running_jobs()) == held[:concurrency]  # the others wait
+        for gate in jobs.gates.values():
+            gate.open()
+        wait_until(lambda: worker.stats().done == 3 * concurrency, "every job done")
+    assert sorted(jobs.ran) == list(range(1, 3 * concurrency + 1))
+    assert all(limit <= 2 * concurrency for limit, _ in store.claim_log)
+    assert_one_outcome_per_claim(store)
+
+
+def test_by_default_a_stop_releases_the_waiting_claims_at_once_unchanged(
+    store: ClaimLogStore, clock: FakeClock
+) -> None:
+    """No prefetch argument, two threads busy: the stop gives the two waiting jobs back.
+
+    ``request_stop`` returns only once they are released: queued again, the attempt the
+    claim spent given back, ``run_at`` kept, never run, while the running jobs go on.
+    """
+    jobs = Parking(store, 4, run_at=clock() - 100.0)
+    waiting = [jobs.ids[3], jobs.ids[4]]
+    before = {job_id: store.get(job_id) for job_id in waiting}
+    worker = make_worker(store, jobs.tasks, clock, concurrency=2, lease=LEASE)
+    with running(worker, *jobs.gates.values()):
+        jobs.gates[1].wait_reached()
+        jobs.gates[2].wait_reached()
+        for job_id in waiting:
+            assert (store.get(job_id).state, store.get(job_id).attempts) == (JobState.RUNNING, 1)
+        worker.request_stop("test")
+        for job_id, old in before.items():
+            job = store.get(job_id)
+            assert (job.state, job.attempts, job.run_at) == (JobState.QUEUED, 0, old.run_at)
+            assert (job.lease_owner, job.lease_until) == (None, None)
+        assert worker.running_jobs() == [jobs.ids[1], jobs.ids[2]]
+        jobs.gates[1].open()
+        jobs.gates[2].open()
+        report = worker.stop(MUST_HAPPEN)
+    assert report.terminated
+    assert dict(report.outcomes) == {
+        jobs.ids[1]: Outcome.DONE,
+        jobs.ids[2]: Outcome.DONE,
+        jobs.ids[3]: Outcome.RELEASED,
+        jobs.ids[4]: Outcome.RELEASED,
+    }
+    assert report.released == tuple(waiting)
+    assert sorted(jobs.ran) == [1, 2]
+    assert_one_outcome_per_claim(store)
+
+
 @pytest.mark.parametrize("prefetch", [-1, -5])
 def test_a_negative_prefetch_is_refused_with_an_error_naming_it(
     store: ClaimLogStore, prefetch: int
@@ -344,3 +408,158 @@ def test_a_negative_prefetch_is_refused_with_an_error_naming_it(
     """A negative prefetch raises ValueError that names the setting and the value."""
     with pytest.raises(ValueError, match=rf"prefetch.*{prefetch}"):
         Worker(store, TaskRegistry(), prefetch=prefetch)
+
+
+# --- fairness: two workers at the defaults on one SQLite file ---------------------------------
+
+
+class LoggedSQLite(SQLiteStore):
+    """An SQLite store that logs the jobs each claim took (the claimer's and the settler's)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.changed = threading.Condition()
+        self.taken: list[list[int]] = []  # job ids, one list per claim that found jobs
+
+    def claim(self, owner: str, *, lease: float, limit: int = 1) -> list[Claim]:
+        """Log the jobs taken, if any."""
+        claims = super().claim(owner, lease=lease, limit=limit)
+        with self.changed:
+            self.taken.append([c.job.id for c in claims])
+            self.changed.notify_all()
+        return claims
+
+    def wait_for_claims(self, count: int) -> None:
+        """Block until ``count`` claims (any, empty ones included) have returned."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.taken) >= count, MUST_HAPPEN)
+
+
+class TwoWorkers:
+    """``count`` parked jobs on one SQLite file; workers A and B each on their own connection."""
+
+    def __init__(self, tmp_path: Path, count: int) -> None:
+        self.path = tmp_path / "q.db"
+        self.gates = {n: Gate(f"job {n}") for n in range(1, count + 1)}
+        self.ran_by: dict[int, list[str]] = {n: [] for n in self.gates}  # payload -> workers
+        self.tasks = TaskRegistry()
+        self.tasks.task(name="park")(self._handler)
+        filler = SQLiteStore(self.path)
+        self.ids = dict(
+            zip(
+                self.gates,
+                filler.enqueue_many([{"task": "park", "payload": n} for n in self.gates]),
+                strict=True,
+            )
+        )
+        filler.close()
+        self.stores: dict[str, LoggedSQLite] = {}
+        self.workers: dict[str, Worker] = {}
+
+    def _handler(self, payload: int, ctx: JobContext) -> None:
+        self.ran_by[payload].append(ctx.worker)
+        self.gates[payload].arrive()
+
+    def start(self, name: str, **options: Any) -> LoggedSQLite:
+        """Start worker ``name`` (two threads, the rest at the defaults but the lease)."""
+        store = self.stores[name] = LoggedSQLite(self.path)
+        worker = Worker(store, self.tasks, concurrency=2, name=name, lease=LEASE, **options)
+        self.workers[name] = worker.start()
+        return store
+
+    def ids_of(self, *payloads: int) -> list[int]:
+        """The job ids of these payloads."""
+        return [self.ids[n] for n in payloads]
+
+    def finish(self) -> dict[str, WorkerReport]:
+        """Open every gate, wait until every job is done, stop both workers, close the stores."""
+        for gate in self.gates.values():
+            gate.open()
+        wait_until(
+            lambda: sum(w.stats().done for w in self.workers.values()) == len(self.gates),
+            "every job done",
+        )
+        reports = {name: worker.stop(MUST_HAPPEN) for name, worker in self.workers.items()}
+        for store in self.stores.values():
+            store.close()
+        return reports
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Any:
+    """Twelve parked jobs on one file; every gate opened and every worker stopped at the end."""
+    made = TwoWorkers(tmp_path, 12)
+    yield made
+    for gate in made.gates.values():
+        gate.open()
+    for worker in made.workers.values():
+        worker.stop(MUST_HAPPEN)
+    for store in made.stores.values():
+        store.close()
+
+
+def test_two_workers_at_the_defaults_on_one_file_both_get_work_from_a_backlog(
+    two: TwoWorkers,
+) -> None:
+    """A busy worker holds its threads' jobs and as many waiting: the backlog beyond is B's.
+
+    A (two threads, default prefetch two) claims the four oldest jobs in one transaction and
+    parks on the first two; B, started next, claims the next four and parks on two of them:
+    neither starves. Every job runs once, each by the worker that claimed it.
+    """
+    a = two.start("A")
+    two.gates[1].wait_reached()
+    two.gates[2].wait_reached()
+    assert a.taken[0] == two.ids_of(1, 2, 3, 4)
+    b = two.start("B")
+    two.gates[5].wait_reached()
+    two.gates[6].wait_reached()
+    assert b.taken[0] == two.ids_of(5, 6, 7, 8)  # A's waiting jobs are leased: B skips them
+    assert b.counts()["queued"] == 4  # nothing else claimed
+    reports = two.finish()
+    assert all(report.terminated for report in reports.values())
+    assert [len(workers) for workers in two.ran_by.values()] == [1] * 12  # each job once
+    ran_by_a = {n for n, workers in two.ran_by.items() if workers == ["A"]}
+    ran_by_b = {n for n, workers in two.ran_by.items() if workers == ["B"]}
+    assert {1, 2, 3, 4} <= ran_by_a
+    assert {5, 6, 7, 8} <= ran_by_b
+    assert two.workers["A"].stats().done == len(ran_by_a)
+    assert two.workers["B"].stats().done == len(ran_by_b)
+
+
+@pytest.mark.parametrize("prefetch", [None, 0], ids=["default", "prefetch=0"])
+def test_the_cost_a_job_waiting_behind_a_busy_worker_is_not_taken_by_an_idle_one(
+    tmp_path: Path, prefetch: int | None
+) -> None:
+    """Four jobs, A's two threads busy: with the default prefetch, jobs 3 and 4 wait for A.
+
+    B, idle, claims nothing: A holds them, leased. With ``prefetch=0`` A claims only for its
+    two threads and B takes jobs 3 and 4 at once. This is the price of the default that
+    Worker's docstring states.
+    """
+    two = TwoWorkers(tmp_path, 4)
+    chosen = {} if prefetch is None else {"prefetch": prefetch}
+    try:
+        a = two.start("A", **chosen)
+        two.gates[1].wait_reached()
+        two.gates[2].wait_reached()
+        b = two.start("B", **chosen)
+        b.wait_for_claims(1)
+        if prefetch is None:
+            assert a.taken[0] == two.ids_of(1, 2, 3, 4)
+            assert b.taken[0] == []  # everything due is A's
+            assert two.workers["B"].running_jobs() == []
+        else:
+            assert a.taken[0] == two.ids_of(1, 2)
+            assert b.taken[0] == two.ids_of(3, 4)
+            two.gates[3].wait_reached()
+            two.gates[4].wait_reached()
+        reports = two.finish()
+    finally:
+        for gate in two.gates.values():
+            gate.open()
+        for worker in two.workers.values():
+            worker.stop(MUST_HAPPEN)
+    assert all(report.terminated for report in reports.values())
+    waiting_ran_by = [two.ran_by[3], two.ran_by[4]]
+    assert waiting_ran_by == ([["A"], ["A"]] if prefetch is None else [["B"], ["B"]])

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from patterns.jobqueue.stores.memory import MemoryStore
 from patterns.jobqueue.stores.records import Claim, JobState, Settlement
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
@@ -110,11 +112,17 @@ def worker(store: Recording, jobs: Jobs, **options: Any) -> Worker:
     return Worker(store, jobs.tasks, **settings)
 
 
-def test_a_batch_s_freed_slots_are_refilled_by_the_same_transaction() -> None:
-    """Twelve jobs, four slots: one claim of four, then every refill rides an outcome commit."""
+@pytest.mark.parametrize(("prefetch", "first"), [(0, 4), (None, 8)], ids=["prefetch=0", "default"])
+def test_a_batch_s_freed_slots_are_refilled_by_the_same_transaction(
+    prefetch: int | None, first: int
+) -> None:
+    """Twelve jobs, four threads: one claim of the free slots, then each refill with an outcome.
+
+    The free slots are four, or eight with the default prefetch (four).
+    """
     store, jobs = Recording(), Jobs()
     ids = store.enqueue_many([{"task": "work"}] * 12)
-    w = worker(store, jobs).start()
+    w = worker(store, jobs, **({} if prefetch is None else {"prefetch": prefetch})).start()
     try:
         wait_until(lambda: jobs.running == 4, "four jobs running")
         jobs.go.set()
@@ -126,8 +134,8 @@ def test_a_batch_s_freed_slots_are_refilled_by_the_same_transaction() -> None:
     assert jobs.most <= 4
     taken = [call for call in store.calls if call[0] == "claim" and call[2]]
     shared = [call for call in store.calls if call[0] == "shared"]
-    assert taken == [("claim", 4, 4)]  # the claimer's only claim that found jobs
-    assert sum(call[3] for call in shared) == 8  # the other eight: claimed with outcomes
+    assert taken == [("claim", first, first)]  # the claimer's only claim that found jobs
+    assert sum(call[3] for call in shared) == 12 - first  # the others: claimed with outcomes
     for _, settled, limit, claimed in shared:
         assert limit == settled  # a slot per outcome: those it frees, no more
         assert claimed <= limit
@@ -137,11 +145,14 @@ def test_a_batch_s_freed_slots_are_refilled_by_the_same_transaction() -> None:
 
 
 def test_never_more_claims_than_free_slots_while_a_shared_transaction_is_held_open() -> None:
-    """The settler's transaction parked with one slot reserved; the claimer takes the others."""
+    """The settler's transaction parked with one slot reserved; the claimer takes the others.
+
+    Without prefetch (``prefetch=0``), so that the free slots are the free threads.
+    """
     store, jobs = Recording(), Jobs()
     jobs.tasks.task(name="quick")(lambda payload, ctx: None)
     first, quick = store.enqueue("work"), store.enqueue("quick")
-    w = worker(store, jobs, concurrency=3)
+    w = worker(store, jobs, concurrency=3, prefetch=0)
     store.hold = True  # the quick job's commit parks inside its transaction
     w.start()
     try:
@@ -191,7 +202,9 @@ def work(payload, ctx):
     with open(effects, "a") as f:
         f.write(f"{ctx.job_id} {ctx.attempt}\n")
 
-Worker(DiesInside(db), tasks, concurrency=2, lease=0.5).run()
+# No prefetch: the first claim takes two of the four jobs, so the shared transaction
+# that settles them has jobs left to claim.
+Worker(DiesInside(db), tasks, concurrency=2, prefetch=0, lease=0.5).run()
 """
 
 

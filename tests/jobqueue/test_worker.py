@@ -546,10 +546,15 @@ def test_a_job_still_running_whose_release_fails_at_the_deadline_keeps_its_lease
     assert f"(they keep their lease: [{job_id}])" in report.summary()
 
 
+@pytest.mark.parametrize("prefetch", [0, None], ids=["prefetch=0", "default"])
 def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_swallowed_it(
-    store: RecordingStore, clock: FakeClock
+    store: RecordingStore, clock: FakeClock, prefetch: int | None
 ) -> None:
-    """The claimer reads the worker's state, not a token: a swallowed stop changes nothing."""
+    """The claimer reads the worker's state, not a token: a swallowed stop changes nothing.
+
+    With the default prefetch (one, for one thread), the first claim also took the next
+    job: the stop releases it unchanged, never run.
+    """
     tasks = TaskRegistry()
     started = threading.Event()
     ran: list[int] = []
@@ -568,13 +573,15 @@ def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_
 
     first = store.enqueue("swallow")
     others = [store.enqueue("fast", i) for i in range(5)]
-    worker = make_worker(store, tasks, clock, cancel_timeout=MUST_HAPPEN)
+    chosen = {} if prefetch is None else {"prefetch": prefetch}
+    worker = make_worker(store, tasks, clock, cancel_timeout=MUST_HAPPEN, **chosen)
     with running(worker):
         assert started.wait(MUST_HAPPEN)
         report = worker.stop()
 
     assert report.terminated
-    assert report.outcomes == {first: Outcome.DONE}
+    prefetched = {} if prefetch == 0 else {others[0]: Outcome.RELEASED}
+    assert report.outcomes == {first: Outcome.DONE, **prefetched}
     assert ran == []
     assert store.claim_states == [WorkerState.RUNNING]  # one claim, before the stop
     for job_id in others:

@@ -191,7 +191,12 @@ def _stop_in_the_middle(screen: Screen, store: SQLiteStore, ids: dict[int, str])
         time.sleep(0.05)
     say()
     say("3. Stop in the middle, as on SIGTERM: stop claiming, let the running jobs finish,")
-    say("   cancel the ones still running when the drain budget is spent.")
+    say("   cancel the ones still running when the drain budget is spent, and give back at")
+    say("   once the jobs claimed ahead (prefetched, one per thread) that never started.")
+    # Once the stop is requested no job starts: the jobs running now are those it lets
+    # finish or interrupts; the other released jobs were waiting for a thread.
+    worker.request_stop("stop() called")
+    ran = set(worker.running_jobs())
     report = worker.stop()
     _show_report(screen, report, ids)
     say(f"   in the database now: {_counts_text(store.counts())}")
@@ -200,9 +205,10 @@ def _stop_in_the_middle(screen: Screen, store: SQLiteStore, ids: dict[int, str])
         if old is None or new is None:
             continue
         same = new.run_at == old.run_at and new.attempts == old.attempts
+        fate = "interrupted, not failed" if job_id in ran else "prefetched, never started"
         say(
             f"   released job {job_id} ({ids[job_id]}): {new.state.value}, attempts "
-            f"{new.attempts}, run_at {'unchanged' if same else 'CHANGED'}: interrupted, not failed"
+            f"{new.attempts}, run_at {'unchanged' if same else 'CHANGED'}: {fate}"
         )
 
 

@@ -1,9 +1,10 @@
 """The worker's option checks: counts and seconds, alone and against each other.
 
-TL;DR: ``Worker(...)`` calls `check_counts` (``concurrency``, ``prefetch``) and
-`check_times` (every interval) before it builds anything, and `seconds` for each budget
-handed to a call (``stop(timeout)``, ``wait_stop_requested(timeout)``); `split_budget`
-divides a stop's budget between DRAINING and CANCELLING.
+TL;DR: ``Worker(...)`` calls `check_counts` (``concurrency``, ``prefetch``; it returns the
+prefetch to use, None meaning as many as ``concurrency``) and `check_times` (every
+interval) before it builds anything, and `seconds` for each budget handed to a call
+(``stop(timeout)``, ``wait_stop_requested(timeout)``); `split_budget` divides a stop's
+budget between DRAINING and CANCELLING.
 
 Pattern:
     The project's one rule for seconds (docs/design.md, "Seconds are checked one way
@@ -34,16 +35,28 @@ __all__ = ["MAX_THREADS", "check_counts", "check_times", "positive", "seconds", 
 MAX_THREADS = 10_000  # more handler threads (or prefetched claims) than this is a mistake
 
 
-def check_counts(concurrency: object, prefetch: object) -> None:
-    """``concurrency`` an int in 1..`MAX_THREADS`, ``prefetch`` one in 0..`MAX_THREADS`."""
-    for name, value, least in (("concurrency", concurrency, 1), ("prefetch", prefetch, 0)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-        if value < least:
-            which = "at least 1" if least else "not negative"
-            raise ValueError(f"{name} must be {which}, got {value}")
-        if value > MAX_THREADS:
-            raise ValueError(f"{name} must be at most {MAX_THREADS}, got {value}")
+def check_counts(concurrency: object, prefetch: object) -> int:
+    """``concurrency`` an int in 1..`MAX_THREADS`, ``prefetch`` one in 0..`MAX_THREADS` or None.
+
+    Returns the prefetch to use: ``prefetch`` itself, or ``concurrency`` when it is None
+    (the default: one claim waiting behind each handler thread).
+    """
+    threads = _count("concurrency", concurrency, least=1)
+    if prefetch is None:
+        return threads
+    return _count("prefetch", prefetch, least=0)
+
+
+def _count(name: str, value: object, *, least: int) -> int:
+    """``value`` if it is an int in ``least``..`MAX_THREADS`, else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < least:
+        which = "at least 1" if least else "not negative"
+        raise ValueError(f"{name} must be {which}, got {value}")
+    if value > MAX_THREADS:
+        raise ValueError(f"{name} must be at most {MAX_THREADS}, got {value}")
+    return value
 
 
 def seconds(value: object, name: str) -> float:

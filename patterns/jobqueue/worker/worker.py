@@ -128,13 +128,16 @@ class Worker:
         tasks: the handlers, policies and hooks.
         concurrency: handler threads; at most this many jobs are claimed at once, plus
             ``prefetch``.
-        prefetch: extra claims the worker may hold beyond ``concurrency`` (default 0).
+        prefetch: extra claims the worker may hold beyond ``concurrency``, waiting for a
+            free handler thread (default None: as many as ``concurrency``; 0 turns it off).
             Each claim then takes up to ``concurrency + prefetch`` due jobs in one store
-            transaction, so a freed handler thread finds its next job waiting. The price:
-            a prefetched job holds its lease (and has used an attempt) before it starts;
-            the heartbeat renews it and the stop releases it unchanged, but if the
-            process dies it waits for its lease to expire, attempt spent, like a running
-            job.
+            transaction, so a freed handler thread finds its next job waiting and the
+            claim's commit overlaps the jobs running. The price: a prefetched job holds
+            its lease (and has used an attempt) before it starts; the heartbeat renews it
+            and the stop releases it unchanged at once, but if the process dies it waits
+            for its lease to expire, attempt spent, like a running job; and meanwhile no
+            other worker can take it. With long jobs and idle workers elsewhere, 0 lets
+            each job go to whichever worker has a free thread.
         poll_interval: how long an idle worker waits before claiming again; the wait ends
             at once on `wake`, `enqueue`, `request_stop` and when a job finishes.
         stop_timeout: `stop`'s default budget, in seconds.
@@ -178,7 +181,7 @@ class Worker:
         tasks: TaskRegistry,
         *,
         concurrency: int = 4,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         poll_interval: float = 1.0,
         stop_timeout: float = 10.0,
         cancel_timeout: float | None = None,
@@ -192,7 +195,7 @@ class Worker:
         clock: Callable[[], float] | None = None,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
-        options.check_counts(concurrency, prefetch)
+        prefetch = options.check_counts(concurrency, prefetch)  # None: as many as concurrency
         beat, poll_interval, stop_timeout, cancel_timeout = options.check_times(
             poll_interval=poll_interval,
             stop_timeout=stop_timeout,
