@@ -705,6 +705,16 @@ def enqueue_report(results: dict[str, dict[str, Row]], single: int, batch: int) 
     for sync in SYNCS:
         rows = list(results[sync].values())
         lines += ["", f"synchronous={sync}", *stats_table(rows, "jobs/s", reference=HUEY_ENQUEUE)]
+    for sync in SYNCS:
+        lines.append(
+            ratio_target(
+                f"enqueue, 1 per call, vs huey's, {sync} >= 1x",
+                results[sync]["SQLiteStore.enqueue, 1 per call"],
+                results[sync].get(HUEY_ENQUEUE),
+                1.0,
+                "huey",
+            )
+        )
     one = results["NORMAL"]["SQLiteStore.enqueue, 1 per call"].median
     many = results["NORMAL"]["SQLiteStore.enqueue_many, 1 batch"].median
     lines.append(target("enqueue >= 10,000 jobs/s one per call (NORMAL)", one >= 10_000, fmt(one)))

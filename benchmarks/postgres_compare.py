@@ -92,6 +92,7 @@ from benchmarks._tables import (
     percentile,
     render,
     run_child,
+    target,
 )
 
 MODULE = "postgres_compare"
@@ -1163,8 +1164,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     emit(lines)
     results = measure(rows, args, log)
-    emit(["", *table(results), "", end_line(started)])
+    emit(["", *table(results), *pg_targets(results), "", end_line(started)])
     return 0
+
+
+def pg_targets(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The drain targets next to pgqueuer, for the rows measured (none if a row is missing)."""
+    pairs = [
+        ("threads=4", PGQ_DEFAULTS, 1.0, "at the defaults vs pgqueuer at its defaults"),
+        ("threads=4,prefetch=0", PGQ_FOUR, 2.0, "at most 4 in flight vs pgqueuer's 4"),
+    ]
+    lines = []
+    for spec, peer, goal, what in pairs:
+        ours = results.get(f"this project ({spec})", {}).get("drain")
+        other = results.get(PEERS[peer][0], {}).get("drain")
+        if ours is None or other is None or not ours.values or not other.values:
+            continue
+        ratio = ours.median / other.median
+        measured = f"{ratio:.2f}x ({fmt(ours.median)} vs {fmt(other.median)} jobs/s)"
+        lines.append(target(f"drain, {what}, >= {goal:g}x", ratio >= goal, measured))
+    return lines
 
 
 if __name__ == "__main__":
