@@ -39,7 +39,7 @@ __all__ = ["HandOff", "HandlerLoop"]
 
 
 class HandOff(ClosableQueue[Claim]):
-    """The hand-off queue: a `ClosableQueue` of claims with a fast path for its busy case.
+    """The hand-off queue: a ``ClosableQueue`` of claims, with a fast path for its busy case.
 
     Every job's claim passes through it once, so its two calls are cheaper than the
     general queue's when nobody has to wait: a `get` that finds a claim takes it in one
@@ -53,7 +53,7 @@ class HandOff(ClosableQueue[Claim]):
         self._asleep = 0  # threads in the slow get, which may wait (guarded by ``mutex``)
 
     def put(self, item: Claim, block: bool = True, timeout: float | None = None) -> None:
-        """Queue ``item``; `ShutDown` once the queue is shut. Never waits (unbounded)."""
+        """Queue ``item``; ``ShutDown`` once the queue is shut. Never waits (unbounded)."""
         with self.mutex:
             if self.is_shutdown:
                 raise ShutDown

@@ -34,7 +34,7 @@ Target = Callable[[threading.Event], None]  # a part's thread target (it gets it
 
 
 def no_step(step: Step, claim: Claim, phase: Phase | None) -> None:
-    """The default ``step_hook``: nothing happens at a `Step`."""
+    """The default ``step_hook``: nothing happens at a step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class Shared:
 
     @property
     def stepping(self) -> bool:
-        """A step hook was given: the parts call it at each `Step` (else they skip the call).
+        """Whether a step hook was given, so that the parts call it at each step of a job.
 
         Six steps a job: calling the no-op at each is a measurable share of the worker's
         own cost per job (``benchmarks/jobqueue_overheads.py``, table 7b).
