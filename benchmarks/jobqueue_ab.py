@@ -71,7 +71,7 @@ def run_case(case: str, setting: str, target: str, count: str) -> dict[str, Any]
 
     n, path = int(count), Path(target)
     if case == "drain":
-        seconds = drain_ours(path, setting, n)
+        seconds = sqlite_bench.drain_project(path, setting, n)  # Worker at its defaults
     elif case == "drain-huey":
         seconds = sqlite_bench.drain_huey(path, setting, n)
     elif case == "enqueue":
@@ -85,32 +85,6 @@ def run_case(case: str, setting: str, target: str, count: str) -> dict[str, Any]
         else:
             seconds = pg_bench.pgq_drain(dsn, setting, n)["seconds"]
     return {"rate": n / seconds}
-
-
-def drain_ours(path: Path, sync: str, jobs: int) -> float:
-    """Seconds for ``Worker(store, tasks, concurrency=4)``, its defaults, to drain ``jobs``."""
-    from benchmarks.jobqueue_throughput import Counter  # noqa: PLC0415
-    from patterns.jobqueue import SQLiteStore, TaskRegistry, Worker  # noqa: PLC0415
-
-    filler = SQLiteStore(path)
-    for first in range(0, jobs, 5000):
-        filler.enqueue_many([{"task": "noop"}] * min(5000, jobs - first))
-    filler.close()
-    counter = Counter(jobs)
-    tasks = TaskRegistry(on_complete=counter.add)
-    tasks.task(name="noop")(lambda payload, ctx: None)
-    store = SQLiteStore(path, synchronous=sync)
-    worker = Worker(store, tasks, concurrency=4)
-    began = time.perf_counter()
-    worker.start()
-    finished = counter.done.wait(300)
-    seconds = time.perf_counter() - began
-    report = worker.stop(10.0)
-    done = store.counts()["done"]
-    store.close()
-    if not finished or not report.terminated or done != jobs:
-        raise RuntimeError(f"drain: {counter.count} counted, {done} done of {jobs}")
-    return seconds
 
 
 @contextmanager

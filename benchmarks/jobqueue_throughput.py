@@ -162,7 +162,9 @@ def timed_drain(store: Any, jobs: int, what: str, prefetch: int | None = None) -
     counter = Counter(jobs)
     tasks = TaskRegistry(on_complete=counter.add)
     tasks.task(name="noop")(lambda payload, ctx: None)
-    worker = Worker(store, tasks, concurrency=4, prefetch=prefetch)
+    # Pass only a prefetch given: jobqueue_ab runs this on code older than prefetch=None.
+    options = {} if prefetch is None else {"prefetch": prefetch}
+    worker = Worker(store, tasks, concurrency=4, **options)
     start = time.perf_counter()
     worker.start()
     finished = counter.done.wait(DRAIN_TIMEOUT)
