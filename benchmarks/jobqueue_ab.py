@@ -27,7 +27,8 @@ The cases, each at the defaults a user gets, ``Worker(store, tasks, concurrency=
 the peer, in an order that rotates from round to round, so that drift in the machine's speed
 hits all three alike. The table gives each one's median (min-max), the median of the
 per-round ratios after / before, and each side's median over the peer's median, the ratio
-issue 40's targets are stated in. The load average is printed at the start and the end.
+the performance targets are stated in (docs/jobqueue/performance.md). The load average is
+printed at the start and the end.
 This is a measurement to read, not a test.
 """
 

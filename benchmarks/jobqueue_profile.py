@@ -507,26 +507,13 @@ def drain_part(folder: Path, sync: str, n: int, runs: int, top: int) -> list[str
     if alive:
         lines.append(f"(threads still alive when the profiles were read: {alive})")
     if merged is not None:
-        lines += function_table(
-            merged,
-            n,
-            sort="cumulative",
-            top=top,
-            unit="job",
-            what="cumulative CPU time",
-            bias=bias,
-            prefix="8d. ",
-        )
-        lines += function_table(
-            merged,
-            n,
-            sort="tottime",
-            top=top,
-            unit="job",
-            what="own CPU time",
-            bias=bias,
-            prefix="8e. ",
-        )
+        for sort, what, prefix in (
+            ("cumulative", "cumulative CPU time", "8d. "),
+            ("tottime", "own CPU time", "8e. "),
+        ):
+            lines += function_table(
+                merged, n, sort=sort, top=top, unit="job", what=what, bias=bias, prefix=prefix
+            )
     return lines
 
 

@@ -18,7 +18,7 @@ the drain is timed), and the drain is checked afterwards (every job done or acke
   Also at a quarter of the backlog: a rate that does not drop with the backlog shows
   the claim is not quadratic. Its defaults prefetch four (as many as ``concurrency``),
   at the price described in ``Worker``'s docstring; the ``prefetch=0`` row claims only
-  for free handler threads (the default before issue 40).
+  for free handler threads (the default until 2026-12-06).
 * ``huey SqliteHuey``: huey's consumer in-process, ``workers=4, worker_type="thread"``,
   its other options at their defaults; a job counts at its ``complete`` signal. huey
   deletes the task row when it dequeues it (at-most-once). huey has no NORMAL option

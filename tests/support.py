@@ -270,12 +270,17 @@ print(terminated, still, took < 1.0, report.terminated, service.stop(0) is repor
 def handler_stops_during_stop(setup: str, settled: str = "True") -> str:
     """Run the child script above with ``setup``; return its output, or fail on a deadlock."""
     code = _HANDLER_STOPS_DURING_STOP.format(setup=setup, settled=settled)
+    return _child_output_or_deadlock(
+        code, 3 * MUST_HAPPEN, "the handler's stop() waited for the stop() it interrupted"
+    )
+
+
+def _child_output_or_deadlock(code: str, timeout: float, deadlock: str) -> str:
+    """A child script's output within ``timeout``; else an AssertionError naming ``deadlock``."""
     try:
-        result = run_python(code, timeout=3 * MUST_HAPPEN)
+        result = run_python(code, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise AssertionError(
-            "deadlock: the handler's stop() waited for the stop() it interrupted"
-        ) from None
+        raise AssertionError(f"deadlock: {deadlock}") from None
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -323,14 +328,9 @@ print(*seen["handler"], report.terminated, service.stop(0) is report)
 def handler_stops_inside_the_stop_event_set(setup: str) -> str:
     """Run the child script above with ``setup``; return its output, or fail on a deadlock."""
     code = _HANDLER_STOPS_INSIDE_SET.format(setup=setup)
-    try:
-        result = run_python(code, timeout=MUST_HAPPEN)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(
-            "deadlock: the handler's stop() waited for the event lock its own thread holds"
-        ) from None
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    return _child_output_or_deadlock(
+        code, MUST_HAPPEN, "the handler's stop() waited for the event lock its own thread holds"
+    )
 
 
 def drain(q: Any, shut_down: type[Exception]) -> list[object]:
