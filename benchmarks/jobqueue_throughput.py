@@ -16,9 +16,11 @@ the drain is timed), and the drain is checked afterwards (every job done or acke
 * ``SQLiteStore + Worker``: this project, ``Worker(store, tasks, concurrency=4)`` with
   its defaults; a job counts once ``on_complete`` ran, after ``complete`` committed.
   Also at a quarter of the backlog: a rate that does not drop with the backlog shows
-  the claim is not quadratic. Its defaults prefetch four (as many as ``concurrency``),
-  at the price described in ``Worker``'s docstring; the ``prefetch=0`` row claims only
-  for free handler threads (the default until 2026-12-06).
+  the claim is not quadratic. Its defaults prefetch sixteen (four per handler thread,
+  as Celery's default multiplier), at the price described in ``Worker``'s docstring;
+  the ``prefetch=4`` row holds one claim waiting per thread (the default of
+  2026-12-06), the ``prefetch=0`` row claims only for free handler threads (the default
+  before).
 * ``huey SqliteHuey``: huey's consumer in-process, ``workers=4, worker_type="thread"``,
   its other options at their defaults; a job counts at its ``complete`` signal. huey
   deletes the task row when it dequeues it (at-most-once). huey has no NORMAL option
@@ -98,6 +100,7 @@ DRAIN_TIMEOUT = 240.0  # seconds one drain may take before the child gives up
 PROJECT = "SQLiteStore + Worker"
 PROJECT_SMALL = "SQLiteStore + Worker, 1/4 backlog"
 PROJECT_PREFETCH = "SQLiteStore + Worker(prefetch=0)"
+PROJECT_ONE_AHEAD = "SQLiteStore + Worker(prefetch=4)"
 HUEY = "huey SqliteHuey"
 PQ = "persist-queue SQLiteAckQueue"
 RAW = "raw sqlite3 ceiling, 1 thread"
@@ -152,7 +155,7 @@ def drain_project(path: Path, sync: str, jobs: int, prefetch: int | None = None)
 def timed_drain(store: Any, jobs: int, what: str, prefetch: int | None = None) -> float:
     """Seconds for ``Worker(store, concurrency=4)`` to run ``jobs`` no-ops; closes ``store``.
 
-    ``prefetch`` None: the Worker's default (as many as ``concurrency``).
+    ``prefetch`` None: the Worker's default (four per handler thread).
 
     A job counts once ``on_complete`` ran (after its commit); afterwards every job must be
     done, or this raises naming ``what``.
@@ -418,6 +421,7 @@ def drain_pg_raw(path: Path, sync: str, jobs: int, batch: int = 1) -> float:
 DRAINS: dict[str, Callable[[Path, str, int], float]] = {
     "project": drain_project,
     "project-prefetch": lambda path, sync, jobs: drain_project(path, sync, jobs, prefetch=0),
+    "project-one-ahead": lambda path, sync, jobs: drain_project(path, sync, jobs, prefetch=4),
     "huey": drain_huey,
     "pq": drain_pq,
     "raw": drain_raw,
@@ -542,6 +546,7 @@ def systems() -> list[tuple[str, str, str]]:
     """(label, child system name, peer module or "") for every SQLite drain row we can run."""
     rows = [
         (PROJECT, "project", ""),
+        (PROJECT_ONE_AHEAD, "project-one-ahead", ""),
         (PROJECT_PREFETCH, "project-prefetch", ""),
         (HUEY, "huey", "huey"),
         (PQ, "pq", "persistqueue"),

@@ -13,8 +13,8 @@ the knobs; ``--quick`` is a small smoke run. It works against any server named b
 creating a database per measurement and dropping it afterwards.
 
 Rows: this project, one row per ``--ours`` setting (default ``threads=4``, which
-prefetches four, ``threads=4,prefetch=0``, at most 4 jobs in flight, and the documented
-throughput setting ``threads=4,prefetch=16``:
+prefetches sixteen, four per thread, ``threads=4,prefetch=0``, at most 4 jobs in flight,
+and ``threads=4,prefetch=4``, one claim waiting per thread:
 comma-separated keywords of ``Worker`` or of ``PostgresStore``, values as Python literals,
 ``threads`` meaning ``concurrency``), so that any setting can be measured without editing
 this file; procrastinate (``concurrency=4``, psycopg pool); pgqueuer on asyncpg with at most
@@ -97,7 +97,7 @@ from benchmarks._tables import (
 
 MODULE = "postgres_compare"
 DSN_VARIABLE = "PATTERNS_PG_DSN"
-DEFAULT_OURS = ("threads=4", "threads=4,prefetch=0", "threads=4,prefetch=16")
+DEFAULT_OURS = ("threads=4", "threads=4,prefetch=0", "threads=4,prefetch=4")
 FILL_BATCH = 1_000  # jobs per bulk enqueue while filling a queue
 DRAIN_TIMEOUT = 240.0  # seconds one drain may take before the child gives up
 PROCRASTINATE = "procrastinate"

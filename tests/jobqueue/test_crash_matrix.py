@@ -412,32 +412,32 @@ def test_sigkill_with_claims_prefetched_returns_them_at_the_lease_end_and_each_r
 ) -> None:
     """SIGKILL of a worker at its defaults holding claims it never started: nothing is lost.
 
-    Two threads and the default prefetch (two): the first claim takes the four oldest jobs
-    in one transaction, so once the first job has started, the third and fourth are held,
+    Two threads and the default prefetch (eight): the first claim takes the ten oldest
+    jobs in one transaction, so once the first job has started, the other eight are held,
     waiting, attempt spent. After the kill they stay leased to the dead worker (no other
     worker can take them) until the lease ends; then another worker claims and runs them,
-    each exactly once, with the attempt of the lost claim counted; the fifth job was not
-    claimed by the dead worker and is run once.
+    each exactly once, with the attempt of the lost claim counted; the eleventh job was
+    not claimed by the dead worker and is run once.
     """
-    ids = q.enqueue(("waits", "go-a"), ("waits", "go-b"), ("work", 0), ("work", 0), ("work", 0))
-    a, b, c, d, _ = ids
+    ids = q.enqueue(("waits", "go-a"), ("waits", "go-b"), *[("work", 0)] * 9)
+    a, b, *waiting = ids[:10]
     child = q.worker(concurrency=2, lease=1.0)
-    child.expect_out(f"start {a} ")  # its claim, and with it c's and d's, is committed
+    child.expect_out(f"start {a} ")  # its claim, and with it the eight waiting, is committed
     child.expect_out(f"start {b} ")
     child.proc.kill()
     assert child.wait() == -signal.SIGKILL
     q.killed.add(child.pid)
-    assert q.states(ids) == [(_R, 1)] * 4 + [(_Q, 0)]
-    assert q.runs(c) == q.runs(d) == []  # prefetched: held, never started
-    owners = {str(job.lease_owner).split(":")[0] for job in q.jobs([a, b, c, d]).values()}
+    assert q.states(ids) == [(_R, 1)] * 10 + [(_Q, 0)]
+    assert all(q.runs(job_id) == [] for job_id in waiting)  # prefetched: held, never started
+    owners = {str(job.lease_owner).split(":")[0] for job in q.jobs(ids[:10]).values()}
     assert owners == {f"worker-{child.pid}-1"}  # the dead worker's: its name, then a token
 
     q.release("go-a")
     q.release("go-b")
     drain = q.drain(lease=1.0)
-    assert q.states(ids) == [(_D, 2)] * 4 + [(_D, 1)]  # each lost lease counted an attempt
-    assert [q.ends(i) for i in ids] == [1] * 5  # every effect exactly once
-    for job_id in (c, d):  # run once, by the restart, on the attempt after the lost one
+    assert q.states(ids) == [(_D, 2)] * 10 + [(_D, 1)]  # each lost lease counted an attempt
+    assert [q.ends(i) for i in ids] == [1] * 11  # every effect exactly once
+    for job_id in waiting:  # run once, by the restart, on the attempt after the lost one
         assert q.runs(job_id) == [("start", 2, drain.pid), ("end", 2, drain.pid)]
 
 

@@ -89,7 +89,7 @@ def test_a_worker_at_its_defaults_sends_at_most_one_and_a_half_statements_per_dr
 ) -> None:
     """Claims and outcomes share statements: the count per job stays under the bound.
 
-    At the defaults (4 threads, prefetch 4) and without prefetch, claiming only for the
+    At the defaults (4 threads, prefetch 16) and without prefetch, claiming only for the
     free threads.
     """
     store.enqueue_many([{"task": "noop"}] * JOBS)
@@ -107,7 +107,7 @@ def test_a_worker_at_its_defaults_sends_at_most_one_and_a_half_statements_per_dr
     tasks.task(name="noop")(lambda payload, ctx: None)
     counter = StatementCounter(monkeypatch)
     chosen = {} if prefetch is None else {"prefetch": prefetch}
-    worker = Worker(store, tasks, **chosen)  # the defaults: 4 threads, prefetch 4
+    worker = Worker(store, tasks, **chosen)  # the defaults: 4 threads, prefetch 16
     with worker:
         assert done.wait(MUST_HAPPEN * 6), f"{len(finished)} of {JOBS} done"
     sent = counter.take()

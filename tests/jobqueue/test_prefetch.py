@@ -341,25 +341,25 @@ def test_without_prefetch_the_worker_never_claims_more_than_its_free_handler_thr
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
-def test_by_default_the_first_claim_takes_a_waiting_job_behind_each_handler_thread(
+def test_by_default_the_first_claim_takes_four_waiting_jobs_behind_each_handler_thread(
     store: ClaimLogStore, clock: FakeClock, concurrency: int
 ) -> None:
-    """No prefetch argument: prefetch is ``concurrency``, so one transaction claims twice that."""
-    jobs = Parking(store, 3 * concurrency)
+    """No prefetch argument: prefetch is four per thread, so one transaction claims 5x."""
+    jobs = Parking(store, 6 * concurrency)
     worker = make_worker(store, jobs.tasks, clock, concurrency=concurrency, lease=LEASE)
     with running(worker, *jobs.gates.values()):
         for n in range(1, concurrency + 1):
             jobs.gates[n].wait_reached()
-        held = [jobs.ids[n] for n in range(1, 2 * concurrency + 1)]
-        assert store.claim_log == [(2 * concurrency, held)]
-        assert [store.get(i).state for i in held] == [JobState.RUNNING] * (2 * concurrency)
+        held = [jobs.ids[n] for n in range(1, 5 * concurrency + 1)]
+        assert store.claim_log == [(5 * concurrency, held)]
+        assert [store.get(i).state for i in held] == [JobState.RUNNING] * (5 * concurrency)
         assert store.counts()["queued"] == concurrency
         assert sorted(worker.running_jobs()) == held[:concurrency]  # the others wait
         for gate in jobs.gates.values():
             gate.open()
-        wait_until(lambda: worker.stats().done == 3 * concurrency, "every job done")
-    assert sorted(jobs.ran) == list(range(1, 3 * concurrency + 1))
-    assert all(limit <= 2 * concurrency for limit, _ in store.claim_log)
+        wait_until(lambda: worker.stats().done == 6 * concurrency, "every job done")
+    assert sorted(jobs.ran) == list(range(1, 6 * concurrency + 1))
+    assert all(limit <= 5 * concurrency for limit, _ in store.claim_log)
     assert_one_outcome_per_claim(store)
 
 
@@ -487,8 +487,8 @@ class TwoWorkers:
 
 @pytest.fixture
 def two(tmp_path: Path) -> Any:
-    """Twelve parked jobs on one file; every gate opened and every worker stopped at the end."""
-    made = TwoWorkers(tmp_path, 12)
+    """24 parked jobs on one file; every gate opened and every worker stopped at the end."""
+    made = TwoWorkers(tmp_path, 24)
     yield made
     for gate in made.gates.values():
         gate.open()
@@ -501,28 +501,28 @@ def two(tmp_path: Path) -> Any:
 def test_two_workers_at_the_defaults_on_one_file_both_get_work_from_a_backlog(
     two: TwoWorkers,
 ) -> None:
-    """A busy worker holds its threads' jobs and as many waiting: the backlog beyond is B's.
+    """A busy worker holds its threads' jobs and four each waiting: the backlog beyond is B's.
 
-    A (two threads, default prefetch two) claims the four oldest jobs in one transaction and
-    parks on the first two; B, started next, claims the next four and parks on two of them:
-    neither starves. Every job runs once, each by the worker that claimed it.
+    A (two threads, default prefetch eight) claims the ten oldest jobs in one transaction
+    and parks on the first two; B, started next, claims the next ten and parks on two of
+    them: neither starves. Every job runs once, each by the worker that claimed it.
     """
     a = two.start("A")
     two.gates[1].wait_reached()
     two.gates[2].wait_reached()
-    assert a.taken[0] == two.ids_of(1, 2, 3, 4)
+    assert a.taken[0] == two.ids_of(*range(1, 11))
     b = two.start("B")
-    two.gates[5].wait_reached()
-    two.gates[6].wait_reached()
-    assert b.taken[0] == two.ids_of(5, 6, 7, 8)  # A's waiting jobs are leased: B skips them
+    two.gates[11].wait_reached()
+    two.gates[12].wait_reached()
+    assert b.taken[0] == two.ids_of(*range(11, 21))  # A's waiting jobs are leased: B skips them
     assert b.counts()["queued"] == 4  # nothing else claimed
     reports = two.finish()
     assert all(report.terminated for report in reports.values())
-    assert [len(workers) for workers in two.ran_by.values()] == [1] * 12  # each job once
+    assert [len(workers) for workers in two.ran_by.values()] == [1] * 24  # each job once
     ran_by_a = {n for n, workers in two.ran_by.items() if workers == ["A"]}
     ran_by_b = {n for n, workers in two.ran_by.items() if workers == ["B"]}
-    assert {1, 2, 3, 4} <= ran_by_a
-    assert {5, 6, 7, 8} <= ran_by_b
+    assert set(range(1, 11)) <= ran_by_a
+    assert set(range(11, 21)) <= ran_by_b
     assert two.workers["A"].stats().done == len(ran_by_a)
     assert two.workers["B"].stats().done == len(ran_by_b)
 

@@ -112,21 +112,21 @@ def worker(store: Recording, jobs: Jobs, **options: Any) -> Worker:
     return Worker(store, jobs.tasks, **settings)
 
 
-@pytest.mark.parametrize(("prefetch", "first"), [(0, 4), (None, 8)], ids=["prefetch=0", "default"])
+@pytest.mark.parametrize(("prefetch", "first"), [(0, 4), (None, 20)], ids=["prefetch=0", "default"])
 def test_a_batch_s_freed_slots_are_refilled_by_the_same_transaction(
     prefetch: int | None, first: int
 ) -> None:
-    """Twelve jobs, four threads: one claim of the free slots, then each refill with an outcome.
+    """Forty jobs, four threads: one claim of the free slots, then each refill with an outcome.
 
-    The free slots are four, or eight with the default prefetch (four).
+    The free slots are four, or twenty with the default prefetch (sixteen).
     """
     store, jobs = Recording(), Jobs()
-    ids = store.enqueue_many([{"task": "work"}] * 12)
+    ids = store.enqueue_many([{"task": "work"}] * 40)
     w = worker(store, jobs, **({} if prefetch is None else {"prefetch": prefetch})).start()
     try:
         wait_until(lambda: jobs.running == 4, "four jobs running")
         jobs.go.set()
-        wait_until(lambda: w.stats().done == 12, "all twelve done")
+        wait_until(lambda: w.stats().done == 40, "all forty done")
     finally:
         report = w.stop()
     assert report.terminated
@@ -135,13 +135,13 @@ def test_a_batch_s_freed_slots_are_refilled_by_the_same_transaction(
     taken = [call for call in store.calls if call[0] == "claim" and call[2]]
     shared = [call for call in store.calls if call[0] == "shared"]
     assert taken == [("claim", first, first)]  # the claimer's only claim that found jobs
-    assert sum(call[3] for call in shared) == 12 - first  # the others: claimed with outcomes
+    assert sum(call[3] for call in shared) == 40 - first  # the others: claimed with outcomes
     for _, settled, limit, claimed in shared:
         assert limit == settled  # a slot per outcome: those it frees, no more
         assert claimed <= limit
-    # Transactions that did work: one claim, and one per outcome batch (at most 12).
-    assert len(taken) + len(shared) <= 13
-    assert sum(call[1] for call in shared) == 12
+    # Transactions that did work: one claim, and one per outcome batch (at most 40).
+    assert len(taken) + len(shared) <= 41
+    assert sum(call[1] for call in shared) == 40
 
 
 def test_never_more_claims_than_free_slots_while_a_shared_transaction_is_held_open() -> None:

@@ -552,8 +552,8 @@ def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_
 ) -> None:
     """The claimer reads the worker's state, not a token: a swallowed stop changes nothing.
 
-    With the default prefetch (one, for one thread), the first claim also took the next
-    job: the stop releases it unchanged, never run.
+    With the default prefetch (four, for one thread), the first claim also took the next
+    four jobs: the stop releases them unchanged, never run.
     """
     tasks = TaskRegistry()
     started = threading.Event()
@@ -580,7 +580,7 @@ def test_shutdown_table_no_job_is_claimed_after_stop_begins_even_when_a_handler_
         report = worker.stop()
 
     assert report.terminated
-    prefetched = {} if prefetch == 0 else {others[0]: Outcome.RELEASED}
+    prefetched = {} if prefetch == 0 else dict.fromkeys(others[:4], Outcome.RELEASED)
     assert report.outcomes == {first: Outcome.DONE, **prefetched}
     assert ran == []
     assert store.claim_states == [WorkerState.RUNNING]  # one claim, before the stop

@@ -265,12 +265,13 @@ def _worker_arguments(worker: argparse.ArgumentParser) -> None:
         "--prefetch",
         metavar="N",
         type=_whole("prefetch", minimum=0, maximum=_MAX_CONCURRENCY),
-        default=None,  # the Worker's default: as many as --concurrency
+        default=None,  # the Worker's default: four per handler thread
         help=f"claims held beyond --concurrency, waiting for a free handler thread, 0 to "
         f"{_MAX_CONCURRENCY}: a freed thread finds its next job at once, but a prefetched job "
         "holds its lease and has used an attempt before it starts, so if the process is "
         "killed it waits for its lease to expire, and no other worker can take it meanwhile "
-        "(default: as many as --concurrency; 0 claims only for free threads)",
+        "(default: 4 per handler thread, 16 for --concurrency 4; 0 claims only for free "
+        "threads)",
     )
     worker.add_argument(
         "--stop-timeout",

@@ -192,7 +192,7 @@ def _stop_in_the_middle(screen: Screen, store: SQLiteStore, ids: dict[int, str])
     say()
     say("3. Stop in the middle, as on SIGTERM: stop claiming, let the running jobs finish,")
     say("   cancel the ones still running when the drain budget is spent, and give back at")
-    say("   once the jobs claimed ahead (prefetched, one per thread) that never started.")
+    say("   once the jobs claimed ahead (prefetched, up to four per thread) that never started.")
     # Once the stop is requested no job starts: the jobs running now are those it lets
     # finish or interrupts; the other released jobs were waiting for a thread.
     worker.request_stop("stop() called")

@@ -1,7 +1,7 @@
 """The worker's option checks: counts and seconds, alone and against each other.
 
 TL;DR: ``Worker(...)`` calls `check_counts` (``concurrency``, ``prefetch``; it returns the
-prefetch to use, None meaning as many as ``concurrency``) and `check_times` (every
+prefetch to use, None meaning `PREFETCH_PER_THREAD` per handler thread) and `check_times` (every
 interval) before it builds anything, and `seconds` for each budget handed to a call
 (``stop(timeout)``, ``wait_stop_requested(timeout)``); `split_budget` divides a stop's
 budget between DRAINING and CANCELLING.
@@ -30,20 +30,32 @@ import math
 
 from patterns.jobqueue.stores.checks import check_time
 
-__all__ = ["MAX_THREADS", "check_counts", "check_times", "positive", "seconds", "split_budget"]
+__all__ = [
+    "MAX_THREADS",
+    "PREFETCH_PER_THREAD",
+    "check_counts",
+    "check_times",
+    "positive",
+    "seconds",
+    "split_budget",
+]
 
 MAX_THREADS = 10_000  # more handler threads (or prefetched claims) than this is a mistake
+# The default prefetch per handler thread: Celery's default prefetch multiplier. Four lets
+# one claim take a batch big enough that its commit costs little per job (docs/jobqueue/
+# performance.md); each of those jobs waits in this worker, out of other workers' reach.
+PREFETCH_PER_THREAD = 4
 
 
 def check_counts(concurrency: object, prefetch: object) -> int:
     """``concurrency`` an int in 1..`MAX_THREADS`, ``prefetch`` one in 0..`MAX_THREADS` or None.
 
-    Returns the prefetch to use: ``prefetch`` itself, or ``concurrency`` when it is None
-    (the default: one claim waiting behind each handler thread).
+    Returns the prefetch to use: ``prefetch`` itself, or, when it is None (the default),
+    `PREFETCH_PER_THREAD` claims waiting behind each handler thread, at most `MAX_THREADS`.
     """
     threads = _count("concurrency", concurrency, least=1)
     if prefetch is None:
-        return threads
+        return min(PREFETCH_PER_THREAD * threads, MAX_THREADS)
     return _count("prefetch", prefetch, least=0)
 
 

@@ -129,9 +129,9 @@ class Worker:
         concurrency: handler threads; at most this many jobs are claimed at once, plus
             ``prefetch``.
         prefetch: extra claims the worker may hold beyond ``concurrency``, waiting for a
-            free handler thread (default None: as many as ``concurrency``; 0 turns it off).
-            Each claim then takes up to ``concurrency + prefetch`` due jobs in one store
-            transaction, so a freed handler thread finds its next job waiting and the
+            free handler thread (default None: four per thread, Celery's default; 0 turns
+            it off). Each claim then takes up to ``concurrency + prefetch`` due jobs in one
+            store transaction, so a freed handler thread finds its next job waiting and the
             claim's commit overlaps the jobs running. The price: a prefetched job holds
             its lease (and has used an attempt) before it starts; the heartbeat renews it
             and the stop releases it unchanged at once, but if the process dies it waits
@@ -195,7 +195,7 @@ class Worker:
         clock: Callable[[], float] | None = None,
         step_hook: Callable[[Step, Claim, Phase | None], object] | None = None,
     ) -> None:
-        prefetch = options.check_counts(concurrency, prefetch)  # None: as many as concurrency
+        prefetch = options.check_counts(concurrency, prefetch)  # None: 4 per thread
         beat, poll_interval, stop_timeout, cancel_timeout = options.check_times(
             poll_interval=poll_interval,
             stop_timeout=stop_timeout,
