@@ -8,6 +8,7 @@ statement of a transaction, and each ``commit`` of an open transaction is a ``CO
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from patterns.jobqueue.stores.postgres.store import PostgresStore
 from patterns.jobqueue.stores.protocol import Store
+from patterns.jobqueue.stores.records import Settle, Settlement
 from patterns.jobqueue.tasks import JobContext, Retry, TaskRegistry
 from patterns.jobqueue.worker.worker import Worker
 from tests.support import MUST_HAPPEN, wait_until
@@ -115,6 +117,56 @@ def test_a_worker_at_its_defaults_sends_at_most_one_and_a_half_statements_per_dr
     assert store.counts()["done"] == JOBS
     per_job = sent / JOBS
     assert per_job <= STATEMENTS_PER_JOB, f"{sent} statements for {JOBS} jobs: {per_job:.2f}"
+
+
+# psycopg converts a statement's %(name)s placeholders once and keeps the result only for
+# a text of at most 4,096 bytes with at most 50 parameters (psycopg/_queries.py,
+# MAX_CACHED_STATEMENT_LENGTH and _PARAMS); a longer one is parsed again at every call.
+PSYCOPG_CACHED_BYTES, PSYCOPG_CACHED_PARAMS = 4096, 50
+
+
+def test_every_batch_size_sends_one_statement_text_that_psycopg_converts_once(
+    pg_dsn: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outcomes travel as arrays: batches of 1 and 40 send the same short text.
+
+    Its white space is collapsed (no literal in it holds any), so it stays under the size
+    psycopg caches its conversion for; the parameters are few, whatever the batch.
+    """
+    import psycopg  # noqa: PLC0415 - optional: only the PostgreSQL tests need it
+    from psycopg import sql  # noqa: PLC0415
+
+    from patterns.jobqueue.stores.postgres.schema import (  # noqa: PLC0415
+        STATEMENTS,
+        settle_claim_text,
+    )
+
+    for name in ("settled", "expire", "due", "take"):  # the parts of the collapsed text
+        literals = re.findall(r"'[^']*'", STATEMENTS[name])
+        assert [lit for lit in literals if lit != "".join(lit.split())] == [], name
+    assert "  " not in settle_claim_text(True, claim=True)
+    sent: list[tuple[bytes, int]] = []
+    real_execute = psycopg.Connection.execute
+
+    def execute(conn: psycopg.Connection[Any], query: Any, params: Any = None, **kw: Any) -> Any:
+        if isinstance(query, sql.Composable) and isinstance(params, dict) and params.get("ids"):
+            sent.append((query.as_bytes(conn), len(params)))
+        return real_execute(conn, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", execute)
+    for size in (1, 40):
+        store.enqueue_many([{"task": "t"}] * size)
+        claims = store.claim("w", lease=30.0, limit=size)
+        store.settle_and_claim(
+            [Settlement(Settle.COMPLETE, c) for c in claims], "w", lease=30.0, limit=1
+        )
+    monkeypatch.undo()
+    assert len(sent) == 2
+    (small, small_params), (large, large_params) = sent
+    assert small == large
+    assert len(small) <= PSYCOPG_CACHED_BYTES
+    assert small_params == large_params <= PSYCOPG_CACHED_PARAMS
+    assert store.counts()["done"] == 41
 
 
 def test_enqueue_in_joins_the_callers_transaction_and_a_rollback_leaves_no_job_and_no_wake_up(

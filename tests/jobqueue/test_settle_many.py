@@ -447,10 +447,10 @@ def terminate(dsn: str, pid: int) -> None:
 
 
 def job_ids(params: object) -> set[int]:
-    """The job ids in a store statement's parameters: "id", or "id0", "id1"... of a batch."""
+    """The job ids in a store statement's parameters: "id", or the list "ids" of a batch."""
     if not isinstance(params, dict):
         return set()
-    return {v for k, v in params.items() if k.rstrip("0123456789") == "id"}
+    return {params["id"]} if "id" in params else set(params.get("ids", ()))
 
 
 def test_postgres_a_connection_broken_while_the_batch_statement_runs_is_commit_unknown(
@@ -589,8 +589,8 @@ elif phase == "inside":
     real_execute = psycopg.Connection.execute
 
     def execute(conn, query, params=None, **kwargs):
-        if isinstance(params, dict):  # "id0", "id1"... for a batch
-            written = {v for k, v in params.items() if k.rstrip("0123456789") == "id"}
+        if isinstance(params, dict):  # the list "ids" for a batch
+            written = set(params.get("ids", ()))
             if {c.job.id for c in claims} <= written:
                 pause("inside the transaction")
         return real_execute(conn, query, params, **kwargs)

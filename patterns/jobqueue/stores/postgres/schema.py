@@ -10,6 +10,9 @@ Docs: docs/jobqueue/many_machines.md
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from patterns.jobqueue.stores.records import TABLE_SHAPES, WORKER_COLUMNS
 
 __all__ = [
@@ -22,7 +25,7 @@ __all__ = [
     "WORKER_COLUMNS",
     "check_timestamp",
     "settle_claim_text",
-    "settle_names",
+    "settle_params",
 ]
 
 # The one time expression of every statement: the transaction's now(), on the database
@@ -171,8 +174,10 @@ STATEMENTS = {
     "notify": "SELECT pg_notify(%(channel)s, '')",
     # The outcomes of a settle_many, each fenced alone: a row is updated only while its
     # item's token holds the lease, and each kind does what its single-job method does.
-    # {values} is one row per item (PostgresStore._statement); the items' (id, token)
-    # pairs are distinct, so no row is joined twice.
+    # The items come as one array per column (`settle_params`), so the statement's text and
+    # its parameters are the same whatever the batch's size: psycopg converts it once and the
+    # server prepares it once. The items' (id, token) pairs are distinct, so no row is
+    # joined twice.
     "settled": """
         settled AS (
             UPDATE {jobs} AS j
@@ -195,7 +200,9 @@ STATEMENTS = {
                    attempts = CASE WHEN t.kind = 'release' THEN GREATEST(j.attempts - 1, 0)
                                    ELSE j.attempts END,
                    lease_owner = NULL, lease_until = NULL, updated_at = {now}
-              FROM (VALUES {values}) AS t(id, token, kind, result, error, run_at)
+              FROM unnest(%(ids)s::bigint[], %(owners)s::text[], %(kinds)s::text[],
+                          %(results)s::text[], %(errors)s::text[], %(run_ats)s::float8[])
+                   AS t(id, token, kind, result, error, run_at)
              WHERE j.id = t.id AND j.state = 'running' AND j.lease_owner = t.token
             RETURNING t.id, t.token, t.kind
         )
@@ -330,17 +337,21 @@ STATEMENTS = {
 }
 
 # settle_many sends at most this many items per statement (more make more statements in
-# one transaction), so that a store prepares at most this many statement texts.
+# one transaction), so that one statement's arrays, and the rows it locks, stay few.
 SETTLE_ROWS = 64
 
 
-def settle_names(n: int) -> tuple[str, ...]:
-    """The parameter names of item ``n``'s row in settle_many's VALUES."""
-    return (f"id{n}", f"token{n}", f"kind{n}", f"result{n}", f"error{n}", f"run_at{n}")
+def settle_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """The ``settled`` statement's parameters: one list per column of the items' rows.
+
+    Each row is (id, token, kind, result, error, run_at), as `PostgresStore` builds them.
+    """
+    names = ("ids", "owners", "kinds", "results", "errors", "run_ats")
+    return {name: [row[i] for row in rows] for i, name in enumerate(names)}
 
 
-def settle_claim_text(settle: int, *, claim: bool) -> str:
-    """One statement: the outcomes of ``settle`` items, then a claim if ``claim``.
+def settle_claim_text(settle: bool, *, claim: bool) -> str:
+    """One statement: the outcomes of some items if ``settle``, then a claim if ``claim``.
 
     Its result: a row per job claimed, or one row if none was. Each row holds what was
     settled (a JSON list of ``[id, token, kind]``), the ``NOTIFY`` count (1 if a release
@@ -350,13 +361,7 @@ def settle_claim_text(settle: int, *, claim: bool) -> str:
     """
     parts = []
     if settle:
-        values = ", ".join(
-            "({}::bigint, {}::text, {}::text, {}::text, {}::text, {}::float8)".format(
-                *(f"%({name})s" for name in settle_names(n))
-            )
-            for n in range(settle)
-        )
-        parts.append(STATEMENTS["settled"].strip().replace("{values}", values))
+        parts.append(STATEMENTS["settled"].strip())
     if claim:
         busy = "ARRAY(SELECT id FROM settled)" if settle else "'{{}}'::bigint[]"
         parts += [
@@ -375,4 +380,7 @@ def settle_claim_text(settle: int, *, claim: bool) -> str:
     body = f"SELECT {', '.join(columns)}"
     if claim:
         body += ", t.* FROM (SELECT) AS one LEFT JOIN taken AS t ON true"
-    return "WITH " + ",\n".join(parts) + "\n" + body
+    # One space for each run of white space: psycopg caches its conversion of a statement
+    # only up to 4,096 bytes, and this one's indentation would take it past that. No
+    # literal in it holds white space (tests/jobqueue/test_postgres_statements.py).
+    return " ".join(("WITH " + ", ".join(parts) + " " + body).split())

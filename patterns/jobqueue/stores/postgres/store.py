@@ -114,7 +114,7 @@ from patterns.jobqueue.stores.postgres.schema import (
     SETTLE_ROWS,
     check_timestamp,
     settle_claim_text,
-    settle_names,
+    settle_params,
 )
 from patterns.jobqueue.stores.records import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -427,10 +427,8 @@ class PostgresStore(PostgresEnqueue):
         ) -> list[list[tuple[Any, ...]]]:
             results = []
             for chunk, claim in plan:
-                params = {**common, "clock": clock}
-                for n, row in enumerate(chunk):
-                    params.update(zip(settle_names(n), row, strict=True))
-                statement = self._statement(len(chunk), claim=claim)
+                params = {**common, "clock": clock, **(settle_params(chunk) if chunk else {})}
+                statement = self._statement(bool(chunk), claim=claim)
                 results.append(conn.execute(statement, params).fetchall())
             return results
 
@@ -453,11 +451,10 @@ class PostgresStore(PostgresEnqueue):
         jobs = sorted((job_from_row(r[4:-2]) for r in taken), key=lambda j: (j.run_at, j.id))
         return applied, [Claim(job, job.lease_owner or "", job.lease_until or 0.0) for job in jobs]
 
-    def _statement(self, settle: int, *, claim: bool) -> sql.Composed:
-        """The statement settling ``settle`` items (and claiming, if ``claim``); call locked.
+    def _statement(self, settle: bool, *, claim: bool) -> sql.Composed:
+        """The statement settling items if ``settle`` (and claiming, if ``claim``); call locked.
 
-        One text per shape, so that each gets its own prepared statement whose plan knows
-        how many rows it joins: the plan is made once per shape, not at every call.
+        Three texts in all, whatever the batch's size, so each is prepared once.
         """
         name = f"settle {settle} claim {claim}"  # made on first use, kept with the others
         statement = self._statements.get(name)
