@@ -149,7 +149,9 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 Version 2 added the ``cancelled`` state, the job columns ``timeout``, ``result`` and
 ``cancel_requested``, and the ``workers`` table. Version 3 replaced the two indexes over
 every row by partial ones over the queued and the running jobs only (what a claim
-searches). Opening a version 1 or 2 file migrates it. The schema and its migrations are in
+searches). Version 4 dropped ``AUTOINCREMENT`` (a page less for each enqueue to write)
+and keeps ids from being reused with a floor that purge raises instead. Opening a version 1,
+2 or 3 file migrates it. The schema and its migrations are in
 ``patterns.jobqueue.stores.sqlite.schema``.
 """
 
