@@ -35,7 +35,9 @@ __all__ = [
     "FAIL_SQL",
     "GAVE_BACK",
     "HEADER",
+    "INSERT_NEXT_SQL",
     "INSERT_SQL",
+    "LAST_ID_SQL",
     "MIGRATIONS",
     "NEXT_DUE_SQL",
     "PURGE_FLOOR_SQL",
@@ -267,6 +269,14 @@ INSERT_SQL = (
     "(SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), id) + 1 FROM jobs_id_floor),"
     " ?, ?, 'queued', ?, 0, ?, ?, ?, ?)"
 )
+# The rows of enqueue_many after its first: SQLite gives each the table's largest id plus
+# one, which is right once the first row, above the floor, is the largest (no purge runs
+# inside the transaction); so the batch takes consecutive ids, in order, in one executemany.
+INSERT_NEXT_SQL = (
+    "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
+    " created_at, updated_at, timeout) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?, ?)"
+)
+LAST_ID_SQL = "SELECT MAX(id) FROM jobs"
 # Run by purge before it deletes: the floor keeps the largest id the table holds, so the
 # next insert goes on above it even if the job with that id is deleted.
 PURGE_FLOOR_SQL = "UPDATE jobs_id_floor SET id = MAX(id, IFNULL((SELECT MAX(id) FROM jobs), 0))"
