@@ -532,7 +532,7 @@ def test_a_truncated_store_is_refused_at_open_and_left_as_it_is(
 def test_damage_inside_the_table_is_found_by_the_first_transaction_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Pages overwritten in the middle: the store opens, each call then says "damaged".
+    """The jobs table's root page overwritten: the store opens, each call then says "damaged".
 
     The header and the schema are intact, so opening succeeds; the first transaction that
     reads a damaged page raises StoreFileError naming the file, rolls back, and leaves
@@ -541,7 +541,16 @@ def test_damage_inside_the_table_is_found_by_the_first_transaction_and_changes_n
     """
     path = tmp_path / "q.db"
     data = a_store_file(path)
-    damaged = data[:8192] + b"\xde\xad\xbe\xef" * 2048 + data[16384:]
+    # The jobs table's root page: every insert and every read of a job goes through it.
+    conn = sqlite3.connect(path)
+    try:
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'jobs'").fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    finally:
+        conn.close()
+    start = (root - 1) * size
+    damaged = data[:start] + b"\xde\xad\xbe\xef" * (size // 4) + data[start + size :]
+    assert len(damaged) == len(data)
     path.write_bytes(damaged)
     made = SQLiteStore(path)
     try:

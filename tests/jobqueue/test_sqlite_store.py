@@ -296,13 +296,13 @@ def test_a_version_1_file_is_migrated_keeping_every_job_its_ids_and_the_id_count
         assert store.requeue(3)
     finally:
         store.close()
-    assert pragma(db, "user_version") == SCHEMA_VERSION == 3
+    assert pragma(db, "user_version") == SCHEMA_VERSION == 4
     assert pragma(db, "journal_mode") == "wal"
     conn = raw(db)
     try:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-        assert {"jobs", "workers", "jobs_queued", "jobs_leased"} <= names
-        assert not {"jobs_v2", "jobs_due", "jobs_lease"} & names
+        assert {"jobs", "workers", "jobs_queued", "jobs_leased", "jobs_id_floor"} <= names
+        assert not {"jobs_v2", "jobs_v4", "jobs_due", "jobs_lease"} & names
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()
@@ -323,7 +323,7 @@ def _version_2_file(db: Path) -> None:
 def test_a_version_2_file_is_migrated_to_partial_indexes_keeping_every_job_and_the_id_counter(
     db: Path,
 ) -> None:
-    """Opening a v2 file swaps its indexes for the partial ones: same rows, ids, id counter."""
+    """Opening a v2 file swaps its indexes for the partial ones: same rows, ids, id floor."""
     _version_2_file(db)
     conn = raw(db)
     insert = (
@@ -348,12 +348,12 @@ def test_a_version_2_file_is_migrated_to_partial_indexes_keeping_every_job_and_t
     conn.close()
     store = SQLiteStore(db)
     try:
-        assert pragma(db, "user_version") == SCHEMA_VERSION == 3
+        assert pragma(db, "user_version") == SCHEMA_VERSION == 4
         conn = raw(db)
         try:
             assert conn.execute("SELECT * FROM jobs ORDER BY id").fetchall() == before
-            counter = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")
-            assert counter.fetchall() == [(6,)]
+            floor = conn.execute("SELECT id FROM jobs_id_floor")
+            assert floor.fetchall() == [(6,)]  # AUTOINCREMENT's counter, carried over
             indexes = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         finally:
@@ -401,6 +401,107 @@ def test_a_migration_to_partial_indexes_that_fails_leaves_the_version_2_file_as_
         assert not {"jobs_queued", "jobs_leased"} & names
     finally:
         conn.close()
+
+
+def _version_3_file(db: Path) -> None:
+    """A file as version 3 of the store left it: AUTOINCREMENT and the partial indexes."""
+    _version_2_file(db)
+    conn = raw(db)
+    conn.execute("BEGIN")
+    for statement in sqlite_schema.MIGRATIONS[2]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 3")
+    conn.execute("COMMIT")
+    conn.close()
+
+
+V3_ROWS = [
+    ("a", '{"n": 1}', "queued", 10.0, 0, 3, None, None, None, 1.0, 1.0, None, None, 0),
+    ("b", "[1, 2]", "running", 11.0, 1, 3, "w:tok", 99.0, None, 2.0, 2.0, 5.0, None, 1),
+    ("c", "null", "failed", 12.0, 3, 3, None, None, "boom", 3.0, 3.0, None, None, 0),
+    ("d", '"x"', "done", 13.0, 1, 1, None, None, None, 4.0, 4.0, None, '"r"', 0),
+    ("e", "2", "cancelled", 14.0, 0, 3, None, None, None, 5.0, 5.0, None, None, 0),
+    ("f", "3", "done", 15.0, 1, 3, None, None, None, 6.0, 6.0, None, None, 0),
+    ("g", "4", "done", 16.0, 1, 3, None, None, None, 7.0, 7.0, None, None, 0),
+]
+V3_INSERT = (
+    "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts, lease_owner,"
+    " lease_until, last_error, created_at, updated_at, timeout, result, cancel_requested)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@pytest.mark.parametrize("purged", [(7,), (6, 7), (1, 2, 3, 4, 5, 6, 7)], ids=["1", "2", "all"])
+def test_a_version_3_file_is_migrated_off_autoincrement_keeping_every_job_and_no_id_reused(
+    db: Path, purged: tuple[int, ...]
+) -> None:
+    """Opening a v3 file rebuilds jobs without AUTOINCREMENT: same rows, ids; no id reused."""
+    _version_3_file(db)
+    conn = raw(db)
+    conn.executemany(V3_INSERT, V3_ROWS)
+    # The newest ids, purged before the migration: the next id is still 8, not 7 or less.
+    conn.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in purged])
+    before = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+    conn.close()
+    store = SQLiteStore(db)
+    try:
+        assert pragma(db, "user_version") == SCHEMA_VERSION == 4
+        conn = raw(db)
+        try:
+            assert conn.execute("SELECT * FROM jobs ORDER BY id").fetchall() == before
+            assert conn.execute("SELECT id FROM jobs_id_floor").fetchall() == [(7,)]
+            (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs'").fetchone()
+            assert "AUTOINCREMENT" not in sql.upper()
+            assert conn.execute("SELECT * FROM sqlite_sequence").fetchall() == []
+            indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            assert {"jobs_queued", "jobs_leased"} <= indexes
+            assert "jobs_v4" not in indexes
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+        assert store.enqueue("h") == 8
+        assert store.enqueue_many([{"task": "i"}, {"task": "j"}]) == [9, 10]
+    finally:
+        store.close()
+
+
+def test_a_migration_off_autoincrement_that_fails_leaves_the_version_3_file_as_it_was(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild is one transaction: a failure half-way leaves the v3 table and its counter."""
+    _version_3_file(db)
+    conn = raw(db)
+    conn.executemany(V3_INSERT, V3_ROWS[:2])
+    conn.close()
+    broken = (*sqlite_schema.MIGRATIONS[3][:-1], "THIS IS NOT SQL")
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", (*sqlite_schema.MIGRATIONS[:3], broken))
+    with pytest.raises(StoreFileError):
+        SQLiteStore(db)
+    assert pragma(db, "user_version") == 3
+    conn = raw(db)
+    try:
+        assert conn.execute("SELECT task FROM jobs ORDER BY id").fetchall() == [("a",), ("b",)]
+        assert conn.execute("SELECT seq FROM sqlite_sequence").fetchall() == [(2,)]
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert not {"jobs_v4", "jobs_id_floor"} & names
+    finally:
+        conn.close()
+
+
+def test_a_purge_of_the_newest_job_does_not_give_its_id_again(store: SQLiteStore) -> None:
+    """Ids go on above a purged newest job even while older ones remain below it."""
+    first, second, newest = store.enqueue_many([{"task": "a"}, {"task": "b"}, {"task": "c"}])
+    claims = store.claim("w", lease=LEASE, limit=3)
+    assert [c.job.id for c in claims] == [first, second, newest]
+    assert store.release(claims[0])  # queued again: not purged
+    assert store.release(claims[1])
+    assert store.complete(claims[2])
+    assert store.purge() == 1
+    assert store.enqueue("d") == newest + 1  # SQLite alone would give newest again
+    for job_id in (first, second, newest + 1):
+        assert store.cancel(job_id).value == "cancelled"
+    assert store.purge() == 3  # every job: the table is empty
+    assert store.enqueue_many([{"task": "e"}, {"task": "f"}]) == [newest + 2, newest + 3]
 
 
 def test_a_migration_that_fails_leaves_the_version_1_file_as_it_was(

@@ -40,6 +40,7 @@ from patterns.jobqueue.stores.records import (
 )
 from patterns.jobqueue.stores.sqlite.schema import (
     COLUMNS,
+    PURGE_FLOOR_SQL,
     REQUEUE_SQL,
     WORKER_COLUMNS,
     StoreFileError,
@@ -187,6 +188,7 @@ class SQLiteAdmin(StoreBase, SQLiteTransactions):
             if cutoff is not None:
                 sql += " AND updated_at < ?"
                 params += (cutoff,)
+            conn.execute(PURGE_FLOOR_SQL)  # so no id deleted here is ever given again
             return conn.execute(sql, params).rowcount
 
         purged = self._write(body)

@@ -35,9 +35,12 @@ __all__ = [
     "FAIL_SQL",
     "GAVE_BACK",
     "HEADER",
+    "INSERT_NEXT_SQL",
     "INSERT_SQL",
+    "LAST_ID_SQL",
     "MIGRATIONS",
     "NEXT_DUE_SQL",
+    "PURGE_FLOOR_SQL",
     "QUEUED_DUE_SQL",
     "RENEW_SQL",
     "REQUEUE_SQL",
@@ -56,7 +59,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SCHEMA_VERSION = (
-    3  # documented with the store (patterns.jobqueue.stores.sqlite.store.SCHEMA_VERSION)
+    4  # documented with the store (patterns.jobqueue.stores.sqlite.store.SCHEMA_VERSION)
 )
 
 HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
@@ -150,6 +153,56 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX jobs_queued ON jobs (run_at, id) WHERE state = 'queued'",
         "CREATE INDEX jobs_leased ON jobs (lease_until) WHERE state = 'running'",
     ),
+    # Version 4. No AUTOINCREMENT: its counter is a row of sqlite_sequence that every
+    # insert rewrote, one more page for each enqueue's commit to write (about 5 us of its
+    # 40). Ids are still never reused: a new id is one more than the largest of the ids in
+    # the table and jobs_id_floor.id, which purge raises to the largest id in the table
+    # before it deletes (INSERT_SQL, PURGE_FLOOR_SQL). The table is rebuilt, as for
+    # version 2: every row copied with its id, and the floor seeded from the old counter,
+    # so an id purged before the migration is never given again either.
+    (
+        """
+        CREATE TABLE jobs_v4 (
+            id           INTEGER PRIMARY KEY,  -- never reused: see jobs_id_floor
+            task         TEXT    NOT NULL CHECK (task <> ''),
+            payload      TEXT    NOT NULL,     -- JSON text, never pickle
+            state        TEXT    NOT NULL CHECK (state IN
+                             ('queued', 'running', 'done', 'failed', 'cancelled')),
+            run_at       REAL    NOT NULL,
+            attempts     INTEGER NOT NULL CHECK (attempts >= 0),
+            max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),
+            lease_owner  TEXT,
+            lease_until  REAL,
+            last_error   TEXT,
+            created_at   REAL    NOT NULL,
+            updated_at   REAL    NOT NULL,
+            timeout      REAL    CHECK (timeout IS NULL OR timeout > 0),  -- seconds
+            result       TEXT,                 -- JSON text, once done
+            cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+            CHECK ((state = 'running') = (lease_owner IS NOT NULL AND lease_until IS NOT NULL))
+        )
+        """,
+        """
+        INSERT INTO jobs_v4 (id, task, payload, state, run_at, attempts, max_attempts,
+                             lease_owner, lease_until, last_error, created_at, updated_at,
+                             timeout, result, cancel_requested)
+        SELECT id, task, payload, state, run_at, attempts, max_attempts,
+               lease_owner, lease_until, last_error, created_at, updated_at,
+               timeout, result, cancel_requested FROM jobs
+        """,
+        # One row: no id at or below it is ever given again (the largest id purged, or
+        # given before version 4: AUTOINCREMENT's counter, which never went down).
+        "CREATE TABLE jobs_id_floor (id INTEGER NOT NULL CHECK (id >= 0))",
+        """
+        INSERT INTO jobs_id_floor (id) SELECT MAX(
+            IFNULL((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0),
+            IFNULL((SELECT MAX(id) FROM jobs), 0))
+        """,
+        "DROP TABLE jobs",  # SQLite deletes its sqlite_sequence row with it
+        "ALTER TABLE jobs_v4 RENAME TO jobs",
+        "CREATE INDEX jobs_queued ON jobs (run_at, id) WHERE state = 'queued'",
+        "CREATE INDEX jobs_leased ON jobs (lease_until) WHERE state = 'running'",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION  # a new schema version needs its migration
 
@@ -198,14 +251,35 @@ SETTLE_SQL = {
 COLUMNS = ", ".join(JOB_COLUMNS)
 # The tables (and their columns) of each schema version: what opening checks a file has
 # (the same for both SQL stores up to version 2; version 3, SQLite's own, changed only
-# the indexes).
-SHAPES = {**TABLE_SHAPES, 3: TABLE_SHAPES[2]}
+# the indexes, and version 4 added the id floor's table).
+SHAPES = {
+    **TABLE_SHAPES,
+    3: TABLE_SHAPES[2],
+    4: {**TABLE_SHAPES[2], "jobs_id_floor": ("id",)},  # and no AUTOINCREMENT
+}
 
 # The claim's other statements, and the other transitions', in the order the store runs them.
+# The id: one more than the largest in the table or the floor, whichever is larger, so
+# never one given before, even if purge deleted the job that had the largest. (SQLite's own
+# choice, without AUTOINCREMENT, is the first only.) Two reads of pages the insert's commit
+# has cached, where AUTOINCREMENT wrote one more page.
 INSERT_SQL = (
+    "INSERT INTO jobs (id, task, payload, state, run_at, attempts, max_attempts,"
+    " created_at, updated_at, timeout) VALUES ("
+    "(SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), id) + 1 FROM jobs_id_floor),"
+    " ?, ?, 'queued', ?, 0, ?, ?, ?, ?)"
+)
+# The rows of enqueue_many after its first: SQLite gives each the table's largest id plus
+# one, which is right once the first row, above the floor, is the largest (no purge runs
+# inside the transaction); so the batch takes consecutive ids, in order, in one executemany.
+INSERT_NEXT_SQL = (
     "INSERT INTO jobs (task, payload, state, run_at, attempts, max_attempts,"
     " created_at, updated_at, timeout) VALUES (?, ?, 'queued', ?, 0, ?, ?, ?, ?)"
 )
+LAST_ID_SQL = "SELECT MAX(id) FROM jobs"
+# Run by purge before it deletes: the floor keeps the largest id the table holds, so the
+# next insert goes on above it even if the job with that id is deleted.
+PURGE_FLOOR_SQL = "UPDATE jobs_id_floor SET id = MAX(id, IFNULL((SELECT MAX(id) FROM jobs), 0))"
 # The claim's first look, one index search: has any running job's lease ended? Nearly
 # never, so the claim runs the next two statements and DUE_SQL only when one has, and
 # QUEUED_DUE_SQL otherwise, instead of two more statements and a merge on every claim.
