@@ -170,23 +170,36 @@ class Claimer:
         stop began, or this thread is dying) are released at once: they would otherwise
         wait out their leases with no outcome recorded.
         """
-        with self._ledger.cond:
-            self._ledger.hold(claims, reserved)
-        for index, claim in enumerate(claims):
+        handed = 0
+        try:
+            with self._lock:
+                self._ledger.hold(claims, reserved)
+                # No step hook between them: every claim is put in this hold.
+                if not self._stepping and (stopping is None or not stopping.is_set()):
+                    for claim in claims:
+                        self._handoff.put(claim)
+                        handed += 1
+        except ShutDown:
+            pass  # the loop below finds the queue shut again, and releases the rest
+        except BaseException:
+            self._release_all(claims[handed:])
+            raise
+        for index in range(handed, len(claims)):  # with a step hook: one claim at a time
+            claim = claims[index]
             try:
                 if self._stepping:
                     self._shared.step(Step.AFTER_CLAIM, claim, None)
                 # This thread's own service was stopped (a start that failed part-way stops
                 # what it started) before the worker's stop began: hand nothing more over.
-                handed = stopping is None or not stopping.is_set()
-                if handed:
+                put = stopping is None or not stopping.is_set()
+                if put:
                     self._handoff.put(claim)
             except ShutDown:
-                handed = False
+                put = False
             except BaseException:
                 self._release_all(claims[index:])
                 raise
-            if not handed:
+            if not put:
                 self._release_all(claims[index:])
                 return False
         return True
