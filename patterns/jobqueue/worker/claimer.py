@@ -170,36 +170,23 @@ class Claimer:
         stop began, or this thread is dying) are released at once: they would otherwise
         wait out their leases with no outcome recorded.
         """
-        handed = 0
-        try:
-            with self._lock:
-                self._ledger.hold(claims, reserved)
-                # No step hook between them: every claim is put in this hold.
-                if not self._stepping and (stopping is None or not stopping.is_set()):
-                    for claim in claims:
-                        self._handoff.put(claim)
-                        handed += 1
-        except ShutDown:
-            pass  # the loop below finds the queue shut again, and releases the rest
-        except BaseException:
-            self._release_all(claims[handed:])
-            raise
-        for index in range(handed, len(claims)):  # with a step hook: one claim at a time
-            claim = claims[index]
+        with self._ledger.cond:
+            self._ledger.hold(claims, reserved)
+        for index, claim in enumerate(claims):
             try:
                 if self._stepping:
                     self._shared.step(Step.AFTER_CLAIM, claim, None)
                 # This thread's own service was stopped (a start that failed part-way stops
                 # what it started) before the worker's stop began: hand nothing more over.
-                put = stopping is None or not stopping.is_set()
-                if put:
+                handed = stopping is None or not stopping.is_set()
+                if handed:
                     self._handoff.put(claim)
             except ShutDown:
-                put = False
+                handed = False
             except BaseException:
                 self._release_all(claims[index:])
                 raise
-            if not put:
+            if not handed:
                 self._release_all(claims[index:])
                 return False
         return True

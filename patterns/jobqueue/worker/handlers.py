@@ -52,7 +52,9 @@ class HandOff(ClosableQueue[Claim]):
 
     Given ``lock`` (the worker's), the queue is guarded by it instead of a lock of its own:
     a handler thread then hands its outcome over and takes its next claim (`take`) in one
-    hold, and the claimer puts a whole batch in the hold that records it.
+    hold. A put stays one short hold a claim: putting a whole batch in the hold that
+    records it made the handler threads wait for the lock (twice the thread switches a
+    job with two free CPUs).
     """
 
     def __init__(self, lock: threading.RLock | None = None) -> None:
