@@ -111,9 +111,10 @@ class CancelToken:
     """
 
     def __init__(self, *, timeout: float | None = None) -> None:
-        seconds = _seconds(timeout, "timeout", allow_none=True)
         # A float, inf included (never handed to a C wait as it is: see _left).
-        self._deadline = None if timeout is None else time.monotonic() + seconds
+        self._deadline = (
+            None if timeout is None else time.monotonic() + _seconds(timeout, "timeout")
+        )
         # Guards _reason, _callbacks and _children. cancel() holds it to flip the state
         # exactly once and to take every callback and child it must notify;
         # on_cancel(), Registration.remove() and child() hold it to add or remove an
@@ -246,8 +247,11 @@ class CancelToken:
         ``timeout`` and the parent's. Held weakly by the parent, so unused children go.
         """
         child = CancelToken(timeout=timeout)
-        child._deadline = _earliest(child._deadline, self._deadline)
-        if not self.cancelled:
+        if self._deadline is not None:
+            child._deadline = _earliest(child._deadline, self._deadline)
+        # As `cancelled` answers, without its call while no deadline can have passed (a
+        # worker makes a child for every job).
+        if self._reason is None and (self._deadline is None or not self.cancelled):
             with self._lock:
                 if self._reason is None:
                     if len(self._children) >= self._prune_at:  # amortised: O(1) per child

@@ -3,7 +3,8 @@
 TL;DR: the worker's one record of its claims, shared by its parts under the worker's
 lock: the claimer reserves free slots (`ClaimLedger.reserve`) and holds what it claimed
 (`ClaimLedger.hold`); a handler thread starts a job or is told not to
-(`ClaimLedger.start`), then frees its slot (`ClaimLedger.free_slot`); every outcome is
+(`ClaimLedger.start`, or `ClaimLedger.try_start` in a hold it has), hands its outcome over
+(`ClaimLedger.hand_over`) or frees its slot (`ClaimLedger.free_slot`); every outcome is
 recorded exactly once (`ClaimLedger.record`), which stops holding its claim; the
 heartbeat renews what ``held`` lists; the reports read `ClaimLedger.running` and
 `ClaimLedger.still_held`.
@@ -107,7 +108,9 @@ class ClaimLedger:
 
     def hold(self, claims: list[Claim], reserved: int) -> None:
         """Hold ``claims``; the ``reserved`` slots they did not fill are free (lock held)."""
-        self.held.update((c.job.id, Held(c, self._root.child())) for c in claims)
+        held, root = self.held, self._root
+        for claim in claims:  # a plain loop: it runs for every job (fewer calls)
+            held[claim.job.id] = Held(claim, root.child())
         self.claimed += len(claims)
         self.give_back(reserved - len(claims))
 
@@ -125,13 +128,19 @@ class ClaimLedger:
     def start(self, job_id: int) -> Held | None:
         """Move the job to RUNNING if it may start now; None: release it unstarted."""
         with self.cond:
-            # Under the lock that request_stop closes the gate with: a job is either
-            # running when the stop begins, or released without being started.
-            held = self.held.get(job_id)
-            if not self.accepting or held is None or held.state is not ClaimState.WAITING:
-                return None  # stopping, or LOST: its lease no longer holds
-            self.move(held, ClaimState.RUNNING)
-            return held
+            return self.try_start(job_id)
+
+    def try_start(self, job_id: int) -> Held | None:
+        """`start`, with the lock held (a handler thread takes its next claim in that hold)."""
+        # Under the lock that request_stop closes the gate with: a job is either running
+        # when the stop begins, or released without being started.
+        held = self.held.get(job_id)
+        if not self.accepting or held is None or held.state is not ClaimState.WAITING:
+            return None  # stopping, or LOST: its lease no longer holds
+        # WAITING -> RUNNING, as `move` makes it (checked just above), without its call and
+        # its debug line: every job passes here, and the runner logs it "running".
+        held.state = ClaimState.RUNNING
+        return held
 
     def move(self, held: Held, new: ClaimState) -> None:
         """One claim state change, checked against ``CLAIM_MOVES`` (lock held)."""
@@ -177,8 +186,15 @@ class ClaimLedger:
         if pending.run.outcome is None:
             self.unsettled(pending.run)
 
-    def others_active(self, held: Held) -> bool:
-        """Another claim is waiting or running: its outcome may join a group commit (lock held)."""
+    def hand_over(self, held: Held) -> bool:
+        """Move a running claim to SETTLING; whether another may join its group (lock held).
+
+        True while another claim is waiting or running: its outcome may still join the
+        group commit. One call a job (the move is checked as `move` checks it, unlogged).
+        """
+        if held.state is not ClaimState.RUNNING:
+            self.move(held, ClaimState.SETTLING)  # raises: not a move CLAIM_MOVES allows
+        held.state = ClaimState.SETTLING
         # A plain loop, not any() over a generator: it runs for every job (fewer calls).
         for other in self.held.values():  # noqa: SIM110 - see above
             if other is not held and other.state in _ACTIVE:

@@ -97,8 +97,9 @@ class Settler(Generic[_R]):
         # A job's answer read, and a failed commit's fallback (patterns.jobqueue.worker.fallback).
         self._fallback: Fallback[_R] = Fallback(shared)
         # Guards every field below it, with everything the worker guards by the same lock.
-        # Waited on by the settler's thread alone (``_waiting`` says so); notified by put()
-        # while it waits, and by close().
+        # Waited on by the settler's thread alone (``_waiting``: it waits and nobody has
+        # notified it yet); notified by put() and commit_led() while it waits (once: they
+        # clear ``_waiting``), and by close().
         self._ready = threading.Condition(self._lock)
         self._outbox: list[Pending[_R]] = []  # handed over, not yet taken by the thread
         self._closed = False  # set by close() (or the thread's death): put() refuses
@@ -138,6 +139,8 @@ class Settler(Generic[_R]):
         self._outbox.append(pending)
         self._refill += 1  # the commit claims for it with the outcome
         if self._waiting and not self._in_flight:
+            # Woken once: until it waits again, the puts after this one need not notify.
+            self._waiting = False
             self._ready.notify()
         return True
 
@@ -174,6 +177,7 @@ class Settler(Generic[_R]):
             with self._lock:
                 self._in_flight = False
                 if self._outbox and self._waiting:
+                    self._waiting = False
                     self._ready.notify()
         if not self._wake.is_set():  # a retry may be due, or exit_when_empty apply now
             self._wake.set()
@@ -245,13 +249,14 @@ class Settler(Generic[_R]):
         self._ledger.record_batch(batch)
         if want:  # before the hooks: the handlers start on them while the hooks run
             self._claimed(claims, want, stopping)
+        timed = logger.isEnabledFor(logging.INFO)  # once a batch: each completion's line
         for pending in batch:
             if pending.outcome is not pending.success:
                 continue
             item = pending.item
             if item.kind is Settle.COMPLETE:
                 job = pending.run.claim.job
-                if pending.began is not None and logger.isEnabledFor(logging.INFO):
+                if pending.began is not None and timed:
                     took = time.monotonic() - pending.began
                     logger.info("job %d (%s) done in %.2f s", job.id, job.task, took)
                 self._completed(job, item.result)
@@ -282,7 +287,10 @@ class Settler(Generic[_R]):
                 except Exception as exc:  # noqa: BLE001 - as if its own store call raised
                     pending.outcome = self._fallback.raised(pending, exc)
                     continue
-            pending.outcome = self._fallback.answered(pending, answer)
+            if answer is True:  # accepted, as `Fallback.answered` reads it (one call less)
+                pending.outcome = pending.success
+            else:
+                pending.outcome = self._fallback.answered(pending, answer)
         return claims
 
     def _step_before(self, batch: list[Pending[_R]]) -> list[Pending[_R]]:

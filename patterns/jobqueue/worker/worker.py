@@ -81,7 +81,6 @@ from collections.abc import Callable
 from typing import Self
 
 from patterns.cancellation import CancelToken
-from patterns.closable_queue import ClosableQueue
 from patterns.executor_shutdown import TrackingExecutor
 from patterns.jobqueue.stores.deadline import Deadline, bounded_by
 from patterns.jobqueue.stores.protocol import WorkerStore
@@ -472,7 +471,7 @@ def _wire(
     ledger = ClaimLedger(cond, root=root, slots=concurrency + prefetch, claim_at=max(1, prefetch))
     # RUNNING -> DRAINING -> CANCELLING -> STOPPED; the ledger accepts jobs in RUNNING.
     life = StateMachine(name, cond, lambda new: ledger.accept(new is WorkerState.RUNNING))
-    handoff: ClosableQueue[Claim] = HandOff()
+    handoff = HandOff(lock)  # guarded by the worker's lock: see HandlerLoop
     releaser = Releaser(shared, ledger)
     unstarted = releaser.release_unstarted
     claimer = Claimer(shared, ledger, handoff, polling=polling, release_unstarted=unstarted)
