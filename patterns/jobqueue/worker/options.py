@@ -1,7 +1,7 @@
 """The worker's option checks: counts and seconds, alone and against each other.
 
 TL;DR: ``Worker(...)`` calls `check_counts` (``concurrency``, ``prefetch``; it returns the
-prefetch to use, None meaning `PREFETCH_PER_THREAD` per handler thread) and `check_times` (every
+prefetch to use, None meaning ``PREFETCH_PER_THREAD`` per handler thread) and `check_times` (every
 interval) before it builds anything, and `seconds` for each budget handed to a call
 (``stop(timeout)``, ``wait_stop_requested(timeout)``); `split_budget` divides a stop's
 budget between DRAINING and CANCELLING.
@@ -51,7 +51,7 @@ def check_counts(concurrency: object, prefetch: object) -> int:
     """``concurrency`` an int in 1..`MAX_THREADS`, ``prefetch`` one in 0..`MAX_THREADS` or None.
 
     Returns the prefetch to use: ``prefetch`` itself, or, when it is None (the default),
-    `PREFETCH_PER_THREAD` claims waiting behind each handler thread, at most `MAX_THREADS`.
+    ``PREFETCH_PER_THREAD`` claims waiting behind each handler thread, at most ``MAX_THREADS``.
     """
     threads = _count("concurrency", concurrency, least=1)
     if prefetch is None:

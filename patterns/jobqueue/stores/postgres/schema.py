@@ -344,7 +344,7 @@ SETTLE_ROWS = 64
 def settle_params(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
     """The ``settled`` statement's parameters: one list per column of the items' rows.
 
-    Each row is (id, token, kind, result, error, run_at), as `PostgresStore` builds them.
+    Each row is (id, token, kind, result, error, run_at), as ``PostgresStore`` builds them.
     """
     names = ("ids", "owners", "kinds", "results", "errors", "run_ats")
     return {name: [row[i] for row in rows] for i, name in enumerate(names)}
