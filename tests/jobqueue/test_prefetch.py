@@ -19,6 +19,7 @@ import pytest
 from patterns.jobqueue.stores.records import Claim, JobState
 from patterns.jobqueue.stores.sqlite.store import SQLiteStore
 from patterns.jobqueue.tasks import JobContext, TaskRegistry
+from patterns.jobqueue.worker.options import MAX_THREADS, check_counts
 from patterns.jobqueue.worker.worker import Outcome, Worker, WorkerReport
 from tests.jobqueue.test_worker import (
     FakeClock,
@@ -399,6 +400,15 @@ def test_by_default_a_stop_releases_the_waiting_claims_at_once_unchanged(
     assert report.released == tuple(waiting)
     assert sorted(jobs.ran) == [1, 2]
     assert_one_outcome_per_claim(store)
+
+
+@pytest.mark.parametrize(("concurrency", "default"), [(1, 4), (4, 16), (MAX_THREADS, MAX_THREADS)])
+def test_the_default_prefetch_is_four_per_handler_thread_within_the_limit(
+    concurrency: int, default: int
+) -> None:
+    """None means four claims waiting per thread, never more than the limit on counts."""
+    assert check_counts(concurrency, None) == default
+    assert check_counts(concurrency, 0) == 0
 
 
 @pytest.mark.parametrize("prefetch", [-1, -5])
