@@ -254,18 +254,27 @@ class JobContext:
         token: the job's ``CancelToken``; pass it to ``patterns.cancellation`` helpers or
             register an ``on_cancel`` callback to unblock a call that takes no token.
         worker: the name of the worker running the job (its lease owner prefix).
+
+    ``token`` may be given as a function that makes it: it is then called when the
+    token is first asked for, so a handler that never looks at its token costs none (the
+    worker passes one).
     """
 
     def __init__(
         self,
         job: Job,
-        token: cancellation.CancelToken,
+        token: cancellation.CancelToken | Callable[[], cancellation.CancelToken],
         *,
         worker: str = "",
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.job = job
-        self.token = token
+        if isinstance(token, cancellation.CancelToken):
+            self._token: cancellation.CancelToken | None = token
+        elif callable(token):
+            self._token, self._make_token = None, token
+        else:
+            raise TypeError(f"token must be a CancelToken or a function making one, not {token!r}")
         self.worker = worker
         self._stopping = stopping
         # The reason of the first Interrupted that sleep() or check() raised, or None:
@@ -275,6 +284,14 @@ class JobContext:
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job.id} attempt={self.attempt} worker={self.worker!r}>"
+
+    @property
+    def token(self) -> cancellation.CancelToken:
+        """The job's ``CancelToken`` (made now, if it was given as a function)."""
+        token = self._token
+        if token is None:
+            token = self._token = self._make_token()
+        return token
 
     @property
     def job_id(self) -> int:

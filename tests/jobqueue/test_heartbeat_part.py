@@ -41,6 +41,10 @@ class Record:
     timeout: float | None = None
     overdue_reported: bool = False
 
+    def cancel(self, reason: str) -> CancelToken:
+        """The job's token, for the heartbeat to cancel (made with the record, here)."""
+        return self.token
+
 
 class RaisingStore(MemoryStore):
     """A memory store whose ``renew`` raises ``broken`` while it is set."""

@@ -24,6 +24,7 @@ from tests.support import (
     join_or_fail,
     run_in_thread,
     stays_blocked,
+    wait_until_blocked_in,
     wait_until_parked_inside,
 )
 
@@ -126,8 +127,9 @@ def test_hold_give_back_and_free_slot_account_for_every_slot(bench: Bench) -> No
     bench.accounted()
     assert (bench.ledger.idle, bench.ledger.claimed) == (1, 2)
     assert all(h.state is ClaimState.WAITING for h in held)
+    assert all(h.token is None for h in held)  # made on first use (job_token)
     bench.root.cancel("stopping")  # each claim's token is a child of the worker's
-    assert all(h.token.cancelled for h in held)
+    assert all(bench.ledger.job_token(h).reason == "stopping" for h in held)
     for record in held:
         bench.ledger.record(record.claim.job, Outcome.DONE, record)
         with bench.cond:
@@ -249,7 +251,7 @@ def test_every_claim_move_is_checked_against_claim_moves(old: ClaimState, new: C
     """A move in CLAIM_MOVES is made; any other raises and leaves the state as it was."""
     bench = Bench()
     [claim] = bench.claims(1)
-    held = Held(claim, CancelToken(), state=old)
+    held = Held(claim, state=old)
     with bench.cond:
         if new in CLAIM_MOVES[old]:
             bench.ledger.move(held, new)
@@ -258,3 +260,41 @@ def test_every_claim_move_is_checked_against_claim_moves(old: ClaimState, new: C
             with pytest.raises(RuntimeError, match=f"no move from {old} to {new}"):
                 bench.ledger.move(held, new)
             assert held.state is old
+
+
+def test_a_jobs_token_is_made_once_on_first_use_and_a_cancel_before_it_is_kept(
+    bench: Bench,
+) -> None:
+    """No token with the claim; a cancel that comes first is applied as the token is made."""
+    first, second = bench.hold(2)
+    assert (first.token, second.token) == (None, None)
+    with bench.cond:
+        assert first.cancel("lease lost") is None  # nothing to cancel yet: the reason is kept
+        assert first.cancel("cancelled by operator") is None  # the first reason wins
+    token = bench.ledger.job_token(first)
+    assert (token.cancelled, token.reason) == (True, "lease lost")
+    assert bench.ledger.job_token(first) is token is first.token  # made once
+    made = bench.ledger.job_token(second)
+    assert not made.cancelled
+    with bench.cond:
+        assert second.cancel("lease lost") is made  # made already: the caller cancels it
+    assert not made.cancelled
+
+
+def test_a_token_asked_for_while_a_cancel_holds_the_lock_is_made_cancelled(
+    bench: Bench,
+) -> None:
+    """The handler asks for its token while the heartbeat cancels the job: not lost.
+
+    The heartbeat holds the worker's lock; the handler thread, having found no token,
+    blocks on that lock inside `job_token`; the cancel finds no token and keeps its
+    reason; once the lock is let go, the token is made, and made cancelled.
+    """
+    [held] = bench.hold(1)
+    with bench.cond:
+        thread, got = run_in_thread(lambda: bench.ledger.job_token(held), "handler")
+        wait_until_blocked_in(thread, "job_token")
+        assert stays_blocked(thread)  # on the lock: it has already seen no token
+        assert held.cancel("lease lost") is None
+    join_or_fail(thread)
+    assert got["result"].reason == "lease lost"

@@ -276,8 +276,10 @@ def test_a_handler_stopped_by_an_operators_cancel_ends_cancelled(bench: Bench) -
     """The heartbeat saw the cancel and cancelled the job's token: CANCEL, not a release."""
 
     def work(payload: JsonValue, ctx: JobContext) -> None:
-        held.cancel_requested = True  # what the heartbeat does when a renew says so
-        held.token.cancel("cancelled by operator")
+        with bench.cond:  # what the heartbeat does when a renew says so
+            held.cancel_requested = True
+            token = held.cancel("cancelled by operator")
+        assert token is None  # the handler has not looked at its token yet
         ctx.check()
 
     bench.tasks.task(name="work")(work)
@@ -343,5 +345,41 @@ def test_a_handler_past_its_timeout_fails_the_attempt(
     assert isinstance(timeout, TimeoutError)
     assert (held.timeout, bench.ledger.timed_out) == (DEADLINE, 1)
     assert held.handler_token is not None
+    assert held.token is not None  # a deadline needs the job's token, to be its child's parent
     assert not held.token.cancelled  # only the handler's own token had the deadline
     assert bench.steps == [*HANDLER_STEPS, (Step.BEFORE_GROUP_COMMIT, Phase.REQUEUE)]
+
+
+def test_a_handler_that_never_looks_at_its_token_costs_no_token(bench: Bench) -> None:
+    """No timeout and no look at ``ctx.token``: no token is made for the job at all."""
+    bench.tasks.task(name="work")(lambda payload, ctx: "ok")
+    held = bench.start()
+    pending = bench.run(held)
+    assert (pending.success, pending.item.result) == (Outcome.DONE, "ok")
+    assert held.token is None
+
+
+def test_a_handler_that_raises_once_its_lease_is_lost_is_released_though_it_never_looked(
+    bench: Bench,
+) -> None:
+    """The lease was lost (no token made yet), then the handler raised: released, not failed.
+
+    The runner asks for the token when the handler raises, and it is made cancelled
+    with the kept reason: the error is the way out of a cancelled job, not a failure.
+    """
+
+    def work(payload: JsonValue, ctx: JobContext) -> None:
+        with bench.cond:  # what the heartbeat does when a renew finds the lease gone
+            assert held.cancel("lease lost") is None
+        raise ConnectionResetError("the peer went away")
+
+    bench.tasks.task(name="work")(work)
+    held = bench.start()
+    pending = bench.run(held)
+    assert (pending.phase, pending.item.kind, pending.success) == (
+        Phase.RELEASE,
+        Settle.RELEASE,
+        Outcome.RELEASED,
+    )
+    assert held.token is not None
+    assert held.token.reason == "lease lost"

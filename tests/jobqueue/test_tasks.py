@@ -210,6 +210,29 @@ def test_ctx_check_raises_interrupted_only_once_cancelled() -> None:
             ctx.check()
 
 
+def test_a_token_given_as_a_function_is_made_once_when_first_asked_for() -> None:
+    """The worker's way: no token until the handler looks, then the same one every time."""
+    made: list[CancelToken] = []
+
+    def make() -> CancelToken:
+        made.append(CancelToken())
+        return made[-1]
+
+    ctx = JobContext(make_job(), make)
+    assert made == []
+    assert ctx.token is ctx.token is made[0]
+    made[0].cancel("lease lost")
+    with pytest.raises(Interrupted, match="lease lost"):
+        ctx.check()
+    assert len(made) == 1
+
+
+def test_a_token_that_is_neither_a_token_nor_a_function_is_refused_at_once() -> None:
+    """Not a late ``TypeError`` in the handler's first checkpoint: one naming the argument."""
+    with pytest.raises(TypeError, match="token must be a CancelToken or a function"):
+        JobContext(make_job(), None)  # type: ignore[arg-type]
+
+
 def test_interrupted_is_a_cancelled_that_except_exception_does_not_swallow() -> None:
     """A handler's `except Exception:` lets Interrupted through, so a stop is never eaten."""
     assert issubclass(Interrupted, Cancelled)

@@ -152,6 +152,7 @@ class HandlerLoop:
 
     def consume(self) -> None:
         """Run claims until the hand-off is closed and empty (one handler thread's life)."""
+        runner, ledger = self._runner, self._ledger
         try:
             run: Held | None = None
             while True:
@@ -159,7 +160,14 @@ class HandlerLoop:
                     run = self._next()
                     if run is None:
                         return  # closed and empty: the worker is stopping
-                run = self._finish(self._process(run))
+                try:
+                    pending = runner.run(run)  # decides the outcome but commits nothing
+                except BaseException:  # the thread dies (below): its job goes unsettled
+                    ledger.unsettled(run)
+                    raise
+                if pending is None:  # every path decides an outcome; never left held if not
+                    ledger.unsettled(run)
+                run = self._finish(pending)
         except BaseException as exc:  # noqa: BLE001 - logged; a silent death shrinks the pool
             self._died(exc)
 
@@ -185,29 +193,27 @@ class HandlerLoop:
         with self._lock:
             self._ledger.free_slot()
 
-    def _process(self, run: Held) -> Pending[Held] | None:
-        """Run one started claim; its decided outcome, for the settler (None: settled)."""
-        try:
-            pending = self._runner.run(run)  # decides the outcome but commits nothing
-        except BaseException:  # the thread dies (consume): its job goes unsettled
-            self._ledger.unsettled(run)
-            raise
-        if pending is None:  # every path decides an outcome; never left held if not
-            self._ledger.unsettled(run)
-        return pending
-
     def _finish(self, pending: Pending[Held] | None) -> Held | None:
         """Hand the outcome over with its slot; the next claim, started, if one is queued.
 
-        One lock hold a job on the busy path: the outcome goes to the settler, and the
-        next queued claim is taken and started, under the lock ``request_stop`` closes
-        the gate with.
+        One lock hold a job on the busy path: the claim moves to SETTLING (from then on
+        the heartbeat leaves it alone, and ``running_jobs`` and the report still name it
+        until its outcome is recorded), the outcome goes to the settler, and the next
+        queued claim is taken and started, under the lock ``request_stop`` closes the
+        gate with. When no other job is waiting or running, no other outcome can join the
+        group: this thread commits it (`Settler.take_lead`) rather than wake the settler
+        and wait to be woken back.
         """
         claim = run = lead = None
         queued = True  # no outcome (settled already) has nothing to commit either
         with self._lock:
             if pending is not None:
-                lead = self._hand_over(pending)
+                held = pending.run
+                others = self._ledger.hand_over(held)  # RUNNING -> SETTLING
+                if pending.item.claim is not held.claim:  # the heartbeat renewed it
+                    pending.item = replace(pending.item, claim=held.claim)
+                if not others:
+                    lead = self._settler.take_lead()
                 queued = lead is not None or self._settler.put(pending)
             # A queued or led outcome takes its slot along: its commit claims for it.
             if pending is None or not queued:
@@ -227,18 +233,3 @@ class HandlerLoop:
         if claim is not None:
             self._unstarted(claim)
         return None
-
-    def _hand_over(self, pending: Pending[Held]) -> int | None:
-        """Move the claim to SETTLING; the slots to claim if this thread leads the commit.
-
-        Lock held. From here on the heartbeat leaves the claim alone, and ``running_jobs``
-        and the report still name it until its outcome is recorded. When no other job is
-        waiting or running, no other outcome can join the group: this thread commits it
-        (`Settler.take_lead`) rather than wake the settler and wait to be woken back.
-        """
-        run = pending.run
-        others = self._ledger.hand_over(run)  # RUNNING -> SETTLING
-        claim = run.claim  # the heartbeat may have renewed it
-        if pending.item.claim is not claim:
-            pending.item = replace(pending.item, claim=claim)
-        return None if others else self._settler.take_lead()

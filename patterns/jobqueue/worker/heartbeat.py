@@ -61,11 +61,13 @@ class Held(Protocol):
 
     claim: Claim  # the latest: each renewal replaces it
     state: ClaimState
-    token: CancelToken  # the job's: cancelled when its lease is lost or an operator cancels
     cancel_requested: bool  # an operator cancelled the job (seen by a renewal)
     handler_token: CancelToken | None  # the handler's, with its deadline if it has one
     timeout: float | None  # seconds the handler may run
     overdue_reported: bool  # the warning for a handler past its deadline was logged
+
+    def cancel(self, reason: str) -> CancelToken | None:
+        """Cancel the job (lock held): its token to cancel, None if none is made yet."""
 
 
 _H = TypeVar("_H", bound=Held)
@@ -181,24 +183,34 @@ class Heartbeat(Generic[_H]):
                         run.claim = renewed
                     continue  # the commit under way decides (refused if the lease is lost)
                 if renewed is not None:
-                    run.claim = renewed
-                    cancel = renewed.cancel_requested and not run.cancel_requested
-                    run.cancel_requested = run.cancel_requested or renewed.cancel_requested
-                    if cancel:
-                        # Only this job's token: the handler sees Interrupted at its
-                        # next checkpoint; its worker is not stopping.
-                        logger.info("job %d: cancel requested by an operator", job.id)
-                        run.token.cancel("cancelled by operator")
+                    self._renewed(run, renewed)
                     continue
                 if was is ClaimState.WAITING:
                     self._lost(run)
+                else:
+                    token = run.cancel("lease lost")  # cancelled below, outside the lock
             if was is ClaimState.WAITING:
                 logger.warning(
                     "job %d: lease lost before it started (taken over?); not running it", job.id
                 )
             else:
                 logger.warning("job %d: lease lost (taken over?); cancelling the job", job.id)
-                run.token.cancel("lease lost")
+                if token is not None:
+                    token.cancel("lease lost")
+
+    def _renewed(self, run: _H, renewed: Claim) -> None:
+        """Keep a waiting or running claim's renewal; an operator's cancel cancels it."""
+        # Lock held.
+        run.claim = renewed
+        cancel = renewed.cancel_requested and not run.cancel_requested
+        run.cancel_requested = run.cancel_requested or renewed.cancel_requested
+        if cancel:
+            # Only this job's token: the handler sees Interrupted at its next checkpoint;
+            # its worker is not stopping.
+            logger.info("job %d: cancel requested by an operator", renewed.job.id)
+            token = run.cancel("cancelled by operator")
+            if token is not None:
+                token.cancel("cancelled by operator")
 
     def _report_overdue(self) -> None:
         """Warn once for each handler still running past its timeout, and count it."""

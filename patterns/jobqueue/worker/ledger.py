@@ -50,8 +50,10 @@ class Held:
     """One claim the worker holds, from the claim to its outcome; changed under the lock."""
 
     claim: Claim  # the latest: the heartbeat replaces it with each renewed one
-    token: CancelToken  # the handler's, a child of the worker's
     state: ClaimState = ClaimState.WAITING
+    # The job's, a child of the worker's, made on first use (`ClaimLedger.job_token`).
+    token: CancelToken | None = None
+    cancel_reason: str | None = None  # a cancel that came before the token was made
     outcome: Outcome | None = None  # set once, when recorded
     released_at_deadline: bool = False  # released by the forced stop while it still ran
     cancel_requested: bool = False  # an operator cancelled the job (seen by a renew)
@@ -59,6 +61,16 @@ class Held:
     timeout: float | None = None  # seconds the handler may run (the job's, else the task's)
     overdue_reported: bool = False  # the warning for a handler past its deadline was logged
     pending: Pending[Held] | None = None  # its decided outcome, on its way to the settler
+
+    def cancel(self, reason: str) -> CancelToken | None:
+        """Cancel the job (the worker's lock held): its token, for the caller to cancel.
+
+        None while no token is made: the reason is kept, and `ClaimLedger.job_token`
+        makes the token cancelled with it.
+        """
+        if self.token is None and self.cancel_reason is None:
+            self.cancel_reason = reason
+        return self.token
 
 
 class ClaimLedger:
@@ -108,11 +120,29 @@ class ClaimLedger:
 
     def hold(self, claims: list[Claim], reserved: int) -> None:
         """Hold ``claims``; the ``reserved`` slots they did not fill are free (lock held)."""
-        held, root = self.held, self._root
+        held = self.held
         for claim in claims:  # a plain loop: it runs for every job (fewer calls)
-            held[claim.job.id] = Held(claim, root.child())
+            held[claim.job.id] = Held(claim)
         self.claimed += len(claims)
         self.give_back(reserved - len(claims))
+
+    def job_token(self, held: Held) -> CancelToken:
+        """The job's token, a child of the worker's, made on first use (takes the lock).
+
+        Made when the handler first looks at it (or its timeout needs it), not with the
+        claim: most handlers never look, and a token is about a microsecond a job. A
+        cancel that came first (`Held.cancel`) is applied as it is made, and a child of
+        a cancelled worker's token is made cancelled, so a late token misses nothing.
+        """
+        token = held.token
+        if token is None:
+            with self.cond:
+                token = held.token
+                if token is None:
+                    token = held.token = self._root.child()
+                    if held.cancel_reason is not None:
+                        token.cancel(held.cancel_reason)
+        return token
 
     def give_back(self, slots: int) -> None:
         """Free ``slots`` promised slots no claim filled (lock held)."""
@@ -159,10 +189,19 @@ class ClaimLedger:
     def record_batch(self, batch: list[Pending[Held]]) -> None:
         """Record each committed outcome and stop holding its claim (one lock hold)."""
         with self.cond:
+            # `_record` for each, inline: every job passes here.
+            in_hand, counts = self.held, self.counts
+            late = None if self.accepting else self.late
             for pending in batch:
                 held, outcome = pending.run, pending.outcome or Outcome.UNSETTLED
                 held.pending = None  # no cycle: the token dies now
-                self._record(held.claim.job.id, outcome, held)
+                held.outcome = outcome
+                job_id = held.claim.job.id
+                if in_hand.get(job_id) is held:
+                    del in_hand[job_id]
+                counts[outcome] += 1
+                if late is not None:
+                    late[job_id] = outcome
 
     def _record(self, job_id: int, outcome: Outcome, held: Held | None) -> None:
         if held is not None:
@@ -196,7 +235,9 @@ class ClaimLedger:
             self.move(held, ClaimState.SETTLING)  # raises: not a move CLAIM_MOVES allows
         held.state = ClaimState.SETTLING
         # A plain loop, not any() over a generator: it runs for every job (fewer calls).
-        for other in self.held.values():  # noqa: SIM110 - see above
+        # Newest first: the claims still waiting are the last held, and the ones handed
+        # over before this one (settling, to be skipped) the first.
+        for other in reversed(self.held.values()):
             if other is not held and other.state in _ACTIVE:
                 return True
         return False

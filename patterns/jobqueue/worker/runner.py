@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from patterns.cancellation import DEADLINE_EXCEEDED, Cancelled, CancelToken
 from patterns.jobqueue.stores.checks import storable_error
@@ -92,7 +93,10 @@ class JobRunner:
     def run(self, run: Held) -> Pending[Held] | None:
         """Run the job and return its decided outcome (None: no decision was made)."""
         run.pending = None
-        task = self._before_handler(run)
+        task = self._tasks.get(run.claim.job.task)
+        # The checks before the handler, only where one may apply (every job passes here).
+        if task is None or task.ready is not None or run.cancel_requested:
+            task = self._before_handler(run)
         if task is not None:
             self._call_handler(run, task)
         return run.pending
@@ -125,13 +129,19 @@ class JobRunner:
         limit = job.timeout if job.timeout is not None else task.timeout
         # The handler's token: the job's (stop, lease lost, operator's cancel) plus its
         # own deadline, which cancels only this child, with DEADLINE_EXCEEDED as reason.
-        # Without a deadline it is the job's token itself (one token less per job).
-        token = run.token
+        # Without a deadline it is the job's token itself, made only if the handler
+        # looks at it (`ClaimLedger.job_token`): most never do.
+        token: CancelToken | None = None
         if limit is not None:
-            token = run.token.child(timeout=limit)
+            token = self._ledger.job_token(run).child(timeout=limit)
             with self._ledger.cond:
                 run.handler_token, run.timeout = token, limit
-        ctx = JobContext(job, token, worker=self._owner, stopping=self._stopping)
+        ctx = JobContext(
+            job,
+            token if token is not None else partial(self._ledger.job_token, run),
+            worker=self._owner,
+            stopping=self._stopping,
+        )
         if logger.isEnabledFor(logging.DEBUG):  # every job passes here: no call when not logged
             logger.debug("job %d (%s) attempt %d: running", job.id, job.task, job.attempts)
         if self._stepping:
@@ -142,6 +152,7 @@ class JobRunner:
         except BaseException as exc:  # noqa: BLE001 - every handler error is a job outcome
             if self._stepping:
                 self._step(Step.AFTER_HANDLER, run.claim, None)
+            token = ctx.token  # made now if the handler never looked: was the job cancelled?
             if token.cancelled:
                 self._stopped_by_token(run, task, token, exc)
                 return
@@ -151,7 +162,7 @@ class JobRunner:
             return
         if self._stepping:
             self._step(Step.AFTER_HANDLER, run.claim, None)
-        if ctx.interrupted == DEADLINE_EXCEEDED and not run.token.cancelled:
+        if ctx.interrupted == DEADLINE_EXCEEDED and not self._ledger.job_token(run).cancelled:
             # It saw its deadline (a checkpoint raised) and returned: it stopped there.
             self._timed_out(run, task)
             return
@@ -162,8 +173,11 @@ class JobRunner:
                 job.id,
                 job.task,
             )
+        # Decided done, as `_decide` decides (inline: every completed job passes here).
         complete = Settlement(Settle.COMPLETE, run.claim, result)
-        self._decide(run, Phase.ACK, complete, Outcome.DONE, began=began)
+        run.pending = Pending(run, Phase.ACK, complete, Outcome.DONE, None, began)
+        if self._stepping:
+            self._step(Step.BEFORE_GROUP_COMMIT, run.claim, Phase.ACK)
 
     def _stopped_by_token(
         self, run: Held, task: Task, token: CancelToken, exc: BaseException
@@ -173,7 +187,7 @@ class JobRunner:
         if run.cancel_requested:
             self._cancelled(run)
             return
-        if token.reason == DEADLINE_EXCEEDED and not run.token.cancelled:
+        if token.reason == DEADLINE_EXCEEDED and not self._ledger.job_token(run).cancelled:
             self._timed_out(run, task)
             return
         # Interrupted by a stop (or a lost lease), or an error raised on the way out of a
