@@ -251,13 +251,11 @@ class JobContext:
 
     Attributes:
         job: the job as it was claimed (``job.attempts`` counts this attempt).
-        token: the job's ``CancelToken``; pass it to ``patterns.cancellation`` helpers or
-            register an ``on_cancel`` callback to unblock a call that takes no token.
         worker: the name of the worker running the job (its lease owner prefix).
 
-    ``token`` may be given as a function that makes it: it is then called when the
-    token is first asked for, so a handler that never looks at its token costs none (the
-    worker passes one).
+    The job's ``CancelToken`` is `token`. It may be given as a function that makes it:
+    the function is then called when the token is first asked for, so a handler that
+    never looks at its token costs none (the worker passes one).
     """
 
     def __init__(
@@ -287,7 +285,11 @@ class JobContext:
 
     @property
     def token(self) -> cancellation.CancelToken:
-        """The job's ``CancelToken`` (made now, if it was given as a function)."""
+        """The job's ``CancelToken`` (made now, if it was given as a function).
+
+        Pass it to ``patterns.cancellation`` helpers, or register an ``on_cancel``
+        callback to unblock a call that takes no token.
+        """
         token = self._token
         if token is None:
             token = self._token = self._make_token()
