@@ -109,19 +109,39 @@ def main_is_in(callee, caller):
     return any(f.f_code.co_name == callee and f.f_back is not None
                and f.f_back.f_code.co_name == caller for f in main_frames())
 
-# The line of Condition.wait where a wait without timeout blocks in C, GIL released: the
-# only place the main thread can be suspended on that line, so seeing it there means the
-# main thread is asleep in the lock, not about to get there.
+# The line of Condition.wait where a wait without timeout blocks in C, GIL released.
 _src, _first = inspect.getsourcelines(threading.Condition.wait)
 BLOCKED_LINE = _first + next(i for i, text in enumerate(_src)
                              if text.strip() == "waiter.acquire()"
                              and _src[i - 1].strip() == "if timeout is None:")
 
-def main_is_asleep_in_event_wait(caller):
+def main_in_event_wait(caller):
     # Condition.wait, called by Event.wait, called by caller (Thread.start waits too).
     frames = list(main_frames())
     return (len(frames) >= 3 and frames[0].f_code is threading.Condition.wait.__code__
             and frames[0].f_lineno == BLOCKED_LINE and frames[2].f_code.co_name == caller)
+
+def main_sleep_mark():
+    # The main thread's context switches if the kernel has it asleep now, else None (Linux).
+    path = "/proc/self/task/%d/status" % threading.main_thread().native_id
+    with open(path) as status:
+        fields = dict(line.split(":", 1) for line in status.read().splitlines())
+    if not fields["State"].strip().startswith("S"):
+        return None
+    return fields["voluntary_ctxt_switches"], fields["nonvoluntary_ctxt_switches"]
+
+def main_is_asleep_in_event_wait(caller):
+    # On the blocking line is not yet asleep: acquire releases the GIL, and only then
+    # sleeps in the kernel. A signal landing in between runs CPython's C handler, which
+    # sets a flag, and the sleep that follows is never interrupted: the main thread
+    # sleeps on and never raises (tests/support.py, asleep_in_a_wait). So the kernel must
+    # also have it asleep, twice with no switch between: the second read releases the
+    # GIL, which wakes a thread that was only waiting for the GIL.
+    if not main_in_event_wait(caller):
+        return False
+    first = main_sleep_mark()
+    return (first is not None and main_sleep_mark() == first
+            and main_in_event_wait(caller))
 """
 
 
