@@ -6,8 +6,9 @@ lock: the claimer reserves free slots (`ClaimLedger.reserve`) and holds what it 
 (`ClaimLedger.start`, or `ClaimLedger.try_start` in a hold it has), hands its outcome over
 (`ClaimLedger.hand_over`) or frees its slot (`ClaimLedger.free_slot`); every outcome is
 recorded exactly once (`ClaimLedger.record`), which stops holding its claim; the
-heartbeat renews what ``held`` lists; the reports read `ClaimLedger.running` and
-`ClaimLedger.still_held`.
+heartbeat renews what ``held`` lists, and cancels a job through `Held.cancel`; a job's
+token is made the first time it is asked for (`ClaimLedger.job_token`); the reports read
+`ClaimLedger.running` and `ClaimLedger.still_held`.
 
 Pattern:
     A monitor (one lock, one condition) around plain data, as ``patterns.closable_queue``
@@ -19,6 +20,9 @@ Pattern:
 Guarantees:
     * A claim is held from `ClaimLedger.hold` until its outcome is recorded, and recorded once:
       ``claimed - settled`` is exactly what is in hand.
+    * A cancel is never lost to a token not made yet: `Held.cancel` keeps its reason
+      under the lock `ClaimLedger.job_token` makes the token under, which makes it
+      cancelled with that reason (and a child of a cancelled worker's token is cancelled).
     * Slots are never lost: each one reserved by a claim is either filled by a claim,
       given back (`ClaimLedger.give_back`), or freed by the job that used it
       (`ClaimLedger.free_slot`).
